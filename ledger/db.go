@@ -1,0 +1,353 @@
+package ledger
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// SchemaVersion is the layout of buckets and records this code writes. A file
+// with a higher version is refused with ErrSchema.
+const SchemaVersion = 1
+
+// Defaults for Options.
+const (
+	DefaultRetention   = 7 * 24 * time.Hour
+	DefaultLockTimeout = 2 * time.Second
+	defaultMaxBatch    = 512
+	defaultSweepChunk  = 2000
+)
+
+// Bucket names.
+var (
+	bucketRecords  = []byte("records")  // key -> encoded Record
+	bucketExpiry   = []byte("expiry")   // 8-byte expiry nanos + key -> empty
+	bucketInFlight = []byte("inflight") // 8-byte claimed nanos + key -> empty, for in_progress records
+	bucketMeta     = []byte("meta")     // schema version and counters
+
+	metaSchema = []byte("schema")
+)
+
+// Options configure Open. The zero value of each field picks its default.
+type Options struct {
+	// Retention is how long a record is kept after its last write. After
+	// that it is treated as absent and the sweeper removes it.
+	Retention time.Duration
+	// LockTimeout bounds how long Open waits for another process to release
+	// the file before it fails with ErrLocked.
+	LockTimeout time.Duration
+	// Now is the clock. Tests inject a fake one.
+	Now func() time.Time
+	// MaxBatch bounds how many write requests share one commit.
+	MaxBatch int
+	// SweepChunk bounds how many records one sweep transaction removes, so
+	// that claims never wait long behind a sweep.
+	SweepChunk int
+}
+
+// DB is a ledger on a bbolt file. It is safe for concurrent use by many
+// goroutines; only one process may hold the file.
+//
+// Writes are applied by a single committer goroutine that takes every write
+// request waiting at the time and applies them in one transaction with one
+// fsync (group commit). No write waits for a timer: a lone write commits at
+// once, and writes that arrive while a commit is in flight share the next one.
+type DB struct {
+	bolt      *bolt.DB
+	path      string
+	retention time.Duration
+	now       func() time.Time
+	maxBatch  int
+	chunk     int
+
+	mu       sync.RWMutex // guards closed and sends on reqs
+	closed   bool
+	reqs     chan *request
+	loopDone chan struct{}
+	commits  uint64 // commits made; read with Commits
+	commitMu sync.Mutex
+}
+
+// request is one write waiting for a commit. apply runs inside the write
+// transaction and may run more than once (when another request in the same
+// commit fails, the rest are applied again in a new transaction), so it must
+// derive everything from the transaction and overwrite, not accumulate, its
+// results. It returns an error only for a failure that must abort the
+// transaction; outcomes meant for the caller are stored by apply itself.
+type request struct {
+	apply func(tx *bolt.Tx) error
+	done  chan error
+}
+
+// Open opens the ledger file at path, creating it (mode 0600) and its parent
+// directory (mode 0700) when missing. It fails with ErrLocked when another
+// process holds the file for longer than Options.LockTimeout, with ErrCorrupt
+// when the file is not a readable ledger and with ErrSchema when it was
+// written by a newer version.
+func Open(path string, opts Options) (db *DB, err error) {
+	if path == "" {
+		return nil, fmt.Errorf("open ledger: empty path: %w", ErrInvalidArgument)
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = DefaultRetention
+	}
+	if opts.LockTimeout <= 0 {
+		opts.LockTimeout = DefaultLockTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = defaultMaxBatch
+	}
+	if opts.SweepChunk <= 0 {
+		opts.SweepChunk = defaultSweepChunk
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("open ledger: create directory: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("open ledger %s: is a directory: %w", path, ErrInvalidArgument)
+	}
+
+	if err := checkFile(path); err != nil {
+		return nil, openError(path, err, 0)
+	}
+	var bdb *bolt.DB
+	err = guard(func() error {
+		var err error
+		bdb, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
+		return err
+	})
+	if err != nil {
+		return nil, openError(path, err, opts.LockTimeout)
+	}
+	db = &DB{
+		bolt:      bdb,
+		path:      path,
+		retention: opts.Retention,
+		now:       opts.Now,
+		maxBatch:  opts.MaxBatch,
+		chunk:     opts.SweepChunk,
+		reqs:      make(chan *request, opts.MaxBatch),
+		loopDone:  make(chan struct{}),
+	}
+	if err := db.init(); err != nil {
+		bdb.Close()
+		return nil, err
+	}
+	go db.loop()
+	return db, nil
+}
+
+// openError turns an error of bolt.Open into one that says what is wrong.
+func openError(path string, err error, timeout time.Duration) error {
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return fmt.Errorf("open ledger %s: waited %v for the file lock: another sqsonce process is using this ledger: %w", path, timeout, ErrLocked)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
+		errors.Is(err, berrors.ErrChecksum), errors.Is(err, ErrCorrupt):
+		return fmt.Errorf("open ledger %s: not a valid ledger file (%v): %w", path, err, ErrCorrupt)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("open ledger %s: cannot open for writing (read-only file, directory or file system?): %w", path, err)
+	}
+	return fmt.Errorf("open ledger %s: %w", path, err)
+}
+
+// init checks the file's size and schema and creates missing buckets.
+func (db *DB) init() error {
+	fi, err := os.Stat(db.path)
+	if err != nil {
+		return fmt.Errorf("open ledger %s: %w", db.path, err)
+	}
+	err = guard(func() error {
+		return db.bolt.Update(func(tx *bolt.Tx) error {
+			// A file cut short would make bbolt read past its end.
+			if tx.Size() > fi.Size() {
+				return fmt.Errorf("file is %d bytes, its pages need %d: truncated: %w", fi.Size(), tx.Size(), ErrCorrupt)
+			}
+			meta := tx.Bucket(bucketMeta)
+			if meta == nil {
+				if tx.Bucket(bucketRecords) != nil || !isEmpty(tx) {
+					return fmt.Errorf("a bbolt file without sqsonce's meta bucket: not a ledger: %w", ErrCorrupt)
+				}
+				meta, err = tx.CreateBucket(bucketMeta)
+				if err != nil {
+					return err
+				}
+				if err := meta.Put(metaSchema, binary.BigEndian.AppendUint64(nil, SchemaVersion)); err != nil {
+					return err
+				}
+			}
+			v := meta.Get(metaSchema)
+			if len(v) != 8 {
+				return fmt.Errorf("schema version unreadable: %w", ErrCorrupt)
+			}
+			if got := binary.BigEndian.Uint64(v); got > SchemaVersion {
+				return fmt.Errorf("written with schema %d, this sqsonce reads up to %d: upgrade sqsonce: %w", got, SchemaVersion, ErrSchema)
+			}
+			for _, name := range [][]byte{bucketRecords, bucketExpiry, bucketInFlight} {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return openError(db.path, err, 0)
+	}
+	return nil
+}
+
+func isEmpty(tx *bolt.Tx) bool {
+	empty := true
+	_ = tx.ForEach(func([]byte, *bolt.Bucket) error {
+		empty = false
+		return errors.New("stop")
+	})
+	return empty
+}
+
+// guard runs fn and turns a panic inside bbolt (which it raises on some
+// corrupt pages) into an error wrapping ErrCorrupt.
+func guard(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("bbolt: %v: %w", p, ErrCorrupt)
+		}
+	}()
+	return fn()
+}
+
+// Path returns the file the ledger was opened on.
+func (db *DB) Path() string { return db.path }
+
+// Commits returns how many write transactions the ledger has committed since
+// Open: one fsync each.
+func (db *DB) Commits() uint64 {
+	db.commitMu.Lock()
+	defer db.commitMu.Unlock()
+	return db.commits
+}
+
+// Close waits for queued writes to commit, then closes the file. Calls after
+// Close fail with ErrClosed. Close is safe to call more than once.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return nil
+	}
+	db.closed = true
+	close(db.reqs)
+	db.mu.Unlock()
+	<-db.loopDone
+	return db.bolt.Close()
+}
+
+// write submits apply to the committer and waits until its commit is durable.
+// When ctx ends first the call returns ctx's error, and the write may still
+// take effect.
+func (db *DB) write(ctx context.Context, apply func(tx *bolt.Tx) error) error {
+	r := &request{apply: apply, done: make(chan error, 1)}
+	db.mu.RLock()
+	if db.closed {
+		db.mu.RUnlock()
+		return ErrClosed
+	}
+	select {
+	case db.reqs <- r:
+	case <-ctx.Done():
+		db.mu.RUnlock()
+		return ctx.Err()
+	}
+	db.mu.RUnlock()
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loop is the committer: it gathers every request waiting and commits them
+// together, until Close closes the channel and the queue is empty.
+func (db *DB) loop() {
+	defer close(db.loopDone)
+	batch := make([]*request, 0, db.maxBatch)
+	for r := range db.reqs {
+		batch = append(batch[:0], r)
+	gather:
+		for len(batch) < db.maxBatch {
+			select {
+			case r, ok := <-db.reqs:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, r)
+			default:
+				break gather
+			}
+		}
+		db.commit(batch)
+	}
+}
+
+// commit applies batch in one transaction. A request whose apply fails gets
+// its error alone and the others are applied again without it; a failed
+// commit (a full disk, say) fails every request in it, and nothing of it is
+// written.
+func (db *DB) commit(batch []*request) {
+	for len(batch) > 0 {
+		failed := -1
+		err := guard(func() error {
+			return db.bolt.Update(func(tx *bolt.Tx) error {
+				for i, r := range batch {
+					if err := r.apply(tx); err != nil {
+						failed = i
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		if err == nil {
+			db.commitMu.Lock()
+			db.commits++
+			db.commitMu.Unlock()
+		}
+		if err == nil || failed < 0 {
+			if err != nil {
+				err = fmt.Errorf("commit ledger %s: %w", db.path, err)
+			}
+			for _, r := range batch {
+				r.done <- err
+			}
+			return
+		}
+		batch[failed].done <- err
+		batch = append(batch[:failed], batch[failed+1:]...)
+	}
+}
+
+// view runs fn in a read transaction, concurrently with writes.
+func (db *DB) view(fn func(tx *bolt.Tx) error) error {
+	db.mu.RLock()
+	closed := db.closed
+	db.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	return guard(func() error { return db.bolt.View(fn) })
+}

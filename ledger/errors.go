@@ -1,0 +1,43 @@
+package ledger
+
+import "errors"
+
+// Errors returned by ledger operations. They are backend-neutral: every
+// implementation wraps these so callers can test with errors.Is.
+var (
+	// ErrInvalidKey is returned for an empty key, a key longer than
+	// MaxKeyLen bytes, or a key that is not valid UTF-8.
+	ErrInvalidKey = errors.New("invalid operation key")
+
+	// ErrInvalidArgument is returned for other bad arguments: an empty
+	// owner, a non-positive lease, an oversized fingerprint.
+	ErrInvalidArgument = errors.New("invalid argument")
+
+	// ErrNotFound is returned when no live record exists for a key. An
+	// expired record that has not been swept yet is not live.
+	ErrNotFound = errors.New("no such operation")
+
+	// ErrNotOwner is returned by a transition whose owner no longer holds
+	// the record: the lease lapsed and another owner took the operation
+	// over. The caller must stop and must not report the work as done.
+	ErrNotOwner = errors.New("operation owned by another claim")
+
+	// ErrState is returned when the record is not in a state that allows
+	// the transition, for example completing a failed record.
+	ErrState = errors.New("operation not in a state for this")
+
+	// ErrLocked is returned by Open when another process holds the ledger
+	// file.
+	ErrLocked = errors.New("ledger held by another process")
+
+	// ErrCorrupt is returned when the file is not a readable ledger: not a
+	// bbolt file, truncated, or holding records that cannot be decoded.
+	ErrCorrupt = errors.New("ledger corrupt")
+
+	// ErrSchema is returned by Open when the file was written by a newer
+	// sqsonce with a schema this one does not know.
+	ErrSchema = errors.New("ledger schema too new")
+
+	// ErrClosed is returned by calls on a closed ledger.
+	ErrClosed = errors.New("ledger closed")
+)

@@ -1,0 +1,562 @@
+// Package ledgertest is the behaviour suite every ledger backend must pass:
+// the claim outcomes, owner checks, leases, retention and concurrency that
+// the worker relies on. A backend's tests call Run with a function that
+// opens a fresh, empty ledger on the given clock.
+package ledgertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// Ledger is what the suite exercises: the backend-neutral contract.
+type Ledger interface {
+	Claim(ctx context.Context, req ledger.ClaimRequest) (ledger.Claim, error)
+	ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error)
+	Complete(ctx context.Context, c ledger.Completion) error
+	CompleteBatch(ctx context.Context, cs []ledger.Completion) []error
+	Fail(ctx context.Context, f ledger.Failure) error
+	FailBatch(ctx context.Context, fs []ledger.Failure) []error
+	Release(ctx context.Context, key, owner string) error
+	Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error)
+	Reset(ctx context.Context, key string) error
+	Forget(ctx context.Context, key string) error
+	Get(ctx context.Context, key string) (ledger.Record, error)
+	ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error
+	Stats(ctx context.Context) (ledger.Stats, error)
+	Sweep(ctx context.Context) (int, error)
+}
+
+// Clock is a manual clock for tests, safe for concurrent use.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock set to a fixed instant.
+func NewClock() *Clock {
+	return &Clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// Retention is the retention the suite asks Open for.
+const Retention = 24 * time.Hour
+
+// Open opens a new empty ledger with Retention on clock's time.
+type Open func(t *testing.T, clock *Clock) Ledger
+
+const lease = time.Minute
+
+var fp1, fp2 = []byte("fingerprint-1"), []byte("fingerprint-2")
+
+func req(key, owner string) ledger.ClaimRequest {
+	return ledger.ClaimRequest{Key: key, Owner: owner, Lease: lease, Fingerprint: fp1, MessageID: "m-" + owner}
+}
+
+// Run runs the suite.
+func Run(t *testing.T, open Open) {
+	ctx := context.Background()
+	setup := func(t *testing.T) (Ledger, *Clock) {
+		t.Helper()
+		clock := NewClock()
+		return open(t, clock), clock
+	}
+
+	t.Run("ClaimOutcomes", func(t *testing.T) {
+		t.Parallel()
+		// Each case brings the key "k" into a state, then claims it as "b".
+		cases := []struct {
+			name     string
+			prepare  func(t *testing.T, l Ledger, c *Clock)
+			fp       []byte
+			want     ledger.Outcome
+			takeover bool
+			attempts int
+		}{
+			{"New", func(*testing.T, Ledger, *Clock) {}, fp1, ledger.Claimed, false, 1},
+			{"InProgressLiveLease", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				c.Advance(lease - time.Second)
+			}, fp1, ledger.InProgress, false, 1},
+			{"InProgressLapsedLeaseTakeover", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				c.Advance(lease)
+			}, fp1, ledger.Claimed, true, 2},
+			{"Complete", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a", Result: []byte("receipt-42")}))
+			}, fp1, ledger.AlreadyComplete, false, 1},
+			{"FailedRetryable", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "timeout"}))
+			}, fp1, ledger.Claimed, false, 2},
+			{"FailedPermanently", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "bad card", Permanent: true}))
+			}, fp1, ledger.FailedPermanently, false, 1},
+			{"ConflictWhileComplete", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
+			}, fp2, ledger.Conflict, false, 1},
+			{"ConflictWhileInProgress", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+			}, fp2, ledger.Conflict, false, 1},
+			{"NoFingerprintIsNoConflict", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
+			}, nil, ledger.AlreadyComplete, false, 1},
+			{"Released", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Release(ctx, "k", "a"))
+			}, fp1, ledger.Claimed, false, 1},
+			{"ResetAfterPermanent", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "bad", Permanent: true}))
+				must(t, l.Reset(ctx, "k"))
+			}, fp1, ledger.Claimed, false, 2},
+			{"ForgottenComplete", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
+				must(t, l.Forget(ctx, "k"))
+			}, fp2, ledger.Claimed, false, 1},
+			{"ExpiredCompleteIsAbsent", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "a"), ledger.Claimed)
+				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
+				c.Advance(Retention)
+			}, fp2, ledger.Claimed, false, 1},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				l, clock := setup(t)
+				tc.prepare(t, l, clock)
+				r := req("k", "b")
+				r.Fingerprint = tc.fp
+				got, err := l.Claim(ctx, r)
+				must(t, err)
+				if got.Outcome != tc.want || got.Takeover != tc.takeover || got.Record.Attempts != tc.attempts {
+					t.Fatalf("claim: got %s takeover=%v attempts=%d, want %s takeover=%v attempts=%d",
+						got.Outcome, got.Takeover, got.Record.Attempts, tc.want, tc.takeover, tc.attempts)
+				}
+				if got.Record.Key != "k" {
+					t.Fatalf("record key %q", got.Record.Key)
+				}
+				switch tc.want {
+				case ledger.Claimed:
+					if got.Record.Owner != "b" || got.Record.State != ledger.StateInProgress ||
+						!got.Record.LeaseExpiry.Equal(clock.Now().Add(lease)) {
+						t.Fatalf("claimed record: %+v", got.Record)
+					}
+				case ledger.AlreadyComplete:
+					if tc.name == "Complete" && string(got.Record.Result) != "receipt-42" {
+						t.Fatalf("stored result %q, want receipt-42", got.Record.Result)
+					}
+				case ledger.InProgress:
+					if got.Record.Owner != "a" || !got.Record.LeaseExpiry.After(clock.Now()) {
+						t.Fatalf("in-progress record: %+v", got.Record)
+					}
+				}
+				// A non-claiming outcome writes nothing.
+				if tc.want != ledger.Claimed {
+					rec, err := l.Get(ctx, "k")
+					must(t, err)
+					if rec.Owner == "b" {
+						t.Fatalf("outcome %s changed the owner to b", tc.want)
+					}
+				}
+			})
+		}
+	})
+
+	t.Run("RecordFields", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		start := clock.Now()
+		mustClaim(t, l, req("k", "a"), ledger.Claimed)
+		clock.Advance(time.Second)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "boom"}))
+		clock.Advance(time.Second)
+		r2 := req("k", "b")
+		r2.MessageID = "m-2"
+		mustClaim(t, l, r2, ledger.Claimed)
+		clock.Advance(time.Second)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "b", Result: []byte("ok")}))
+		rec, err := l.Get(ctx, "k")
+		must(t, err)
+		want := ledger.Record{
+			Key: "k", State: ledger.StateComplete, Fingerprint: fp1, Attempts: 2, Owner: "b",
+			FirstSeen: start, Claimed: start.Add(2 * time.Second), Updated: start.Add(3 * time.Second),
+			Completed: start.Add(3 * time.Second), Expires: start.Add(3*time.Second + Retention),
+			MessageID: "m-2", Result: []byte("ok"),
+		}
+		if err := equalRecord(rec, want); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("Bounds", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		long := make([]byte, ledger.MaxKeyLen+1)
+		for i := range long {
+			long[i] = 'x'
+		}
+		for _, key := range []string{"", string(long), "bad\xffutf8"} {
+			if _, err := l.Claim(ctx, req(key, "a")); !errors.Is(err, ledger.ErrInvalidKey) {
+				t.Errorf("claim %q: err %v, want ErrInvalidKey", key, err)
+			}
+		}
+		mustClaim(t, l, req(string(long[:ledger.MaxKeyLen]), "a"), ledger.Claimed)
+		mustClaim(t, l, req("ключ/ü/\x00/🙂", "a"), ledger.Claimed)
+		if _, err := l.Claim(ctx, ledger.ClaimRequest{Key: "k", Owner: "", Lease: lease}); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Errorf("empty owner: err %v", err)
+		}
+		if _, err := l.Claim(ctx, ledger.ClaimRequest{Key: "k", Owner: "a"}); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Errorf("zero lease: err %v", err)
+		}
+		// Oversized result and error are cut, not refused: the work is done.
+		mustClaim(t, l, req("big", "a"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "big", Owner: "a", Err: string(make([]byte, 10*ledger.MaxErrorLen))}))
+		rec, err := l.Get(ctx, "big")
+		must(t, err)
+		if len(rec.LastError) != ledger.MaxErrorLen {
+			t.Errorf("last error of %d bytes, want %d", len(rec.LastError), ledger.MaxErrorLen)
+		}
+		mustClaim(t, l, req("big", "b"), ledger.Claimed)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "big", Owner: "b", Result: make([]byte, 3*ledger.MaxResultLen)}))
+		rec, err = l.Get(ctx, "big")
+		must(t, err)
+		if len(rec.Result) != ledger.MaxResultLen {
+			t.Errorf("result of %d bytes, want %d", len(rec.Result), ledger.MaxResultLen)
+		}
+	})
+
+	t.Run("OwnerChecks", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		mustClaim(t, l, req("k", "a"), ledger.Claimed)
+		clock.Advance(lease + time.Second)
+		c := mustClaim(t, l, req("k", "b"), ledger.Claimed)
+		if !c.Takeover {
+			t.Fatal("expected a takeover")
+		}
+		// The old owner can no longer change anything.
+		for name, err := range map[string]error{
+			"complete": l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}),
+			"fail":     l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "x"}),
+			"release":  l.Release(ctx, "k", "a"),
+			"extend":   second(l.Extend(ctx, "k", "a", lease)),
+		} {
+			if !errors.Is(err, ledger.ErrNotOwner) {
+				t.Errorf("%s by the old owner: err %v, want ErrNotOwner", name, err)
+			}
+		}
+		rec, err := l.Get(ctx, "k")
+		must(t, err)
+		if rec.Owner != "b" || rec.State != ledger.StateInProgress {
+			t.Fatalf("record after refused transitions: %+v", rec)
+		}
+		// The new owner can, and completing twice is idempotent.
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "b"}))
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "b"}))
+		if err := l.Fail(ctx, ledger.Failure{Key: "k", Owner: "b", Err: "late"}); !errors.Is(err, ledger.ErrState) {
+			t.Errorf("fail after complete: err %v, want ErrState", err)
+		}
+		if err := l.Complete(ctx, ledger.Completion{Key: "nope", Owner: "b"}); !errors.Is(err, ledger.ErrNotFound) {
+			t.Errorf("complete of an absent key: err %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("LeaseExtend", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		mustClaim(t, l, req("k", "a"), ledger.Claimed)
+		for range 5 {
+			clock.Advance(lease / 2)
+			exp, err := l.Extend(ctx, "k", "a", lease)
+			must(t, err)
+			if !exp.Equal(clock.Now().Add(lease)) {
+				t.Fatalf("extended to %v, want %v", exp, clock.Now().Add(lease))
+			}
+		}
+		// Two and a half leases later the claim still holds.
+		mustClaim(t, l, req("k", "b"), ledger.InProgress)
+		clock.Advance(lease)
+		mustClaim(t, l, req("k", "b"), ledger.Claimed)
+	})
+
+	t.Run("ReleaseFirstClaimForgets", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		mustClaim(t, l, req("k", "a"), ledger.Claimed)
+		must(t, l.Release(ctx, "k", "a"))
+		if _, err := l.Get(ctx, "k"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("get after releasing a first claim: err %v, want ErrNotFound", err)
+		}
+		// A release after a failed attempt keeps the history.
+		mustClaim(t, l, req("k", "a"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "first"}))
+		mustClaim(t, l, req("k", "b"), ledger.Claimed)
+		must(t, l.Release(ctx, "k", "b"))
+		rec, err := l.Get(ctx, "k")
+		must(t, err)
+		if rec.State != ledger.StateFailed || rec.Attempts != 1 || rec.LastError != "first" {
+			t.Fatalf("after release: %+v", rec)
+		}
+	})
+
+	t.Run("ResetAndForget", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		if err := l.Reset(ctx, "absent"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Errorf("reset absent: %v", err)
+		}
+		must(t, l.Forget(ctx, "absent"))
+		mustClaim(t, l, req("k", "a"), ledger.Claimed)
+		if err := l.Reset(ctx, "k"); !errors.Is(err, ledger.ErrState) {
+			t.Errorf("reset in progress: %v", err)
+		}
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
+		if err := l.Reset(ctx, "k"); !errors.Is(err, ledger.ErrState) {
+			t.Errorf("reset complete: %v", err)
+		}
+	})
+
+	t.Run("Batches", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		mustClaim(t, l, req("done", "x"), ledger.Claimed)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "done", Owner: "x"}))
+		reqs := []ledger.ClaimRequest{req("a", "o1"), req("b", "o2"), req("a", "o3"), req("done", "o4")}
+		cs, err := l.ClaimBatch(ctx, reqs)
+		must(t, err)
+		want := []ledger.Outcome{ledger.Claimed, ledger.Claimed, ledger.InProgress, ledger.AlreadyComplete}
+		for i := range cs {
+			if cs[i].Outcome != want[i] {
+				t.Fatalf("batch claim %d: %s, want %s", i, cs[i].Outcome, want[i])
+			}
+		}
+		if _, err := l.ClaimBatch(ctx, []ledger.ClaimRequest{req("c", "o5"), req("", "o6")}); !errors.Is(err, ledger.ErrInvalidKey) {
+			t.Fatalf("batch with an empty key: err %v", err)
+		}
+		if _, err := l.Get(ctx, "c"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("a refused batch wrote %q: err %v", "c", err)
+		}
+		errs := l.CompleteBatch(ctx, []ledger.Completion{{Key: "a", Owner: "o1"}, {Key: "b", Owner: "wrong"}, {Key: ""}})
+		if errs[0] != nil || !errors.Is(errs[1], ledger.ErrNotOwner) || !errors.Is(errs[2], ledger.ErrInvalidKey) {
+			t.Fatalf("complete batch errors: %v", errs)
+		}
+		errs = l.FailBatch(ctx, []ledger.Failure{{Key: "b", Owner: "o2", Err: "e"}, {Key: "a", Owner: "o1", Err: "e"}})
+		if errs[0] != nil || !errors.Is(errs[1], ledger.ErrState) {
+			t.Fatalf("fail batch errors: %v", errs)
+		}
+	})
+
+	t.Run("ConcurrentClaimsOneWinner", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		const n = 64
+		var wg sync.WaitGroup
+		outcomes := make([]ledger.Outcome, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Go(func() {
+				c, err := l.Claim(ctx, req("hot", fmt.Sprintf("o%d", i)))
+				outcomes[i], errs[i] = c.Outcome, err
+			})
+		}
+		wg.Wait()
+		claimed := 0
+		for i := range n {
+			must(t, errs[i])
+			switch outcomes[i] {
+			case ledger.Claimed:
+				claimed++
+			case ledger.InProgress:
+			default:
+				t.Fatalf("claim %d: %s", i, outcomes[i])
+			}
+		}
+		if claimed != 1 {
+			t.Fatalf("%d of %d concurrent claims won, want exactly 1", claimed, n)
+		}
+	})
+
+	t.Run("ConcurrentManyKeys", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		const workers, keys = 16, 50
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		runs := map[string]int{}
+		for w := range workers {
+			wg.Go(func() {
+				for k := range keys {
+					key := fmt.Sprintf("k%d", k)
+					owner := fmt.Sprintf("w%d-%d", w, k)
+					c, err := l.Claim(ctx, req(key, owner))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if c.Outcome != ledger.Claimed {
+						continue
+					}
+					mu.Lock()
+					runs[key]++
+					mu.Unlock()
+					if err := l.Complete(ctx, ledger.Completion{Key: key, Owner: owner}); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for k := range keys {
+			if n := runs[fmt.Sprintf("k%d", k)]; n != 1 {
+				t.Errorf("key k%d ran %d times", k, n)
+			}
+		}
+		st, err := l.Stats(ctx)
+		must(t, err)
+		if st.Complete != keys || st.InProgress != 0 {
+			t.Errorf("stats %+v, want %d complete", st, keys)
+		}
+	})
+
+	t.Run("RetentionAndSweep", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		for i := range 10 {
+			key := fmt.Sprintf("old%d", i)
+			mustClaim(t, l, req(key, "a"), ledger.Claimed)
+			must(t, l.Complete(ctx, ledger.Completion{Key: key, Owner: "a"}))
+		}
+		clock.Advance(Retention / 2)
+		mustClaim(t, l, req("young", "a"), ledger.Claimed)
+		// Touching a record renews its retention.
+		mustClaim(t, l, req("old0", "b"), ledger.AlreadyComplete)
+		clock.Advance(Retention / 2)
+		if _, err := l.Get(ctx, "old1"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("expired record: err %v, want ErrNotFound", err)
+		}
+		n, err := l.Sweep(ctx)
+		must(t, err)
+		if n != 10 {
+			t.Fatalf("swept %d, want 10", n)
+		}
+		if _, err := l.Get(ctx, "young"); err != nil {
+			t.Fatalf("young record swept: %v", err)
+		}
+		st, err := l.Stats(ctx)
+		must(t, err)
+		if st.Complete != 0 || st.InProgress != 1 {
+			t.Fatalf("stats after sweep: %+v", st)
+		}
+		if n, _ := l.Sweep(ctx); n != 0 {
+			t.Fatalf("second sweep removed %d", n)
+		}
+	})
+
+	t.Run("StatsMatchRecords", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		for i := range 40 {
+			key, owner := fmt.Sprintf("k%02d", i), fmt.Sprintf("o%d", i)
+			mustClaim(t, l, req(key, owner), ledger.Claimed)
+			clock.Advance(time.Second)
+			switch i % 5 {
+			case 0:
+				must(t, l.Complete(ctx, ledger.Completion{Key: key, Owner: owner}))
+			case 1:
+				must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: owner, Err: "e"}))
+			case 2:
+				must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: owner, Err: "e", Permanent: true}))
+			case 3:
+				must(t, l.Release(ctx, key, owner))
+			}
+		}
+		st, err := l.Stats(ctx)
+		must(t, err)
+		got := map[ledger.State]int{}
+		permanent := 0
+		must(t, l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error {
+			got[r.State]++
+			if r.Permanent {
+				permanent++
+			}
+			return nil
+		}))
+		if st.Complete != 8 || st.Failed != 8 || st.FailedPermanently != 8 || st.InProgress != 8 ||
+			got[ledger.StateComplete] != 8 || got[ledger.StateFailed] != 16 || permanent != 8 || got[ledger.StateInProgress] != 8 {
+			t.Fatalf("stats %+v, records by state %v (permanent %d)", st, got, permanent)
+		}
+		if want := NewClock().Now().Add(4 * time.Second); !st.OldestInProgress.Equal(want) {
+			t.Fatalf("oldest in progress %v, want %v", st.OldestInProgress, want)
+		}
+		var failed []string
+		must(t, l.ForEach(ctx, ledger.Filter{State: ledger.StateFailed, Prefix: "k1"}, func(r ledger.Record) error {
+			failed = append(failed, r.Key)
+			return nil
+		}))
+		if fmt.Sprint(failed) != "[k11 k12 k16 k17]" {
+			t.Fatalf("failed with prefix k1: %v", failed)
+		}
+	})
+}
+
+func mustClaim(t *testing.T, l Ledger, r ledger.ClaimRequest, want ledger.Outcome) ledger.Claim {
+	t.Helper()
+	c, err := l.Claim(context.Background(), r)
+	must(t, err)
+	if c.Outcome != want {
+		t.Fatalf("claim %q by %q: %s, want %s", r.Key, r.Owner, c.Outcome, want)
+	}
+	return c
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+func equalRecord(got, want ledger.Record) error {
+	g, w := fmt.Sprintf("%+v", norm(got)), fmt.Sprintf("%+v", norm(want))
+	if g != w {
+		return fmt.Errorf("record\n got %s\nwant %s", g, w)
+	}
+	return nil
+}
+
+// norm puts times in UTC so that records compare by instant.
+func norm(r ledger.Record) ledger.Record {
+	for _, p := range []*time.Time{&r.LeaseExpiry, &r.FirstSeen, &r.Claimed, &r.Updated, &r.Completed, &r.Expires} {
+		if !p.IsZero() {
+			*p = p.UTC()
+		}
+	}
+	return r
+}

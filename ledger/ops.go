@@ -1,0 +1,428 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Outcome is the answer of a claim: what the caller should do with the
+// delivery in hand.
+type Outcome uint8
+
+// The outcomes of Claim.
+const (
+	// Claimed: the caller owns the operation and should run the work. This
+	// is a new key, a retry after a retryable failure, or a takeover of an
+	// in-progress claim whose lease lapsed (Claim.Takeover).
+	Claimed Outcome = iota + 1
+	// AlreadyComplete: the work was done; Claim.Record holds the stored
+	// result. The delivery is a duplicate.
+	AlreadyComplete
+	// InProgress: another claim holds a live lease, until
+	// Claim.Record.LeaseExpiry. Do not run the work now.
+	InProgress
+	// Conflict: the key exists with a different payload fingerprint. The
+	// caller decides by policy; the record is unchanged.
+	Conflict
+	// FailedPermanently: the work failed with a permanent error. It stays
+	// so until an operator calls Reset.
+	FailedPermanently
+)
+
+// String returns the outcome's name for logs.
+func (o Outcome) String() string {
+	switch o {
+	case Claimed:
+		return "claimed"
+	case AlreadyComplete:
+		return "already_complete"
+	case InProgress:
+		return "in_progress"
+	case Conflict:
+		return "conflict"
+	case FailedPermanently:
+		return "failed_permanently"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// ClaimRequest asks to take an operation.
+type ClaimRequest struct {
+	Key string
+	// Fingerprint identifies the payload (a hash of it). When both the
+	// stored and the requested fingerprint are non-empty and differ, the
+	// claim answers Conflict. At most MaxFingerprintLen bytes.
+	Fingerprint []byte
+	// Owner is a token unique to this claim (not just to the process), so
+	// that a later transition can tell this claim from a takeover.
+	Owner string
+	// Lease is how long the claim holds before another claim may take the
+	// operation over. Extend renews it.
+	Lease time.Duration
+	// MessageID is recorded for support.
+	MessageID string
+}
+
+// Claim is the result of a claim.
+type Claim struct {
+	Outcome  Outcome
+	Record   Record // after the claim when Claimed; as found otherwise
+	Takeover bool   // Claimed over an in-progress claim whose lease lapsed
+}
+
+func (r *ClaimRequest) validate() error {
+	if err := ValidateKey(r.Key); err != nil {
+		return err
+	}
+	switch {
+	case r.Owner == "" || len(r.Owner) > maxOwnerLen:
+		return fmt.Errorf("claim %q: owner must be 1 to %d bytes: %w", r.Key, maxOwnerLen, ErrInvalidArgument)
+	case r.Lease <= 0:
+		return fmt.Errorf("claim %q: lease must be positive, got %v: %w", r.Key, r.Lease, ErrInvalidArgument)
+	case len(r.Fingerprint) > MaxFingerprintLen:
+		return fmt.Errorf("claim %q: fingerprint of %d bytes, over %d: %w", r.Key, len(r.Fingerprint), MaxFingerprintLen, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Claim takes the operation named by req.Key if it is free, in one atomic
+// conditional write. See Outcome for the answers. When Claim returns
+// Claimed, the claim is durable.
+func (db *DB) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
+	cs, err := db.ClaimBatch(ctx, []ClaimRequest{req})
+	if err != nil {
+		return Claim{}, err
+	}
+	return cs[0], nil
+}
+
+// ClaimBatch claims many operations in one commit. Requests are applied in
+// order, so a key that appears twice is Claimed once and then InProgress.
+// An invalid request fails the whole batch before anything is written.
+func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, error) {
+	for i := range reqs {
+		if err := reqs[i].validate(); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Claim, len(reqs))
+	err := db.write(ctx, func(tx *bolt.Tx) error {
+		s := db.store(tx)
+		for i := range reqs {
+			c, err := s.claim(&reqs[i])
+			if err != nil {
+				return err
+			}
+			out[i] = c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return out, nil
+}
+
+func (s *store) claim(req *ClaimRequest) (Claim, error) {
+	cur, old, err := s.live(req.Key)
+	if err != nil {
+		return Claim{}, err
+	}
+	if cur == nil {
+		rec := &Record{
+			Key:         req.Key,
+			State:       StateInProgress,
+			Fingerprint: req.Fingerprint,
+			Attempts:    1,
+			Owner:       req.Owner,
+			LeaseExpiry: s.now.Add(req.Lease),
+			FirstSeen:   s.now,
+			Claimed:     s.now,
+			MessageID:   truncateUTF8(req.MessageID, maxMessageIDLen),
+		}
+		if err := s.put(old, rec); err != nil {
+			return Claim{}, err
+		}
+		return Claim{Outcome: Claimed, Record: *rec}, nil
+	}
+	if len(cur.Fingerprint) > 0 && len(req.Fingerprint) > 0 && !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
+		return Claim{Outcome: Conflict, Record: *cur}, nil
+	}
+	takeover := false
+	switch cur.State {
+	case StateComplete:
+		return Claim{Outcome: AlreadyComplete, Record: *cur}, nil
+	case StateFailed:
+		if cur.Permanent {
+			return Claim{Outcome: FailedPermanently, Record: *cur}, nil
+		}
+	case StateInProgress:
+		if cur.LeaseExpiry.After(s.now) {
+			return Claim{Outcome: InProgress, Record: *cur}, nil
+		}
+		takeover = true
+	}
+	rec := *cur
+	rec.State = StateInProgress
+	rec.Permanent = false
+	rec.Attempts++
+	rec.Owner = req.Owner
+	rec.LeaseExpiry = s.now.Add(req.Lease)
+	rec.Claimed = s.now
+	if len(rec.Fingerprint) == 0 {
+		rec.Fingerprint = req.Fingerprint
+	}
+	if req.MessageID != "" {
+		rec.MessageID = truncateUTF8(req.MessageID, maxMessageIDLen)
+	}
+	if err := s.put(old, &rec); err != nil {
+		return Claim{}, err
+	}
+	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover}, nil
+}
+
+// Completion reports the work of a claim as done.
+type Completion struct {
+	Key    string
+	Owner  string
+	Result []byte // stored for duplicates to see; cut to MaxResultLen bytes
+}
+
+// Failure reports the work of a claim as failed.
+type Failure struct {
+	Key       string
+	Owner     string
+	Err       string // cut to MaxErrorLen bytes
+	Permanent bool   // later claims answer FailedPermanently until Reset
+}
+
+// Complete records the claim's work as done. It returns only after the
+// commit is durable (fsynced); only then may the message be acknowledged.
+// It fails with ErrNotOwner when another claim took the operation over, and
+// succeeds again for the same owner once complete.
+func (db *DB) Complete(ctx context.Context, c Completion) error {
+	return db.CompleteBatch(ctx, []Completion{c})[0]
+}
+
+// CompleteBatch completes many claims in one commit and returns one error per
+// completion, nil for those that are durable.
+func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
+	return db.transitionBatch(ctx, "complete", len(cs), func(i int) string { return cs[i].Key }, func(s *store, i int) error {
+		c := &cs[i]
+		return s.transition(c.Key, c.Owner, "complete", func(rec *Record) (bool, error) {
+			if rec.State == StateComplete {
+				return false, nil
+			}
+			rec.State = StateComplete
+			rec.Completed = s.now
+			rec.LeaseExpiry = time.Time{}
+			rec.LastError = ""
+			result := c.Result
+			if len(result) > MaxResultLen {
+				result = result[:MaxResultLen]
+			}
+			rec.Result = append([]byte(nil), result...)
+			return true, nil
+		})
+	})
+}
+
+// Fail records that the claim's work failed. A retryable failure lets the
+// next Claim take the operation again; a permanent one makes it answer
+// FailedPermanently. It fails with ErrNotOwner after a takeover.
+func (db *DB) Fail(ctx context.Context, f Failure) error {
+	return db.FailBatch(ctx, []Failure{f})[0]
+}
+
+// FailBatch fails many claims in one commit, one error per failure.
+func (db *DB) FailBatch(ctx context.Context, fs []Failure) []error {
+	return db.transitionBatch(ctx, "fail", len(fs), func(i int) string { return fs[i].Key }, func(s *store, i int) error {
+		f := &fs[i]
+		return s.transition(f.Key, f.Owner, "fail", func(rec *Record) (bool, error) {
+			if rec.State != StateInProgress {
+				return false, fmt.Errorf("fail %q: record is %s: %w", f.Key, rec.State, ErrState)
+			}
+			rec.State = StateFailed
+			rec.Permanent = f.Permanent
+			rec.LeaseExpiry = time.Time{}
+			rec.LastError = truncateUTF8(f.Err, MaxErrorLen)
+			return true, nil
+		})
+	})
+}
+
+// Release gives back a claim whose work never started, without counting an
+// attempt: the operation becomes claimable at once. A key claimed for the
+// first time is forgotten again.
+func (db *DB) Release(ctx context.Context, key, owner string) error {
+	errs := db.transitionBatch(ctx, "release", 1, func(int) string { return key }, func(s *store, _ int) error {
+		cur, old, err := s.owned(key, owner, "release")
+		if err != nil {
+			return err
+		}
+		if cur.State != StateInProgress {
+			return fmt.Errorf("release %q: record is %s: %w", key, cur.State, ErrState)
+		}
+		rec := *cur
+		rec.Attempts--
+		if rec.Attempts <= 0 {
+			return s.remove(old)
+		}
+		rec.State = StateFailed
+		rec.Permanent = false
+		rec.LeaseExpiry = time.Time{}
+		return s.put(old, &rec)
+	})
+	return errs[0]
+}
+
+// Extend renews the claim's lease to now+lease (the heartbeat) and returns
+// the new expiry. It fails with ErrNotOwner after a takeover: the caller has
+// lost the operation and should stop its work.
+func (db *DB) Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error) {
+	if lease <= 0 {
+		return time.Time{}, fmt.Errorf("extend %q: lease must be positive: %w", key, ErrInvalidArgument)
+	}
+	var expiry time.Time
+	errs := db.transitionBatch(ctx, "extend", 1, func(int) string { return key }, func(s *store, _ int) error {
+		return s.transition(key, owner, "extend", func(rec *Record) (bool, error) {
+			if rec.State != StateInProgress {
+				return false, fmt.Errorf("extend %q: record is %s: %w", key, rec.State, ErrState)
+			}
+			rec.LeaseExpiry = s.now.Add(lease)
+			expiry = rec.LeaseExpiry
+			return true, nil
+		})
+	})
+	return expiry, errs[0]
+}
+
+// Reset makes a failed operation claimable again, permanent or not: what an
+// operator does before replaying it from a dead-letter queue. Its history
+// (attempts, last error) is kept. Other states fail with ErrState.
+func (db *DB) Reset(ctx context.Context, key string) error {
+	errs := db.transitionBatch(ctx, "reset", 1, func(int) string { return key }, func(s *store, _ int) error {
+		cur, old, err := s.live(key)
+		if err != nil {
+			return err
+		}
+		if cur == nil {
+			return fmt.Errorf("reset %q: %w", key, ErrNotFound)
+		}
+		if cur.State != StateFailed {
+			return fmt.Errorf("reset %q: record is %s, only failed records can be reset: %w", key, cur.State, ErrState)
+		}
+		rec := *cur
+		rec.Permanent = false
+		return s.put(old, &rec)
+	})
+	return errs[0]
+}
+
+// Forget deletes the record of key whatever its state, so that the next
+// delivery runs the operation again. Forgetting an absent key is not an
+// error.
+func (db *DB) Forget(ctx context.Context, key string) error {
+	errs := db.transitionBatch(ctx, "forget", 1, func(int) string { return key }, func(s *store, _ int) error {
+		old, err := s.get(key)
+		if err != nil || old == nil {
+			return err
+		}
+		return s.remove(old)
+	})
+	return errs[0]
+}
+
+// transitionBatch validates n keys, runs fn for each in one commit and
+// returns one error per item. fn's errors are answers for its item; a failed
+// commit is every item's error.
+func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(int) string, fn func(s *store, i int) error) []error {
+	errs := make([]error, n)
+	valid := make([]bool, n)
+	any := false
+	for i := range n {
+		if err := ValidateKey(key(i)); err != nil {
+			errs[i] = fmt.Errorf("%s: %w", op, err)
+			continue
+		}
+		valid[i], any = true, true
+	}
+	if !any {
+		return errs
+	}
+	answers := make([]error, n)
+	err := db.write(ctx, func(tx *bolt.Tx) error {
+		s := db.store(tx)
+		for i := range n {
+			answers[i] = nil
+			if !valid[i] {
+				continue
+			}
+			if err := fn(s, i); err != nil {
+				if isAnswer(err) {
+					answers[i] = err
+					continue
+				}
+				return err
+			}
+		}
+		return nil
+	})
+	for i := range n {
+		if !valid[i] {
+			continue
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("%s %q: %w", op, key(i), err)
+		} else {
+			errs[i] = answers[i]
+		}
+	}
+	return errs
+}
+
+// isAnswer reports whether err is an outcome for the caller (wrong owner,
+// wrong state, no such record) rather than a failure of the transaction.
+func isAnswer(err error) bool {
+	for _, target := range []error{ErrNotOwner, ErrState, ErrNotFound, ErrInvalidArgument} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// owned returns the live record of key if owner holds it.
+func (s *store) owned(key, owner, op string) (cur, old *Record, err error) {
+	cur, old, err = s.live(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cur == nil {
+		return nil, nil, fmt.Errorf("%s %q: %w", op, key, ErrNotFound)
+	}
+	if cur.Owner != owner {
+		return nil, nil, fmt.Errorf("%s %q: claim %q was taken over by %q: %w", op, key, owner, cur.Owner, ErrNotOwner)
+	}
+	return cur, old, nil
+}
+
+// transition applies change to the live record of key held by owner and
+// writes it when change reports a modification.
+func (s *store) transition(key, owner, op string, change func(rec *Record) (bool, error)) error {
+	cur, old, err := s.owned(key, owner, op)
+	if err != nil {
+		return err
+	}
+	rec := *cur
+	modified, err := change(&rec)
+	if err != nil || !modified {
+		return err
+	}
+	return s.put(old, &rec)
+}

@@ -1,0 +1,173 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Get returns the live record of key, or ErrNotFound. An expired record that
+// has not been swept yet is not live.
+func (db *DB) Get(ctx context.Context, key string) (Record, error) {
+	if err := ValidateKey(key); err != nil {
+		return Record{}, fmt.Errorf("get: %w", err)
+	}
+	var rec Record
+	err := db.view(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRecords).Get([]byte(key))
+		if v == nil {
+			return ErrNotFound
+		}
+		r, err := decodeRecord(key, v)
+		if err != nil {
+			return err
+		}
+		if !r.Expires.After(db.now()) {
+			return ErrNotFound
+		}
+		rec = r
+		return nil
+	})
+	if err != nil {
+		return Record{}, fmt.Errorf("get %q: %w", key, err)
+	}
+	return rec, nil
+}
+
+// Filter selects records for ForEach. The zero Filter selects every live
+// record.
+type Filter struct {
+	State  State  // 0 = any state
+	Prefix string // only keys that start with Prefix
+}
+
+// ForEach calls fn for each live record that matches f, in key order, inside
+// one read transaction (a consistent snapshot; writes go on meanwhile). It
+// stops at the first error fn returns and returns it, or when ctx ends.
+func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) error {
+	now := db.now()
+	prefix := []byte(f.Prefix)
+	return db.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketRecords).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			r, err := decodeRecord(string(k), v)
+			if err != nil {
+				return err
+			}
+			if !r.Expires.After(now) || (f.State != 0 && r.State != f.State) {
+				continue
+			}
+			if err := fn(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Stats describes the ledger at one moment.
+type Stats struct {
+	InProgress        int
+	Complete          int
+	Failed            int // retryable
+	FailedPermanently int
+	// OldestInProgress is when the oldest in-progress attempt was claimed;
+	// zero when none is in progress.
+	OldestInProgress time.Time
+	FileSize         int64
+	Commits          uint64 // since Open
+}
+
+// Stats returns counts by state (kept as counters, so this does not scan the
+// records), the oldest in-progress claim and the file size. Expired records
+// not yet swept are still counted.
+func (db *DB) Stats(ctx context.Context) (Stats, error) {
+	var st Stats
+	err := db.view(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		counts := [numClasses]*int{&st.InProgress, &st.Complete, &st.Failed, &st.FailedPermanently}
+		for i, p := range counts {
+			*p = int(readCounter(meta, counterKeys[i]))
+		}
+		if k, _ := tx.Bucket(bucketInFlight).Cursor().First(); k != nil {
+			t, _, err := splitIndexKey(k)
+			if err != nil {
+				return err
+			}
+			st.OldestInProgress = t
+		}
+		return nil
+	})
+	if err != nil {
+		return Stats{}, fmt.Errorf("stats: %w", err)
+	}
+	if fi, err := os.Stat(db.path); err == nil {
+		st.FileSize = fi.Size()
+	}
+	st.Commits = db.Commits()
+	return st, nil
+}
+
+// Sweep removes every record that expired before now, through the expiry
+// index, in transactions of at most Options.SweepChunk records so that
+// claims wait at most one chunk. It returns how many records it removed; on
+// error, those removed so far stay removed.
+func (db *DB) Sweep(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, last := 0, false
+		err := db.write(ctx, func(tx *bolt.Tx) error {
+			s := db.store(tx)
+			n = 0
+			var keys [][]byte
+			c := s.expiry.Cursor()
+			for k, _ := c.First(); k != nil && len(keys) < db.chunk; k, _ = c.Next() {
+				t, _, err := splitIndexKey(k)
+				if err != nil {
+					return err
+				}
+				if t.After(s.now) {
+					break
+				}
+				keys = append(keys, append([]byte(nil), k...))
+			}
+			for _, k := range keys {
+				t, key, _ := splitIndexKey(k)
+				old, err := s.get(key)
+				if err != nil {
+					return err
+				}
+				if old != nil && old.Expires.Equal(t) {
+					if err := s.remove(old); err != nil {
+						return err
+					}
+					n++
+					continue
+				}
+				// An index entry with no matching record: drop it.
+				if err := s.expiry.Delete(k); err != nil {
+					return err
+				}
+			}
+			last = len(keys) < db.chunk
+			return nil
+		})
+		if err != nil {
+			return total, fmt.Errorf("sweep: %w", err)
+		}
+		total += n
+		if last {
+			return total, nil
+		}
+	}
+}

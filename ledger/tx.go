@@ -1,0 +1,167 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// store is one write transaction's view of the buckets. Every change to a
+// record goes through put or remove, which keep the expiry index, the
+// in-flight index and the per-state counters in step with the records.
+type store struct {
+	tx        *bolt.Tx
+	records   *bolt.Bucket
+	expiry    *bolt.Bucket
+	inflight  *bolt.Bucket
+	meta      *bolt.Bucket
+	now       time.Time
+	retention time.Duration
+}
+
+func (db *DB) store(tx *bolt.Tx) *store {
+	return &store{
+		tx:        tx,
+		records:   tx.Bucket(bucketRecords),
+		expiry:    tx.Bucket(bucketExpiry),
+		inflight:  tx.Bucket(bucketInFlight),
+		meta:      tx.Bucket(bucketMeta),
+		now:       db.now(),
+		retention: db.retention,
+	}
+}
+
+// get returns the record under key, live or expired, or nil.
+func (s *store) get(key string) (*Record, error) {
+	v := s.records.Get([]byte(key))
+	if v == nil {
+		return nil, nil
+	}
+	r, err := decodeRecord(key, v)
+	if err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// live is get with expired records treated as absent. The expired record is
+// returned as old so that a following put can clean up its index entries.
+func (s *store) live(key string) (rec, old *Record, err error) {
+	old, err = s.get(key)
+	if err != nil || old == nil {
+		return nil, old, err
+	}
+	if !old.Expires.After(s.now) {
+		return nil, old, nil
+	}
+	return old, old, nil
+}
+
+// put writes rec over old (nil when there was none), stamping Updated and
+// Expires and moving index entries and counters.
+func (s *store) put(old *Record, rec *Record) error {
+	rec.Updated = s.now
+	rec.Expires = s.now.Add(s.retention)
+	if err := s.unindex(old); err != nil {
+		return err
+	}
+	// bbolt keeps the value slice until the commit: never reuse it.
+	if err := s.records.Put([]byte(rec.Key), rec.encode(nil)); err != nil {
+		return err
+	}
+	if err := s.expiry.Put(indexKey(rec.Expires, rec.Key), nil); err != nil {
+		return err
+	}
+	if rec.State == StateInProgress {
+		if err := s.inflight.Put(indexKey(rec.Claimed, rec.Key), nil); err != nil {
+			return err
+		}
+	}
+	return s.count(rec, 1)
+}
+
+// remove deletes old and its index entries.
+func (s *store) remove(old *Record) error {
+	if err := s.unindex(old); err != nil {
+		return err
+	}
+	return s.records.Delete([]byte(old.Key))
+}
+
+func (s *store) unindex(old *Record) error {
+	if old == nil {
+		return nil
+	}
+	if err := s.expiry.Delete(indexKey(old.Expires, old.Key)); err != nil {
+		return err
+	}
+	if old.State == StateInProgress {
+		if err := s.inflight.Delete(indexKey(old.Claimed, old.Key)); err != nil {
+			return err
+		}
+	}
+	return s.count(old, -1)
+}
+
+// Counters, one per class of record, kept in the meta bucket so that Stats
+// does not scan.
+const (
+	classInProgress = iota
+	classComplete
+	classFailed
+	classFailedPermanently
+	numClasses
+)
+
+var counterKeys = [numClasses][]byte{
+	[]byte("count.in_progress"),
+	[]byte("count.complete"),
+	[]byte("count.failed"),
+	[]byte("count.failed_permanently"),
+}
+
+func class(r *Record) int {
+	switch {
+	case r.State == StateInProgress:
+		return classInProgress
+	case r.State == StateComplete:
+		return classComplete
+	case r.Permanent:
+		return classFailedPermanently
+	}
+	return classFailed
+}
+
+func (s *store) count(r *Record, delta int64) error {
+	k := counterKeys[class(r)]
+	n := int64(readCounter(s.meta, k)) + delta
+	if n < 0 {
+		n = 0
+	}
+	return s.meta.Put(k, binary.BigEndian.AppendUint64(nil, uint64(n)))
+}
+
+func readCounter(meta *bolt.Bucket, k []byte) uint64 {
+	v := meta.Get(k)
+	if len(v) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(v)
+}
+
+// indexKey is the big-endian Unix nanoseconds of t followed by key, so that
+// a cursor walks an index in time order.
+func indexKey(t time.Time, key string) []byte {
+	b := make([]byte, 8, 8+len(key))
+	binary.BigEndian.PutUint64(b, uint64(unixNano(t)))
+	return append(b, key...)
+}
+
+func splitIndexKey(k []byte) (time.Time, string, error) {
+	if len(k) < 8 {
+		return time.Time{}, "", fmt.Errorf("index entry of %d bytes: %w", len(k), ErrCorrupt)
+	}
+	return fromUnixNano(int64(binary.BigEndian.Uint64(k[:8]))), string(k[8:]), nil
+}
