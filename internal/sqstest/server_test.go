@@ -1,0 +1,844 @@
+package sqstest_test
+
+// These tests pin down the behaviour of the local SQS-compatible server
+// (fauxqs, see scripts/sqs) that sqsonce relies on. Where the server differs
+// from Amazon SQS the test asserts what the server does and says so in a
+// "Differs from SQS" comment, so that a server upgrade that changes it is
+// noticed.
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/sqsonce/sqsonce/internal/sqstest"
+)
+
+func TestSendReceiveDelete(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+
+	sent := send(t, c, q.URL, "hello", nil)
+	if aws.ToString(sent.MessageId) == "" || aws.ToString(sent.MD5OfMessageBody) == "" {
+		t.Fatalf("SendMessage returned MessageId=%q MD5OfMessageBody=%q", aws.ToString(sent.MessageId), aws.ToString(sent.MD5OfMessageBody))
+	}
+	wantCount(t, c, q.URL, 1, 0)
+
+	m := receiveOne(t, c, q.URL, 1)
+	if got, want := aws.ToString(m.MessageId), aws.ToString(sent.MessageId); got != want {
+		t.Errorf("MessageId = %q, want %q", got, want)
+	}
+	if got := aws.ToString(m.Body); got != "hello" {
+		t.Errorf("Body = %q, want %q", got, "hello")
+	}
+	if got, want := aws.ToString(m.MD5OfBody), aws.ToString(sent.MD5OfMessageBody); got != want {
+		t.Errorf("MD5OfBody = %q, want %q", got, want)
+	}
+	if aws.ToString(m.ReceiptHandle) == "" {
+		t.Error("empty ReceiptHandle")
+	}
+	wantCount(t, c, q.URL, 0, 1)
+	if msgs := receive(t, c, q.URL, 10, 0); len(msgs) != 0 {
+		t.Fatalf("an in-flight message was delivered again: %q", bodies(msgs))
+	}
+
+	del(t, c, q.URL, m)
+	wantCount(t, c, q.URL, 0, 0)
+	if msgs := receive(t, c, q.URL, 10, 0); len(msgs) != 0 {
+		t.Fatalf("a deleted message was delivered again: %q", bodies(msgs))
+	}
+}
+
+func TestSendMessageBatchAndDeleteMessageBatch(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+	ctx := testContext(t)
+
+	var entries []types.SendMessageBatchRequestEntry
+	var want []string
+	for i := range 10 {
+		body := fmt.Sprintf("m%d", i)
+		want = append(want, body)
+		entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(body), MessageBody: aws.String(body)})
+	}
+	sent, err := c.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+	if err != nil {
+		t.Fatalf("SendMessageBatch: %v", err)
+	}
+	if len(sent.Successful) != 10 || len(sent.Failed) != 0 {
+		t.Fatalf("SendMessageBatch: %d successful, %d failed, want 10 and 0", len(sent.Successful), len(sent.Failed))
+	}
+	for _, s := range sent.Successful {
+		if aws.ToString(s.MessageId) == "" {
+			t.Errorf("entry %s: empty MessageId", aws.ToString(s.Id))
+		}
+	}
+	wantCount(t, c, q.URL, 10, 0)
+
+	msgs := sqstest.Drain(t, c, q.URL, 10, 2*time.Second)
+	got := bodies(msgs)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Fatalf("received %q, want %q", got, want)
+	}
+
+	var dels []types.DeleteMessageBatchRequestEntry
+	for i, m := range msgs {
+		dels = append(dels, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+	}
+	deleted, err := c.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: dels})
+	if err != nil {
+		t.Fatalf("DeleteMessageBatch: %v", err)
+	}
+	if len(deleted.Successful) != 10 || len(deleted.Failed) != 0 {
+		t.Fatalf("DeleteMessageBatch: %d successful, %d failed, want 10 and 0", len(deleted.Successful), len(deleted.Failed))
+	}
+	wantCount(t, c, q.URL, 0, 0)
+}
+
+func TestDeleteMessageBatchInvalidHandle(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+
+	out, err := c.DeleteMessageBatch(testContext(t), &sqs.DeleteMessageBatchInput{
+		QueueUrl: aws.String(q.URL),
+		Entries:  []types.DeleteMessageBatchRequestEntry{{Id: aws.String("bogus"), ReceiptHandle: aws.String("not-a-receipt-handle")}},
+	})
+	if err != nil {
+		t.Fatalf("DeleteMessageBatch: %v", err)
+	}
+	// Differs from SQS: SQS reports the entry in Failed with code
+	// ReceiptHandleIsInvalid; fauxqs reports every entry as successful.
+	if len(out.Successful) != 1 || len(out.Failed) != 0 {
+		t.Fatalf("DeleteMessageBatch with a bogus handle: %d successful, %d failed; fauxqs 1.9.2 gives 1 and 0", len(out.Successful), len(out.Failed))
+	}
+}
+
+func TestChangeMessageVisibilityZeroRedelivers(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+	ctx := testContext(t)
+
+	send(t, c, q.URL, "again", nil)
+	m1 := receiveOne(t, c, q.URL, 1)
+	if msgs := receive(t, c, q.URL, 10, 0); len(msgs) != 0 {
+		t.Fatalf("in-flight message delivered again: %q", bodies(msgs))
+	}
+	if _, err := c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q.URL), ReceiptHandle: m1.ReceiptHandle, VisibilityTimeout: 0,
+	}); err != nil {
+		t.Fatalf("ChangeMessageVisibility: %v", err)
+	}
+	wantCount(t, c, q.URL, 1, 0)
+
+	m2 := receiveOne(t, c, q.URL, 0)
+	if aws.ToString(m2.MessageId) != aws.ToString(m1.MessageId) {
+		t.Fatalf("got message %s, want %s", aws.ToString(m2.MessageId), aws.ToString(m1.MessageId))
+	}
+	if aws.ToString(m2.ReceiptHandle) == aws.ToString(m1.ReceiptHandle) {
+		t.Error("a second receive returned the same receipt handle")
+	}
+	if got := m2.Attributes["ApproximateReceiveCount"]; got != "2" {
+		t.Errorf("ApproximateReceiveCount = %q, want 2", got)
+	}
+}
+
+func TestChangeMessageVisibilityExtends(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{VisibilityTimeout: time.Second})
+
+	send(t, c, q.URL, "slow", nil)
+	m := receiveOne(t, c, q.URL, 1)
+	if _, err := c.ChangeMessageVisibility(testContext(t), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 3,
+	}); err != nil {
+		t.Fatalf("ChangeMessageVisibility: %v", err)
+	}
+	time.Sleep(1500 * time.Millisecond) // past the queue's 1 s, within the new 3 s
+	if msgs := receive(t, c, q.URL, 10, 0); len(msgs) != 0 {
+		t.Fatalf("message delivered again while its extended visibility timeout runs: %q", bodies(msgs))
+	}
+	wantCount(t, c, q.URL, 0, 1)
+	del(t, c, q.URL, m) // the receipt handle is still valid
+	wantCount(t, c, q.URL, 0, 0)
+}
+
+func TestChangeMessageVisibilityBatch(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+	ctx := testContext(t)
+
+	for i := range 3 {
+		send(t, c, q.URL, fmt.Sprintf("b%d", i), nil)
+	}
+	first := sqstest.Drain(t, c, q.URL, 3, 2*time.Second)
+	if len(first) != 3 {
+		t.Fatalf("received %d messages, want 3", len(first))
+	}
+	var entries []types.ChangeMessageVisibilityBatchRequestEntry
+	for i, m := range first {
+		entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
+		})
+	}
+	out, err := c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+	if err != nil {
+		t.Fatalf("ChangeMessageVisibilityBatch: %v", err)
+	}
+	if len(out.Successful) != 3 || len(out.Failed) != 0 {
+		t.Fatalf("ChangeMessageVisibilityBatch: %d successful, %d failed, want 3 and 0", len(out.Successful), len(out.Failed))
+	}
+	wantCount(t, c, q.URL, 3, 0)
+
+	second := sqstest.Drain(t, c, q.URL, 3, 2*time.Second)
+	if len(second) != 3 {
+		t.Fatalf("received %d messages after visibility 0, want 3", len(second))
+	}
+	for _, m := range second {
+		if got := m.Attributes["ApproximateReceiveCount"]; got != "2" {
+			t.Errorf("%s: ApproximateReceiveCount = %q, want 2", aws.ToString(m.Body), got)
+		}
+	}
+
+	// The receipt handles of the first receive are stale now: the batch
+	// reports them per entry instead of failing the call.
+	out, err = c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.URL), Entries: entries[:1]})
+	if err != nil {
+		t.Fatalf("ChangeMessageVisibilityBatch with a stale handle: %v", err)
+	}
+	if len(out.Successful) != 0 || len(out.Failed) != 1 {
+		t.Fatalf("stale handle: %d successful, %d failed, want 0 and 1", len(out.Successful), len(out.Failed))
+	}
+	if f := out.Failed[0]; aws.ToString(f.Code) != "ReceiptHandleIsInvalid" || !f.SenderFault {
+		t.Errorf("stale handle: Failed entry code %q sender fault %v, want ReceiptHandleIsInvalid, true", aws.ToString(f.Code), f.SenderFault)
+	}
+}
+
+func TestChangeMessageVisibilityNotInFlight(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+
+	send(t, c, q.URL, "gone", nil)
+	m := receiveOne(t, c, q.URL, 1)
+	del(t, c, q.URL, m)
+	_, err := c.ChangeMessageVisibility(testContext(t), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 10,
+	})
+	var notInFlight *types.MessageNotInflight
+	if !errors.As(err, &notInFlight) {
+		t.Fatalf("ChangeMessageVisibility on a deleted message: got %v, want *types.MessageNotInflight", err)
+	}
+	// As with SQS, the code is the legacy query code from X-Amzn-Query-Error.
+	if got := notInFlight.ErrorCode(); got != "AWS.SimpleQueueService.MessageNotInflight" {
+		t.Errorf("ErrorCode() = %q", got)
+	}
+}
+
+func TestVisibilityTimeoutExpiryRedelivers(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{VisibilityTimeout: time.Second})
+
+	send(t, c, q.URL, "retry me", nil)
+	m1 := receiveOne(t, c, q.URL, 0)
+	start := time.Now()
+	m2 := receiveOne(t, c, q.URL, 2) // long poll across the expiry
+	if elapsed := time.Since(start); elapsed < 800*time.Millisecond {
+		t.Errorf("message came back after %v, before its 1 s visibility timeout", elapsed)
+	}
+	if aws.ToString(m2.MessageId) != aws.ToString(m1.MessageId) {
+		t.Fatalf("got message %s, want %s", aws.ToString(m2.MessageId), aws.ToString(m1.MessageId))
+	}
+	if got := m2.Attributes["ApproximateReceiveCount"]; got != "2" {
+		t.Errorf("ApproximateReceiveCount = %q, want 2", got)
+	}
+}
+
+func TestCountIsStaleAfterVisibilityExpiry(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{VisibilityTimeout: time.Second})
+
+	send(t, c, q.URL, "m", nil)
+	receiveOne(t, c, q.URL, 0)
+	time.Sleep(1300 * time.Millisecond)
+	// Differs from SQS: fauxqs returns expired in-flight messages to the
+	// queue only when a ReceiveMessage (or a pending long poll) looks at
+	// it, so GetQueueAttributes still counts the message as in flight
+	// after its visibility timeout. SQS would report it visible (1, 0).
+	wantCount(t, c, q.URL, 0, 1)
+	receive(t, c, q.URL, 1, 0)
+	// The receive made the message visible and took it again.
+	wantCount(t, c, q.URL, 0, 1)
+}
+
+func TestLongPollReturnsWhenMessageArrives(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+	ctx := testContext(t)
+
+	sendErr := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(q.URL), MessageBody: aws.String("late")})
+		sendErr <- err
+	}()
+	start := time.Now()
+	msgs := receive(t, c, q.URL, 10, 2)
+	elapsed := time.Since(start)
+	if err := <-sendErr; err != nil {
+		t.Fatalf("SendMessage: %v", err)
+	}
+	if len(msgs) != 1 || aws.ToString(msgs[0].Body) != "late" {
+		t.Fatalf("long poll returned %q, want [late]", bodies(msgs))
+	}
+	if elapsed >= 1500*time.Millisecond {
+		t.Errorf("long poll took %v; it should return soon after the message arrives (~300ms)", elapsed)
+	}
+}
+
+func TestLongPollWaitsOnEmptyQueue(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+
+	start := time.Now()
+	msgs := receive(t, c, q.URL, 10, 1)
+	elapsed := time.Since(start)
+	if len(msgs) != 0 {
+		t.Fatalf("received %q from an empty queue", bodies(msgs))
+	}
+	if elapsed < 900*time.Millisecond || elapsed > 1900*time.Millisecond {
+		t.Errorf("empty 1 s long poll took %v", elapsed)
+	}
+}
+
+func TestRedriveToDeadLetterQueue(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: time.Second})
+
+	sent := send(t, c, q.URL, "poison", func(in *sqs.SendMessageInput) {
+		in.MessageAttributes = map[string]types.MessageAttributeValue{
+			"kind": {DataType: aws.String("String"), StringValue: aws.String("poison")},
+		}
+	})
+	r1 := receiveOne(t, c, q.URL, 0)
+	r2 := receiveOne(t, c, q.URL, 2) // after the 1 s visibility timeout
+	for i, m := range []types.Message{r1, r2} {
+		if got, want := m.Attributes["ApproximateReceiveCount"], strconv.Itoa(i+1); got != want {
+			t.Errorf("receive %d: ApproximateReceiveCount = %q, want %s", i+1, got, want)
+		}
+	}
+	// The receive after the second visibility timeout would be the third
+	// (> maxReceiveCount): the message moves to the DLQ instead of being
+	// delivered.
+	if msgs := receive(t, c, q.URL, 10, 2); len(msgs) != 0 {
+		t.Fatalf("message delivered a third time: %q", bodies(msgs))
+	}
+	wantCount(t, c, q.URL, 0, 0)
+
+	dl := sqstest.Drain(t, c, q.DLQURL, 1, 2*time.Second)
+	if len(dl) != 1 {
+		t.Fatalf("DLQ holds %d messages, want 1", len(dl))
+	}
+	m := dl[0]
+	if aws.ToString(m.MessageId) != aws.ToString(sent.MessageId) || aws.ToString(m.Body) != "poison" {
+		t.Errorf("DLQ message %s %q, want %s %q", aws.ToString(m.MessageId), aws.ToString(m.Body), aws.ToString(sent.MessageId), "poison")
+	}
+	if got := aws.ToString(m.MessageAttributes["kind"].StringValue); got != "poison" {
+		t.Errorf("DLQ message attribute kind = %q, want poison", got)
+	}
+	if m.Attributes["SentTimestamp"] != r1.Attributes["SentTimestamp"] {
+		t.Errorf("SentTimestamp changed on the move: %s, was %s", m.Attributes["SentTimestamp"], r1.Attributes["SentTimestamp"])
+	}
+	// The receive count carries over from the source queue: 2 deliveries,
+	// 1 counted by the receive that moved it, 1 for this receive.
+	if got := m.Attributes["ApproximateReceiveCount"]; got != "4" {
+		t.Errorf("DLQ ApproximateReceiveCount = %q; fauxqs 1.9.2 gives 4", got)
+	}
+	// Differs from SQS: SQS adds the DeadLetterQueueSourceArn system
+	// attribute to moved messages; fauxqs does not.
+	if v, ok := m.Attributes["DeadLetterQueueSourceArn"]; ok {
+		t.Errorf("DeadLetterQueueSourceArn = %q; fauxqs 1.9.2 does not set it", v)
+	}
+}
+
+func TestRedriveFIFOToDeadLetterQueue(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true, MaxReceiveCount: 1})
+	if path.Ext(q.DLQURL) != ".fifo" {
+		t.Fatalf("DLQ of a FIFO queue is %s, want a FIFO queue", q.DLQURL)
+	}
+
+	sendFIFO(t, c, q.URL, "bad", "g", "d1")
+	sendFIFO(t, c, q.URL, "good", "g", "d2")
+	m := receiveOne(t, c, q.URL, 0)
+	if aws.ToString(m.Body) != "bad" {
+		t.Fatalf("first message %q, want bad", aws.ToString(m.Body))
+	}
+	if _, err := c.ChangeMessageVisibility(testContext(t), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
+	}); err != nil {
+		t.Fatalf("ChangeMessageVisibility: %v", err)
+	}
+	// The next receive moves "bad" to the DLQ and unblocks its group.
+	if got := bodies(receive(t, c, q.URL, 10, 0)); !slices.Equal(got, []string{"good"}) {
+		t.Fatalf("after the move received %q, want [good]", got)
+	}
+	dl := sqstest.Drain(t, c, q.DLQURL, 1, 2*time.Second)
+	if len(dl) != 1 || aws.ToString(dl[0].Body) != "bad" {
+		t.Fatalf("DLQ holds %q, want [bad]", bodies(dl))
+	}
+	if got := dl[0].Attributes["MessageGroupId"]; got != "g" {
+		t.Errorf("DLQ MessageGroupId = %q, want g", got)
+	}
+}
+
+func TestQueueAttributes(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 5 * time.Second})
+
+	out, err := c.GetQueueAttributes(testContext(t), &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(q.URL),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameRedrivePolicy,
+			types.QueueAttributeNameMessageRetentionPeriod,
+			types.QueueAttributeNameQueueArn,
+			types.QueueAttributeNameVisibilityTimeout,
+		},
+	})
+	if err != nil {
+		t.Fatalf("GetQueueAttributes: %v", err)
+	}
+	a := out.Attributes
+	if len(a) != 4 {
+		t.Errorf("got %d attributes, want the 4 requested: %v", len(a), a)
+	}
+	wantARN := "arn:aws:sqs:" + sqstest.Region + ":000000000000:" + path.Base(q.URL)
+	if a["QueueArn"] != q.ARN || q.ARN != wantARN {
+		t.Errorf("QueueArn = %q, Queue.ARN = %q, want %q", a["QueueArn"], q.ARN, wantARN)
+	}
+	if a["VisibilityTimeout"] != "5" {
+		t.Errorf("VisibilityTimeout = %q, want 5", a["VisibilityTimeout"])
+	}
+	if a["MessageRetentionPeriod"] != "345600" {
+		t.Errorf("MessageRetentionPeriod = %q, want the default 345600 (4 days)", a["MessageRetentionPeriod"])
+	}
+	var policy struct {
+		DeadLetterTargetArn string      `json:"deadLetterTargetArn"`
+		MaxReceiveCount     json.Number `json:"maxReceiveCount"`
+	}
+	if err := json.Unmarshal([]byte(a["RedrivePolicy"]), &policy); err != nil {
+		t.Fatalf("RedrivePolicy %q: %v", a["RedrivePolicy"], err)
+	}
+	if policy.DeadLetterTargetArn != q.DLQARN || policy.MaxReceiveCount.String() != "3" {
+		t.Errorf("RedrivePolicy = %s, want target %s and maxReceiveCount 3", a["RedrivePolicy"], q.DLQARN)
+	}
+
+	fifo := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true, ContentBasedDedup: true})
+	out, err = c.GetQueueAttributes(testContext(t), &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(fifo.URL),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
+	})
+	if err != nil {
+		t.Fatalf("GetQueueAttributes(All): %v", err)
+	}
+	for name, want := range map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "30", "QueueArn": fifo.ARN} {
+		if got := out.Attributes[name]; got != want {
+			t.Errorf("FIFO queue %s = %q, want %q", name, got, want)
+		}
+	}
+	if _, ok := out.Attributes["RedrivePolicy"]; ok {
+		t.Error("queue without DLQ has a RedrivePolicy")
+	}
+}
+
+func TestGetQueueURL(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+	ctx := testContext(t)
+
+	out, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(path.Base(q.URL))})
+	if err != nil {
+		t.Fatalf("GetQueueUrl: %v", err)
+	}
+	if aws.ToString(out.QueueUrl) != q.URL {
+		t.Errorf("GetQueueUrl = %q, want %q", aws.ToString(out.QueueUrl), q.URL)
+	}
+
+	_, err = c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(path.Base(q.URL) + "-missing")})
+	var missing *types.QueueDoesNotExist
+	if !errors.As(err, &missing) {
+		t.Fatalf("GetQueueUrl of a missing queue: got %v, want *types.QueueDoesNotExist", err)
+	}
+	if got := missing.ErrorCode(); got != "AWS.SimpleQueueService.NonExistentQueue" {
+		t.Errorf("ErrorCode() = %q, want the legacy query code AWS.SimpleQueueService.NonExistentQueue", got)
+	}
+}
+
+func TestFIFOGroupOrdering(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+
+	const perGroup = 5
+	for i := range perGroup {
+		for _, g := range []string{"A", "B"} {
+			body := fmt.Sprintf("%s%d", g, i)
+			sendFIFO(t, c, q.URL, body, g, body)
+		}
+	}
+	got := map[string][]string{}
+	for range 4 * perGroup {
+		if len(got["A"])+len(got["B"]) == 2*perGroup {
+			break
+		}
+		for _, m := range receive(t, c, q.URL, 10, 0) {
+			g := m.Attributes["MessageGroupId"]
+			got[g] = append(got[g], aws.ToString(m.Body))
+			del(t, c, q.URL, m)
+		}
+	}
+	for _, g := range []string{"A", "B"} {
+		var want []string
+		for i := range perGroup {
+			want = append(want, fmt.Sprintf("%s%d", g, i))
+		}
+		if !slices.Equal(got[g], want) {
+			t.Errorf("group %s delivered %q, want %q", g, got[g], want)
+		}
+	}
+}
+
+func TestFIFOGroupBlockedWhileInFlight(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+
+	sendFIFO(t, c, q.URL, "A1", "A", "A1")
+	sendFIFO(t, c, q.URL, "A2", "A", "A2")
+	sendFIFO(t, c, q.URL, "B1", "B", "B1")
+
+	a1 := receiveOne(t, c, q.URL, 0)
+	if aws.ToString(a1.Body) != "A1" {
+		t.Fatalf("first message %q, want A1", aws.ToString(a1.Body))
+	}
+	if got := bodies(receive(t, c, q.URL, 10, 0)); !slices.Equal(got, []string{"B1"}) {
+		t.Fatalf("with A1 in flight received %q, want [B1] (A2 must wait)", got)
+	}
+	if got := bodies(receive(t, c, q.URL, 10, 0)); len(got) != 0 {
+		t.Fatalf("with A1 and B1 in flight received %q, want nothing", got)
+	}
+	del(t, c, q.URL, a1)
+	if got := bodies(receive(t, c, q.URL, 10, 0)); !slices.Equal(got, []string{"A2"}) {
+		t.Fatalf("after deleting A1 received %q, want [A2]", got)
+	}
+}
+
+func TestFIFOOneMessagePerGroupPerReceive(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+
+	for _, b := range []string{"G1", "G2", "G3"} {
+		sendFIFO(t, c, q.URL, b, "G", b)
+	}
+	// Differs from SQS: SQS may return several messages of one group (in
+	// order) in a single ReceiveMessage; fauxqs returns at most one per
+	// group and locks the group until that message is deleted or visible
+	// again.
+	if got := bodies(receive(t, c, q.URL, 10, 0)); !slices.Equal(got, []string{"G1"}) {
+		t.Fatalf("received %q; fauxqs 1.9.2 gives [G1]", got)
+	}
+}
+
+func TestFIFOReceiveRequestAttemptIDIgnored(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+	ctx := testContext(t)
+
+	sendFIFO(t, c, q.URL, "only", "g", "d")
+	in := &sqs.ReceiveMessageInput{
+		QueueUrl:                aws.String(q.URL),
+		MaxNumberOfMessages:     10,
+		ReceiveRequestAttemptId: aws.String("attempt-1"),
+	}
+	first, err := c.ReceiveMessage(ctx, in)
+	if err != nil {
+		t.Fatalf("ReceiveMessage: %v", err)
+	}
+	if len(first.Messages) != 1 {
+		t.Fatalf("first attempt received %d messages, want 1", len(first.Messages))
+	}
+	retry, err := c.ReceiveMessage(ctx, in)
+	if err != nil {
+		t.Fatalf("ReceiveMessage retry: %v", err)
+	}
+	// Differs from SQS: SQS answers a retried ReceiveMessage with the same
+	// ReceiveRequestAttemptId (within 5 minutes) with the same messages and
+	// receipt handles; fauxqs ignores the id, so a receive whose response
+	// was lost leaves its messages in flight until their visibility
+	// timeout ends.
+	if len(retry.Messages) != 0 {
+		t.Fatalf("retried attempt received %q; fauxqs 1.9.2 returns nothing", bodies(retry.Messages))
+	}
+}
+
+func TestFIFODeduplication(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+
+	first := sendFIFO(t, c, q.URL, "x", "g", "d1")
+	if aws.ToString(first.SequenceNumber) == "" {
+		t.Error("FIFO SendMessage returned no SequenceNumber")
+	}
+	dup := sendFIFO(t, c, q.URL, "x, resent", "g", "d1")
+	if aws.ToString(dup.MessageId) != aws.ToString(first.MessageId) || aws.ToString(dup.SequenceNumber) != aws.ToString(first.SequenceNumber) {
+		t.Errorf("duplicate send returned %s/%s, want the original %s/%s",
+			aws.ToString(dup.MessageId), aws.ToString(dup.SequenceNumber), aws.ToString(first.MessageId), aws.ToString(first.SequenceNumber))
+	}
+	wantCount(t, c, q.URL, 1, 0)
+	other := sendFIFO(t, c, q.URL, "y", "g", "d2")
+	if aws.ToString(other.MessageId) == aws.ToString(first.MessageId) {
+		t.Error("a different deduplication id returned the same MessageId")
+	}
+	wantCount(t, c, q.URL, 2, 0)
+
+	// Consume both; the deduplication window outlives the messages.
+	for range 2 {
+		del(t, c, q.URL, receiveOne(t, c, q.URL, 0))
+	}
+	again := sendFIFO(t, c, q.URL, "x", "g", "d1")
+	if aws.ToString(again.MessageId) != aws.ToString(first.MessageId) {
+		t.Errorf("resend after delete returned %s, want the original %s", aws.ToString(again.MessageId), aws.ToString(first.MessageId))
+	}
+	wantCount(t, c, q.URL, 0, 0)
+}
+
+func TestFIFOContentBasedDeduplication(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true, ContentBasedDedup: true})
+
+	a := sendFIFO(t, c, q.URL, "same", "g", "")
+	b := sendFIFO(t, c, q.URL, "same", "g", "")
+	d := sendFIFO(t, c, q.URL, "different", "g", "")
+	if aws.ToString(a.MessageId) != aws.ToString(b.MessageId) {
+		t.Errorf("same body sent twice got ids %s and %s, want one", aws.ToString(a.MessageId), aws.ToString(b.MessageId))
+	}
+	if aws.ToString(d.MessageId) == aws.ToString(a.MessageId) {
+		t.Error("a different body was deduplicated")
+	}
+	wantCount(t, c, q.URL, 2, 0)
+	m := receiveOne(t, c, q.URL, 0)
+	sum := sha256.Sum256([]byte("same"))
+	if got, want := m.Attributes["MessageDeduplicationId"], hex.EncodeToString(sum[:]); got != want {
+		t.Errorf("MessageDeduplicationId = %q, want SHA-256 of the body %q", got, want)
+	}
+}
+
+func TestSystemAttributes(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	std := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+	fifo := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+
+	before := time.Now().Add(-time.Second).UnixMilli()
+	send(t, c, std.URL, "s", nil)
+	sent := sendFIFO(t, c, fifo.URL, "f", "grp", "dedup-1")
+	after := time.Now().Add(time.Second).UnixMilli()
+
+	m := receiveOne(t, c, std.URL, 0)
+	ts, err := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64)
+	if err != nil || ts < before || ts > after {
+		t.Errorf("SentTimestamp = %q, want epoch milliseconds in [%d, %d]", m.Attributes["SentTimestamp"], before, after)
+	}
+	if got := m.Attributes["ApproximateReceiveCount"]; got != "1" {
+		t.Errorf("ApproximateReceiveCount = %q, want 1", got)
+	}
+	for _, name := range []string{"ApproximateFirstReceiveTimestamp", "SenderId"} {
+		if m.Attributes[name] == "" {
+			t.Errorf("standard queue: system attribute %s missing from %v", name, m.Attributes)
+		}
+	}
+
+	f := receiveOne(t, c, fifo.URL, 0)
+	for name, want := range map[string]string{
+		"MessageGroupId":          "grp",
+		"MessageDeduplicationId":  "dedup-1",
+		"SequenceNumber":          aws.ToString(sent.SequenceNumber),
+		"ApproximateReceiveCount": "1",
+	} {
+		if got := f.Attributes[name]; got != want {
+			t.Errorf("FIFO queue: %s = %q, want %q", name, got, want)
+		}
+	}
+	if f.Attributes["SentTimestamp"] == "" {
+		t.Errorf("FIFO queue: SentTimestamp missing from %v", f.Attributes)
+	}
+
+	// Without MessageSystemAttributeNames no system attributes come back.
+	send(t, c, std.URL, "plain", nil)
+	out, err := c.ReceiveMessage(testContext(t), &sqs.ReceiveMessageInput{QueueUrl: aws.String(std.URL)})
+	if err != nil {
+		t.Fatalf("ReceiveMessage: %v", err)
+	}
+	if len(out.Messages) != 1 {
+		t.Fatalf("plain receive: %d messages, want 1", len(out.Messages))
+	}
+	if a := out.Messages[0].Attributes; len(a) != 0 {
+		t.Errorf("plain receive: system attributes %v, want none", a)
+	}
+}
+
+func TestMessageAttributesRoundTrip(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+	ctx := testContext(t)
+
+	attrs := map[string]types.MessageAttributeValue{
+		"str":    {DataType: aws.String("String"), StringValue: aws.String("héllo, wörld")},
+		"num":    {DataType: aws.String("Number"), StringValue: aws.String("-42.5")},
+		"bin":    {DataType: aws.String("Binary"), BinaryValue: []byte{0, 1, 2, 0xfe, 0xff}},
+		"custom": {DataType: aws.String("String.json"), StringValue: aws.String(`{"k":1}`)},
+	}
+	var sent *sqs.SendMessageOutput
+	for range 3 {
+		sent = send(t, c, q.URL, "with attributes", func(in *sqs.SendMessageInput) { in.MessageAttributes = attrs })
+	}
+	if aws.ToString(sent.MD5OfMessageAttributes) == "" {
+		t.Error("SendMessage returned no MD5OfMessageAttributes")
+	}
+
+	// The client checks MD5OfMessageAttributes on receive; a mismatch would
+	// fail the call.
+	m := receiveOne(t, c, q.URL, 0)
+	if got, want := aws.ToString(m.MD5OfMessageAttributes), aws.ToString(sent.MD5OfMessageAttributes); got != want {
+		t.Errorf("MD5OfMessageAttributes = %q, want %q", got, want)
+	}
+	if len(m.MessageAttributes) != len(attrs) {
+		t.Errorf("received %d message attributes, want %d", len(m.MessageAttributes), len(attrs))
+	}
+	for name, want := range attrs {
+		got, ok := m.MessageAttributes[name]
+		if !ok {
+			t.Errorf("attribute %s missing", name)
+			continue
+		}
+		if aws.ToString(got.DataType) != aws.ToString(want.DataType) ||
+			aws.ToString(got.StringValue) != aws.ToString(want.StringValue) ||
+			!slices.Equal(got.BinaryValue, want.BinaryValue) {
+			t.Errorf("attribute %s = {%s %q %v}, want {%s %q %v}", name,
+				aws.ToString(got.DataType), aws.ToString(got.StringValue), got.BinaryValue,
+				aws.ToString(want.DataType), aws.ToString(want.StringValue), want.BinaryValue)
+		}
+	}
+
+	// Asking for one name returns only that one.
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), MessageAttributeNames: []string{"num"}})
+	if err != nil {
+		t.Fatalf("ReceiveMessage(num): %v", err)
+	}
+	if len(out.Messages) != 1 || len(out.Messages[0].MessageAttributes) != 1 || out.Messages[0].MessageAttributes["num"].StringValue == nil {
+		t.Errorf("ReceiveMessage(num): got %+v, want one message with only attribute num", out.Messages)
+	}
+
+	// Differs from SQS: SQS returns no message attributes unless they are
+	// asked for with MessageAttributeNames; fauxqs returns all of them.
+	out, err = c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL)})
+	if err != nil {
+		t.Fatalf("ReceiveMessage(no names): %v", err)
+	}
+	if len(out.Messages) != 1 || len(out.Messages[0].MessageAttributes) != len(attrs) {
+		t.Errorf("ReceiveMessage without MessageAttributeNames: %d messages; fauxqs 1.9.2 returns every attribute", len(out.Messages))
+	}
+}
+
+func TestDeleteWithStaleReceiptHandle(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{})
+	ctx := testContext(t)
+
+	send(t, c, q.URL, "m", nil)
+	m1 := receiveOne(t, c, q.URL, 0)
+	if _, err := c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q.URL), ReceiptHandle: m1.ReceiptHandle, VisibilityTimeout: 0,
+	}); err != nil {
+		t.Fatalf("ChangeMessageVisibility: %v", err)
+	}
+	m2 := receiveOne(t, c, q.URL, 0)
+
+	// Deleting with the handle of the earlier receive succeeds but does
+	// nothing: the message stays in flight under the newer handle. (SQS
+	// documents that such a delete "might not" delete the message.)
+	del(t, c, q.URL, m1)
+	wantCount(t, c, q.URL, 0, 1)
+
+	// Differs from SQS: SQS rejects a malformed handle with
+	// ReceiptHandleIsInvalid; fauxqs accepts any string.
+	if _, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(q.URL), ReceiptHandle: aws.String("not-a-receipt-handle")}); err != nil {
+		t.Errorf("DeleteMessage with a bogus handle: %v; fauxqs 1.9.2 accepts it", err)
+	}
+
+	del(t, c, q.URL, m2)
+	wantCount(t, c, q.URL, 0, 0)
+}
+
+func TestUnsupportedOperations(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{MaxReceiveCount: 1})
+	ctx := testContext(t)
+
+	// Differs from SQS: fauxqs does not implement these operations and
+	// answers HTTP 400 InvalidAction.
+	calls := map[string]func() error{
+		"ListDeadLetterSourceQueues": func() error {
+			_, err := c.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: aws.String(q.DLQURL)})
+			return err
+		},
+		"StartMessageMoveTask": func() error {
+			_, err := c.StartMessageMoveTask(ctx, &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(q.DLQARN)})
+			return err
+		},
+		"ListMessageMoveTasks": func() error {
+			_, err := c.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(q.DLQARN)})
+			return err
+		},
+	}
+	for name, call := range calls {
+		err := call()
+		var apiErr smithy.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode() != "InvalidAction" {
+			t.Errorf("%s: got %v; fauxqs 1.9.2 answers InvalidAction", name, err)
+		}
+	}
+}
