@@ -1,0 +1,464 @@
+//go:build unix
+
+package worker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Defaults and limits of the exec handler.
+const (
+	execDefaultKillGrace = 5 * time.Second
+	execDefaultRetryCode = 75 // EX_TEMPFAIL from sysexits.h
+
+	execMaxStdout      = 4096 // bytes of stdout kept as the result
+	execMaxStderrLine  = 1024 // bytes of one stderr line logged
+	execMaxStderrLines = 100  // stderr lines logged per run
+	execMaxErrorTail   = 256  // bytes of the last stderr line put in an error
+)
+
+// How a stopped command's process group is watched until it is gone.
+const (
+	execPollMin    = 5 * time.Millisecond  // first wait between checks
+	execPollMax    = 50 * time.Millisecond // longest wait between checks
+	execKillSettle = time.Second           // how long to wait for it after SIGKILL
+)
+
+// The environment variables the exec handler sets for the command.
+const (
+	execEnvKey          = "SQSONCE_KEY"
+	execEnvMessageID    = "SQSONCE_MESSAGE_ID"
+	execEnvAttempt      = "SQSONCE_ATTEMPT"
+	execEnvReceiveCount = "SQSONCE_RECEIVE_COUNT"
+	execEnvQueueURL     = "SQSONCE_QUEUE_URL"
+	execEnvGroupID      = "SQSONCE_GROUP_ID" // only for a message with a group id
+)
+
+// ExecConfig configures an ExecHandler.
+type ExecConfig struct {
+	// Command is the program and its arguments. It is run directly, without
+	// a shell; a program name without a slash is looked up in PATH when
+	// each message is handled. Required, with a non-empty Command[0].
+	Command []string
+	// RetryExitCodes are the exit codes that mean "retry later", each 1 to
+	// 255. Empty means [75] (EX_TEMPFAIL from sysexits.h).
+	RetryExitCodes []int
+	// Logger receives the command's stderr. Nil means slog.Default().
+	Logger *slog.Logger
+	// KillGrace is how long a command stopped because its context ended
+	// has between SIGTERM and SIGKILL. Zero means 5s; it must not be
+	// negative.
+	KillGrace time.Duration
+}
+
+// ExecHandler is a Handler that runs a command for each message. It is safe
+// for concurrent use; each call of Handle runs its own process.
+//
+// The command gets the message body on stdin and the worker's environment
+// plus SQSONCE_KEY (Message.Key), SQSONCE_MESSAGE_ID, SQSONCE_ATTEMPT,
+// SQSONCE_RECEIVE_COUNT, SQSONCE_QUEUE_URL and, for a message with a group
+// id, SQSONCE_GROUP_ID. These replace inherited variables of the same names;
+// an inherited SQSONCE_GROUP_ID is removed for a message without a group
+// id. The first 4096 bytes of stdout become Message.Result; the rest is read
+// and discarded. Each stderr line is logged at Warn level with the
+// attributes "key" and "message_id" (lines are cut to 1 KiB and at most 100
+// lines are logged per run; the number of further lines is logged once at
+// the end).
+//
+// Handle returns nil only when the command exited with status 0 and had not
+// been stopped by Handle. Otherwise:
+//
+//   - an exit code listed in RetryExitCodes: a retryable error;
+//   - any other non-zero exit code: a Permanent error;
+//   - death by a signal not sent by Handle (the OOM killer, a crash): a
+//     retryable error;
+//   - failure to start the command (not found, not executable): a retryable
+//     error, so that a broken deployment leaves messages to be retried
+//     rather than sending all of them to the dead-letter queue;
+//   - the context ending while the command runs (handler timeout, shutdown,
+//     lost lease): the command is stopped and the error is retryable and
+//     wraps ctx.Err(), whatever the command's exit status.
+//
+// The command runs in a process group of its own. When the context ends,
+// SIGTERM goes to the whole group and SIGKILL follows KillGrace later to
+// whatever is left of it, so Handle may return up to KillGrace after the
+// context ends. Descendants that leave the group (with setsid, say) are not
+// stopped, and neither are descendants of a command that exits on its own;
+// a descendant that keeps the command's stdout or stderr open after the
+// command exits is cut off from it after KillGrace.
+//
+// Errors name the exit code or signal and end with the last line the
+// command wrote to stderr, cut to 256 bytes.
+type ExecHandler struct {
+	argv      []string
+	retry     []int
+	log       *slog.Logger
+	killGrace time.Duration
+}
+
+// NewExecHandler validates cfg and returns its handler.
+func NewExecHandler(cfg ExecConfig) (*ExecHandler, error) {
+	if len(cfg.Command) == 0 {
+		return nil, errors.New("exec handler: command is empty")
+	}
+	if cfg.Command[0] == "" {
+		return nil, errors.New("exec handler: command[0] (the program) is empty")
+	}
+	for i, a := range cfg.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			return nil, fmt.Errorf("exec handler: command[%d] has a NUL byte", i)
+		}
+	}
+	for _, c := range cfg.RetryExitCodes {
+		if c < 1 || c > 255 {
+			return nil, fmt.Errorf("exec handler: retry exit code %d is not in 1..255", c)
+		}
+	}
+	if cfg.KillGrace < 0 {
+		return nil, fmt.Errorf("exec handler: kill grace %v is negative", cfg.KillGrace)
+	}
+	h := &ExecHandler{
+		argv:      append([]string(nil), cfg.Command...),
+		retry:     append([]int(nil), cfg.RetryExitCodes...),
+		log:       cfg.Logger,
+		killGrace: cfg.KillGrace,
+	}
+	if len(h.retry) == 0 {
+		h.retry = []int{execDefaultRetryCode}
+	}
+	if h.log == nil {
+		h.log = slog.Default()
+	}
+	if h.killGrace == 0 {
+		h.killGrace = execDefaultKillGrace
+	}
+	return h, nil
+}
+
+// Handle runs the command for m. See ExecHandler for what it returns.
+func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
+	name := h.argv[0]
+	if ctx.Err() != nil {
+		return fmt.Errorf("exec %s: not started: %w", name, handlerContextErr(ctx))
+	}
+	env, err := execEnviron(os.Environ(), m)
+	if err != nil {
+		// The values come from the message, so every delivery fails alike.
+		return Permanent(fmt.Errorf("exec %s: %w", name, err))
+	}
+
+	log := h.log.With(slog.String("key", m.Key), slog.String("message_id", m.MessageID))
+	stdout := &execStdout{}
+	stderr := &execStderr{ctx: ctx, log: log}
+
+	cmd := exec.CommandContext(ctx, name, h.argv[1:]...)
+	cmd.Env = env
+	cmd.Stdin = bytes.NewReader(m.Body)
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = h.killGrace
+	var stop execStop
+	cmd.Cancel = func() error { return stop.terminate(cmd.Process) }
+
+	if err := cmd.Start(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("exec %s: not started: %w", name, handlerContextErr(ctx))
+		}
+		return fmt.Errorf("exec %s: start: %w", name, err)
+	}
+	pgid := cmd.Process.Pid
+	waitErr := cmd.Wait()
+	stderr.finish()
+	m.Result = stdout.bytes()
+
+	if stopped, at := stop.stopped(); stopped {
+		execKillGroup(pgid, at.Add(h.killGrace))
+		return fmt.Errorf("exec %s: %w: stopped, %s%s", name, handlerContextErr(ctx), execHow(cmd.ProcessState), stderr.tail())
+	}
+	state := cmd.ProcessState
+	if state == nil {
+		return fmt.Errorf("exec %s: %w%s", name, waitErr, stderr.tail())
+	}
+	if errors.Is(waitErr, exec.ErrWaitDelay) {
+		log.Warn("a descendant of the command held its output open after it exited; cut off after the kill grace",
+			slog.Duration("kill_grace", h.killGrace))
+	}
+	ws, ok := state.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok:
+		return fmt.Errorf("exec %s: unreadable exit status %v%s", name, state, stderr.tail())
+	case ws.Exited() && ws.ExitStatus() == 0:
+		return nil
+	case ws.Exited():
+		err := fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail())
+		for _, c := range h.retry {
+			if c == ws.ExitStatus() {
+				return err
+			}
+		}
+		return Permanent(err)
+	default: // killed by a signal Handle did not send
+		return fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail())
+	}
+}
+
+// execEnviron returns base without the variables the handler sets, followed
+// by those variables for m.
+func execEnviron(base []string, m *Message) ([]string, error) {
+	own := []string{
+		execEnvKey + "=" + m.Key,
+		execEnvMessageID + "=" + m.MessageID,
+		execEnvAttempt + "=" + strconv.Itoa(m.Attempt),
+		execEnvReceiveCount + "=" + strconv.Itoa(m.ReceiveCount),
+		execEnvQueueURL + "=" + m.QueueURL,
+	}
+	if m.GroupID != "" {
+		own = append(own, execEnvGroupID+"="+m.GroupID)
+	}
+	for _, kv := range own {
+		if name, value, _ := strings.Cut(kv, "="); strings.IndexByte(value, 0) >= 0 {
+			return nil, fmt.Errorf("environment variable %s has a NUL byte", name)
+		}
+	}
+	env := make([]string, 0, len(base)+len(own))
+	for _, kv := range base {
+		switch name, _, _ := strings.Cut(kv, "="); name {
+		case execEnvKey, execEnvMessageID, execEnvAttempt, execEnvReceiveCount, execEnvQueueURL, execEnvGroupID:
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, own...), nil
+}
+
+// execStop records whether Handle stopped the command, and when.
+type execStop struct {
+	mu   sync.Mutex
+	done bool
+	at   time.Time
+}
+
+// terminate is the command's Cancel: it sends SIGTERM to the command's
+// process group unless the command has already been waited for, in which
+// case it exited on its own before the context ended and its exit status
+// stands. A command that exited an instant before but was not waited for
+// yet counts as stopped, which errs on the side of a retry.
+func (s *execStop) terminate(p *os.Process) error {
+	if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) {
+		return os.ErrProcessDone
+	}
+	now := time.Now()
+	err := syscall.Kill(-p.Pid, syscall.SIGTERM)
+	if errors.Is(err, syscall.ESRCH) {
+		return os.ErrProcessDone
+	}
+	s.mu.Lock()
+	s.done, s.at = true, now
+	s.mu.Unlock()
+	return err
+}
+
+func (s *execStop) stopped() (bool, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done, s.at
+}
+
+// execKillGroup waits until no process of group pgid is left running or
+// deadline passes, then sends SIGKILL to whatever is left of the group and
+// waits a little longer for it to die.
+func execKillGroup(pgid int, deadline time.Time) {
+	wait, killed := execPollMin, false
+	for execGroupRunning(pgid) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			if killed {
+				return
+			}
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			killed, deadline, wait = true, time.Now().Add(execKillSettle), execPollMin
+			continue
+		}
+		time.Sleep(min(wait, left))
+		wait = min(2*wait, execPollMax)
+	}
+}
+
+// execGroupRunning reports whether a process of group pgid may still be
+// running. On Linux, a group whose processes have all exited but not been
+// reaped yet (zombies, left to a parent that reaps late or never, such as a
+// container's init that is not one) counts as not running.
+func execGroupRunning(pgid int) bool {
+	if err := syscall.Kill(-pgid, 0); errors.Is(err, syscall.ESRCH) {
+		return false
+	}
+	if runtime.GOOS != "linux" {
+		return true
+	}
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range dir {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			return true
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 3 {
+			return true
+		}
+		if f[2] == want && f[0] != "Z" && f[0] != "X" {
+			return true
+		}
+	}
+	return false
+}
+
+// execHow says how a process ended.
+func execHow(state *os.ProcessState) string {
+	if state == nil {
+		return "exit status unknown"
+	}
+	ws, ok := state.Sys().(syscall.WaitStatus)
+	switch {
+	case !ok:
+		return state.String()
+	case ws.Exited():
+		return "exit status " + strconv.Itoa(ws.ExitStatus())
+	case ws.Signaled():
+		s := fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
+		if ws.CoreDump() {
+			s += ", core dumped"
+		}
+		return s
+	default:
+		return state.String()
+	}
+}
+
+// execStdout keeps the first execMaxStdout bytes written to it and discards
+// the rest, so the command never blocks on a full pipe.
+type execStdout struct {
+	buf   []byte
+	total int64
+}
+
+func (w *execStdout) Write(p []byte) (int, error) {
+	if room := execMaxStdout - len(w.buf); room > 0 {
+		w.buf = append(w.buf, p[:min(room, len(p))]...)
+	}
+	w.total += int64(len(p))
+	return len(p), nil
+}
+
+func (w *execStdout) bytes() []byte {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	return w.buf
+}
+
+// execStderr logs what is written to it line by line, within bounds, and
+// remembers the last non-blank line. It never fails a write, so the command
+// never blocks on a full pipe.
+type execStderr struct {
+	ctx     context.Context
+	log     *slog.Logger
+	line    []byte // the current line, up to execMaxStderrLine bytes
+	cut     bool   // the current line was longer
+	last    string // the last non-blank line
+	logged  int
+	dropped int
+}
+
+func (w *execStderr) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if room := execMaxStderrLine - len(w.line); len(chunk) > room {
+			w.line = append(w.line, chunk[:room]...)
+			w.cut = true
+		} else {
+			w.line = append(w.line, chunk...)
+		}
+		if i < 0 {
+			break
+		}
+		w.emit()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// emit logs the current line and starts the next.
+func (w *execStderr) emit() {
+	line := execValidText(bytes.TrimRight(w.line, "\r"))
+	cut := w.cut
+	w.line, w.cut = w.line[:0], false
+	if strings.TrimSpace(line) == "" {
+		return
+	}
+	w.last = line
+	if w.logged >= execMaxStderrLines {
+		w.dropped++
+		return
+	}
+	w.logged++
+	attrs := []slog.Attr{slog.String("line", line)}
+	if cut {
+		attrs = append(attrs, slog.Bool("cut", true))
+	}
+	w.log.LogAttrs(w.ctx, slog.LevelWarn, "command stderr", attrs...)
+}
+
+// finish logs a last line without a newline and how many lines were not
+// logged. Call it once the command's output is closed.
+func (w *execStderr) finish() {
+	if len(w.line) > 0 {
+		w.emit()
+	}
+	if w.dropped > 0 {
+		w.log.LogAttrs(w.ctx, slog.LevelWarn, "command stderr: further lines not logged",
+			slog.Int("lines_logged", w.logged), slog.Int("lines_dropped", w.dropped))
+	}
+}
+
+// tail formats the last stderr line for an error, or returns "".
+func (w *execStderr) tail() string {
+	if w.last == "" {
+		return ""
+	}
+	return fmt.Sprintf("; last stderr line: %q", handlerCutText(w.last, execMaxErrorTail))
+}
+
+// execValidText returns b as a string with invalid UTF-8 replaced.
+func execValidText(b []byte) string {
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}

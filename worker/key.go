@@ -1,0 +1,307 @@
+package worker
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// KeySource says where the operation key of a message comes from.
+type KeySource string
+
+// Key sources.
+const (
+	KeyFromBody            KeySource = "body"             // a JSON field of the body, by RFC 6901 pointer
+	KeyFromAttribute       KeySource = "attribute"        // a message attribute
+	KeyFromDeduplicationID KeySource = "deduplication_id" // the FIFO MessageDeduplicationId
+)
+
+// KeyConfig says how to derive the operation key of a message. The key is
+// derived from what the message is, so every delivery of one operation gets
+// the same key.
+type KeyConfig struct {
+	From      KeySource
+	Pointer   string // RFC 6901 pointer into the JSON body, with From == KeyFromBody
+	Attribute string // message attribute name, with From == KeyFromAttribute
+	// SNS unwraps an SNS notification envelope (its Message field) before
+	// the pointer is read and the payload fingerprinted.
+	SNS bool
+	// HashMissing keys a message whose key cannot be derived by a hash of
+	// its payload instead of rejecting it. Senders that vary a payload
+	// between retries defeat this: opt in only when they do not.
+	HashMissing bool
+	// Prefix is a namespace prepended to every key.
+	Prefix string
+}
+
+// ErrNoKey is wrapped by every reason a message has no usable key.
+var ErrNoKey = errors.New("no operation key")
+
+// keyer derives keys under one KeyConfig. It is safe for concurrent use.
+type keyer struct {
+	cfg    KeyConfig
+	tokens []string // the pointer's reference tokens, unescaped
+}
+
+// newKeyer validates cfg and returns its keyer.
+func newKeyer(cfg KeyConfig) (*keyer, error) {
+	k := &keyer{cfg: cfg}
+	switch cfg.From {
+	case KeyFromBody:
+		tokens, err := parsePointer(cfg.Pointer)
+		if err != nil {
+			return nil, fmt.Errorf("key pointer: %w", err)
+		}
+		if len(tokens) == 0 {
+			return nil, fmt.Errorf("key pointer %q names the whole body, not a field", cfg.Pointer)
+		}
+		k.tokens = tokens
+	case KeyFromAttribute:
+		if cfg.Attribute == "" {
+			return nil, errors.New("key attribute: empty name")
+		}
+	case KeyFromDeduplicationID:
+	default:
+		return nil, fmt.Errorf("key source %q: want body, attribute or deduplication_id", cfg.From)
+	}
+	if err := checkKeyText(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("key prefix: %w", err)
+	}
+	return k, nil
+}
+
+// derived is what the keyer makes of a message.
+type derived struct {
+	key         string
+	fingerprint []byte // sha256 of the payload
+	hashed      bool   // the key is the payload hash (HashMissing)
+}
+
+// derive returns the key and payload fingerprint of a message. The error
+// wraps ErrNoKey and says why, without quoting the body.
+func (k *keyer) derive(body []byte, attrs map[string]types.MessageAttributeValue, system map[string]string) (derived, error) {
+	payload := body
+	var err error
+	if k.cfg.SNS {
+		payload, err = unwrapSNS(body)
+	}
+	var raw string
+	if err == nil {
+		switch k.cfg.From {
+		case KeyFromBody:
+			raw, err = lookupPointer(payload, k.tokens, k.cfg.Pointer)
+		case KeyFromAttribute:
+			raw, err = attributeKey(attrs, k.cfg.Attribute)
+		case KeyFromDeduplicationID:
+			raw = system[string(types.MessageSystemAttributeNameMessageDeduplicationId)]
+			if raw == "" {
+				err = errors.New("message has no MessageDeduplicationId (not a FIFO queue?)")
+			}
+		}
+	}
+	if err == nil {
+		err = checkKeyText(raw)
+	}
+	sum := sha256.Sum256(payload)
+	d := derived{key: k.cfg.Prefix + raw, fingerprint: sum[:]}
+	if err == nil {
+		err = ledger.ValidateKey(d.key)
+	}
+	if err != nil {
+		if !k.cfg.HashMissing {
+			return derived{}, fmt.Errorf("%w: %v", ErrNoKey, err)
+		}
+		d.key, d.hashed = k.cfg.Prefix+"sha256:"+hex.EncodeToString(sum[:]), true
+	}
+	return d, nil
+}
+
+// checkKeyText refuses text that cannot travel as an environment variable
+// or an HTTP header value: invalid UTF-8 and control characters.
+func checkKeyText(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("key is not valid UTF-8")
+	}
+	if i := strings.IndexFunc(s, unicode.IsControl); i >= 0 {
+		return fmt.Errorf("key has a control character (%U) at byte %d", []rune(s[i:])[0], i)
+	}
+	return nil
+}
+
+func attributeKey(attrs map[string]types.MessageAttributeValue, name string) (string, error) {
+	v, ok := attrs[name]
+	if !ok {
+		return "", fmt.Errorf("message has no attribute %q", name)
+	}
+	if v.StringValue == nil || *v.StringValue == "" {
+		return "", fmt.Errorf("attribute %q has no string value", name)
+	}
+	return *v.StringValue, nil
+}
+
+// unwrapSNS returns the Message of an SNS notification envelope.
+func unwrapSNS(body []byte) ([]byte, error) {
+	var env struct {
+		Type     string  `json:"Type"`
+		Message  *string `json:"Message"`
+		TopicArn string  `json:"TopicArn"`
+	}
+	if err := json.Unmarshal(body, &env); err != nil {
+		return nil, fmt.Errorf("body is not an SNS envelope: %v", jsonProblem(err))
+	}
+	if env.Message == nil || env.Type != "Notification" {
+		return nil, errors.New("body is not an SNS notification envelope (no Type Notification with a Message)")
+	}
+	return []byte(*env.Message), nil
+}
+
+// parsePointer splits an RFC 6901 pointer into unescaped reference tokens.
+func parsePointer(p string) ([]string, error) {
+	if p == "" {
+		return nil, nil
+	}
+	if p[0] != '/' {
+		return nil, fmt.Errorf("%q does not start with /", p)
+	}
+	parts := strings.Split(p[1:], "/")
+	for i, s := range parts {
+		for j := 0; j < len(s); j++ {
+			if s[j] == '~' && (j+1 == len(s) || (s[j+1] != '0' && s[j+1] != '1')) {
+				return nil, fmt.Errorf("%q: ~ must be followed by 0 or 1", p)
+			}
+		}
+		parts[i] = strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+	}
+	return parts, nil
+}
+
+// lookupPointer returns the string or number at tokens in the JSON document
+// doc. Numbers are returned as written.
+func lookupPointer(doc []byte, tokens []string, pointer string) (string, error) {
+	raw := json.RawMessage(bytes.TrimSpace(doc))
+	if !json.Valid(raw) {
+		return "", errors.New("body is not valid JSON")
+	}
+	for _, tok := range tokens {
+		switch first(raw) {
+		case '{':
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &obj); err != nil {
+				return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
+			}
+			v, ok := obj[tok]
+			if !ok {
+				return "", fmt.Errorf("pointer %s: no field %q", pointer, tok)
+			}
+			raw = v
+		case '[':
+			var arr []json.RawMessage
+			if err := json.Unmarshal(raw, &arr); err != nil {
+				return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
+			}
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(arr) || (len(tok) > 1 && tok[0] == '0') {
+				return "", fmt.Errorf("pointer %s: no array element %q", pointer, tok)
+			}
+			raw = arr[i]
+		default:
+			return "", fmt.Errorf("pointer %s: %q is inside a %s", pointer, tok, kind(raw))
+		}
+	}
+	switch c := first(raw); {
+	case c == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
+		}
+		if s == "" {
+			return "", fmt.Errorf("pointer %s: empty string", pointer)
+		}
+		return s, nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		return string(bytes.TrimSpace(raw)), nil
+	default:
+		return "", fmt.Errorf("pointer %s: value is a %s, not a string or number", pointer, kind(raw))
+	}
+}
+
+func first(raw []byte) byte {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return 0
+	}
+	return raw[0]
+}
+
+func kind(raw []byte) string {
+	switch c := first(raw); {
+	case c == '{':
+		return "object"
+	case c == '[':
+		return "array"
+	case c == '"':
+		return "string"
+	case c == 't' || c == 'f':
+		return "boolean"
+	case c == 'n':
+		return "null"
+	}
+	return "number"
+}
+
+// jsonProblem describes a JSON error without quoting the document.
+func jsonProblem(err error) string {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Sprintf("invalid JSON at offset %d", se.Offset)
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("JSON %s where %s was expected", te.Value, te.Type)
+	}
+	return "invalid JSON"
+}
+
+// DeduplicationID returns a FIFO MessageDeduplicationId (or MessageGroupId)
+// for an operation key: the key itself when SQS accepts it (at most 128
+// characters, ASCII letters, digits and punctuation), otherwise a SHA-256
+// of the key. Either way it depends on the key alone.
+func DeduplicationID(key string) string {
+	ok := len(key) > 0 && len(key) <= 128
+	for i := 0; ok && i < len(key); i++ {
+		ok = key[i] > ' ' && key[i] < 0x7f
+	}
+	if ok {
+		return key
+	}
+	sum := sha256.Sum256([]byte(key))
+	return "sha256-" + hex.EncodeToString(sum[:])
+}
+
+// BodyKeyFunc returns the key derivation of cfg for a bare body, as a
+// producer sees it before sending: only body keys (optionally SNS-wrapped)
+// can be derived without a received message.
+func BodyKeyFunc(cfg KeyConfig) (func(body []byte) (string, error), error) {
+	if cfg.From != KeyFromBody {
+		return nil, fmt.Errorf("keys from %q are not in the body: %w", cfg.From, ErrNoKey)
+	}
+	k, err := newKeyer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(body []byte) (string, error) {
+		d, err := k.derive(body, nil, nil)
+		return d.key, err
+	}, nil
+}

@@ -1,0 +1,158 @@
+package worker
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+func TestKeyer_Derive(t *testing.T) {
+	t.Parallel()
+	sns := func(inner string) string {
+		return `{"Type":"Notification","MessageId":"sns-1","TopicArn":"arn:aws:sns:us-east-1:1:t","Message":` + quote(inner) + `}`
+	}
+	cases := []struct {
+		name   string
+		cfg    KeyConfig
+		body   string
+		attrs  map[string]types.MessageAttributeValue
+		system map[string]string
+		want   string // "" means ErrNoKey
+		reason string // part of the error
+	}{
+		{"TopLevelString", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `{"id":"evt_1","x":1}`, nil, nil, "evt_1", ""},
+		{"Nested", KeyConfig{From: KeyFromBody, Pointer: "/data/object/id"}, `{"data":{"object":{"id":"pi_9"}}}`, nil, nil, "pi_9", ""},
+		{"Number", KeyConfig{From: KeyFromBody, Pointer: "/n"}, `{"n": 12345678901234567890}`, nil, nil, "12345678901234567890", ""},
+		{"ArrayIndex", KeyConfig{From: KeyFromBody, Pointer: "/a/1"}, `{"a":["x","y"]}`, nil, nil, "y", ""},
+		{"EscapedTokens", KeyConfig{From: KeyFromBody, Pointer: "/a~1b/c~0d"}, `{"a/b":{"c~d":"k"}}`, nil, nil, "k", ""},
+		{"Prefix", KeyConfig{From: KeyFromBody, Pointer: "/id", Prefix: "stripe:"}, `{"id":"evt_1"}`, nil, nil, "stripe:evt_1", ""},
+		{"Unicode", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `{"id":"zahlung-ü-🙂"}`, nil, nil, "zahlung-ü-🙂", ""},
+		{"MissingField", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `{"other":1}`, nil, nil, "", `no field "id"`},
+		{"NotJSON", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `id=1`, nil, nil, "", "not valid JSON"},
+		{"Object", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `{"id":{"a":1}}`, nil, nil, "", "object, not a string or number"},
+		{"Null", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `{"id":null}`, nil, nil, "", "null"},
+		{"EmptyString", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `{"id":""}`, nil, nil, "", "empty string"},
+		{"IndexOutOfRange", KeyConfig{From: KeyFromBody, Pointer: "/a/5"}, `{"a":[1]}`, nil, nil, "", "no array element"},
+		{"LeadingZeroIndex", KeyConfig{From: KeyFromBody, Pointer: "/a/01"}, `{"a":[1,2]}`, nil, nil, "", "no array element"},
+		{"ThroughScalar", KeyConfig{From: KeyFromBody, Pointer: "/a/b"}, `{"a":"s"}`, nil, nil, "", "inside a string"},
+		{"ControlCharacter", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `{"id":"a\u0000b"}`, nil, nil, "", "control character"},
+		{"TooLong", KeyConfig{From: KeyFromBody, Pointer: "/id"}, `{"id":"` + strings.Repeat("k", 10<<10) + `"}`, nil, nil, "", "longer than 512"},
+		{"DeeplyNested", KeyConfig{From: KeyFromBody, Pointer: "/id"}, strings.Repeat("[", 20000) + strings.Repeat("]", 20000), nil, nil, "", "not valid JSON"},
+		{"SNS", KeyConfig{From: KeyFromBody, Pointer: "/id", SNS: true}, sns(`{"id":"evt_sns"}`), nil, nil, "evt_sns", ""},
+		{"SNSNotEnvelope", KeyConfig{From: KeyFromBody, Pointer: "/id", SNS: true}, `{"id":"evt_raw"}`, nil, nil, "", "not an SNS notification envelope"},
+		{"Attribute", KeyConfig{From: KeyFromAttribute, Attribute: "EventId"}, `anything`,
+			map[string]types.MessageAttributeValue{"EventId": {DataType: aws.String("String"), StringValue: aws.String("e-7")}}, nil, "e-7", ""},
+		{"AttributeMissing", KeyConfig{From: KeyFromAttribute, Attribute: "EventId"}, `x`, nil, nil, "", `no attribute "EventId"`},
+		{"AttributeBinary", KeyConfig{From: KeyFromAttribute, Attribute: "EventId"}, `x`,
+			map[string]types.MessageAttributeValue{"EventId": {DataType: aws.String("Binary"), BinaryValue: []byte{1}}}, nil, "", "no string value"},
+		{"DeduplicationID", KeyConfig{From: KeyFromDeduplicationID}, `x`, nil, map[string]string{"MessageDeduplicationId": "d-1"}, "d-1", ""},
+		{"DeduplicationIDMissing", KeyConfig{From: KeyFromDeduplicationID}, `x`, nil, nil, "", "no MessageDeduplicationId"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			k, err := newKeyer(tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := k.derive([]byte(tc.body), tc.attrs, tc.system)
+			if tc.want == "" {
+				if !errors.Is(err, ErrNoKey) || !strings.Contains(err.Error(), tc.reason) {
+					t.Fatalf("derive: key %q, err %v; want ErrNoKey saying %q", d.key, err, tc.reason)
+				}
+				if len(tc.body) > 100 && strings.Contains(err.Error(), tc.body[:50]) {
+					t.Fatalf("error quotes the body: %v", err)
+				}
+				return
+			}
+			if err != nil || d.key != tc.want || d.hashed {
+				t.Fatalf("derive: key %q hashed=%v err %v, want %q", d.key, d.hashed, err, tc.want)
+			}
+			if len(d.fingerprint) != 32 {
+				t.Fatalf("fingerprint of %d bytes", len(d.fingerprint))
+			}
+		})
+	}
+}
+
+func TestKeyer_Stable(t *testing.T) {
+	t.Parallel()
+	k, err := newKeyer(KeyConfig{From: KeyFromBody, Pointer: "/id", SNS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two SNS deliveries of one publish differ in their envelopes; the key
+	// and the payload fingerprint come from the inner message only.
+	a, err := k.derive([]byte(`{"Type":"Notification","MessageId":"1","Timestamp":"t1","Message":"{\"id\":\"e\"}"}`), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := k.derive([]byte(`{"Type":"Notification","MessageId":"2","Timestamp":"t2","Message":"{\"id\":\"e\"}"}`), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.key != b.key || string(a.fingerprint) != string(b.fingerprint) {
+		t.Fatalf("two envelopes of one message: %+v vs %+v", a, b)
+	}
+	c, _ := k.derive([]byte(`{"Type":"Notification","Message":"{\"id\":\"e\",\"amount\":2}"}`), nil, nil)
+	if c.key != a.key || string(c.fingerprint) == string(a.fingerprint) {
+		t.Fatalf("a different payload under the same key must differ in fingerprint only")
+	}
+}
+
+func TestKeyer_HashMissing(t *testing.T) {
+	t.Parallel()
+	k, err := newKeyer(KeyConfig{From: KeyFromBody, Pointer: "/id", HashMissing: true, Prefix: "p:"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := k.derive([]byte(`not json at all`), nil, nil)
+	if err != nil || !a.hashed || !strings.HasPrefix(a.key, "p:sha256:") {
+		t.Fatalf("hashed key: %+v, %v", a, err)
+	}
+	b, _ := k.derive([]byte(`not json at all`), nil, nil)
+	c, _ := k.derive([]byte(`not json at all!`), nil, nil)
+	if a.key != b.key || a.key == c.key {
+		t.Fatalf("hash keys must depend on the payload alone: %q %q %q", a.key, b.key, c.key)
+	}
+	d, _ := k.derive([]byte(`{"id":"natural"}`), nil, nil)
+	if d.key != "p:natural" || d.hashed {
+		t.Fatalf("a natural key is preferred: %+v", d)
+	}
+}
+
+func TestNewKeyer_Invalid(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []KeyConfig{
+		{From: "time"},
+		{From: KeyFromBody, Pointer: ""},
+		{From: KeyFromBody, Pointer: "id"},
+		{From: KeyFromBody, Pointer: "/a~2"},
+		{From: KeyFromAttribute},
+		{From: KeyFromBody, Pointer: "/id", Prefix: "a\nb"},
+	} {
+		if _, err := newKeyer(cfg); err == nil {
+			t.Errorf("newKeyer(%+v) accepted", cfg)
+		}
+	}
+}
+
+func TestDeduplicationID(t *testing.T) {
+	t.Parallel()
+	if got := DeduplicationID("evt_1:a/b"); got != "evt_1:a/b" {
+		t.Fatalf("plain key changed: %q", got)
+	}
+	for _, key := range []string{"has space", "ü", strings.Repeat("k", 129)} {
+		got := DeduplicationID(key)
+		if !strings.HasPrefix(got, "sha256-") || len(got) > 128 || got != DeduplicationID(key) {
+			t.Fatalf("DeduplicationID(%q) = %q", key, got)
+		}
+	}
+}
+
+func quote(s string) string {
+	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
+}

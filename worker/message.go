@@ -1,0 +1,89 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Message is one delivery handed to a Handler. The Handler may set Result;
+// everything else is read-only.
+type Message struct {
+	Key             string // the operation key, with its prefix
+	Body            []byte // the message body as received (an SNS envelope is not unwrapped here)
+	MessageID       string // SQS message id of this delivery
+	QueueURL        string
+	Attempt         int // this operation's attempt number in the ledger, from 1
+	ReceiveCount    int // SQS ApproximateReceiveCount of this message
+	GroupID         string
+	DeduplicationID string
+	SentAt          time.Time
+	// Attributes holds the message attributes that have a string value.
+	Attributes map[string]string
+
+	// Result is stored with the completed operation (cut to 4 KiB) and
+	// shown for its duplicates.
+	Result []byte
+}
+
+// Handler runs the work of one operation. It returns nil when the work is
+// done, and only then: a nil return lets the worker record the operation
+// complete and delete the message. An error leaves the message to be
+// retried; wrap it with Permanent to send the message to the dead-letter
+// queue instead, or with RetryAfter to choose the back-off.
+//
+// Handle is called concurrently, up to the configured concurrency. Its
+// context ends when the handler timeout passes, when the shutdown grace
+// runs out, or when the worker loses the operation's lease.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// PermanentError marks a failure that retrying cannot fix.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + errString(e.Err) }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent marks err as a permanent failure: the operation is recorded as
+// failed permanently and its message goes to the dead-letter queue at once.
+func Permanent(err error) error {
+	if err == nil {
+		err = errors.New("permanent failure")
+	}
+	return &PermanentError{Err: err}
+}
+
+// RetryError asks for the next attempt after a given delay.
+type RetryError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *RetryError) Error() string {
+	return fmt.Sprintf("retry after %v: %s", e.After, errString(e.Err))
+}
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// RetryAfter marks err as retryable after d instead of the configured
+// back-off (bounded by SQS's 12-hour visibility limit).
+func RetryAfter(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("retry requested")
+	}
+	return &RetryError{After: d, Err: err}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}

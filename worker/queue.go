@@ -1,0 +1,260 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// queueInfo is what the worker learns about its queue at start.
+type queueInfo struct {
+	fifo            bool
+	retention       time.Duration // MessageRetentionPeriod
+	dlqURL          string        // "" without a redrive policy
+	dlqRetention    time.Duration
+	maxReceiveCount int
+}
+
+// QueueInfo describes a queue and its dead-letter queue as SQS reports them.
+type QueueInfo struct {
+	URL             string
+	FIFO            bool
+	Retention       time.Duration
+	DLQURL          string // "" when the queue has no redrive policy
+	DLQRetention    time.Duration
+	MaxReceiveCount int
+}
+
+// InspectQueue reads a queue's attributes and finds its dead-letter queue
+// through the redrive policy.
+func InspectQueue(ctx context.Context, c SQSClient, url string) (QueueInfo, error) {
+	q, err := inspectQueue(ctx, c, url)
+	if err != nil {
+		return QueueInfo{}, err
+	}
+	return QueueInfo{URL: url, FIFO: q.fifo, Retention: q.retention, DLQURL: q.dlqURL,
+		DLQRetention: q.dlqRetention, MaxReceiveCount: q.maxReceiveCount}, nil
+}
+
+func inspectQueue(ctx context.Context, c SQSClient, url string) (queueInfo, error) {
+	attrs, err := queueAttributes(ctx, c, url)
+	if err != nil {
+		return queueInfo{}, err
+	}
+	q := queueInfo{
+		fifo:      attrs["FifoQueue"] == "true" || strings.HasSuffix(url, ".fifo"),
+		retention: seconds(attrs["MessageRetentionPeriod"]),
+	}
+	policy := attrs["RedrivePolicy"]
+	if policy == "" {
+		return q, nil
+	}
+	var rp struct {
+		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
+		MaxReceiveCount     json.Number
+	}
+	if err := json.Unmarshal([]byte(policy), &rp); err != nil || rp.DeadLetterTargetArn == "" {
+		return queueInfo{}, fmt.Errorf("queue %s: unreadable redrive policy %q", url, policy)
+	}
+	n, _ := rp.MaxReceiveCount.Int64()
+	q.maxReceiveCount = int(n)
+	// arn:aws:sqs:region:account:name
+	parts := strings.Split(rp.DeadLetterTargetArn, ":")
+	if len(parts) != 6 {
+		return queueInfo{}, fmt.Errorf("queue %s: dead-letter target %q is not an SQS queue ARN", url, rp.DeadLetterTargetArn)
+	}
+	out, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &parts[5], QueueOwnerAWSAccountId: &parts[4]})
+	if err != nil {
+		return queueInfo{}, fmt.Errorf("queue %s: find its dead-letter queue %s: %w", url, parts[5], err)
+	}
+	q.dlqURL = aws.ToString(out.QueueUrl)
+	dattrs, err := queueAttributes(ctx, c, q.dlqURL)
+	if err != nil {
+		return queueInfo{}, err
+	}
+	q.dlqRetention = seconds(dattrs["MessageRetentionPeriod"])
+	return q, nil
+}
+
+func queueAttributes(ctx context.Context, c SQSClient, url string) (map[string]string, error) {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       &url,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameAll},
+	})
+	if err != nil {
+		var missing *types.QueueDoesNotExist
+		if errors.As(err, &missing) {
+			return nil, fmt.Errorf("queue %s does not exist: %w", url, err)
+		}
+		return nil, fmt.Errorf("read attributes of queue %s: %w", url, err)
+	}
+	return out.Attributes, nil
+}
+
+func seconds(s string) time.Duration {
+	n, _ := strconv.Atoi(s)
+	return time.Duration(n) * time.Second
+}
+
+// warnRetention warns when the ledger forgets operations before SQS can
+// stop delivering them: a message still in the queue or its dead-letter
+// queue after its record expired would run again.
+func (w *Worker) warnRetention() {
+	need := w.queue.retention + w.queue.dlqRetention
+	if w.cfg.Retention <= 0 || need <= 0 || w.cfg.Retention >= need {
+		return
+	}
+	w.log.Warn("ledger retention is shorter than the queue's message retention plus its dead-letter queue's: "+
+		"a delivery or replay that comes after its operation's record expired would run the work again",
+		"ledger_retention", w.cfg.Retention, "queue_retention", w.queue.retention, "dlq_retention", w.queue.dlqRetention)
+}
+
+// deletion is a message to delete once its operation is settled.
+type deletion struct {
+	id, receipt string
+}
+
+func (w *Worker) delete(m types.Message) {
+	w.deletes <- deletion{id: aws.ToString(m.MessageId), receipt: aws.ToString(m.ReceiptHandle)}
+}
+
+// deleteLoop deletes messages in batches of up to ten: whatever is waiting
+// when a batch starts goes into it. It ends when the channel is closed and
+// drained. A failed delete only costs a redelivery, which the ledger
+// answers as a duplicate.
+func (w *Worker) deleteLoop() {
+	batch := make([]types.DeleteMessageBatchRequestEntry, 0, MaxMessagesPerReceive)
+	for d := range w.deletes {
+		batch = append(batch[:0], entry(0, d))
+	gather:
+		for len(batch) < MaxMessagesPerReceive {
+			select {
+			case d, ok := <-w.deletes:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, entry(len(batch), d))
+			default:
+				break gather
+			}
+		}
+		w.deleteBatch(batch)
+	}
+}
+
+func entry(i int, d deletion) types.DeleteMessageBatchRequestEntry {
+	return types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(d.receipt)}
+}
+
+func (w *Worker) deleteBatch(batch []types.DeleteMessageBatchRequestEntry) {
+	out, err := w.sqs.DeleteMessageBatch(context.Background(), &sqs.DeleteMessageBatchInput{
+		QueueUrl: &w.cfg.QueueURL,
+		Entries:  batch,
+	})
+	if err != nil {
+		w.stats.deleteFailed.Add(int64(len(batch)))
+		w.log.Warn("delete failed: the messages will be redelivered and suppressed as duplicates", "error", err, "messages", len(batch))
+		return
+	}
+	w.stats.deleted.Add(int64(len(out.Successful)))
+	for _, f := range out.Failed {
+		w.stats.deleteFailed.Add(1)
+		w.log.Warn("delete failed: the message will be redelivered and suppressed as a duplicate",
+			"code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
+	}
+}
+
+// makeVisible sets the visibility of messages to d from now, so that they
+// are received again after d.
+func (w *Worker) makeVisible(msgs []types.Message, d time.Duration) {
+	secs := int32(min(max((d+time.Second-1)/time.Second, 0), MaxVisibility/time.Second))
+	for start := 0; start < len(msgs); start += MaxMessagesPerReceive {
+		chunk := msgs[start:min(start+MaxMessagesPerReceive, len(msgs))]
+		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(chunk))
+		for i, m := range chunk {
+			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+				Id:                aws.String(strconv.Itoa(i)),
+				ReceiptHandle:     m.ReceiptHandle,
+				VisibilityTimeout: secs,
+			}
+		}
+		out, err := w.sqs.ChangeMessageVisibilityBatch(context.Background(), &sqs.ChangeMessageVisibilityBatchInput{
+			QueueUrl: &w.cfg.QueueURL,
+			Entries:  entries,
+		})
+		if err != nil {
+			w.log.Warn("could not change visibility: the messages return after the receive's visibility timeout instead", "error", err, "messages", len(chunk))
+			continue
+		}
+		for _, f := range out.Failed {
+			w.log.Warn("could not change visibility of a message", "code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
+		}
+	}
+}
+
+// Attributes the worker adds to a message it moves to the dead-letter queue.
+const (
+	AttrReason          = "SqsonceReason"
+	AttrSourceMessageID = "SqsonceSourceMessageId"
+	maxMessageAttrs     = 10
+)
+
+// deadLetter moves a message that must not run (again) to the dead-letter
+// queue: a copy is sent there, and only once the send succeeded is the
+// original deleted. Without a dead-letter queue, or when the send fails, the
+// message is left with the longest back-off so that SQS's own redrive or
+// retention deals with it. It reports whether the message was moved.
+func (w *Worker) deadLetter(j *job, reason string, log *slog.Logger) bool {
+	if w.queue.dlqURL == "" {
+		log.Warn("no dead-letter queue: leaving the message until its retention ends", "reason", reason)
+		w.makeVisible([]types.Message{j.msg}, w.cfg.MaxBackoff)
+		return false
+	}
+	attrs := make(map[string]types.MessageAttributeValue, len(j.msg.MessageAttributes)+2)
+	for k, v := range j.msg.MessageAttributes {
+		attrs[k] = v
+	}
+	for k, v := range map[string]string{AttrReason: truncate(reason, 1024), AttrSourceMessageID: j.id()} {
+		if len(attrs) < maxMessageAttrs {
+			attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+		}
+	}
+	in := &sqs.SendMessageInput{
+		QueueUrl:          &w.queue.dlqURL,
+		MessageBody:       j.msg.Body,
+		MessageAttributes: attrs,
+	}
+	if w.queue.fifo {
+		in.MessageGroupId = aws.String(j.groupID())
+		dedup := j.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)]
+		if j.keyErr == nil {
+			dedup = DeduplicationID(j.key.key)
+		}
+		in.MessageDeduplicationId = aws.String(dedup)
+	}
+	if _, err := w.sqs.SendMessage(context.Background(), in); err != nil {
+		log.Error("could not move the message to the dead-letter queue: leaving it for SQS's redrive", "error", err)
+		w.makeVisible([]types.Message{j.msg}, w.cfg.MaxBackoff)
+		return false
+	}
+	w.stats.deadLettered.Add(1)
+	log.Warn("moved to the dead-letter queue", "reason", reason, "dead_letter_queue", w.queue.dlqURL)
+	w.delete(j.msg)
+	return true
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

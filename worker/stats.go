@@ -1,0 +1,55 @@
+package worker
+
+import "sync/atomic"
+
+// Stats counts what a Worker did since it was created.
+type Stats struct {
+	Received            int64 // messages received (deliveries)
+	Claimed             int64 // operations claimed to run (attempts started)
+	Completed           int64 // operations recorded complete
+	Duplicates          int64 // deliveries of settled operations, not run again
+	InProgressElsewhere int64 // deliveries left because another claim held the operation
+	Retried             int64 // attempts that failed and were left for a retry
+	FailedPermanently   int64 // attempts that failed permanently
+	DeadLettered        int64 // messages moved to the dead-letter queue
+	Keyless             int64 // messages without a usable operation key
+	Conflicts           int64 // keys seen again with a different payload
+	Released            int64 // messages given back unstarted (FIFO order, shutdown)
+	Takeovers           int64 // claims taken over after a lapsed lease
+	LeaseLost           int64 // attempts cut off because another claim took over
+	CompleteFailed      int64 // work done but the completion could not be recorded
+	Deleted             int64 // messages deleted
+	DeleteFailed        int64 // deletes that failed (the message will come back as a duplicate)
+	Heartbeats          int64 // visibility and lease extensions
+}
+
+type counters struct {
+	received, claimed, completed, duplicates, inProgressElsewhere, retried,
+	failedPermanently, deadLettered, keyless, conflicts, released, takeovers,
+	leaseLost, completeFailed, deleted, deleteFailed, heartbeats atomic.Int64
+}
+
+// Stats returns the worker's counters. Safe to call at any time.
+func (w *Worker) Stats() Stats {
+	c := &w.stats
+	return Stats{
+		Received: c.received.Load(), Claimed: c.claimed.Load(), Completed: c.completed.Load(),
+		Duplicates: c.duplicates.Load(), InProgressElsewhere: c.inProgressElsewhere.Load(),
+		Retried: c.retried.Load(), FailedPermanently: c.failedPermanently.Load(),
+		DeadLettered: c.deadLettered.Load(), Keyless: c.keyless.Load(), Conflicts: c.conflicts.Load(),
+		Released: c.released.Load(), Takeovers: c.takeovers.Load(), LeaseLost: c.leaseLost.Load(),
+		CompleteFailed: c.completeFailed.Load(), Deleted: c.deleted.Load(),
+		DeleteFailed: c.deleteFailed.Load(), Heartbeats: c.heartbeats.Load(),
+	}
+}
+
+func (s Stats) logAttrs() []any {
+	return []any{
+		"received", s.Received, "claimed", s.Claimed, "completed", s.Completed,
+		"duplicates", s.Duplicates, "in_progress_elsewhere", s.InProgressElsewhere,
+		"retried", s.Retried, "failed_permanently", s.FailedPermanently,
+		"dead_lettered", s.DeadLettered, "keyless", s.Keyless, "conflicts", s.Conflicts,
+		"released", s.Released, "takeovers", s.Takeovers, "lease_lost", s.LeaseLost,
+		"complete_failed", s.CompleteFailed, "deleted", s.Deleted, "delete_failed", s.DeleteFailed,
+	}
+}

@@ -1,0 +1,600 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// Worker consumes one queue. Create it with New and call Run once.
+type Worker struct {
+	cfg     Config
+	sqs     SQSClient
+	ledger  Ledger
+	handler Handler
+	keyer   *keyer
+	log     *slog.Logger
+
+	queue   queueInfo // read from SQS when Run starts
+	ownerID string    // this process, for owner tokens
+	claimN  atomic.Uint64
+
+	slots    chan struct{} // one token per free handler slot
+	deletes  chan deletion
+	hurry    chan struct{} // closed by StopNow
+	hurryOne sync.Once
+	stats    counters
+	now      func() time.Time
+}
+
+// New returns a Worker for cfg. The client, ledger and handler are required.
+// Defaults are filled into cfg as documented on Config.
+func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case client == nil:
+		return nil, fmt.Errorf("nil SQS client: %w", ErrInvalidConfig)
+	case l == nil:
+		return nil, fmt.Errorf("nil ledger: %w", ErrInvalidConfig)
+	case h == nil:
+		return nil, fmt.Errorf("nil handler: %w", ErrInvalidConfig)
+	}
+	k, err := newKeyer(cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		cfg:     cfg,
+		sqs:     client,
+		ledger:  l,
+		handler: h,
+		keyer:   k,
+		log:     cfg.Logger.With("queue", cfg.QueueURL),
+		ownerID: ownerID(),
+		slots:   make(chan struct{}, cfg.Concurrency),
+		deletes: make(chan deletion, 4*MaxMessagesPerReceive),
+		hurry:   make(chan struct{}),
+		now:     time.Now,
+	}
+	for range cfg.Concurrency {
+		w.slots <- struct{}{}
+	}
+	return w, nil
+}
+
+// ownerID names this process in owner tokens: host, pid and a random part,
+// so that two processes never share tokens.
+func ownerID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// StopNow cuts the shutdown grace short: running work is cancelled at once.
+// It is what a second SIGTERM or SIGINT does. Safe to call at any time and
+// more than once.
+func (w *Worker) StopNow() {
+	w.hurryOne.Do(func() { close(w.hurry) })
+}
+
+// Run consumes the queue until ctx ends, then shuts down in two phases: it
+// stops receiving at once (the long poll is cancelled), lets running work
+// finish for up to Config.Grace (or until StopNow), releases what never
+// started, flushes pending deletes, and returns. It returns nil after a
+// clean shutdown and an error when it could not start (the queue cannot be
+// read, for example). Run joins every goroutine it started before returning.
+func (w *Worker) Run(ctx context.Context) error {
+	info, err := inspectQueue(ctx, w.sqs, w.cfg.QueueURL)
+	if err != nil {
+		return err
+	}
+	w.queue = info
+	w.warnRetention()
+	w.log.Info("worker started", "fifo", info.fifo, "dead_letter_queue", info.dlqURL,
+		"max_receive_count", info.maxReceiveCount, "concurrency", w.cfg.Concurrency, "pollers", w.cfg.Pollers)
+
+	// Work outlives ctx by the grace period.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+
+	var deleters, pollers, jobs, sweeper sync.WaitGroup
+	deleters.Go(w.deleteLoop)
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	if w.cfg.SweepInterval > 0 {
+		sweeper.Go(func() { w.sweepLoop(sweepCtx) })
+	}
+	for range w.cfg.Pollers {
+		pollers.Go(func() { w.pollLoop(ctx, workCtx, &jobs) })
+	}
+
+	pollers.Wait() // returns once ctx has ended
+	w.log.Info("stopping: receiving stopped, draining running work", "grace", w.cfg.Grace, "in_flight", w.cfg.Concurrency-len(w.slots))
+	drained := make(chan struct{})
+	go func() { jobs.Wait(); close(drained) }()
+	grace := time.NewTimer(w.cfg.Grace)
+	defer grace.Stop()
+	select {
+	case <-drained:
+	case <-grace.C:
+		w.log.Warn("shutdown grace ran out: cancelling running work")
+	case <-w.hurry:
+		w.log.Warn("second stop signal: cancelling running work")
+	}
+	cancelWork()
+	<-drained
+	close(w.deletes)
+	deleters.Wait()
+	stopSweep()
+	sweeper.Wait()
+	s := w.Stats()
+	w.log.Info("worker stopped", s.logAttrs()...)
+	return nil
+}
+
+// pollLoop receives batches while there is free handler capacity, until ctx
+// ends. Each message it dispatches holds one slot until it is dealt with.
+func (w *Worker) pollLoop(ctx, workCtx context.Context, jobs *sync.WaitGroup) {
+	failures := 0
+	for ctx.Err() == nil {
+		n := w.acquire(ctx, w.cfg.MaxMessages)
+		if n == 0 {
+			return
+		}
+		msgs, err := w.receive(ctx, n)
+		if n > len(msgs) {
+			w.release(n - len(msgs))
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			wait := backoff(failures, 100*time.Millisecond, 10*time.Second)
+			w.log.Error("receive failed", "error", err, "retry_in", wait)
+			sleep(ctx, wait)
+			continue
+		}
+		failures = 0
+		if len(msgs) == 0 {
+			continue
+		}
+		w.stats.received.Add(int64(len(msgs)))
+		if ctx.Err() != nil {
+			// Received as the stop came: give them back untouched.
+			w.makeVisible(msgs, 0)
+			w.release(len(msgs))
+			return
+		}
+		w.dispatch(ctx, workCtx, msgs, jobs)
+	}
+}
+
+// acquire takes between 1 and max free slots, waiting for the first. It
+// returns 0 when ctx ends first.
+func (w *Worker) acquire(ctx context.Context, max int) int {
+	select {
+	case <-w.slots:
+	case <-ctx.Done():
+		return 0
+	}
+	n := 1
+	for n < max {
+		select {
+		case <-w.slots:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (w *Worker) release(n int) {
+	for range n {
+		w.slots <- struct{}{}
+	}
+}
+
+func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
+	in := &sqs.ReceiveMessageInput{
+		QueueUrl:                    &w.cfg.QueueURL,
+		MaxNumberOfMessages:         int32(n),
+		WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
+		VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		MessageAttributeNames:       []string{"All"},
+	}
+	if w.queue.fifo {
+		// Lets SQS answer a retried receive with the same messages instead
+		// of hiding them for a visibility timeout.
+		var b [16]byte
+		rand.Read(b[:])
+		in.ReceiveRequestAttemptId = aws.String(hex.EncodeToString(b[:]))
+	}
+	out, err := w.sqs.ReceiveMessage(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("receive from %s: %w", w.cfg.QueueURL, err)
+	}
+	return out.Messages, nil
+}
+
+// job is one received message on its way through the worker.
+type job struct {
+	msg     types.Message
+	key     derived
+	keyErr  error
+	claim   ledger.Claim
+	owner   string
+	claimed bool // the ledger holds a claim of ours for it
+}
+
+func (j *job) id() string { return aws.ToString(j.msg.MessageId) }
+
+func (j *job) groupID() string {
+	return j.msg.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
+}
+
+// dispatch derives keys, claims the keyed messages in one ledger commit and
+// starts their handling. It does not wait for the work.
+func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jobs *sync.WaitGroup) {
+	all := make([]*job, len(msgs))
+	var reqs []ledger.ClaimRequest
+	var keyed []*job
+	for i, m := range msgs {
+		j := &job{msg: m}
+		all[i] = j
+		j.key, j.keyErr = w.keyer.derive([]byte(aws.ToString(m.Body)), m.MessageAttributes, m.Attributes)
+		if j.keyErr != nil {
+			continue
+		}
+		j.owner = w.ownerID + "/" + strconv.FormatUint(w.claimN.Add(1), 10)
+		reqs = append(reqs, ledger.ClaimRequest{
+			Key:         j.key.key,
+			Fingerprint: j.key.fingerprint,
+			Owner:       j.owner,
+			Lease:       w.cfg.VisibilityTimeout,
+			MessageID:   j.id(),
+		})
+		keyed = append(keyed, j)
+	}
+	var claimErr error
+	if len(reqs) > 0 {
+		claims, err := w.ledger.ClaimBatch(context.WithoutCancel(ctx), reqs)
+		if err != nil {
+			claimErr = err
+		} else {
+			for i, j := range keyed {
+				j.claim = claims[i]
+				j.claimed = claims[i].Outcome == ledger.Claimed
+			}
+		}
+	}
+	if claimErr != nil {
+		// Nothing was claimed: every keyed message comes back after a
+		// back-off, and the ledger may work again by then.
+		w.log.Error("ledger claim failed: leaving the batch for redelivery", "error", claimErr, "messages", len(keyed))
+		var retry []types.Message
+		for _, j := range keyed {
+			retry = append(retry, j.msg)
+		}
+		w.makeVisible(retry, w.cfg.MinBackoff)
+		w.release(len(keyed))
+		for _, j := range all {
+			if j.keyErr != nil {
+				jobs.Go(func() { defer w.release(1); w.process(ctx, workCtx, j) })
+			}
+		}
+		return
+	}
+	if !w.queue.fifo {
+		for _, j := range all {
+			jobs.Go(func() { defer w.release(1); w.process(ctx, workCtx, j) })
+		}
+		return
+	}
+	// FIFO: the messages of one group run in order, one at a time.
+	var order []string
+	groups := map[string][]*job{}
+	for _, j := range all {
+		g := j.groupID()
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], j)
+	}
+	for _, g := range order {
+		group := groups[g]
+		jobs.Go(func() { w.processGroup(ctx, workCtx, group) })
+	}
+}
+
+// processGroup handles one FIFO group's messages in order. At the first
+// message that is left for a retry, or when the worker stops, the rest are
+// released unstarted so they cannot run out of order.
+func (w *Worker) processGroup(ctx, workCtx context.Context, group []*job) {
+	for i, j := range group {
+		if ctx.Err() != nil {
+			w.releaseJobs(group[i:])
+			return
+		}
+		ok := w.process(ctx, workCtx, j)
+		w.release(1)
+		if !ok {
+			w.releaseJobs(group[i+1:])
+			return
+		}
+	}
+}
+
+// releaseJobs gives back messages whose work never started: their claims
+// are released and they become visible at once.
+func (w *Worker) releaseJobs(js []*job) {
+	if len(js) == 0 {
+		return
+	}
+	bg := context.Background()
+	msgs := make([]types.Message, 0, len(js))
+	for _, j := range js {
+		if j.claimed {
+			if err := w.ledger.Release(bg, j.key.key, j.owner); err != nil {
+				w.log.Warn("release claim failed", "key", j.key.key, "message_id", j.id(), "error", err)
+			}
+		}
+		msgs = append(msgs, j.msg)
+	}
+	w.stats.released.Add(int64(len(js)))
+	w.makeVisible(msgs, 0)
+	w.release(len(js))
+}
+
+// process deals with one message according to its key and claim. It reports
+// whether the message is settled (deleted or dead-lettered) rather than left
+// for a retry, which is what a FIFO group needs to know to go on.
+func (w *Worker) process(ctx, workCtx context.Context, j *job) bool {
+	log := w.log.With("message_id", j.id())
+	if j.keyErr != nil {
+		w.stats.keyless.Add(1)
+		log.Warn("message has no usable operation key: rejected", "reason", j.keyErr)
+		return w.deadLetter(j, "no operation key: "+j.keyErr.Error(), log)
+	}
+	log = log.With("key", j.key.key, "attempt", j.claim.Record.Attempts)
+	switch j.claim.Outcome {
+	case ledger.Claimed:
+		if j.claim.Takeover {
+			w.stats.takeovers.Add(1)
+			log.Warn("took over an operation whose lease had lapsed", "previous_owner_lease", j.claim.Record.LeaseExpiry)
+		}
+		w.stats.claimed.Add(1)
+		return w.run(ctx, workCtx, j, log)
+	case ledger.AlreadyComplete:
+		w.stats.duplicates.Add(1)
+		log.Debug("duplicate of a completed operation: deleted without running")
+		w.delete(j.msg)
+		return true
+	case ledger.InProgress:
+		w.stats.inProgressElsewhere.Add(1)
+		wait := j.claim.Record.LeaseExpiry.Sub(w.now()) + time.Second
+		log.Info("operation in progress under another claim: retry when its lease lapses", "retry_in", wait)
+		w.makeVisible([]types.Message{j.msg}, wait)
+		return false
+	case ledger.Conflict:
+		w.stats.conflicts.Add(1)
+		log.Error("operation key seen before with a different payload: rejected", "state", j.claim.Record.State)
+		return w.deadLetter(j, "conflict: key seen before with a different payload", log)
+	case ledger.FailedPermanently:
+		w.stats.duplicates.Add(1)
+		log.Info("operation failed permanently before: dead-lettering the redelivery", "last_error", j.claim.Record.LastError)
+		return w.deadLetter(j, "failed permanently: "+j.claim.Record.LastError, log)
+	}
+	log.Error("unknown claim outcome: leaving the message", "outcome", j.claim.Outcome)
+	return false
+}
+
+// errLeaseLost is the cancellation cause when a heartbeat finds that another
+// claim took the operation over.
+var errLeaseLost = errors.New("lease lost to another claim")
+
+// run executes the handler for a claimed message and records the outcome.
+func (w *Worker) run(ctx, workCtx context.Context, j *job, log *slog.Logger) bool {
+	m := &Message{
+		Key:             j.key.key,
+		Body:            []byte(aws.ToString(j.msg.Body)),
+		MessageID:       j.id(),
+		QueueURL:        w.cfg.QueueURL,
+		Attempt:         j.claim.Record.Attempts,
+		GroupID:         j.groupID(),
+		DeduplicationID: j.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
+		Attributes:      stringAttributes(j.msg.MessageAttributes),
+	}
+	m.ReceiveCount, _ = strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	if ms, err := strconv.ParseInt(j.msg.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
+		m.SentAt = time.UnixMilli(ms)
+	}
+
+	hctx, cancel := context.WithTimeoutCause(workCtx, w.cfg.HandlerTimeout, errors.New("handler timeout"))
+	defer cancel()
+	hctx, cancelLease := context.WithCancelCause(hctx)
+	stopBeat := w.heartbeat(j, log, func() { cancelLease(errLeaseLost) })
+	start := w.now()
+	err := w.handle(hctx, m)
+	stopBeat()
+	elapsed := w.now().Sub(start)
+	bg := context.WithoutCancel(ctx)
+
+	if err == nil {
+		return w.complete(bg, j, m, log.With("duration", elapsed))
+	}
+	if errors.Is(context.Cause(hctx), errLeaseLost) {
+		w.stats.leaseLost.Add(1)
+		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
+		return false
+	}
+	var perm *PermanentError
+	permanent := errors.As(err, &perm)
+	ferr := w.ledger.Fail(bg, ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent})
+	if ferr != nil {
+		log.Error("could not record the failure in the ledger", "error", ferr)
+	}
+	if permanent {
+		w.stats.failedPermanently.Add(1)
+		log.Error("work failed permanently", "error", err, "duration", elapsed)
+		return w.deadLetter(j, "failed permanently: "+err.Error(), log)
+	}
+	w.stats.retried.Add(1)
+	wait := backoff(m.Attempt, w.cfg.MinBackoff, w.cfg.MaxBackoff)
+	var re *RetryError
+	if errors.As(err, &re) {
+		wait = min(max(re.After, 0), MaxVisibility)
+	}
+	if workCtx.Err() != nil {
+		wait = 0 // cut off by shutdown: let another worker take it now
+	}
+	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "duration", elapsed)
+	w.makeVisible([]types.Message{j.msg}, wait)
+	return false
+}
+
+// handle calls the handler, turning a panic into a retryable error.
+func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return w.handler.Handle(ctx, m)
+}
+
+// complete records the operation complete, durably, and only then deletes
+// the message. A ledger failure is retried briefly; if it persists the
+// message is left, and its redelivery may run the work again.
+func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *slog.Logger) bool {
+	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
+	var err error
+	for attempt := 1; attempt <= 4; attempt++ {
+		err = w.ledger.Complete(ctx, c)
+		if err == nil || errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrClosed) {
+			break
+		}
+		sleep(ctx, backoff(attempt, 100*time.Millisecond, 2*time.Second))
+	}
+	if err != nil {
+		w.stats.completeFailed.Add(1)
+		log.Error("work done but not recorded complete: leaving the message; its redelivery may run the work again", "error", err)
+		return false
+	}
+	w.stats.completed.Add(1)
+	log.Debug("operation complete")
+	w.delete(j.msg)
+	return true
+}
+
+// heartbeat extends the message's visibility and the claim's lease together
+// while the work runs. It calls lost when the ledger says another claim owns
+// the operation. The returned func stops it and waits for it.
+func (w *Worker) heartbeat(j *job, log *slog.Logger, lost func()) (stop func()) {
+	every := max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		bg := context.Background()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if _, err := w.ledger.Extend(bg, j.key.key, j.owner, w.cfg.VisibilityTimeout); err != nil {
+				if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrState) || errors.Is(err, ledger.ErrNotFound) {
+					lost()
+					return
+				}
+				log.Warn("heartbeat: extending the lease failed", "error", err)
+			}
+			_, err := w.sqs.ChangeMessageVisibility(bg, &sqs.ChangeMessageVisibilityInput{
+				QueueUrl:          &w.cfg.QueueURL,
+				ReceiptHandle:     j.msg.ReceiptHandle,
+				VisibilityTimeout: int32(w.cfg.VisibilityTimeout / time.Second),
+			})
+			if err != nil {
+				log.Warn("heartbeat: extending visibility failed", "error", err)
+			} else {
+				w.stats.heartbeats.Add(1)
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// sweepLoop removes expired ledger records every SweepInterval.
+func (w *Worker) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(w.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		n, err := w.ledger.Sweep(ctx)
+		if err != nil && ctx.Err() == nil {
+			w.log.Warn("sweeping expired ledger records failed", "error", err, "removed", n)
+		} else if n > 0 {
+			w.log.Info("swept expired ledger records", "removed", n)
+		}
+	}
+}
+
+// backoff is min * 2^(attempt-1), capped at max.
+func backoff(attempt int, min, max time.Duration) time.Duration {
+	d := min
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return d
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func stringAttributes(attrs map[string]types.MessageAttributeValue) map[string]string {
+	if len(attrs) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(attrs))
+	for k, v := range attrs {
+		if v.StringValue != nil {
+			out[k] = *v.StringValue
+		}
+	}
+	return out
+}
