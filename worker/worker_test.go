@@ -406,8 +406,8 @@ func TestWorker_Run(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{fifo: true, maxReceive: 10})
 		var mu sync.Mutex
-		done := map[string][]int{}      // group -> sequence numbers completed, in order
-		running := map[string]bool{}    // group -> a message of it is running
+		done := map[string][]int{}   // group -> sequence numbers completed, in order
+		running := map[string]bool{} // group -> a message of it is running
 		var violations []string
 		failedOnce := false
 		stop := b.start(b.config(), worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
