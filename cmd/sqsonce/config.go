@@ -1,0 +1,741 @@
+package main
+
+import (
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Configuration errors. Every error that LoadConfig returns for a bad file
+// or a bad environment variable, and every error Validate returns, wraps
+// ErrInvalidConfig. A file that cannot be read is not one of them: that
+// error wraps the *fs.PathError from the operating system instead.
+var (
+	// ErrInvalidConfig marks a configuration that cannot be used: a value
+	// that breaks a rule, a value of the wrong type, a key sqsonce does not
+	// know, or an environment variable that does not parse.
+	ErrInvalidConfig = errors.New("invalid configuration")
+
+	// ErrUnknownKey marks a key or section in the configuration file that
+	// sqsonce does not know, usually a misspelling. An error wrapping it also
+	// wraps ErrInvalidConfig.
+	ErrUnknownKey = errors.New("unknown key")
+)
+
+// envPrefix starts the name of every environment variable that overrides a
+// key: SQSONCE_<SECTION>_<KEY>, upper-cased.
+const envPrefix = "SQSONCE_"
+
+// Values of KeyConfig.From.
+const (
+	KeyFromBody            = "body"
+	KeyFromAttribute       = "attribute"
+	KeyFromDeduplicationID = "deduplication_id"
+)
+
+// Values of KeyConfig.OnMissing.
+const (
+	OnMissingReject = "reject"
+	OnMissingHash   = "hash"
+)
+
+// Values of HandlerConfig.Type.
+const (
+	HandlerExec = "exec"
+	HandlerHTTP = "http"
+)
+
+// Config is the whole sqsonce configuration. It is plain data: build it with
+// DefaultConfig or LoadConfig, and call Validate after changing it by hand.
+// A Config returned by LoadConfig without error has passed Validate.
+//
+// Each field's toml tag is its key in the configuration file; the same
+// tags name the environment variables (see EnvVars).
+type Config struct {
+	Queue    QueueConfig    `toml:"queue"`
+	Key      KeyConfig      `toml:"key"`
+	Ledger   LedgerConfig   `toml:"ledger"`
+	Handler  HandlerConfig  `toml:"handler"`
+	Retry    RetryConfig    `toml:"retry"`
+	Shutdown ShutdownConfig `toml:"shutdown"`
+}
+
+// QueueConfig says which SQS queue to consume and how to receive from it.
+type QueueConfig struct {
+	// URL is the queue URL. Required; an absolute http or https URL.
+	URL string `toml:"url"`
+	// Region is the AWS region of the queue. Required.
+	Region string `toml:"region"`
+	// Endpoint, when set, replaces the AWS endpoint with an SQS-compatible
+	// one such as http://127.0.0.1:4566. Empty or an absolute http(s) URL.
+	Endpoint string `toml:"endpoint"`
+	// WaitTime is the long-poll wait of each receive: whole seconds, 0s to
+	// 20s. 0s means short polling.
+	WaitTime Duration `toml:"wait_time"`
+	// MaxMessages is the most messages one receive returns: 1 to 10.
+	MaxMessages int `toml:"max_messages"`
+	// VisibilityTimeout is requested on each receive; a heartbeat extends
+	// it while a handler runs. Whole seconds, 1s to 12h.
+	VisibilityTimeout Duration `toml:"visibility_timeout"`
+	// Pollers is the number of concurrent receive loops: 1 to 64.
+	Pollers int `toml:"pollers"`
+}
+
+// KeyConfig says how the idempotency key of a message is found.
+type KeyConfig struct {
+	// From is where the key is read: KeyFromBody, KeyFromAttribute or
+	// KeyFromDeduplicationID.
+	From string `toml:"from"`
+	// Pointer is the RFC 6901 JSON pointer to the key in the message body.
+	// When From is KeyFromBody it must be non-empty and valid.
+	Pointer string `toml:"pointer"`
+	// Attribute is the name of the message attribute holding the key.
+	// Required when From is KeyFromAttribute.
+	Attribute string `toml:"attribute"`
+	// SNS means the body is an SNS notification envelope: Pointer is read
+	// from the envelope's Message, not from the body itself.
+	SNS bool `toml:"sns"`
+	// OnMissing is what happens to a message without a key: OnMissingReject
+	// leaves it for the dead-letter queue and logs why; OnMissingHash keys it
+	// by a hash of its payload.
+	OnMissing string `toml:"on_missing"`
+	// Prefix is prepended to every key. At most 128 bytes of valid UTF-8
+	// without control characters; may be empty.
+	Prefix string `toml:"prefix"`
+}
+
+// LedgerConfig says where processed keys are recorded and for how long.
+type LedgerConfig struct {
+	// Path is the ledger database file. Required.
+	Path string `toml:"path"`
+	// Retention is how long a key is remembered: at least 1m.
+	Retention Duration `toml:"retention"`
+}
+
+// HandlerConfig says what handles a message.
+type HandlerConfig struct {
+	// Type is HandlerExec or HandlerHTTP.
+	Type string `toml:"type"`
+	// Command is the argv of the exec handler, run without a shell. For
+	// HandlerExec it must be non-empty with a non-empty Command[0].
+	Command []string `toml:"command"`
+	// URL is the POST target of the http handler. For HandlerHTTP it must
+	// be an absolute http or https URL.
+	URL string `toml:"url"`
+	// Timeout bounds one attempt: greater than 0s, at most 12h.
+	Timeout Duration `toml:"timeout"`
+	// Concurrency is the most messages handled at once: 1 to 10000.
+	Concurrency int `toml:"concurrency"`
+	// RetryExitCodes are the exec exit codes that mean "retry later". 0
+	// means done and any code not listed means a permanent failure, so each
+	// code must be 1 to 255.
+	RetryExitCodes []int `toml:"retry_exit_codes"`
+}
+
+// RetryConfig is the back-off after a failed attempt: the message's
+// visibility timeout starts at MinBackoff and doubles on each further
+// attempt, up to MaxBackoff.
+type RetryConfig struct {
+	// MinBackoff is the first back-off: 0s to 12h.
+	MinBackoff Duration `toml:"min_backoff"`
+	// MaxBackoff caps the back-off: at least MinBackoff, at most 12h.
+	MaxBackoff Duration `toml:"max_backoff"`
+}
+
+// ShutdownConfig says how sqsonce stops.
+type ShutdownConfig struct {
+	// Grace is how long running handlers may finish after shutdown starts:
+	// 0s to 1h.
+	Grace Duration `toml:"grace"`
+}
+
+// Duration is a time.Duration written as a Go duration string such as
+// "20s", "15m" or "168h", in the file and in the environment.
+type Duration struct {
+	time.Duration
+}
+
+// UnmarshalText parses a Go duration string, as time.ParseDuration does.
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return fmt.Errorf(`want a duration such as "20s" or "15m", got %q`, text)
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes d as String does; UnmarshalText reads it back to the
+// same value.
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(d.String()), nil
+}
+
+// String is time.Duration's String without trailing zero units: "15m"
+// rather than "15m0s", "168h" rather than "168h0m0s".
+func (d Duration) String() string {
+	s := d.Duration.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// DefaultConfig returns the configuration used for every key that neither
+// the file nor the environment sets. It does not validate: Queue.URL has no
+// default and must be set.
+func DefaultConfig() Config {
+	return Config{
+		Queue: QueueConfig{
+			URL:               "",
+			Region:            "us-east-1",
+			Endpoint:          "",
+			WaitTime:          Duration{20 * time.Second},
+			MaxMessages:       10,
+			VisibilityTimeout: Duration{60 * time.Second},
+			Pollers:           1,
+		},
+		Key: KeyConfig{
+			From:      KeyFromBody,
+			Pointer:   "/id",
+			Attribute: "",
+			SNS:       false,
+			OnMissing: OnMissingReject,
+			Prefix:    "",
+		},
+		Ledger: LedgerConfig{
+			Path:      "/var/lib/sqsonce/ledger.db",
+			Retention: Duration{168 * time.Hour},
+		},
+		Handler: HandlerConfig{
+			Type:           HandlerExec,
+			Command:        []string{"/usr/local/bin/handle-event"},
+			URL:            "",
+			Timeout:        Duration{30 * time.Second},
+			Concurrency:    8,
+			RetryExitCodes: []int{75},
+		},
+		Retry: RetryConfig{
+			MinBackoff: Duration{5 * time.Second},
+			MaxBackoff: Duration{15 * time.Minute},
+		},
+		Shutdown: ShutdownConfig{
+			Grace: Duration{25 * time.Second},
+		},
+	}
+}
+
+// LoadConfig builds the configuration: DefaultConfig, then the TOML file at
+// path decoded over it, then the environment variables named by EnvVars,
+// then Validate. path may be "" for a configuration from the environment
+// alone. lookupEnv is normally os.LookupEnv; nil means no environment. A
+// variable that is set, even to "", overrides the file.
+//
+// LoadConfig returns the zero Config with any error. An unreadable file
+// gives an error naming the path and wrapping the *fs.PathError; every other
+// error wraps ErrInvalidConfig: a TOML syntax error or a value of the wrong
+// type (naming the line and key), every unknown key in the file (each also
+// wrapping ErrUnknownKey), every bad environment variable, or every problem
+// Validate finds. Problems of one stage are reported together, joined with
+// errors.Join.
+func LoadConfig(path string, lookupEnv func(string) (string, bool)) (Config, error) {
+	c := DefaultConfig()
+	if path != "" {
+		if err := decodeFile(path, &c); err != nil {
+			return Config{}, err
+		}
+	}
+	if err := applyEnv(&c, lookupEnv); err != nil {
+		return Config{}, err
+	}
+	if err := c.Validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// decodeFile decodes the TOML file at path onto c and rejects keys that c
+// has no field for.
+func decodeFile(path string, c *Config) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	md, err := toml.Decode(string(data), c)
+	if err != nil {
+		// The toml error already reads "toml: line N (last key "k"): ...".
+		msg := strings.TrimPrefix(err.Error(), "toml: ")
+		return fmt.Errorf("%s: %s: %w", path, msg, ErrInvalidConfig)
+	}
+	return unknownKeys(path, md)
+}
+
+// unknownKeys reports, in file order, each key of the decoded file that is
+// not exactly a section or key of Config. md.Undecoded lists the keys no
+// field took; the decoder also matches field names case-insensitively, so a
+// key that is not spelt exactly as in Config ("URL" for "url") is unknown
+// too, although it was decoded. Keys inside an unknown table are not
+// reported again.
+func unknownKeys(path string, md toml.MetaData) error {
+	undecoded := make(map[string]bool)
+	for _, k := range md.Undecoded() {
+		undecoded[k.String()] = true
+	}
+	known := knownKeys()
+	var (
+		errs     []error
+		reported []toml.Key
+		seen     = make(map[string]bool)
+	)
+	for _, k := range md.Keys() {
+		name := k.String()
+		if seen[name] || (known[name] && !undecoded[name]) || underAny(k, reported) {
+			continue
+		}
+		seen[name] = true
+		reported = append(reported, k)
+		errs = append(errs, fmt.Errorf("%s: %s: %w%s: %w", path, name, ErrUnknownKey, suggest(k, known), ErrInvalidConfig))
+	}
+	return errors.Join(errs...)
+}
+
+// underAny reports whether k lies inside one of the tables in parents.
+func underAny(k toml.Key, parents []toml.Key) bool {
+	for _, p := range parents {
+		if len(p) < len(k) && slices.Equal(p, k[:len(p)]) {
+			return true
+		}
+	}
+	return false
+}
+
+// suggest returns ` (did you mean "queue.url"?)` when a known key at the
+// same depth and under the same parent is close to k, else "".
+func suggest(k toml.Key, known map[string]bool) string {
+	parent := toml.Key(k[:len(k)-1]).String()
+	last := k[len(k)-1]
+	best, bestDist := "", 3 // suggest only within an edit distance of 2
+	for name := range known {
+		p, l := "", name
+		if i := strings.LastIndexByte(name, '.'); i >= 0 {
+			p, l = name[:i], name[i+1:]
+		}
+		if p != parent {
+			continue
+		}
+		d := editDistance(strings.ToLower(last), l)
+		if d < bestDist || (d == bestDist && name < best) {
+			best, bestDist = name, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// setting is one key of the configuration file, found by reflection over
+// the toml tags of Config and its section structs.
+type setting struct {
+	key   string // dotted TOML key, e.g. "queue.max_messages"
+	env   string // overriding variable, e.g. "SQSONCE_QUEUE_MAX_MESSAGES"
+	index []int  // field index path from Config to the value
+}
+
+// settings lists every key of Config in declaration order. Adding a tagged
+// field to a section struct adds its key, its variable and its place in
+// EnvVars.
+var settings = sync.OnceValue(func() []setting {
+	var out []setting
+	root := reflect.TypeFor[Config]()
+	for i := range root.NumField() {
+		sf := root.Field(i)
+		section := tomlName(sf)
+		if sf.Type.Kind() != reflect.Struct {
+			panic(fmt.Sprintf("config: section field %s is not a struct", sf.Name))
+		}
+		for j := range sf.Type.NumField() {
+			ff := sf.Type.Field(j)
+			key := tomlName(ff)
+			out = append(out, setting{
+				key:   section + "." + key,
+				env:   envPrefix + strings.ToUpper(section+"_"+key),
+				index: []int{i, j},
+			})
+		}
+	}
+	return out
+})
+
+// knownKeys is the set of every section and dotted key of Config.
+func knownKeys() map[string]bool {
+	known := make(map[string]bool)
+	for _, s := range settings() {
+		section, _, _ := strings.Cut(s.key, ".")
+		known[section] = true
+		known[s.key] = true
+	}
+	return known
+}
+
+// tomlName is the key a struct field has in the file. Every field of
+// Config and of its sections must have one.
+func tomlName(sf reflect.StructField) string {
+	name, _, _ := strings.Cut(sf.Tag.Get("toml"), ",")
+	if name == "" || name == "-" {
+		panic(fmt.Sprintf("config: field %s has no toml key", sf.Name))
+	}
+	return name
+}
+
+// EnvVars returns the name of every environment variable LoadConfig reads,
+// one per key, in the order of the configuration file: SQSONCE_QUEUE_URL,
+// SQSONCE_QUEUE_REGION, ... The caller may modify the slice.
+func EnvVars() []string {
+	var names []string
+	for _, s := range settings() {
+		names = append(names, s.env)
+	}
+	return names
+}
+
+// applyEnv sets every key whose variable lookupEnv finds, and reports every
+// variable whose value does not parse.
+func applyEnv(c *Config, lookupEnv func(string) (string, bool)) error {
+	if lookupEnv == nil {
+		return nil
+	}
+	root := reflect.ValueOf(c).Elem()
+	var errs []error
+	for _, s := range settings() {
+		raw, ok := lookupEnv(s.env)
+		if !ok {
+			continue
+		}
+		if err := setText(root.FieldByIndex(s.index), raw); err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s): %w: %w", s.env, s.key, err, ErrInvalidConfig))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// setText parses raw into v by v's type. Strings are taken as they are;
+// other values are trimmed of surrounding white space. A list is a JSON
+// array when it starts with "[", else a white-space separated string.
+// v is changed only on success.
+func setText(v reflect.Value, raw string) error {
+	trimmed := strings.TrimSpace(raw)
+	if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
+		return u.UnmarshalText([]byte(trimmed))
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(raw)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(trimmed)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", raw)
+		}
+		v.SetBool(b)
+	case reflect.Int:
+		n, err := strconv.Atoi(trimmed)
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", raw)
+		}
+		v.SetInt(int64(n))
+	case reflect.Slice:
+		list := reflect.New(v.Type())
+		if strings.HasPrefix(trimmed, "[") {
+			if err := json.Unmarshal([]byte(trimmed), list.Interface()); err != nil {
+				return fmt.Errorf("want a JSON array of %s, got %q", kindNoun(v.Type().Elem()), raw)
+			}
+		} else {
+			words := strings.Fields(trimmed)
+			list.Elem().Set(reflect.MakeSlice(v.Type(), len(words), len(words)))
+			for i, w := range words {
+				if err := setText(list.Elem().Index(i), w); err != nil {
+					return fmt.Errorf("item %d: %w", i+1, err)
+				}
+			}
+		}
+		v.Set(list.Elem())
+	default:
+		return fmt.Errorf("unsupported type %s", v.Type())
+	}
+	return nil
+}
+
+// kindNoun names the elements of a list in an error message.
+func kindNoun(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int:
+		return "integers"
+	case reflect.String:
+		return "strings"
+	}
+	return t.String()
+}
+
+// rule is one validation rule: the key it checks, when it applies (always,
+// if when is nil) and the check, which describes the problem or returns nil.
+type rule struct {
+	key   string
+	when  func(c *Config) bool
+	check func(c *Config) error
+}
+
+// rules are the validation rules, one per key, in the order of the file.
+var rules = []rule{
+	{key: "queue.url", check: func(c *Config) error { return httpURL(c.Queue.URL) }},
+	{key: "queue.region", check: func(c *Config) error { return required(c.Queue.Region) }},
+	{
+		key:   "queue.endpoint",
+		when:  func(c *Config) bool { return c.Queue.Endpoint != "" },
+		check: func(c *Config) error { return httpURL(c.Queue.Endpoint) },
+	},
+	{key: "queue.wait_time", check: func(c *Config) error { return seconds(c.Queue.WaitTime, 0, 20*time.Second) }},
+	{key: "queue.max_messages", check: func(c *Config) error { return between(c.Queue.MaxMessages, 1, 10) }},
+	{key: "queue.visibility_timeout", check: func(c *Config) error { return seconds(c.Queue.VisibilityTimeout, time.Second, 12*time.Hour) }},
+	{key: "queue.pollers", check: func(c *Config) error { return between(c.Queue.Pollers, 1, 64) }},
+
+	{key: "key.from", check: func(c *Config) error {
+		return oneOf(c.Key.From, KeyFromBody, KeyFromAttribute, KeyFromDeduplicationID)
+	}},
+	{
+		key:   "key.pointer",
+		when:  func(c *Config) bool { return c.Key.From == KeyFromBody },
+		check: func(c *Config) error { return jsonPointer(c.Key.Pointer) },
+	},
+	{
+		key:  "key.attribute",
+		when: func(c *Config) bool { return c.Key.From == KeyFromAttribute },
+		check: func(c *Config) error {
+			if c.Key.Attribute == "" {
+				return fmt.Errorf("is required when key.from is %q", KeyFromAttribute)
+			}
+			return nil
+		},
+	},
+	{key: "key.on_missing", check: func(c *Config) error { return oneOf(c.Key.OnMissing, OnMissingReject, OnMissingHash) }},
+	{key: "key.prefix", check: func(c *Config) error { return keyPrefix(c.Key.Prefix) }},
+
+	{key: "ledger.path", check: func(c *Config) error { return required(c.Ledger.Path) }},
+	{key: "ledger.retention", check: func(c *Config) error { return atLeast(c.Ledger.Retention, time.Minute) }},
+
+	{key: "handler.type", check: func(c *Config) error { return oneOf(c.Handler.Type, HandlerExec, HandlerHTTP) }},
+	{
+		key:   "handler.command",
+		when:  func(c *Config) bool { return c.Handler.Type == HandlerExec },
+		check: func(c *Config) error { return argv(c.Handler.Command) },
+	},
+	{
+		key:   "handler.url",
+		when:  func(c *Config) bool { return c.Handler.Type == HandlerHTTP },
+		check: func(c *Config) error { return httpURL(c.Handler.URL) },
+	},
+	{key: "handler.timeout", check: func(c *Config) error { return positiveUpTo(c.Handler.Timeout, 12*time.Hour) }},
+	{key: "handler.concurrency", check: func(c *Config) error { return between(c.Handler.Concurrency, 1, 10000) }},
+	{key: "handler.retry_exit_codes", check: func(c *Config) error { return eachBetween(c.Handler.RetryExitCodes, 1, 255) }},
+
+	{key: "retry.min_backoff", check: func(c *Config) error { return durationBetween(c.Retry.MinBackoff, 0, 12*time.Hour) }},
+	{key: "retry.max_backoff", check: func(c *Config) error {
+		if c.Retry.MaxBackoff.Duration < c.Retry.MinBackoff.Duration {
+			return fmt.Errorf("must be at least retry.min_backoff (%v), got %v", c.Retry.MinBackoff, c.Retry.MaxBackoff)
+		}
+		return durationBetween(c.Retry.MaxBackoff, 0, 12*time.Hour)
+	}},
+
+	{key: "shutdown.grace", check: func(c *Config) error { return durationBetween(c.Shutdown.Grace, 0, time.Hour) }},
+}
+
+// Validate checks every rule and returns nil or all problems joined with
+// errors.Join. Each problem reads "<key>: <problem>: invalid configuration"
+// and wraps ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	for _, r := range rules {
+		if r.when != nil && !r.when(&c) {
+			continue
+		}
+		if err := r.check(&c); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w: %w", r.key, err, ErrInvalidConfig))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// required rejects an empty or blank string.
+func required(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("is required")
+	}
+	return nil
+}
+
+// httpURL requires an absolute http or https URL with a host.
+func httpURL(s string) error {
+	if s == "" {
+		return errors.New("is required")
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("must be an absolute http or https URL, got %q", s)
+	}
+	return nil
+}
+
+// between requires lo <= v <= hi.
+func between(v, lo, hi int) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("must be between %d and %d, got %d", lo, hi, v)
+	}
+	return nil
+}
+
+// eachBetween requires lo <= v <= hi for every v, and names every v that
+// is not.
+func eachBetween(vs []int, lo, hi int) error {
+	var bad []string
+	for _, v := range vs {
+		if v < lo || v > hi {
+			bad = append(bad, strconv.Itoa(v))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("each must be between %d and %d, got %s", lo, hi, strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// oneOf requires v to be one of allowed, exactly.
+func oneOf(v string, allowed ...string) error {
+	for _, a := range allowed {
+		if v == a {
+			return nil
+		}
+	}
+	return fmt.Errorf("must be one of %s, got %q", strings.Join(allowed, ", "), v)
+}
+
+// durationBetween requires lo <= d <= hi.
+func durationBetween(d Duration, lo, hi time.Duration) error {
+	if d.Duration < lo || d.Duration > hi {
+		return fmt.Errorf("must be between %v and %v, got %v", Duration{lo}, Duration{hi}, d)
+	}
+	return nil
+}
+
+// seconds is durationBetween for a duration that must also be whole
+// seconds, as SQS takes them.
+func seconds(d Duration, lo, hi time.Duration) error {
+	if err := durationBetween(d, lo, hi); err != nil {
+		return err
+	}
+	if d.Duration%time.Second != 0 {
+		return fmt.Errorf("must be whole seconds, got %v", d)
+	}
+	return nil
+}
+
+// atLeast requires d >= lo.
+func atLeast(d Duration, lo time.Duration) error {
+	if d.Duration < lo {
+		return fmt.Errorf("must be at least %v, got %v", Duration{lo}, d)
+	}
+	return nil
+}
+
+// positiveUpTo requires 0 < d <= hi.
+func positiveUpTo(d Duration, hi time.Duration) error {
+	if d.Duration <= 0 || d.Duration > hi {
+		return fmt.Errorf("must be greater than 0s and at most %v, got %v", Duration{hi}, d)
+	}
+	return nil
+}
+
+// jsonPointer requires a non-empty RFC 6901 JSON pointer: "/" followed by
+// reference tokens separated by "/", with "~" only in the escapes "~0" and
+// "~1".
+func jsonPointer(p string) error {
+	if p == "" {
+		return fmt.Errorf("is required when key.from is %q", KeyFromBody)
+	}
+	if p[0] != '/' {
+		return fmt.Errorf(`must be a JSON pointer starting with "/", got %q`, p)
+	}
+	if !utf8.ValidString(p) {
+		return fmt.Errorf("must be valid UTF-8, got %q", p)
+	}
+	for i := 0; i < len(p); i++ {
+		if p[i] == '~' && (i+1 == len(p) || (p[i+1] != '0' && p[i+1] != '1')) {
+			return fmt.Errorf(`must escape "~" as "~0" and "/" as "~1", got %q`, p)
+		}
+	}
+	return nil
+}
+
+// maxPrefixLen is the longest key.prefix, in bytes.
+const maxPrefixLen = 128
+
+// keyPrefix requires at most maxPrefixLen bytes of valid UTF-8 without
+// control characters (C0, DEL and C1).
+func keyPrefix(p string) error {
+	if len(p) > maxPrefixLen {
+		return fmt.Errorf("must be at most %d bytes, got %d", maxPrefixLen, len(p))
+	}
+	if !utf8.ValidString(p) {
+		return fmt.Errorf("must be valid UTF-8, got %q", p)
+	}
+	if strings.ContainsFunc(p, unicode.IsControl) {
+		return fmt.Errorf("must not contain control characters, got %q", p)
+	}
+	return nil
+}
+
+// argv requires a command line whose first item names a program.
+func argv(command []string) error {
+	if len(command) == 0 {
+		return fmt.Errorf("is required when handler.type is %q", HandlerExec)
+	}
+	if command[0] == "" {
+		return errors.New("must name a program in its first item, got \"\"")
+	}
+	return nil
+}

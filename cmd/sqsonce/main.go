@@ -1,0 +1,168 @@
+// Command sqsonce consumes an Amazon SQS queue and runs each operation once.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"syscall"
+)
+
+// version is stamped at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+func main() {
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	m := &Main{
+		Stdin:     os.Stdin,
+		Stdout:    os.Stdout,
+		Stderr:    os.Stderr,
+		LookupEnv: os.LookupEnv,
+		Signals:   signals,
+	}
+	os.Exit(m.Run(context.Background(), os.Args[1:]))
+}
+
+// Main is the program with its surroundings made explicit, so that tests
+// drive the same code as the binary.
+type Main struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+	LookupEnv      func(string) (string, bool)
+	// Signals delivers SIGTERM and SIGINT: the first stops the worker
+	// gracefully, the second cuts the grace short.
+	Signals <-chan os.Signal
+}
+
+// errUsage marks errors that exit with status 2: bad flags or configuration.
+var errUsage = errors.New("usage")
+
+const usage = `sqsonce consumes an Amazon SQS queue and runs each operation once.
+
+Usage:
+  sqsonce <command> [flags]
+
+Commands:
+  run       consume the queue until SIGTERM or SIGINT
+  send      send lines of JSON to the queue, one message each
+  version   print the version
+
+Run 'sqsonce <command> --help' for a command's flags.
+`
+
+// Run runs one command and returns the process exit code.
+func (m *Main) Run(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		fmt.Fprint(m.Stderr, usage)
+		return exitUsage
+	}
+	var err error
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "run":
+		err = m.runCommand(ctx, rest)
+	case "send":
+		err = m.sendCommand(ctx, rest)
+	case "version":
+		fmt.Fprintf(m.Stdout, "sqsonce %s (%s)\n", version, runtime.Version())
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(m.Stdout, usage)
+	default:
+		fmt.Fprintf(m.Stderr, "sqsonce: unknown command %q\n\n%s", cmd, usage)
+		return exitUsage
+	}
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.Is(err, errUsage), errors.Is(err, ErrInvalidConfig):
+		fmt.Fprintf(m.Stderr, "sqsonce %s: %v\n", args[0], err)
+		return exitUsage
+	}
+	fmt.Fprintf(m.Stderr, "sqsonce %s: %v\n", args[0], err)
+	return exitFailure
+}
+
+// commonFlags are the flags every command that reads the configuration has.
+type commonFlags struct {
+	config    string
+	logFormat string
+	logLevel  string
+}
+
+func (m *Main) flagSet(name, synopsis string, c *commonFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(m.Stderr)
+	fs.StringVar(&c.config, "config", "", "configuration file (default: $SQSONCE_CONFIG; without either, the environment alone)")
+	fs.StringVar(&c.logFormat, "log-format", "auto", "log format: text, json, or auto (text on a terminal, JSON otherwise)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "%s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+		fmt.Fprintf(fs.Output(), "\nEvery configuration key can be set by an environment variable:\n")
+		for _, v := range EnvVars() {
+			fmt.Fprintf(fs.Output(), "  %s\n", v)
+		}
+	}
+	return fs
+}
+
+// parse parses flags and loads the configuration.
+func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *slog.Logger, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, nil, err
+		}
+		return Config{}, nil, fmt.Errorf("%v: %w", err, errUsage)
+	}
+	logger, err := newLogger(m.Stderr, c.logFormat, c.logLevel)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	path := c.config
+	if path == "" {
+		path, _ = m.LookupEnv("SQSONCE_CONFIG")
+	}
+	cfg, err := LoadConfig(path, m.LookupEnv)
+	if err != nil {
+		return Config{}, nil, err
+	}
+	return cfg, logger, nil
+}
+
+// newLogger makes the process's logger: text on a terminal, JSON otherwise,
+// unless the format is given.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", level, errUsage)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "auto" {
+		format = "json"
+		if f, ok := w.(*os.File); ok {
+			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+				format = "text"
+			}
+		}
+	}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text, json or auto: %w", format, errUsage)
+}

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// runCommand is `sqsonce run`: the worker, until SIGTERM or SIGINT.
+func (m *Main) runCommand(ctx context.Context, args []string) error {
+	var c commonFlags
+	fs := m.flagSet("run", "Usage: sqsonce run [--config FILE]\n\nConsume the queue until SIGTERM or SIGINT, then drain and exit 0.\nA second signal cuts the drain short.", &c)
+	cfg, log, err := m.parse(fs, &c, args)
+	if err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	}
+	handler, err := newHandler(cfg.Handler, log)
+	if err != nil {
+		return err
+	}
+	client, err := newSQSClient(ctx, cfg.Queue)
+	if err != nil {
+		return err
+	}
+	db, err := ledger.Open(cfg.Ledger.Path, ledger.Options{Retention: cfg.Ledger.Retention.Duration})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	w, err := worker.New(workerConfig(cfg, log), client, db, handler)
+	if err != nil {
+		return err
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case sig := <-m.Signals:
+			log.Info("stop signal: draining", "signal", sig.String())
+			stop()
+		case <-finished:
+			return
+		}
+		select {
+		case sig := <-m.Signals:
+			log.Warn("second stop signal: cutting the drain short", "signal", sig.String())
+			w.StopNow()
+		case <-finished:
+		}
+	}()
+	if err := w.Run(ctx); err != nil {
+		return err
+	}
+	return db.Close()
+}
+
+// workerConfig maps the file's configuration onto the worker's.
+func workerConfig(cfg Config, log *slog.Logger) worker.Config {
+	return worker.Config{
+		QueueURL:          cfg.Queue.URL,
+		WaitTime:          cfg.Queue.WaitTime.Duration,
+		MaxMessages:       cfg.Queue.MaxMessages,
+		VisibilityTimeout: cfg.Queue.VisibilityTimeout.Duration,
+		Pollers:           cfg.Queue.Pollers,
+		Key:               keyConfig(cfg.Key),
+		Concurrency:       cfg.Handler.Concurrency,
+		HandlerTimeout:    cfg.Handler.Timeout.Duration,
+		MinBackoff:        cfg.Retry.MinBackoff.Duration,
+		MaxBackoff:        cfg.Retry.MaxBackoff.Duration,
+		Grace:             cfg.Shutdown.Grace.Duration,
+		Retention:         cfg.Ledger.Retention.Duration,
+		Logger:            log,
+	}
+}
+
+func keyConfig(k KeyConfig) worker.KeyConfig {
+	return worker.KeyConfig{
+		From:        worker.KeySource(k.From),
+		Pointer:     k.Pointer,
+		Attribute:   k.Attribute,
+		SNS:         k.SNS,
+		HashMissing: k.OnMissing == OnMissingHash,
+		Prefix:      k.Prefix,
+	}
+}
+
+func newHandler(h HandlerConfig, log *slog.Logger) (worker.Handler, error) {
+	switch h.Type {
+	case HandlerExec:
+		return worker.NewExecHandler(worker.ExecConfig{Command: h.Command, RetryExitCodes: h.RetryExitCodes, Logger: log})
+	case HandlerHTTP:
+		return worker.NewHTTPHandler(worker.HTTPConfig{URL: h.URL, Logger: log})
+	}
+	return nil, fmt.Errorf("handler.type %q: %w", h.Type, ErrInvalidConfig)
+}

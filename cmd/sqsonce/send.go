@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// maxBody is SQS's largest message body.
+const maxBody = 256 << 10
+
+// sendCommand is `sqsonce send`: each line of JSON becomes one message.
+func (m *Main) sendCommand(ctx context.Context, args []string) error {
+	var c commonFlags
+	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Prints how many messages were sent.", &c)
+	cfg, _, err := m.parse(fs, &c, args)
+	if err != nil {
+		return err
+	}
+	if fs.NArg() > 1 {
+		return fmt.Errorf("want at most one input file, got %q: %w", fs.Args(), errUsage)
+	}
+	in := m.Stdin
+	name := "standard input"
+	if fs.NArg() == 1 && fs.Arg(0) != "-" {
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in, name = f, fs.Arg(0)
+	}
+	fifo := strings.HasSuffix(cfg.Queue.URL, ".fifo")
+	var keyOf func([]byte) (string, error)
+	if fifo {
+		keyOf, err = worker.BodyKeyFunc(keyConfig(cfg.Key))
+		if err != nil {
+			return fmt.Errorf("a FIFO queue needs the key from the body to set MessageDeduplicationId: %v: %w", err, errUsage)
+		}
+	}
+	// Read and check everything before sending anything.
+	entries, err := readLines(in, name, keyOf)
+	if err != nil {
+		return err
+	}
+	client, err := newSQSClient(ctx, cfg.Queue)
+	if err != nil {
+		return err
+	}
+	sent := 0
+	for start := 0; start < len(entries); start += 10 {
+		batch := entries[start:min(start+10, len(entries))]
+		out, err := client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &cfg.Queue.URL, Entries: batch})
+		if err != nil {
+			return fmt.Errorf("sent %d of %d messages, then: %w", sent, len(entries), err)
+		}
+		sent += len(out.Successful)
+		if len(out.Failed) > 0 {
+			f := out.Failed[0]
+			return fmt.Errorf("sent %d of %d messages; %d refused, first: %s: %s", sent, len(entries), len(out.Failed), aws.ToString(f.Code), aws.ToString(f.Message))
+		}
+	}
+	fmt.Fprintf(m.Stdout, "sent %d messages\n", sent)
+	return nil
+}
+
+// readLines turns each non-blank line into a batch entry, refusing lines that
+// are not JSON or (on FIFO queues) have no operation key.
+func readLines(r io.Reader, name string, keyOf func([]byte) (string, error)) ([]types.SendMessageBatchRequestEntry, error) {
+	var entries []types.SendMessageBatchRequestEntry
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxBody+1)
+	for n := 1; sc.Scan(); n++ {
+		line := bytes.TrimSpace(sc.Bytes())
+		if len(line) == 0 {
+			continue
+		}
+		if !json.Valid(line) {
+			return nil, fmt.Errorf("%s line %d: not valid JSON: %w", name, n, errUsage)
+		}
+		e := types.SendMessageBatchRequestEntry{
+			Id:          aws.String(strconv.Itoa(len(entries) % 10)),
+			MessageBody: aws.String(string(line)),
+		}
+		if keyOf != nil {
+			key, err := keyOf(line)
+			if err != nil {
+				return nil, fmt.Errorf("%s line %d: %v: %w", name, n, err, errUsage)
+			}
+			id := worker.DeduplicationID(key)
+			e.MessageGroupId, e.MessageDeduplicationId = aws.String(id), aws.String(id)
+		}
+		entries = append(entries, e)
+	}
+	if err := sc.Err(); err != nil {
+		if err == bufio.ErrTooLong {
+			return nil, fmt.Errorf("%s: a line is longer than SQS's %d-byte message limit: %w", name, maxBody, errUsage)
+		}
+		return nil, fmt.Errorf("read %s: %w", name, err)
+	}
+	return entries, nil
+}
