@@ -106,7 +106,7 @@ func execGrandchild(t *testing.T, pidFile string) int {
 
 // execStopped runs h for m, waits for readyFile, ends the context with
 // cause and returns what Handle returned and how long it took after that.
-func execStopped(t *testing.T, h *worker.ExecHandler, m *worker.Message, readyFile string, cause error) (error, time.Duration) {
+func execStopped(t *testing.T, h *worker.ExecHandler, m *worker.Message, readyFile string, cause error) (took time.Duration, err error) {
 	t.Helper()
 	ctx, cancel := context.WithCancelCause(t.Context())
 	defer cancel(nil)
@@ -117,10 +117,10 @@ func execStopped(t *testing.T, h *worker.ExecHandler, m *worker.Message, readyFi
 	cancel(cause)
 	select {
 	case err := <-done:
-		return err, time.Since(start)
+		return time.Since(start), err
 	case <-time.After(5 * time.Second):
 		t.Fatal("Handle did not return within 5s of the context ending")
-		return nil, 0
+		return 0, nil
 	}
 }
 
@@ -353,7 +353,7 @@ func TestExecHandler_Stopped(t *testing.T) {
 			Logger:  logs.logger(),
 		})
 		cause := errors.New("lease lost")
-		err, took := execStopped(t, h, execMessage(), ready, cause)
+		took, err := execStopped(t, h, execMessage(), ready, cause)
 		if got := handlerClass(err); got != "retry" {
 			t.Fatalf("Handle = %v (%s), want retry", err, got)
 		}
@@ -372,7 +372,7 @@ func TestExecHandler_Stopped(t *testing.T) {
 		ready := filepath.Join(t.TempDir(), "ready")
 		grace := 300 * time.Millisecond
 		h := newExecHandler(t, worker.ExecConfig{Command: execScript(t, "exec_term.sh", ready, "ignore"), KillGrace: grace})
-		err, took := execStopped(t, h, execMessage(), ready, nil)
+		took, err := execStopped(t, h, execMessage(), ready, nil)
 		if got := handlerClass(err); got != "retry" {
 			t.Fatalf("Handle = %v (%s), want retry", err, got)
 		}
