@@ -53,6 +53,10 @@ type Options struct {
 	// SweepChunk bounds how many records one sweep transaction removes, so
 	// that claims never wait long behind a sweep.
 	SweepChunk int
+	// OnCommit, when set, is called by the committer after each commit
+	// with the number of write requests it carried, how long it took
+	// (fsync included) and its error. It must be quick: commits wait for it.
+	OnCommit func(requests int, took time.Duration, err error)
 }
 
 // DB is a ledger on a bbolt file. It is safe for concurrent use by many
@@ -69,6 +73,7 @@ type DB struct {
 	now       func() time.Time
 	maxBatch  int
 	chunk     int
+	onCommit  func(int, time.Duration, error)
 
 	mu       sync.RWMutex // guards closed and sends on reqs
 	closed   bool
@@ -139,6 +144,7 @@ func Open(path string, opts Options) (db *DB, err error) {
 		now:       opts.Now,
 		maxBatch:  opts.MaxBatch,
 		chunk:     opts.SweepChunk,
+		onCommit:  opts.OnCommit,
 		reqs:      make(chan *request, opts.MaxBatch),
 		loopDone:  make(chan struct{}),
 	}
@@ -311,6 +317,7 @@ func (db *DB) loop() {
 func (db *DB) commit(batch []*request) {
 	for len(batch) > 0 {
 		failed := -1
+		start := time.Now()
 		err := guard(func() error {
 			return db.bolt.Update(func(tx *bolt.Tx) error {
 				for i, r := range batch {
@@ -326,6 +333,9 @@ func (db *DB) commit(batch []*request) {
 			db.commitMu.Lock()
 			db.commits++
 			db.commitMu.Unlock()
+		}
+		if db.onCommit != nil {
+			db.onCommit(len(batch), time.Since(start), err)
 		}
 		if err == nil || failed < 0 {
 			if err != nil {

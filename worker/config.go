@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sqsonce/sqsonce/ledger"
 )
@@ -68,6 +69,12 @@ type Config struct {
 	SweepInterval time.Duration
 
 	Logger *slog.Logger // default slog.Default()
+
+	// Registerer, when set, gets the worker's Prometheus metrics.
+	Registerer prometheus.Registerer
+	// StallAfter is how long a receive loop may go without moving before
+	// Health reports it not alive (a stuck receive); default WaitTime + 1m.
+	StallAfter time.Duration
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of New.
@@ -95,6 +102,7 @@ func (c *Config) setDefaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = 8
 	}
+	def(&c.StallAfter, c.WaitTime+time.Minute)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

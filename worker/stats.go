@@ -7,7 +7,8 @@ type Stats struct {
 	Received            int64 // messages received (deliveries)
 	Claimed             int64 // operations claimed to run (attempts started)
 	Completed           int64 // operations recorded complete
-	Duplicates          int64 // deliveries of settled operations, not run again
+	Duplicates          int64 // deliveries of completed operations, deleted unrun
+	RedeliveredFailed   int64 // deliveries of permanently failed operations, dead-lettered unrun
 	InProgressElsewhere int64 // deliveries left because another claim held the operation
 	Retried             int64 // attempts that failed and were left for a retry
 	FailedPermanently   int64 // attempts that failed permanently
@@ -24,7 +25,7 @@ type Stats struct {
 }
 
 type counters struct {
-	received, claimed, completed, duplicates, inProgressElsewhere, retried,
+	received, claimed, completed, duplicates, redeliveredFailed, inProgressElsewhere, retried,
 	failedPermanently, deadLettered, keyless, conflicts, released, takeovers,
 	leaseLost, completeFailed, deleted, deleteFailed, heartbeats atomic.Int64
 }
@@ -34,7 +35,7 @@ func (w *Worker) Stats() Stats {
 	c := &w.stats
 	return Stats{
 		Received: c.received.Load(), Claimed: c.claimed.Load(), Completed: c.completed.Load(),
-		Duplicates: c.duplicates.Load(), InProgressElsewhere: c.inProgressElsewhere.Load(),
+		Duplicates: c.duplicates.Load(), RedeliveredFailed: c.redeliveredFailed.Load(), InProgressElsewhere: c.inProgressElsewhere.Load(),
 		Retried: c.retried.Load(), FailedPermanently: c.failedPermanently.Load(),
 		DeadLettered: c.deadLettered.Load(), Keyless: c.keyless.Load(), Conflicts: c.conflicts.Load(),
 		Released: c.released.Load(), Takeovers: c.takeovers.Load(), LeaseLost: c.leaseLost.Load(),
@@ -46,7 +47,7 @@ func (w *Worker) Stats() Stats {
 func (s Stats) logAttrs() []any {
 	return []any{
 		"received", s.Received, "claimed", s.Claimed, "completed", s.Completed,
-		"duplicates", s.Duplicates, "in_progress_elsewhere", s.InProgressElsewhere,
+		"duplicates", s.Duplicates, "redelivered_failed", s.RedeliveredFailed, "in_progress_elsewhere", s.InProgressElsewhere,
 		"retried", s.Retried, "failed_permanently", s.FailedPermanently,
 		"dead_lettered", s.DeadLettered, "keyless", s.Keyless, "conflicts", s.Conflicts,
 		"released", s.Released, "takeovers", s.Takeovers, "lease_lost", s.LeaseLost,

@@ -38,7 +38,14 @@ type Worker struct {
 	hurry    chan struct{} // closed by StopNow
 	hurryOne sync.Once
 	stats    counters
+	metrics  *metrics
 	now      func() time.Time
+
+	healthMu    sync.Mutex
+	running     bool
+	draining    bool
+	lastReceive time.Time
+	pollers     []pollerState
 }
 
 // New returns a Worker for cfg. The client, ledger and handler are required.
@@ -60,9 +67,12 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	m := newMetrics()
 	w := &Worker{
 		cfg:     cfg,
-		sqs:     client,
+		sqs:     instrumented{SQSClient: client, m: m},
+		metrics: m,
+		pollers: make([]pollerState, cfg.Pollers),
 		ledger:  l,
 		handler: h,
 		keyer:   k,
@@ -75,6 +85,11 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 	}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
+	}
+	if cfg.Registerer != nil {
+		if err := w.register(cfg.Registerer); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
 	}
 	return w, nil
 }
@@ -108,6 +123,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.queue = info
 	w.warnRetention()
+	w.healthMu.Lock()
+	w.running = true
+	for i := range w.pollers {
+		w.pollers[i] = pollerState{turned: w.now()}
+	}
+	w.healthMu.Unlock()
+	defer func() {
+		w.healthMu.Lock()
+		w.running = false
+		w.healthMu.Unlock()
+	}()
 	w.log.Info("worker started", "fifo", info.fifo, "dead_letter_queue", info.dlqURL,
 		"max_receive_count", info.maxReceiveCount, "concurrency", w.cfg.Concurrency, "pollers", w.cfg.Pollers)
 
@@ -122,11 +148,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.cfg.SweepInterval > 0 {
 		sweeper.Go(func() { w.sweepLoop(sweepCtx) })
 	}
-	for range w.cfg.Pollers {
-		pollers.Go(func() { w.pollLoop(ctx, workCtx, &jobs) })
+	for i := range w.cfg.Pollers {
+		pollers.Go(func() { w.pollLoop(ctx, workCtx, i, &jobs) })
 	}
 
 	pollers.Wait() // returns once ctx has ended
+	w.healthMu.Lock()
+	w.draining = true
+	w.healthMu.Unlock()
 	w.log.Info("stopping: receiving stopped, draining running work", "grace", w.cfg.Grace, "in_flight", w.cfg.Concurrency-len(w.slots))
 	drained := make(chan struct{})
 	go func() { jobs.Wait(); close(drained) }()
@@ -152,14 +181,17 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // pollLoop receives batches while there is free handler capacity, until ctx
 // ends. Each message it dispatches holds one slot until it is dealt with.
-func (w *Worker) pollLoop(ctx, workCtx context.Context, jobs *sync.WaitGroup) {
+func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGroup) {
 	failures := 0
 	for ctx.Err() == nil {
+		w.turn(i, true)
 		n := w.acquire(ctx, w.cfg.MaxMessages)
 		if n == 0 {
 			return
 		}
+		w.turn(i, false)
 		msgs, err := w.receive(ctx, n)
+		w.turn(i, false)
 		if n > len(msgs) {
 			w.release(n - len(msgs))
 		}
@@ -174,6 +206,7 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, jobs *sync.WaitGroup) {
 			continue
 		}
 		failures = 0
+		w.received()
 		if len(msgs) == 0 {
 			continue
 		}
@@ -401,7 +434,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) bool {
 		log.Error("operation key seen before with a different payload: rejected", "state", j.claim.Record.State)
 		return w.deadLetter(j, "conflict: key seen before with a different payload", log)
 	case ledger.FailedPermanently:
-		w.stats.duplicates.Add(1)
+		w.stats.redeliveredFailed.Add(1)
 		log.Info("operation failed permanently before: dead-lettering the redelivery", "last_error", j.claim.Record.LastError)
 		return w.deadLetter(j, "failed permanently: "+j.claim.Record.LastError, log)
 	}
@@ -440,6 +473,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *slog.Logger) boo
 	elapsed := w.now().Sub(start)
 	bg := context.WithoutCancel(ctx)
 
+	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
 	if err == nil {
 		return w.complete(bg, j, m, log.With("duration", elapsed))
 	}
@@ -471,6 +505,20 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *slog.Logger) boo
 	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "duration", elapsed)
 	w.makeVisible([]types.Message{j.msg}, wait)
 	return false
+}
+
+// outcome names a handler result for the duration histogram.
+func outcome(err error, hctx context.Context) string {
+	var perm *PermanentError
+	switch {
+	case err == nil:
+		return "done"
+	case errors.Is(context.Cause(hctx), errLeaseLost):
+		return "lease_lost"
+	case errors.As(err, &perm):
+		return "permanent"
+	}
+	return "retry"
 }
 
 // handle calls the handler, turning a panic into a retryable error.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"reflect"
@@ -71,6 +72,7 @@ type Config struct {
 	Handler  HandlerConfig  `toml:"handler"`
 	Retry    RetryConfig    `toml:"retry"`
 	Shutdown ShutdownConfig `toml:"shutdown"`
+	Admin    AdminConfig    `toml:"admin"`
 }
 
 // QueueConfig says which SQS queue to consume and how to receive from it.
@@ -162,6 +164,16 @@ type ShutdownConfig struct {
 	Grace Duration `toml:"grace"`
 }
 
+// AdminConfig says where sqsonce serves its metrics, health checks and
+// ledger queries.
+type AdminConfig struct {
+	// Listen is the host:port of the admin HTTP listener; empty disables it.
+	// Keep it on a loopback or private address: it answers ledger queries.
+	Listen string `toml:"listen"`
+	// PProf serves the Go profiler under /debug/pprof/ on the listener.
+	PProf bool `toml:"pprof"`
+}
+
 // Duration is a time.Duration written as a Go duration string such as
 // "20s", "15m" or "168h", in the file and in the environment.
 type Duration struct {
@@ -237,6 +249,9 @@ func DefaultConfig() Config {
 		},
 		Shutdown: ShutdownConfig{
 			Grace: Duration{25 * time.Second},
+		},
+		Admin: AdminConfig{
+			Listen: "127.0.0.1:9464",
 		},
 	}
 }
@@ -583,6 +598,25 @@ var rules = []rule{
 	}},
 
 	{key: "shutdown.grace", check: func(c *Config) error { return durationBetween(c.Shutdown.Grace, 0, time.Hour) }},
+
+	{
+		key:   "admin.listen",
+		when:  func(c *Config) bool { return c.Admin.Listen != "" },
+		check: func(c *Config) error { return hostPort(c.Admin.Listen) },
+	},
+}
+
+// hostPort accepts host:port with a numeric port, the host possibly empty
+// (all interfaces).
+func hostPort(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("must be host:port such as 127.0.0.1:9464, got %q", s)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port must be a number 0 to 65535, got %q", port)
+	}
+	return nil
 }
 
 // Validate checks every rule and returns nil or all problems joined with

@@ -73,6 +73,10 @@ func fullConfig() Config {
 		Shutdown: ShutdownConfig{
 			Grace: Duration{10 * time.Second},
 		},
+		Admin: AdminConfig{
+			Listen: "10.0.0.5:9100",
+			PProf:  true,
+		},
 	}
 }
 
@@ -135,6 +139,7 @@ func TestDefaultConfig(t *testing.T) {
 			MaxBackoff: Duration{15 * time.Minute},
 		},
 		Shutdown: ShutdownConfig{Grace: Duration{25 * time.Second}},
+		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 	}
 	assertConfig(t, DefaultConfig(), want)
 
@@ -630,6 +635,8 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_RETRY_MIN_BACKOFF":        "1s",
 		"SQSONCE_RETRY_MAX_BACKOFF":        "1h",
 		"SQSONCE_SHUTDOWN_GRACE":           "10s",
+		"SQSONCE_ADMIN_LISTEN":             "10.0.0.5:9100",
+		"SQSONCE_ADMIN_PPROF":              "true",
 	}
 	if len(vars) != len(EnvVars()) {
 		t.Fatalf("test sets %d variables, EnvVars lists %d", len(vars), len(EnvVars()))
@@ -762,6 +769,8 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_RETRY_MIN_BACKOFF",
 		"SQSONCE_RETRY_MAX_BACKOFF",
 		"SQSONCE_SHUTDOWN_GRACE",
+		"SQSONCE_ADMIN_LISTEN",
+		"SQSONCE_ADMIN_PPROF",
 	}
 	got := EnvVars()
 	if !slices.Equal(got, want) {
@@ -779,7 +788,7 @@ func TestEnvVars(t *testing.T) {
 		ruled[r.key] = true
 	}
 	for _, s := range settings() {
-		if !ruled[s.key] && s.key != "key.sns" {
+		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" {
 			t.Errorf("no validation rule for %s", s.key)
 		}
 	}

@@ -127,7 +127,7 @@ func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *
 		}
 		return Config{}, nil, fmt.Errorf("%v: %w", err, errUsage)
 	}
-	logger, err := newLogger(m.Stderr, c.logFormat, c.logLevel)
+	logger, err := newLogger(m.Stderr, c.logFormat, c.logLevel, m.LookupEnv)
 	if err != nil {
 		return Config{}, nil, err
 	}
@@ -143,13 +143,22 @@ func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *
 }
 
 // newLogger makes the process's logger: text on a terminal, JSON otherwise,
-// unless the format is given.
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+// unless the format is given; without timestamps under systemd's journal.
+func newLogger(w io.Writer, format, level string, lookupEnv func(string) (string, bool)) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", level, errUsage)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
+	if v, ok := lookupEnv("JOURNAL_STREAM"); ok && v != "" {
+		// Under systemd the journal stamps each line itself.
+		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
+			if len(groups) == 0 && a.Key == slog.TimeKey {
+				return slog.Attr{}
+			}
+			return a
+		}
+	}
 	if format == "auto" {
 		format = "json"
 		if f, ok := w.(*os.File); ok {

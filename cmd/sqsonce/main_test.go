@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -63,19 +64,38 @@ func newEnv(t *testing.T, fifo bool, handler string) *procEnv {
 		"SQSONCE_RETRY_MIN_BACKOFF=500ms",
 		"SQSONCE_RETRY_MAX_BACKOFF=1s",
 		"SQSONCE_SHUTDOWN_GRACE=15s",
+		"SQSONCE_ADMIN_LISTEN=127.0.0.1:0",
 		"STATE=" + dir,
 	}
 	return e
 }
 
-// start starts a real sqsonce process.
-func (e *procEnv) start(args string, extra ...string) (*exec.Cmd, *bytes.Buffer) {
+// syncBuffer is a bytes.Buffer safe to read while a process writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start starts a real sqsonce process; its output can be read while it runs.
+func (e *procEnv) start(args string, extra ...string) (*exec.Cmd, *syncBuffer) {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(append(os.Environ(), e.vars...), extra...)
 	cmd.Env = append(cmd.Env, "SQSONCE_TEST_AS_BINARY=1", "SQSONCE_TEST_ARGS="+args)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -85,7 +105,7 @@ func (e *procEnv) start(args string, extra ...string) (*exec.Cmd, *bytes.Buffer)
 			cmd.Wait()
 		}
 	})
-	return cmd, &out
+	return cmd, out
 }
 
 // run runs a short sqsonce command to its end and returns its exit code.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
@@ -28,24 +29,46 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	db, err := ledger.Open(cfg.Ledger.Path, ledger.Options{Retention: cfg.Ledger.Retention.Duration})
+	reg := newRegistry()
+	lm := newLedgerMetrics(reg)
+	db, err := ledger.Open(cfg.Ledger.Path, ledger.Options{Retention: cfg.Ledger.Retention.Duration, OnCommit: lm.onCommit})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	lm.db = db
 
-	w, err := worker.New(workerConfig(cfg, log), client, db, handler)
+	wcfg := workerConfig(cfg, log)
+	wcfg.Registerer = reg
+	w, err := worker.New(wcfg, client, db, handler)
 	if err != nil {
 		return err
 	}
+	admin, err := startAdmin(cfg.Admin, reg, w.Health, log)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	notify, err := newNotifier(m.LookupEnv)
+	if err != nil {
+		log.Warn("systemd notification socket unusable", "error", err)
+	}
+	defer notify.close()
+
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	finished := make(chan struct{})
+	var background sync.WaitGroup
+	defer background.Wait()
 	defer close(finished)
-	go func() {
+	notifyCtx, stopNotify := context.WithCancel(context.Background())
+	defer stopNotify()
+	background.Go(func() { notify.run(notifyCtx, w.Health, w.Stats) })
+	background.Go(func() {
 		select {
 		case sig := <-m.Signals:
 			log.Info("stop signal: draining", "signal", sig.String())
+			notify.send("STOPPING=1\nSTATUS=draining")
 			stop()
 		case <-finished:
 			return
@@ -56,10 +79,11 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 			w.StopNow()
 		case <-finished:
 		}
-	}()
+	})
 	if err := w.Run(ctx); err != nil {
 		return err
 	}
+	stopNotify()
 	return db.Close()
 }
 

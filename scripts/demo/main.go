@@ -131,6 +131,9 @@ concurrency = 16
 [retry]
 min_backoff = "1s"
 max_backoff = "2s"
+
+[admin]
+listen = "127.0.0.1:0"
 `, queueURL, endpoint, filepath.Join(dir, "ledger.db"), handler), 0o600)
 	if err != nil {
 		return err
@@ -208,7 +211,8 @@ max_backoff = "2s"
 	row("duplicates suppressed", summary["duplicates"])
 	row("retries (failed attempts tried again)", summary["retried"])
 	row("operations that failed once, by design", failOnce)
-	row("dead-lettered (ledger: failed permanently)", fmt.Sprintf("%v (%d)", summary["dead_lettered"], stats.FailedPermanently))
+	row("messages dead-lettered", summary["dead_lettered"])
+	row("operations failed permanently (ledger)", stats.FailedPermanently)
 	row("messages now in the dead-letter queue", dlq)
 	keys := make([]int, 0, len(histogram))
 	for k := range histogram {

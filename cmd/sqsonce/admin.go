@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// newRegistry returns the process's metrics registry with the Go runtime and
+// process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// ledgerMetrics observes the ledger: commit latency and size from the
+// committer, record counts from Stats (kept as counters, so a scrape does
+// not scan the file).
+type ledgerMetrics struct {
+	commitSeconds  prometheus.Histogram
+	requestsCommit prometheus.Histogram
+	commitErrors   prometheus.Counter
+	db             *ledger.DB // set once the ledger is open
+
+	records    *prometheus.Desc
+	oldest     *prometheus.Desc
+	fileBytes  *prometheus.Desc
+	commitsAll *prometheus.Desc
+}
+
+func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
+	m := &ledgerMetrics{
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "sqsonce", Name: "ledger_commit_duration_seconds",
+			Help:    "Time of one ledger commit, fsync included.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16), // 0.1ms .. 3.3s
+		}),
+		requestsCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "sqsonce", Name: "ledger_requests_per_commit",
+			Help:    "Write requests (claim batches, completions, failures, extensions) grouped into one commit.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 10),
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "sqsonce", Name: "ledger_commit_errors_total",
+			Help: "Ledger commits that failed (full disk, I/O error).",
+		}),
+		records:    prometheus.NewDesc("sqsonce_ledger_records", "Ledger records by state.", []string{"state"}, nil),
+		oldest:     prometheus.NewDesc("sqsonce_ledger_oldest_in_progress_seconds", "Age of the oldest in-progress claim; 0 when none.", nil, nil),
+		fileBytes:  prometheus.NewDesc("sqsonce_ledger_file_bytes", "Size of the ledger file.", nil, nil),
+		commitsAll: prometheus.NewDesc("sqsonce_ledger_commits_total", "Ledger commits (one fsync each) since start.", nil, nil),
+	}
+	reg.MustRegister(m.commitSeconds, m.requestsCommit, m.commitErrors, m)
+	return m
+}
+
+// onCommit is the ledger's commit hook.
+func (m *ledgerMetrics) onCommit(requests int, took time.Duration, err error) {
+	m.commitSeconds.Observe(took.Seconds())
+	m.requestsCommit.Observe(float64(requests))
+	if err != nil {
+		m.commitErrors.Inc()
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (m *ledgerMetrics) Describe(ch chan<- *prometheus.Desc) {
+	ch <- m.records
+	ch <- m.oldest
+	ch <- m.fileBytes
+	ch <- m.commitsAll
+}
+
+// Collect implements prometheus.Collector.
+func (m *ledgerMetrics) Collect(ch chan<- prometheus.Metric) {
+	if m.db == nil {
+		return
+	}
+	st, err := m.db.Stats(context.Background())
+	if err != nil {
+		return
+	}
+	for state, n := range map[string]int{
+		"in_progress": st.InProgress, "complete": st.Complete,
+		"failed": st.Failed, "failed_permanently": st.FailedPermanently,
+	} {
+		ch <- prometheus.MustNewConstMetric(m.records, prometheus.GaugeValue, float64(n), state)
+	}
+	age := 0.0
+	if !st.OldestInProgress.IsZero() {
+		age = time.Since(st.OldestInProgress).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(m.oldest, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(m.fileBytes, prometheus.GaugeValue, float64(st.FileSize))
+	ch <- prometheus.MustNewConstMetric(m.commitsAll, prometheus.CounterValue, float64(st.Commits))
+}
+
+// adminServer is the admin HTTP listener.
+type adminServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan error
+}
+
+// startAdmin listens on cfg.Listen and serves /metrics, /healthz, /readyz
+// and, when enabled, /debug/pprof/. It returns nil when the listener is
+// disabled.
+func startAdmin(cfg AdminConfig, reg *prometheus.Registry, health func() worker.Health, log *slog.Logger) (*adminServer, error) {
+	if cfg.Listen == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("admin.listen %s: %w", cfg.Listen, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		h := health()
+		writeHealth(w, h.Alive, h)
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		h := health()
+		writeHealth(w, h.Ready, h)
+	})
+	if cfg.PProf {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	a := &adminServer{
+		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
+		ln:   ln,
+		done: make(chan error, 1),
+	}
+	go func() { a.done <- a.srv.Serve(ln) }()
+	log.Info("admin listener started", "address", ln.Addr().String(), "pprof", cfg.PProf)
+	return a, nil
+}
+
+// Addr is the address the listener is bound to.
+func (a *adminServer) Addr() string { return a.ln.Addr().String() }
+
+// Close stops the listener, waiting briefly for requests in progress.
+func (a *adminServer) Close() error {
+	if a == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := a.srv.Shutdown(ctx)
+	if serr := <-a.done; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	return err
+}
+
+func writeHealth(w http.ResponseWriter, ok bool, h worker.Health) {
+	w.Header().Set("Content-Type", "application/json")
+	if !ok {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	json.NewEncoder(w).Encode(map[string]any{
+		"ok": ok, "running": h.Running, "alive": h.Alive, "ready": h.Ready,
+		"draining": h.Draining, "last_receive": h.LastReceive, "in_flight": h.InFlight,
+	})
+}

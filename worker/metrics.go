@@ -1,0 +1,195 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the worker's Prometheus metrics. Counters that Stats also
+// reports read the same atomics, so the two never disagree. No metric has a
+// per-key label: keys are unbounded.
+type metrics struct {
+	handlerSeconds *prometheus.HistogramVec
+	sqsRequests    *prometheus.CounterVec
+	sqsErrors      *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "sqsonce", Name: "handler_duration_seconds",
+			Help:    "Time the handler took per attempt, by outcome (done, retry, permanent, lease_lost).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1ms .. ~4.4min
+		}, []string{"outcome"}),
+		sqsRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sqsonce", Name: "sqs_requests_total",
+			Help: "SQS API calls made, by operation.",
+		}, []string{"operation"}),
+		sqsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sqsonce", Name: "sqs_request_errors_total",
+			Help: "SQS API calls that failed after the SDK's retries, by operation.",
+		}, []string{"operation"}),
+	}
+}
+
+// register adds the worker's metrics to r.
+func (w *Worker) register(r prometheus.Registerer) error {
+	c := &w.stats
+	counter := func(name, help string, v func() int64, labels prometheus.Labels) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "sqsonce", Name: name, Help: help, ConstLabels: labels,
+		}, func() float64 { return float64(v()) })
+	}
+	collectors := []prometheus.Collector{
+		w.metrics.handlerSeconds, w.metrics.sqsRequests, w.metrics.sqsErrors,
+		counter("messages_received_total", "Messages received (deliveries).", c.received.Load, nil),
+		counter("operations_claimed_total", "Operations claimed to run: attempts started.", c.claimed.Load, nil),
+		counter("operations_completed_total", "Operations recorded complete (durably) by this process.", c.completed.Load, nil),
+		counter("operations_failed_total", "Attempts that failed, by class.", c.retried.Load, prometheus.Labels{"class": "retryable"}),
+		counter("operations_failed_total", "Attempts that failed, by class.", c.failedPermanently.Load, prometheus.Labels{"class": "permanent"}),
+		counter("messages_dead_lettered_total", "Messages moved to the dead-letter queue.", c.deadLettered.Load, nil),
+		counter("duplicates_suppressed_total", "Deliveries not run because of the ledger, by reason.", c.duplicates.Load, prometheus.Labels{"reason": "complete"}),
+		counter("duplicates_suppressed_total", "Deliveries not run because of the ledger, by reason.", c.inProgressElsewhere.Load, prometheus.Labels{"reason": "in_progress"}),
+		counter("duplicates_suppressed_total", "Deliveries not run because of the ledger, by reason.", c.redeliveredFailed.Load, prometheus.Labels{"reason": "failed_permanently"}),
+		counter("messages_keyless_total", "Messages without a usable operation key.", c.keyless.Load, nil),
+		counter("messages_conflicting_total", "Messages whose key was seen before with a different payload.", c.conflicts.Load, nil),
+		counter("messages_released_total", "Messages given back unstarted (FIFO order, shutdown).", c.released.Load, nil),
+		counter("lease_takeovers_total", "Operations taken over after another claim's lease lapsed.", c.takeovers.Load, nil),
+		counter("lease_lost_total", "Attempts cut off because another claim took the operation over.", c.leaseLost.Load, nil),
+		counter("complete_failures_total", "Work done whose completion could not be recorded (it may run again).", c.completeFailed.Load, nil),
+		counter("messages_deleted_total", "Messages deleted from the queue.", c.deleted.Load, nil),
+		counter("delete_failures_total", "Deletes that failed (the message comes back as a duplicate).", c.deleteFailed.Load, nil),
+		counter("heartbeats_total", "Visibility and lease extensions of running work.", c.heartbeats.Load, nil),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "work_in_flight", Help: "Messages being handled now.",
+		}, func() float64 { return float64(w.inFlight()) }),
+	}
+	for _, col := range collectors {
+		if err := r.Register(col); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inFlight is the number of handler slots in use.
+func (w *Worker) inFlight() int { return w.cfg.Concurrency - len(w.slots) }
+
+// instrumented counts the calls and errors of an SQSClient.
+type instrumented struct {
+	SQSClient
+	m *metrics
+}
+
+func (c instrumented) observe(op string, err error) {
+	c.m.sqsRequests.WithLabelValues(op).Inc()
+	if err != nil {
+		c.m.sqsErrors.WithLabelValues(op).Inc()
+	}
+}
+
+func (c instrumented) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	out, err := c.SQSClient.ReceiveMessage(ctx, in, opts...)
+	if ctx.Err() == nil { // a long poll cut short by shutdown is no error
+		c.observe("ReceiveMessage", err)
+	}
+	return out, err
+}
+
+func (c instrumented) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	out, err := c.SQSClient.DeleteMessageBatch(ctx, in, opts...)
+	c.observe("DeleteMessageBatch", err)
+	return out, err
+}
+
+func (c instrumented) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	out, err := c.SQSClient.ChangeMessageVisibility(ctx, in, opts...)
+	c.observe("ChangeMessageVisibility", err)
+	return out, err
+}
+
+func (c instrumented) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	out, err := c.SQSClient.ChangeMessageVisibilityBatch(ctx, in, opts...)
+	c.observe("ChangeMessageVisibilityBatch", err)
+	return out, err
+}
+
+func (c instrumented) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	out, err := c.SQSClient.SendMessage(ctx, in, opts...)
+	c.observe("SendMessage", err)
+	return out, err
+}
+
+func (c instrumented) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	out, err := c.SQSClient.GetQueueAttributes(ctx, in, opts...)
+	c.observe("GetQueueAttributes", err)
+	return out, err
+}
+
+func (c instrumented) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
+	out, err := c.SQSClient.GetQueueUrl(ctx, in, opts...)
+	c.observe("GetQueueUrl", err)
+	return out, err
+}
+
+// Health is the worker's state as health checks see it.
+type Health struct {
+	Running bool // Run has started and not yet returned
+	// Alive: every receive loop turned recently or is waiting for handler
+	// capacity, or the worker is draining. False when a loop is stuck (a
+	// receive that never returns).
+	Alive bool
+	// Ready: a receive succeeded recently (or the loops are waiting for
+	// capacity after one did). False before the first successful receive.
+	Ready       bool
+	Draining    bool      // shutdown has begun
+	LastReceive time.Time // last successful receive; zero before the first
+	InFlight    int       // messages being handled now
+}
+
+// pollerState is what a receive loop reports about itself.
+type pollerState struct {
+	turned  time.Time // last time the loop moved
+	waiting bool      // blocked waiting for a free handler slot
+}
+
+// Health returns the worker's health. Safe to call at any time.
+func (w *Worker) Health() Health {
+	w.healthMu.Lock()
+	defer w.healthMu.Unlock()
+	now := w.now()
+	h := Health{
+		Running:     w.running,
+		Draining:    w.draining,
+		LastReceive: w.lastReceive,
+		InFlight:    w.inFlight(),
+	}
+	// While draining the loops have stopped on purpose: still alive.
+	h.Alive = w.running
+	allWaiting := true
+	for _, p := range w.pollers {
+		if !w.draining && !p.waiting && now.Sub(p.turned) > w.cfg.StallAfter {
+			h.Alive = false
+		}
+		allWaiting = allWaiting && p.waiting
+	}
+	recent := !w.lastReceive.IsZero() && (allWaiting || now.Sub(w.lastReceive) <= w.cfg.StallAfter)
+	h.Ready = h.Alive && !w.draining && recent
+	return h
+}
+
+// turn records that poller i moved (waiting: it now waits for capacity).
+func (w *Worker) turn(i int, waiting bool) {
+	w.healthMu.Lock()
+	w.pollers[i] = pollerState{turned: w.now(), waiting: waiting}
+	w.healthMu.Unlock()
+}
+
+func (w *Worker) received() {
+	w.healthMu.Lock()
+	w.lastReceive = w.now()
+	w.healthMu.Unlock()
+}
