@@ -513,3 +513,82 @@ func TestDB_CrashDuringCommits(t *testing.T) {
 		path = filepath.Join(t.TempDir(), fmt.Sprintf("ledger-%d.db", round))
 	}
 }
+
+// TestDB_SweepPaths sweeps through the expiry index (few expired) and in key
+// order (many expired), in small chunks, and checks that the records,
+// counters and indexes agree afterwards.
+func TestDB_SweepPaths(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		expired int
+	}{{"FewByIndex", 30}, {"ManyByKey", 700}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := ledgertest.NewClock()
+			db, err := ledger.Open(filepath.Join(t.TempDir(), "l.db"), ledger.Options{Retention: time.Hour, Now: clock.Now, SweepChunk: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			write := func(key string, state int) {
+				owner := "o-" + key
+				if _, err := db.Claim(ctx, ledger.ClaimRequest{Key: key, Owner: owner, Lease: time.Minute}); err != nil {
+					t.Fatal(err)
+				}
+				switch state % 3 {
+				case 0:
+					err = db.Complete(ctx, ledger.Completion{Key: key, Owner: owner})
+				case 1:
+					err = db.Fail(ctx, ledger.Failure{Key: key, Owner: owner, Err: "x", Permanent: state%2 == 0})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Interleave old and new keys so expired records sit beside live ones.
+			for i := range tc.expired {
+				write(fmt.Sprintf("k%05d", 2*i), i)
+			}
+			clock.Advance(30 * time.Minute)
+			for i := range 1000 - tc.expired {
+				write(fmt.Sprintf("k%05d", 2*i+1), i)
+			}
+			clock.Advance(31 * time.Minute)
+			n, err := db.Sweep(ctx)
+			if err != nil || n != tc.expired {
+				t.Fatalf("swept %d, %v; want %d", n, err, tc.expired)
+			}
+			st, err := db.Stats(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			live := 0
+			if err := db.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error {
+				if !strings.HasSuffix(r.Key, "1") && !strings.HasSuffix(r.Key, "3") && !strings.HasSuffix(r.Key, "5") &&
+					!strings.HasSuffix(r.Key, "7") && !strings.HasSuffix(r.Key, "9") {
+					t.Errorf("expired record %s survived", r.Key)
+				}
+				live++
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if counted := st.InProgress + st.Complete + st.Failed + st.FailedPermanently; live != 1000-tc.expired || counted != live {
+				t.Fatalf("%d live records, counters say %d, want %d", live, counted, 1000-tc.expired)
+			}
+			if n, _ := db.Sweep(ctx); n != 0 {
+				t.Fatalf("second sweep removed %d", n)
+			}
+			// Everything left expires later and goes too.
+			clock.Advance(time.Hour)
+			if n, err := db.Sweep(ctx); err != nil || n != 1000-tc.expired {
+				t.Fatalf("final sweep: %d, %v", n, err)
+			}
+			if st, _ := db.Stats(ctx); st.InProgress+st.Complete+st.Failed+st.FailedPermanently != 0 || !st.OldestInProgress.IsZero() {
+				t.Fatalf("stats after sweeping everything: %+v", st)
+			}
+		})
+	}
+}

@@ -115,11 +115,124 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 	return st, nil
 }
 
-// Sweep removes every record that expired before now, through the expiry
-// index, in transactions of at most Options.SweepChunk records so that
-// claims wait at most one chunk. It returns how many records it removed; on
-// error, those removed so far stay removed.
+// Sweep removes every record that expired before now, in transactions of at
+// most Options.SweepChunk records so that claims wait at most one chunk. It
+// returns how many records it removed; on error, those removed so far stay
+// removed.
+//
+// Records are stored in key order and expire in time order, so removing
+// them through the expiry index touches a different page for nearly every
+// record. When many records have expired (more than one in sixteen), Sweep
+// walks the records in key order instead, which removes neighbours together;
+// the expiry index then only holds the few that expired meanwhile.
 func (db *DB) Sweep(ctx context.Context) (int, error) {
+	many, err := db.manyExpired()
+	if err != nil {
+		return 0, fmt.Errorf("sweep: %w", err)
+	}
+	total := 0
+	if many {
+		n, err := db.sweepByKey(ctx)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("sweep: %w", err)
+		}
+	}
+	n, err := db.sweepByIndex(ctx)
+	total += n
+	if err != nil {
+		return total, fmt.Errorf("sweep: %w", err)
+	}
+	return total, nil
+}
+
+// manyExpired reports whether more than one record in sixteen has expired,
+// counting expiry index entries no further than that.
+func (db *DB) manyExpired() (bool, error) {
+	many := false
+	err := db.view(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		var records uint64
+		for _, k := range counterKeys {
+			records += readCounter(meta, k)
+		}
+		limit := max(records/16, uint64(db.chunk))
+		now := db.now()
+		n := uint64(0)
+		c := tx.Bucket(bucketExpiry).Cursor()
+		for k, _ := c.First(); k != nil && n < limit; k, _ = c.Next() {
+			t, _, err := splitIndexKey(k)
+			if err != nil {
+				return err
+			}
+			if t.After(now) {
+				return nil
+			}
+			n++
+		}
+		many = n >= limit
+		return nil
+	})
+	return many, err
+}
+
+// sweepByKey walks the records in key order, removing expired ones, a chunk
+// per transaction.
+func (db *DB) sweepByKey(ctx context.Context) (int, error) {
+	total := 0
+	var resume []byte // the last key scanned; nil before the first chunk
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, done := 0, false
+		err := db.write(ctx, func(tx *bolt.Tx) error {
+			s := db.store(tx)
+			n, done = 0, false
+			var expired []*Record
+			scanned := 0
+			c := s.records.Cursor()
+			k, v := c.First()
+			if resume != nil {
+				k, v = c.Seek(resume)
+				if k != nil && bytes.Equal(k, resume) {
+					k, v = c.Next()
+				}
+			}
+			var last []byte
+			for ; k != nil && len(expired) < db.chunk && scanned < 8*db.chunk; k, v = c.Next() {
+				scanned++
+				last = k
+				r, err := decodeRecord(string(k), v)
+				if err != nil {
+					return err
+				}
+				if !r.Expires.After(s.now) {
+					expired = append(expired, &r)
+				}
+			}
+			done = k == nil
+			resume = append(resume[:0], last...)
+			for _, r := range expired {
+				if err := s.remove(r); err != nil {
+					return err
+				}
+			}
+			n = len(expired)
+			return nil
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if done {
+			return total, nil
+		}
+	}
+}
+
+// sweepByIndex removes expired records in expiry order, through the index.
+func (db *DB) sweepByIndex(ctx context.Context) (int, error) {
 	total := 0
 	for {
 		if err := ctx.Err(); err != nil {
@@ -163,7 +276,7 @@ func (db *DB) Sweep(ctx context.Context) (int, error) {
 			return nil
 		})
 		if err != nil {
-			return total, fmt.Errorf("sweep: %w", err)
+			return total, err
 		}
 		total += n
 		if last {

@@ -22,7 +22,7 @@ type store struct {
 }
 
 func (db *DB) store(tx *bolt.Tx) *store {
-	return &store{
+	s := &store{
 		tx:        tx,
 		records:   tx.Bucket(bucketRecords),
 		expiry:    tx.Bucket(bucketExpiry),
@@ -31,6 +31,11 @@ func (db *DB) store(tx *bolt.Tx) *store {
 		now:       db.now(),
 		retention: db.retention,
 	}
+	// The indexes are keyed by time: new entries go at the end and old ones
+	// leave from the front, so their pages can be filled completely.
+	s.expiry.FillPercent = 1
+	s.inflight.FillPercent = 1
+	return s
 }
 
 // get returns the record under key, live or expired, or nil.
