@@ -59,6 +59,7 @@ Usage:
 Commands:
   run       consume the queue until SIGTERM or SIGINT
   send      send lines of JSON to the queue, one message each
+  health    ask a running worker whether it is alive (for container health checks)
   version   print the version
 
 Run 'sqsonce <command> --help' for a command's flags.
@@ -76,6 +77,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		err = m.runCommand(ctx, rest)
 	case "send":
 		err = m.sendCommand(ctx, rest)
+	case "health":
+		err = m.healthCommand(ctx, rest)
 	case "version":
 		fmt.Fprintf(m.Stdout, "sqsonce %s (%s)\n", version, runtime.Version())
 	case "help", "-h", "-help", "--help":

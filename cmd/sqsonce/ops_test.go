@@ -76,6 +76,14 @@ func TestMain_Admin(t *testing.T) {
 	if code, _ := get(t, base+"/debug/pprof/"); code != 404 {
 		t.Errorf("/debug/pprof/ served with pprof off: %d", code)
 	}
+	// The container health check.
+	addr := strings.TrimPrefix(base, "http://")
+	if code, msg := e.run("health --addr "+addr, ""); code != exitOK || !strings.Contains(msg, `"alive":true`) {
+		t.Errorf("sqsonce health: exit %d: %s", code, msg)
+	}
+	if code, msg := e.run("health", "", "SQSONCE_ADMIN_LISTEN=:1"); code != exitFailure || !strings.Contains(msg, "not healthy") {
+		t.Errorf("sqsonce health on a closed port: exit %d: %s", code, msg)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	if code := wait(t, cmd, 15*time.Second); code != 0 {
 		t.Fatalf("exit %d", code)

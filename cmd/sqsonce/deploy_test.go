@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsonce/sqsonce/internal/sqstest"
+)
+
+// need finds a tool the test cannot do without. In CI a missing tool fails
+// the test; elsewhere it skips, naming what to install.
+func need(t *testing.T, tool, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(tool)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing (Debian package %s)", tool, pkg)
+		}
+		t.Skipf("%s is missing: install the Debian package %s", tool, pkg)
+	}
+	return p
+}
+
+// buildBinary builds sqsonce into a directory any user can read.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sqsonce-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "sqsonce")
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestDeploy_SystemdUnits checks the unit files with systemd-analyze verify,
+// pointed at a real binary.
+func TestDeploy_SystemdUnits(t *testing.T) {
+	t.Parallel()
+	analyze := need(t, "systemd-analyze", "systemd")
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	var units []string
+	for src, dst := range map[string]string{"sqsonce.service": "sqsonce.service", "sqsonce@.service": "sqsonce@orders.service"} {
+		b, err := os.ReadFile(filepath.Join("../../deploy/systemd", src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		for _, want := range []string{"Type=notify", "WatchdogSec=", "Restart=on-failure", "StateDirectory=sqsonce", "DynamicUser=yes",
+			"ProtectSystem=strict", "NoNewPrivileges=yes", "SystemCallFilter=@system-service", "KillMode=mixed"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s lacks %s", src, want)
+			}
+		}
+		path := filepath.Join(dir, dst)
+		if err := os.WriteFile(path, []byte(strings.ReplaceAll(text, "/usr/local/bin/sqsonce", bin)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		units = append(units, path)
+	}
+	out, err := exec.Command(analyze, append([]string{"verify"}, units...)...).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+	// The stop timeout must leave the drain its grace.
+	b, _ := os.ReadFile("../../deploy/systemd/sqsonce.service")
+	if !strings.Contains(string(b), "TimeoutStopSec=40s") || DefaultConfig().Shutdown.Grace.Duration >= 40*time.Second {
+		t.Fatal("TimeoutStopSec must stay above shutdown.grace")
+	}
+}
+
+// TestDeploy_ContainerLikeRun runs the binary as a container would: a
+// read-only root file system, a non-root user, no $HOME, configuration from
+// the environment alone, the ledger on a writable volume; then SIGTERM with
+// work in flight must drain within a Kubernetes-style 30s grace.
+func TestDeploy_ContainerLikeRun(t *testing.T) {
+	t.Parallel()
+	unshare := need(t, "unshare", "util-linux")
+	need(t, "setpriv", "util-linux")
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a mount namespace with a read-only root")
+	}
+	bin := buildBinary(t)
+	binDir := filepath.Dir(bin)
+	volume := filepath.Join(binDir, "volume")
+	os.Mkdir(volume, 0o777)
+	os.Chmod(volume, 0o777)
+	handler := filepath.Join(binDir, "handler.sh")
+	os.WriteFile(handler, []byte(`#!/bin/sh
+set -eu
+cat >/dev/null
+echo "$SQSONCE_KEY" >>"$VOLUME/started"
+sleep 2
+echo "$SQSONCE_KEY" >>"$VOLUME/effects"
+`), 0o755)
+
+	client := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, client, sqstest.QueueOptions{MaxReceiveCount: 5})
+	for i := range 4 {
+		body := fmt.Sprintf(`{"id":"c-%d"}`, i)
+		if _, err := client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: &body}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{
+		"PATH=/usr/bin:/bin", "VOLUME=" + volume,
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
+		"SQSONCE_QUEUE_URL=" + q.URL, "SQSONCE_QUEUE_ENDPOINT=" + sqstest.Endpoint(t),
+		"SQSONCE_QUEUE_WAIT_TIME=1s", "SQSONCE_LEDGER_PATH=" + volume + "/ledger.db",
+		"SQSONCE_HANDLER_COMMAND=" + handler, "SQSONCE_SHUTDOWN_GRACE=25s", "SQSONCE_ADMIN_LISTEN=127.0.0.1:0",
+	}
+	// The volume is bind-mounted onto itself so it stays writable when the
+	// root is remounted read-only.
+	script := fmt.Sprintf(`set -e
+mount --bind %[1]s %[1]s
+mount -o remount,ro,bind /
+touch /probe 2>/dev/null && { echo "root is writable"; exit 9; }
+exec setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all env -i %[2]s %[3]s run --log-format json`,
+		volume, strings.Join(env, " "), bin)
+	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c", script)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	lines := func(name string) int {
+		b, err := os.ReadFile(filepath.Join(volume, name))
+		if err != nil {
+			return 0
+		}
+		return strings.Count(string(b), "\n")
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for lines("started") < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("work did not start:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if lines("effects") == 4 {
+		t.Fatal("work finished before the signal: the test proves nothing")
+	}
+	start := time.Now()
+	cmd.Process.Signal(syscall.SIGTERM)
+	code := wait(t, cmd, 30*time.Second)
+	took := time.Since(start)
+	if code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, out)
+	}
+	if n := lines("effects"); n != 4 {
+		t.Fatalf("%d of 4 operations finished during the drain:\n%s", n, out)
+	}
+	for _, bad := range []string{"read-only file system", "permission denied", "$HOME"} {
+		if strings.Contains(strings.ToLower(out.String()), strings.ToLower(bad)) {
+			t.Fatalf("log mentions %q:\n%s", bad, out)
+		}
+	}
+	visible, inflight := sqstest.Count(t, client, q.URL)
+	if visible+inflight != 0 {
+		t.Fatalf("%d messages left after a clean drain", visible+inflight)
+	}
+	t.Logf("drained 4 running operations in %v after SIGTERM (limit 30s)", took.Round(time.Millisecond))
+}
