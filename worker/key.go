@@ -305,3 +305,21 @@ func BodyKeyFunc(cfg KeyConfig) (func(body []byte) (string, error), error) {
 		return d.key, err
 	}, nil
 }
+
+// MessageKeyFunc returns the key derivation of cfg for a received message,
+// exactly as the worker derives it: for tools that handle the same messages
+// elsewhere, such as a dead-letter replay.
+func MessageKeyFunc(cfg KeyConfig) (func(m types.Message) (string, error), error) {
+	k, err := newKeyer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(m types.Message) (string, error) {
+		body := ""
+		if m.Body != nil {
+			body = *m.Body
+		}
+		d, err := k.derive([]byte(body), m.MessageAttributes, m.Attributes)
+		return d.key, err
+	}, nil
+}

@@ -37,6 +37,12 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	}
 	defer db.Close()
 	lm.db = db
+	// Admin commands reach the ledger through this socket while we hold it.
+	sock, err := serveLedgerSocket(db, socketPath(cfg.Ledger.Path), log)
+	if err != nil {
+		log.Warn("ledger socket unavailable: `sqsonce ledger` cannot reach this worker's ledger while it runs", "error", err)
+	}
+	defer sock.Close()
 
 	wcfg := workerConfig(cfg, log)
 	wcfg.Registerer = reg

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// ledgerAccess is what the admin commands and replay need of a ledger,
+// whether this process opened the file itself or reaches it through the
+// socket of the worker that holds it (bbolt allows one writer per file, and
+// a running worker keeps the file open).
+type ledgerAccess interface {
+	Get(ctx context.Context, key string) (ledger.Record, error)
+	ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error
+	Stats(ctx context.Context) (ledger.Stats, error)
+	Forget(ctx context.Context, key string) error
+	Reset(ctx context.Context, key string) error
+	Close() error
+	// Via says how the ledger is reached, for messages: "file" or
+	// "worker socket".
+	Via() string
+}
+
+// localLedger is a ledger file opened by this process.
+type localLedger struct{ *ledger.DB }
+
+func (localLedger) Via() string { return "file" }
+
+// openLedgerAccess opens the ledger at cfg.Path. When another process (a
+// running worker) holds the file, it connects to that worker's socket
+// instead (socketPath), which serves the same operations.
+func openLedgerAccess(ctx context.Context, cfg LedgerConfig) (ledgerAccess, error) {
+	db, err := ledger.Open(cfg.Path, ledger.Options{Retention: cfg.Retention.Duration, LockTimeout: 300 * time.Millisecond})
+	if err == nil {
+		return localLedger{db}, nil
+	}
+	if !errors.Is(err, ledger.ErrLocked) {
+		return nil, err
+	}
+	c, serr := dialLedgerSocket(ctx, socketPath(cfg.Path))
+	if serr != nil {
+		return nil, fmt.Errorf("%w; and its worker's socket %s: %v", err, socketPath(cfg.Path), serr)
+	}
+	return c, nil
+}
+
+// socketPath is where a running worker serves its ledger: beside the file.
+func socketPath(ledgerPath string) string { return ledgerPath + ".sock" }

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// recordJSON is a ledger record as sqsonce prints and exports it, and as the
+// worker's socket carries it. Times are RFC 3339; absent times are omitted.
+type recordJSON struct {
+	Key          string     `json:"key"`
+	State        string     `json:"state"`
+	Permanent    bool       `json:"permanent,omitempty"`
+	Fingerprint  string     `json:"fingerprint,omitempty"` // hex
+	Attempts     int        `json:"attempts"`
+	Owner        string     `json:"owner,omitempty"`
+	LeaseExpiry  *time.Time `json:"lease_expiry,omitempty"`
+	FirstSeen    *time.Time `json:"first_seen,omitempty"`
+	Claimed      *time.Time `json:"claimed,omitempty"`
+	Updated      *time.Time `json:"updated,omitempty"`
+	Completed    *time.Time `json:"completed,omitempty"`
+	Expires      *time.Time `json:"expires,omitempty"`
+	LastError    string     `json:"last_error,omitempty"`
+	MessageID    string     `json:"message_id,omitempty"`
+	Result       string     `json:"result,omitempty"`        // when valid UTF-8
+	ResultBase64 string     `json:"result_base64,omitempty"` // otherwise
+}
+
+func toJSON(r ledger.Record) recordJSON {
+	t := func(v time.Time) *time.Time {
+		if v.IsZero() {
+			return nil
+		}
+		u := v.UTC()
+		return &u
+	}
+	j := recordJSON{
+		Key: r.Key, State: r.State.String(), Permanent: r.Permanent, Attempts: r.Attempts, Owner: r.Owner,
+		LeaseExpiry: t(r.LeaseExpiry), FirstSeen: t(r.FirstSeen), Claimed: t(r.Claimed), Updated: t(r.Updated),
+		Completed: t(r.Completed), Expires: t(r.Expires), LastError: r.LastError, MessageID: r.MessageID,
+	}
+	if len(r.Fingerprint) > 0 {
+		j.Fingerprint = hex.EncodeToString(r.Fingerprint)
+	}
+	if utf8.Valid(r.Result) {
+		j.Result = string(r.Result)
+	} else {
+		j.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
+	}
+	return j
+}
+
+func fromJSON(j recordJSON) (ledger.Record, error) {
+	state, err := ledger.ParseState(j.State)
+	if err != nil {
+		return ledger.Record{}, err
+	}
+	t := func(p *time.Time) time.Time {
+		if p == nil {
+			return time.Time{}
+		}
+		return *p
+	}
+	r := ledger.Record{
+		Key: j.Key, State: state, Permanent: j.Permanent, Attempts: j.Attempts, Owner: j.Owner,
+		LeaseExpiry: t(j.LeaseExpiry), FirstSeen: t(j.FirstSeen), Claimed: t(j.Claimed), Updated: t(j.Updated),
+		Completed: t(j.Completed), Expires: t(j.Expires), LastError: j.LastError, MessageID: j.MessageID,
+	}
+	if r.Fingerprint, err = hex.DecodeString(j.Fingerprint); err != nil {
+		return ledger.Record{}, fmt.Errorf("fingerprint: %w", err)
+	}
+	if j.ResultBase64 != "" {
+		if r.Result, err = base64.StdEncoding.DecodeString(j.ResultBase64); err != nil {
+			return ledger.Record{}, fmt.Errorf("result: %w", err)
+		}
+	} else if j.Result != "" {
+		r.Result = []byte(j.Result)
+	}
+	return r, nil
+}
+
+type statsJSON struct {
+	InProgress        int        `json:"in_progress"`
+	Complete          int        `json:"complete"`
+	Failed            int        `json:"failed"`
+	FailedPermanently int        `json:"failed_permanently"`
+	OldestInProgress  *time.Time `json:"oldest_in_progress,omitempty"`
+	FileSize          int64      `json:"file_size"`
+	Commits           uint64     `json:"commits"`
+}
+
+// errorJSON carries a ledger error across the socket with its kind, so the
+// client can wrap the same sentinel.
+type errorJSON struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind,omitempty"`
+}
+
+var errorKinds = map[string]error{
+	"not_found": ledger.ErrNotFound, "state": ledger.ErrState, "invalid_key": ledger.ErrInvalidKey,
+	"invalid_argument": ledger.ErrInvalidArgument, "corrupt": ledger.ErrCorrupt, "closed": ledger.ErrClosed,
+}
+
+func errorKind(err error) string {
+	for kind, target := range errorKinds {
+		if errors.Is(err, target) {
+			return kind
+		}
+	}
+	return ""
+}
+
+// ledgerSocket serves a worker's ledger to sqsonce admin commands over a
+// unix socket beside the ledger file, mode 0600: only the worker's own user
+// can connect. The file itself cannot be opened while the worker runs.
+type ledgerSocket struct {
+	srv  *http.Server
+	path string
+	done chan struct{}
+}
+
+func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSocket, error) {
+	// The worker holds the ledger's lock, so a socket left here is stale.
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("ledger socket %s: %w", path, err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("ledger socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("ledger socket: %w", err)
+	}
+	mux := http.NewServeMux()
+	fail := func(w http.ResponseWriter, err error) {
+		code := http.StatusInternalServerError
+		switch errorKind(err) {
+		case "not_found":
+			code = http.StatusNotFound
+		case "state", "invalid_key", "invalid_argument":
+			code = http.StatusBadRequest
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(errorJSON{Error: err.Error(), Kind: errorKind(err)})
+	}
+	mux.HandleFunc("GET /v1/get", func(w http.ResponseWriter, r *http.Request) {
+		rec, err := db.Get(r.Context(), r.URL.Query().Get("key"))
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		json.NewEncoder(w).Encode(toJSON(rec))
+	})
+	mux.HandleFunc("GET /v1/list", func(w http.ResponseWriter, r *http.Request) {
+		var f ledger.Filter
+		if s := r.URL.Query().Get("state"); s != "" {
+			st, err := ledger.ParseState(s)
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			f.State = st
+		}
+		f.Prefix = r.URL.Query().Get("prefix")
+		enc := json.NewEncoder(w)
+		err := db.ForEach(r.Context(), f, func(rec ledger.Record) error { return enc.Encode(toJSON(rec)) })
+		if err != nil {
+			// Mid-stream: the client sees a line it cannot decode as a record.
+			enc.Encode(errorJSON{Error: err.Error(), Kind: errorKind(err)})
+		}
+	})
+	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
+		st, err := db.Stats(r.Context())
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		out := statsJSON{InProgress: st.InProgress, Complete: st.Complete, Failed: st.Failed,
+			FailedPermanently: st.FailedPermanently, FileSize: st.FileSize, Commits: st.Commits}
+		if !st.OldestInProgress.IsZero() {
+			out.OldestInProgress = &st.OldestInProgress
+		}
+		json.NewEncoder(w).Encode(out)
+	})
+	for name, op := range map[string]func(context.Context, string) error{"forget": db.Forget, "reset": db.Reset} {
+		mux.HandleFunc("POST /v1/"+name, func(w http.ResponseWriter, r *http.Request) {
+			key := r.URL.Query().Get("key")
+			if err := op(r.Context(), key); err != nil {
+				fail(w, err)
+				return
+			}
+			log.Info("ledger "+name+" through the worker socket", "key", key)
+			w.WriteHeader(http.StatusNoContent)
+		})
+	}
+	s := &ledgerSocket{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, path: path, done: make(chan struct{})}
+	go func() { s.srv.Serve(ln); close(s.done) }()
+	return s, nil
+}
+
+// Close stops serving and removes the socket file.
+func (s *ledgerSocket) Close() error {
+	if s == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	<-s.done
+	os.Remove(s.path)
+	return err
+}
+
+// socketLedger reaches a running worker's ledger through its socket.
+type socketLedger struct {
+	client *http.Client
+}
+
+func dialLedgerSocket(ctx context.Context, path string) (*socketLedger, error) {
+	c := &socketLedger{client: &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "unix", path)
+		},
+	}}}
+	if _, err := c.Stats(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *socketLedger) Via() string { return "worker socket" }
+
+func (c *socketLedger) Close() error {
+	c.client.CloseIdleConnections()
+	return nil
+}
+
+func (c *socketLedger) do(ctx context.Context, method, op string, q url.Values) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://ledger/v1/"+op+"?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e errorJSON
+		if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e) != nil {
+			return nil, fmt.Errorf("worker socket: %s", resp.Status)
+		}
+		if target, ok := errorKinds[e.Kind]; ok {
+			return nil, fmt.Errorf("%s: %w", e.Error, target)
+		}
+		return nil, errors.New(e.Error)
+	}
+	return resp, nil
+}
+
+func (c *socketLedger) Get(ctx context.Context, key string) (ledger.Record, error) {
+	resp, err := c.do(ctx, http.MethodGet, "get", url.Values{"key": {key}})
+	if err != nil {
+		return ledger.Record{}, err
+	}
+	defer resp.Body.Close()
+	var j recordJSON
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return ledger.Record{}, fmt.Errorf("worker socket: %w", err)
+	}
+	return fromJSON(j)
+}
+
+func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error {
+	q := url.Values{"prefix": {f.Prefix}}
+	if f.State != 0 {
+		q.Set("state", f.State.String())
+	}
+	resp, err := c.do(ctx, http.MethodGet, "list", q)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var j recordJSON
+		if err := json.Unmarshal(sc.Bytes(), &j); err != nil || j.State == "" {
+			var e errorJSON
+			if json.Unmarshal(sc.Bytes(), &e) == nil && e.Error != "" {
+				return fmt.Errorf("worker socket: %s", e.Error)
+			}
+			return fmt.Errorf("worker socket: bad line %q", sc.Text())
+		}
+		rec, err := fromJSON(j)
+		if err != nil {
+			return err
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+func (c *socketLedger) Stats(ctx context.Context) (ledger.Stats, error) {
+	resp, err := c.do(ctx, http.MethodGet, "stats", nil)
+	if err != nil {
+		return ledger.Stats{}, err
+	}
+	defer resp.Body.Close()
+	var j statsJSON
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return ledger.Stats{}, fmt.Errorf("worker socket: %w", err)
+	}
+	st := ledger.Stats{InProgress: j.InProgress, Complete: j.Complete, Failed: j.Failed,
+		FailedPermanently: j.FailedPermanently, FileSize: j.FileSize, Commits: j.Commits}
+	if j.OldestInProgress != nil {
+		st.OldestInProgress = *j.OldestInProgress
+	}
+	return st, nil
+}
+
+func (c *socketLedger) Forget(ctx context.Context, key string) error { return c.post(ctx, "forget", key) }
+func (c *socketLedger) Reset(ctx context.Context, key string) error  { return c.post(ctx, "reset", key) }
+
+func (c *socketLedger) post(ctx context.Context, op, key string) error {
+	resp, err := c.do(ctx, http.MethodPost, op, url.Values{"key": {key}})
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
