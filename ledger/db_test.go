@@ -592,3 +592,46 @@ func TestDB_SweepPaths(t *testing.T) {
 		})
 	}
 }
+
+func TestCompact(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := ledger.Open(path, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		key := fmt.Sprintf("k%05d", i)
+		if _, err := db.Claim(ctx, ledger.ClaimRequest{Key: key, Owner: "o", Lease: time.Hour, Fingerprint: make([]byte, 32)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Complete(ctx, ledger.Completion{Key: key, Owner: "o", Result: make([]byte, 200)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2900 {
+		if err := db.Forget(ctx, fmt.Sprintf("k%05d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := ledger.Compact(path, 100*time.Millisecond); !errors.Is(err, ledger.ErrLocked) {
+		t.Fatalf("compact while held: %v", err)
+	}
+	db.Close()
+	before, after, err := ledger.Compact(path, time.Second)
+	if err != nil || after >= before/2 {
+		t.Fatalf("compact: %d -> %d bytes, %v", before, after, err)
+	}
+	db = openTest(t, path, nil)
+	st, err := db.Stats(ctx)
+	if err != nil || st.Complete != 100 {
+		t.Fatalf("after compaction: %+v, %v", st, err)
+	}
+	if rec, err := db.Get(ctx, "k02999"); err != nil || len(rec.Result) != 200 {
+		t.Fatalf("record after compaction: %+v, %v", rec, err)
+	}
+	if _, err := os.Stat(path + ".compact"); !os.IsNotExist(err) {
+		t.Fatalf("temporary file left: %v", err)
+	}
+}

@@ -59,6 +59,7 @@ Usage:
 Commands:
   run       consume the queue until SIGTERM or SIGINT
   send      send lines of JSON to the queue, one message each
+  ledger    inspect and manage the ledger: get, list, stats, forget, export, compact
   health    ask a running worker whether it is alive (for container health checks)
   version   print the version
 
@@ -77,6 +78,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		err = m.runCommand(ctx, rest)
 	case "send":
 		err = m.sendCommand(ctx, rest)
+	case "ledger":
+		err = m.ledgerCommand(ctx, rest)
 	case "health":
 		err = m.healthCommand(ctx, rest)
 	case "version":
@@ -124,12 +127,23 @@ func (m *Main) flagSet(name, synopsis string, c *commonFlags) *flag.FlagSet {
 
 // parse parses flags and loads the configuration.
 func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *slog.Logger, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return Config{}, nil, err
+	// Flags may come after arguments too (sqsonce ledger get KEY --json):
+	// parse around each argument, then leave the arguments in fs.Args().
+	var positional []string
+	for rest := args; ; {
+		if err := fs.Parse(rest); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return Config{}, nil, err
+			}
+			return Config{}, nil, fmt.Errorf("%v: %w", err, errUsage)
 		}
-		return Config{}, nil, fmt.Errorf("%v: %w", err, errUsage)
+		if fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, fs.Arg(0))
+		rest = fs.Args()[1:]
 	}
+	fs.Parse(append([]string{"--"}, positional...))
 	logger, err := newLogger(m.Stderr, c.logFormat, c.logLevel, m.LookupEnv)
 	if err != nil {
 		return Config{}, nil, err

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+const ledgerUsage = `Usage: sqsonce ledger <command> [--config FILE] [flags] [args]
+
+Answer "what happened to operation X?" and manage the ledger.
+
+Commands:
+  get KEY        the record of one operation (--json for JSON)
+  list           records, in key order: --state S, --prefix P, --limit N (default 100, 0 = all), --json
+  stats          counts by state, oldest in-progress age, file size, records expiring within 24h (--json)
+  forget KEY     delete a record so that the operation runs again on its next delivery
+                 (asks on a terminal; --yes otherwise)
+  export         every record as JSON lines, for audits and for moving to a shared ledger
+  compact        rewrite the file to reclaim the space of removed records (not while a worker runs)
+
+get, list, stats, export and forget work while a worker runs: they reach its
+ledger through the socket it serves beside the file (ledger.path + ".sock").
+`
+
+// ledgerCommand is `sqsonce ledger`.
+func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(m.Stdout, ledgerUsage)
+		if len(args) == 0 {
+			return fmt.Errorf("missing ledger command: %w", errUsage)
+		}
+		return nil
+	}
+	sub, rest := args[0], args[1:]
+	var c commonFlags
+	fs := m.flagSet("ledger "+sub, ledgerUsage, &c)
+	asJSON := fs.Bool("json", false, "print JSON")
+	state := fs.String("state", "", "list: only records in this state (in_progress, complete, failed)")
+	prefix := fs.String("prefix", "", "list: only keys with this prefix")
+	limit := fs.Int("limit", 100, "list: at most this many records (0 = all)")
+	yes := fs.Bool("yes", false, "forget: do not ask for confirmation")
+	cfg, _, err := m.parse(fs, &c, rest)
+	if err != nil {
+		return err
+	}
+	wantArgs := map[string]int{"get": 1, "forget": 1, "list": 0, "stats": 0, "export": 0, "compact": 0}
+	n, ok := wantArgs[sub]
+	if !ok {
+		return fmt.Errorf("unknown ledger command %q (want get, list, stats, forget, export or compact): %w", sub, errUsage)
+	}
+	if fs.NArg() != n {
+		return fmt.Errorf("ledger %s takes %d argument(s), got %q: %w", sub, n, fs.Args(), errUsage)
+	}
+	if *limit < 0 {
+		return fmt.Errorf("--limit %d: want 0 or more: %w", *limit, errUsage)
+	}
+	var filter ledger.Filter
+	if *state != "" {
+		if filter.State, err = ledger.ParseState(*state); err != nil {
+			return fmt.Errorf("--state: %v: %w", err, errUsage)
+		}
+	}
+	filter.Prefix = *prefix
+
+	if sub == "compact" {
+		before, after, err := ledger.Compact(cfg.Ledger.Path, 300*time.Millisecond)
+		if errors.Is(err, ledger.ErrLocked) {
+			return fmt.Errorf("%w: stop the worker before compacting", err)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(m.Stdout, "compacted %s: %d -> %d bytes\n", cfg.Ledger.Path, before, after)
+		return nil
+	}
+	if _, err := os.Stat(cfg.Ledger.Path); err != nil {
+		return fmt.Errorf("ledger %s: %w", cfg.Ledger.Path, err)
+	}
+	l, err := openLedgerAccess(ctx, cfg.Ledger)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+
+	switch sub {
+	case "get":
+		rec, err := l.Get(ctx, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(m.Stdout).Encode(toJSON(rec))
+		}
+		printRecord(m.Stdout, rec)
+	case "list":
+		return m.listRecords(ctx, l, filter, *limit, *asJSON)
+	case "export":
+		enc := json.NewEncoder(m.Stdout)
+		return l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error { return enc.Encode(toJSON(r)) })
+	case "stats":
+		return m.printStats(ctx, l, *asJSON)
+	case "forget":
+		key := fs.Arg(0)
+		rec, err := l.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if !*yes {
+			if !isTerminal(m.Stdin) {
+				return fmt.Errorf("forget %q: not a terminal to ask on; pass --yes: %w", key, errUsage)
+			}
+			fmt.Fprintf(m.Stdout, "%q is %s after %d attempt(s); forgetting it lets its next delivery run the work again. Forget it? [y/N] ", key, rec.State, rec.Attempts)
+			answer, _ := bufio.NewReader(m.Stdin).ReadString('\n')
+			if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+				return errors.New("not forgotten")
+			}
+		}
+		if err := l.Forget(ctx, key); err != nil {
+			return err
+		}
+		fmt.Fprintf(m.Stdout, "forgot %q (was %s) via the %s\n", key, rec.State, l.Via())
+	}
+	return nil
+}
+
+func (m *Main) listRecords(ctx context.Context, l ledgerAccess, f ledger.Filter, limit int, asJSON bool) error {
+	errLimit := errors.New("limit")
+	var tw *tabwriter.Writer
+	enc := json.NewEncoder(m.Stdout)
+	if !asJSON {
+		tw = tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tUPDATED\tLAST ERROR")
+	}
+	n := 0
+	err := l.ForEach(ctx, f, func(r ledger.Record) error {
+		if limit > 0 && n == limit {
+			return errLimit
+		}
+		n++
+		if asJSON {
+			return enc.Encode(toJSON(r))
+		}
+		state := r.State.String()
+		if r.Permanent {
+			state += " (permanent)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", r.Key, state, r.Attempts, r.Updated.UTC().Format(time.RFC3339), oneLine(r.LastError, 60))
+		return nil
+	})
+	if tw != nil {
+		tw.Flush()
+	}
+	if errors.Is(err, errLimit) {
+		fmt.Fprintf(m.Stderr, "(first %d shown; --limit 0 for all)\n", limit)
+		return nil
+	}
+	return err
+}
+
+func (m *Main) printStats(ctx context.Context, l ledgerAccess, asJSON bool) error {
+	st, err := l.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	soon := 0
+	if err := l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error {
+		if r.Expires.Before(now.Add(24 * time.Hour)) {
+			soon++
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	var oldest time.Duration
+	if !st.OldestInProgress.IsZero() {
+		oldest = now.Sub(st.OldestInProgress).Round(time.Second)
+	}
+	if asJSON {
+		return json.NewEncoder(m.Stdout).Encode(map[string]any{
+			"in_progress": st.InProgress, "complete": st.Complete, "failed": st.Failed,
+			"failed_permanently": st.FailedPermanently, "oldest_in_progress_seconds": oldest.Seconds(),
+			"file_size": st.FileSize, "expiring_24h": soon, "via": l.Via(),
+		})
+	}
+	tw := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "in_progress\t%d\n", st.InProgress)
+	fmt.Fprintf(tw, "complete\t%d\n", st.Complete)
+	fmt.Fprintf(tw, "failed\t%d\n", st.Failed)
+	fmt.Fprintf(tw, "failed permanently\t%d\n", st.FailedPermanently)
+	fmt.Fprintf(tw, "oldest in progress\t%v\n", oldest)
+	fmt.Fprintf(tw, "expiring within 24h\t%d\n", soon)
+	fmt.Fprintf(tw, "file size\t%d bytes\n", st.FileSize)
+	fmt.Fprintf(tw, "read via\t%s\n", l.Via())
+	return tw.Flush()
+}
+
+func printRecord(w io.Writer, r ledger.Record) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339Nano)
+	}
+	state := r.State.String()
+	if r.Permanent {
+		state += " (permanent: replays and redeliveries are not run until it is reset)"
+	}
+	row("key", r.Key)
+	row("state", state)
+	row("attempts", r.Attempts)
+	if r.State == ledger.StateInProgress {
+		row("owner", r.Owner)
+		row("lease expires", ts(r.LeaseExpiry))
+	}
+	row("first seen", ts(r.FirstSeen))
+	row("last attempt", ts(r.Claimed))
+	row("completed", ts(r.Completed))
+	row("updated", ts(r.Updated))
+	row("expires", ts(r.Expires))
+	row("last message id", r.MessageID)
+	if r.LastError != "" {
+		row("last error", oneLine(r.LastError, 500))
+	}
+	if len(r.Result) > 0 {
+		row("result", oneLine(string(r.Result), 500))
+	}
+	row("payload fingerprint", fmt.Sprintf("%x", r.Fingerprint))
+	tw.Flush()
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
+}
+
+// isTerminal reports whether r is a terminal.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
