@@ -338,8 +338,10 @@ func (c *socketLedger) Stats(ctx context.Context) (ledger.Stats, error) {
 	return st, nil
 }
 
-func (c *socketLedger) Forget(ctx context.Context, key string) error { return c.post(ctx, "forget", key) }
-func (c *socketLedger) Reset(ctx context.Context, key string) error  { return c.post(ctx, "reset", key) }
+func (c *socketLedger) Forget(ctx context.Context, key string) error {
+	return c.post(ctx, "forget", key)
+}
+func (c *socketLedger) Reset(ctx context.Context, key string) error { return c.post(ctx, "reset", key) }
 
 func (c *socketLedger) post(ctx context.Context, op, key string) error {
 	resp, err := c.do(ctx, http.MethodPost, op, url.Values{"key": {key}})
