@@ -59,6 +59,7 @@ Usage:
 Commands:
   run       consume the queue until SIGTERM or SIGINT
   send      send lines of JSON to the queue, one message each
+  check     check configuration, credentials, queues, ledger and handler before deploying
   ledger    inspect and manage the ledger: get, list, stats, forget, export, compact
   health    ask a running worker whether it is alive (for container health checks)
   version   print the version
@@ -80,6 +81,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		err = m.sendCommand(ctx, rest)
 	case "ledger":
 		err = m.ledgerCommand(ctx, rest)
+	case "check":
+		err = m.checkCommand(ctx, rest)
 	case "health":
 		err = m.healthCommand(ctx, rest)
 	case "version":

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"text/tabwriter"
+	"time"
+
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// checker prints one line per check and remembers whether any failed.
+type checker struct {
+	tw     *tabwriter.Writer
+	failed bool
+}
+
+func (c *checker) line(level, what, format string, args ...any) {
+	if level == "fail" {
+		c.failed = true
+	}
+	fmt.Fprintf(c.tw, "%s\t%s\t%s\n", level, what, fmt.Sprintf(format, args...))
+}
+
+// checkCommand is `sqsonce check`: configuration and reachability before a
+// deployment.
+func (m *Main) checkCommand(ctx context.Context, args []string) error {
+	var cf commonFlags
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nand the handler. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
+	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
+	defer c.tw.Flush()
+	cfg, _, err := m.parse(fs, &cf, args)
+	if errors.Is(err, ErrInvalidConfig) {
+		c.line("fail", "config", "%v", err)
+		c.tw.Flush()
+		return errors.New("configuration is not valid")
+	}
+	if err != nil {
+		return err
+	}
+	c.line("ok", "config", "parsed and valid")
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Queue.Region))
+	if err == nil {
+		_, err = awsCfg.Credentials.Retrieve(ctx)
+	}
+	if err != nil {
+		c.line("fail", "credentials", "%v", err)
+	} else {
+		c.line("ok", "credentials", "found in the AWS default chain")
+	}
+
+	client, err := newSQSClient(ctx, cfg.Queue)
+	if err != nil {
+		return err
+	}
+	q, qerr := worker.InspectQueue(ctx, client, cfg.Queue.URL)
+	if qerr != nil {
+		c.line("fail", "queue", "%v", qerr)
+	} else {
+		kind := "standard"
+		if q.FIFO {
+			kind = "FIFO"
+		}
+		c.line("ok", "queue", "%s exists (%s, message retention %v)", q.URL, kind, q.Retention)
+		if q.DLQURL == "" {
+			c.line("warn", "dead-letter queue", "no redrive policy: failed work would be retried until the message retention ends, and permanent failures stay in the queue")
+		} else {
+			c.line("ok", "dead-letter queue", "%s after %d receives (retention %v)", q.DLQURL, q.MaxReceiveCount, q.DLQRetention)
+		}
+		if need := q.Retention + q.DLQRetention; cfg.Ledger.Retention.Duration < need {
+			c.line("warn", "retention", "ledger.retention %v is shorter than the queue's plus the dead-letter queue's message retention (%v): a late delivery or replay could run an operation again", cfg.Ledger.Retention, need)
+		} else {
+			c.line("ok", "retention", "ledger.retention %v covers the queues' %v", cfg.Ledger.Retention, need)
+		}
+	}
+
+	vis, timeout, grace := cfg.Queue.VisibilityTimeout.Duration, cfg.Handler.Timeout.Duration, cfg.Shutdown.Grace.Duration
+	switch {
+	case vis < 6*time.Second:
+		c.line("warn", "timeouts", "queue.visibility_timeout %v: the heartbeat extends it every %v, little margin for a slow SQS call", vis, vis/3)
+	default:
+		c.line("ok", "timeouts", "visibility %v, extended every %v while a handler runs (handler.timeout %v)", vis, vis/3, timeout)
+	}
+	if grace < timeout {
+		c.line("warn", "shutdown", "shutdown.grace %v is shorter than handler.timeout %v: a stop may cut running work short (it is retried, not lost)", grace, timeout)
+	}
+
+	checkLedgerPath(c, cfg.Ledger.Path)
+
+	switch cfg.Handler.Type {
+	case HandlerExec:
+		if p, err := exec.LookPath(cfg.Handler.Command[0]); err != nil {
+			c.line("fail", "handler", "%v", err)
+		} else {
+			c.line("ok", "handler", "%s is executable", p)
+		}
+	case HandlerHTTP:
+		req, err := http.NewRequestWithContext(ctx, http.MethodHead, cfg.Handler.URL, nil)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = (&http.Client{Timeout: 5 * time.Second}).Do(req); err == nil {
+				resp.Body.Close()
+				c.line("ok", "handler", "%s answers (HEAD: %s)", cfg.Handler.URL, resp.Status)
+			}
+		}
+		if err != nil {
+			c.line("fail", "handler", "%s does not answer: %v", cfg.Handler.URL, err)
+		}
+	}
+	c.tw.Flush()
+	if c.failed {
+		return errors.New("some checks failed")
+	}
+	return nil
+}
+
+// checkLedgerPath checks that the ledger can be opened for writing and is
+// not held by another process, without leaving a file behind.
+func checkLedgerPath(c *checker, path string) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		dir := filepath.Dir(path)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			c.line("fail", "ledger", "cannot create %s: %v", dir, err)
+			return
+		}
+		f, err := os.CreateTemp(dir, ".sqsonce-check-*")
+		if err != nil {
+			c.line("fail", "ledger", "%s is not writable: %v", dir, err)
+			return
+		}
+		f.Close()
+		os.Remove(f.Name())
+		c.line("ok", "ledger", "%s will be created (its directory is writable)", path)
+		return
+	}
+	db, err := ledger.Open(path, ledger.Options{LockTimeout: 300 * time.Millisecond})
+	if err != nil {
+		c.line("fail", "ledger", "%v", err)
+		return
+	}
+	st, err := db.Stats(context.Background())
+	db.Close()
+	if err != nil {
+		c.line("fail", "ledger", "%v", err)
+		return
+	}
+	c.line("ok", "ledger", "%s is writable and free (%d records)", path, st.InProgress+st.Complete+st.Failed+st.FailedPermanently)
+}

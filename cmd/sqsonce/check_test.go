@@ -1,0 +1,108 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/internal/sqstest"
+)
+
+func TestMain_Check(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AllGood", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_SHUTDOWN_GRACE=30s", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s")
+		if code != 0 || strings.Contains(out, "fail") || strings.Contains(out, "warn") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		for _, want := range []string{"ok config", "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler"} {
+			if !strings.Contains(squash(out), want) {
+				t.Errorf("no %q in:\n%s", want, out)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, "ledger.db")); !os.IsNotExist(err) {
+			t.Error("check created the ledger file")
+		}
+	})
+
+	t.Run("Warnings", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		client := sqstest.NewClient(t, nil)
+		bare := sqstest.CreateQueue(t, client, sqstest.QueueOptions{})
+		code, out := e.run("check", "", "SQSONCE_QUEUE_URL="+bare.URL, "SQSONCE_LEDGER_RETENTION=1h", "SQSONCE_HANDLER_TIMEOUT=1m")
+		if code != 0 {
+			t.Fatalf("warnings alone must not fail: exit %d:\n%s", code, out)
+		}
+		for _, want := range []string{"warn dead-letter queue", "warn retention", "warn timeouts", "warn shutdown"} {
+			if !strings.Contains(squash(out), want) {
+				t.Errorf("no %q in:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("Failures", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		cmd, _ := e.start("run") // holds the ledger
+		defer func() { cmd.Process.Signal(syscall.SIGTERM); wait(t, cmd, 15*time.Second) }()
+		e.waitFor("the ledger file", 15*time.Second, func() bool {
+			_, err := os.Stat(filepath.Join(e.dir, "ledger.db.sock"))
+			return err == nil
+		})
+		code, out := e.run("check", "",
+			"SQSONCE_QUEUE_URL="+sqstest.Endpoint(t)+"/000000000000/no-such-queue",
+			"SQSONCE_HANDLER_COMMAND=/no/such/handler")
+		if code != exitFailure {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		for _, want := range []string{"fail queue", "does not exist", "fail ledger", "another sqsonce process", "fail handler"} {
+			if !strings.Contains(squash(out), want) {
+				t.Errorf("no %q in:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("HTTPHandler", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodHead {
+				t.Errorf("check sent %s: it must not run work", r.Method)
+			}
+			w.WriteHeader(http.StatusMethodNotAllowed)
+		}))
+		defer srv.Close()
+		code, out := e.run("check", "", "SQSONCE_HANDLER_TYPE=http", "SQSONCE_HANDLER_URL="+srv.URL)
+		if code != 0 || !strings.Contains(squash(out), "ok handler") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		code, out = e.run("check", "", "SQSONCE_HANDLER_TYPE=http", "SQSONCE_HANDLER_URL=http://127.0.0.1:1/")
+		if code != exitFailure || !strings.Contains(out, "does not answer") {
+			t.Fatalf("closed server: exit %d:\n%s", code, out)
+		}
+	})
+
+	t.Run("BadConfig", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		code, out := e.run("check", "", "SQSONCE_QUEUE_MAX_MESSAGES=99")
+		if code != exitFailure || !strings.Contains(squash(out), "fail config") || !strings.Contains(out, "queue.max_messages") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	})
+}
+
+// squash collapses runs of spaces, so that checks do not depend on the
+// table's column widths.
+func squash(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
