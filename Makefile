@@ -31,6 +31,23 @@ test: ## Run every test, with the race detector, against a local SQS-compatible 
 test-short: ## Run the tests without the race detector.
 	$(WITH_SQS) go test -count=1 ./...
 
+# How long `make fuzz` runs each fuzz target, e.g. make fuzz FUZZTIME=5m.
+# The targets are found with `go test -list`, so a new Fuzz function needs
+# no change here. Inputs that fail are written to testdata/fuzz/ of their
+# package.
+FUZZTIME ?= 30s
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
+	@set -e; \
+	for pkg in $$(go list -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do \
+		list=$$(go test -list '^Fuzz' $$pkg); \
+		for target in $$(printf '%s\n' "$$list" | grep '^Fuzz' || true); do \
+			echo "fuzz: $$target in $$pkg for $(FUZZTIME)"; \
+			go test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

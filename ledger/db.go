@@ -20,9 +20,12 @@ import (
 // with a higher version is refused with ErrSchema.
 const SchemaVersion = 1
 
-// Defaults for Options.
+// Defaults and limits for Options.
 const (
-	DefaultRetention   = 7 * 24 * time.Hour
+	DefaultRetention = 7 * 24 * time.Hour
+	// MaxRetention keeps expiry times far from the year 2262, where Unix
+	// nanoseconds overflow.
+	MaxRetention       = 10 * 365 * 24 * time.Hour
 	DefaultLockTimeout = 2 * time.Second
 	defaultMaxBatch    = 512
 	defaultSweepChunk  = 2000
@@ -105,6 +108,9 @@ func Open(path string, opts Options) (db *DB, err error) {
 	}
 	if opts.Retention <= 0 {
 		opts.Retention = DefaultRetention
+	}
+	if opts.Retention > MaxRetention {
+		return nil, fmt.Errorf("open ledger: retention %v is longer than %v: %w", opts.Retention, MaxRetention, ErrInvalidArgument)
 	}
 	if opts.LockTimeout <= 0 {
 		opts.LockTimeout = DefaultLockTimeout

@@ -635,3 +635,11 @@ func TestCompact(t *testing.T) {
 		t.Fatalf("temporary file left: %v", err)
 	}
 }
+
+func TestOpen_RetentionPastTheNanosecondRange(t *testing.T) {
+	t.Parallel()
+	_, err := ledger.Open(filepath.Join(t.TempDir(), "l.db"), ledger.Options{Retention: 2500000 * time.Hour})
+	if !errors.Is(err, ledger.ErrInvalidArgument) {
+		t.Fatalf("open with a 285-year retention: %v", err)
+	}
+}

@@ -171,8 +171,17 @@ func FuzzDecodeRecord(f *testing.F) {
 			err error
 		)
 		in := bytes.Clone(data)
-		if n := fuzzAllocated(func() { r, err = decodeRecord(key, in) }); n > 2*uint64(len(data))+fuzzAllocSlack {
-			t.Fatalf("decoding %d bytes allocated %d bytes", len(data), n)
+		// Other goroutines of the process may allocate meanwhile: a
+		// decoding is too greedy only if it is so three times in a row.
+		limit := 2*uint64(len(data)) + fuzzAllocSlack
+		for try := 1; ; try++ {
+			n := fuzzAllocated(func() { r, err = decodeRecord(key, in) })
+			if n <= limit {
+				break
+			}
+			if try == 3 {
+				t.Fatalf("decoding %d bytes allocated %d bytes", len(data), n)
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrSchema) {

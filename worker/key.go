@@ -45,6 +45,10 @@ type KeyConfig struct {
 	Prefix string
 }
 
+// MaxPrefixLen is the longest key prefix, so that a prefixed key (even a
+// hashed one) fits the ledger's key limit.
+const MaxPrefixLen = 128
+
 // ErrNoKey is wrapped by every reason a message has no usable key.
 var ErrNoKey = errors.New("no operation key")
 
@@ -78,6 +82,9 @@ func newKeyer(cfg KeyConfig) (*keyer, error) {
 	if err := checkKeyText(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("key prefix: %w", err)
 	}
+	if len(cfg.Prefix) > MaxPrefixLen {
+		return nil, fmt.Errorf("key prefix of %d bytes, longer than %d", len(cfg.Prefix), MaxPrefixLen)
+	}
 	return k, nil
 }
 
@@ -94,7 +101,13 @@ func (k *keyer) derive(body []byte, attrs map[string]types.MessageAttributeValue
 	payload := body
 	var err error
 	if k.cfg.SNS {
-		payload, err = unwrapSNS(body)
+		// On failure the payload stays the body: a hashed key must never
+		// be the hash of nothing.
+		if p, uerr := unwrapSNS(body); uerr == nil {
+			payload = p
+		} else {
+			err = uerr
+		}
 	}
 	var raw string
 	if err == nil {
@@ -228,12 +241,29 @@ func lookupPointer(doc []byte, tokens []string, pointer string) (string, error) 
 		if s == "" {
 			return "", fmt.Errorf("pointer %s: empty string", pointer)
 		}
+		// encoding/json turns invalid UTF-8 and lone surrogates into U+FFFD,
+		// which would make different ids one key.
+		if strings.ContainsRune(s, utf8.RuneError) && !writesReplacementChar(raw, s) {
+			return "", fmt.Errorf("pointer %s: the id is not valid Unicode (invalid UTF-8 or a lone surrogate)", pointer)
+		}
 		return s, nil
 	case c == '-' || (c >= '0' && c <= '9'):
 		return string(bytes.TrimSpace(raw)), nil
 	default:
 		return "", fmt.Errorf("pointer %s: value is a %s, not a string or number", pointer, kind(raw))
 	}
+}
+
+// writesReplacementChar reports whether every U+FFFD in the decoded string
+// s is spelt in the JSON literal raw (as the character or a \ufffd escape),
+// rather than made by encoding/json repairing invalid UTF-8 or a lone
+// surrogate.
+func writesReplacementChar(raw []byte, s string) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	spelt := bytes.Count(raw, []byte(string(utf8.RuneError))) + bytes.Count(bytes.ToLower(raw), []byte(`\ufffd`))
+	return spelt == strings.Count(s, string(utf8.RuneError))
 }
 
 func first(raw []byte) byte {

@@ -156,3 +156,39 @@ func TestDeduplicationID(t *testing.T) {
 func quote(s string) string {
 	return `"` + strings.ReplaceAll(strings.ReplaceAll(s, `\`, `\\`), `"`, `\"`) + `"`
 }
+
+// Regression tests for inputs the fuzzers found.
+func TestKeyer_FuzzFindings(t *testing.T) {
+	t.Parallel()
+	// An SNS keyer that falls back to hashing must hash the body it got,
+	// not the empty payload of a failed unwrap: else every non-envelope
+	// body shares one key and all but the first are dropped as duplicates.
+	k, err := newKeyer(KeyConfig{From: KeyFromBody, Pointer: "/id", SNS: true, HashMissing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := k.derive([]byte(`not an envelope`), nil, nil)
+	b, _ := k.derive([]byte(`another body`), nil, nil)
+	if a.key == b.key || string(a.fingerprint) == string(b.fingerprint) {
+		t.Fatalf("two different bodies got key %q and %q", a.key, b.key)
+	}
+
+	// A prefix long enough to push a hashed key past the ledger's limit.
+	if _, err := newKeyer(KeyConfig{From: KeyFromBody, Pointer: "/id", Prefix: strings.Repeat("p", MaxPrefixLen+1)}); err == nil {
+		t.Fatal("an over-long prefix was accepted")
+	}
+
+	// Ids that encoding/json would all repair to U+FFFD must not become
+	// one key; an id that really is U+FFFD stays valid.
+	k, _ = newKeyer(KeyConfig{From: KeyFromBody, Pointer: "/id"})
+	for _, body := range []string{`{"id":"\ud800"}`, `{"id":"a\udfffb"}`, "{\"id\":\"\xff\"}"} {
+		if d, err := k.derive([]byte(body), nil, nil); !errors.Is(err, ErrNoKey) {
+			t.Errorf("%q: key %q, err %v; want ErrNoKey", body, d.key, err)
+		}
+	}
+	for _, body := range []string{`{"id":"\ufffd"}`, "{\"id\":\"x\uFFFD\"}", `{"id":"\ud83d\ude00"}`} {
+		if _, err := k.derive([]byte(body), nil, nil); err != nil {
+			t.Errorf("%q: %v", body, err)
+		}
+	}
+}

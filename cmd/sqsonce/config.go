@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/sqsonce/sqsonce/ledger"
 )
 
 // Configuration errors. Every error that LoadConfig returns for a bad file
@@ -123,7 +125,7 @@ type KeyConfig struct {
 type LedgerConfig struct {
 	// Path is the ledger database file. Required.
 	Path string `toml:"path"`
-	// Retention is how long a key is remembered: at least 1m.
+	// Retention is how long a key is remembered: 1m to 87600h (10 years).
 	Retention Duration `toml:"retention"`
 }
 
@@ -572,7 +574,7 @@ var rules = []rule{
 	{key: "key.prefix", check: func(c *Config) error { return keyPrefix(c.Key.Prefix) }},
 
 	{key: "ledger.path", check: func(c *Config) error { return required(c.Ledger.Path) }},
-	{key: "ledger.retention", check: func(c *Config) error { return atLeast(c.Ledger.Retention, time.Minute) }},
+	{key: "ledger.retention", check: func(c *Config) error { return durationBetween(c.Ledger.Retention, time.Minute, ledger.MaxRetention) }},
 
 	{key: "handler.type", check: func(c *Config) error { return oneOf(c.Handler.Type, HandlerExec, HandlerHTTP) }},
 	{
@@ -704,14 +706,6 @@ func seconds(d Duration, lo, hi time.Duration) error {
 	}
 	if d.Duration%time.Second != 0 {
 		return fmt.Errorf("must be whole seconds, got %v", d)
-	}
-	return nil
-}
-
-// atLeast requires d >= lo.
-func atLeast(d Duration, lo time.Duration) error {
-	if d.Duration < lo {
-		return fmt.Errorf("must be at least %v, got %v", Duration{lo}, d)
 	}
 	return nil
 }
