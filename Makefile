@@ -58,6 +58,25 @@ lint: ## gofmt, go vet and staticcheck.
 bench: ## Run the Go benchmarks (ledger throughput, Get on 1M records, sweeping).
 	go test -run '^$$' -bench . -benchmem ./...
 
+# bench-compare's size and rounds, and any other flag of scripts/bench
+# (`go run ./scripts/bench -h`), e.g. make bench-compare BENCH_MESSAGES=5000 BENCH_ROUNDS=5
+BENCH_MESSAGES ?= 20000
+BENCH_ROUNDS   ?= 3
+BENCH_FLAGS    ?=
+
+.PHONY: bench-compare
+bench-compare: build ## Compare sqsonce with a plain Go poller and sqs-consumer on a local SQS-compatible server.
+	@test -f scripts/bench/node/node_modules/sqs-consumer/package.json || npm ci --prefix scripts/bench/node --no-audit --no-fund
+	$(WITH_SQS) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
+
+# make chaos's size and any other flag of scripts/chaos (`go run ./scripts/chaos -h`),
+# e.g. make chaos CHAOS_FLAGS='-seed 7 -keep'. It mounts a tmpfs: run it as root.
+CHAOS_FLAGS ?=
+
+.PHONY: chaos
+chaos: ## Kill, fault and fill the worker's world and audit every operation (one table; ~5 min; root).
+	$(WITH_SQS) go run ./scripts/chaos $(CHAOS_FLAGS)
+
 .PHONY: demo
 demo: build ## Run the worker on a local SQS-compatible server and show what it did.
 	$(WITH_SQS) go run ./scripts/demo --bin bin/sqsonce

@@ -1,0 +1,172 @@
+// Command baseline is the ceiling of the comparison benchmark: a minimal
+// SQS consumer with the same shape as sqsonce's worker (one poller that
+// asks for no more messages than there are free handler slots, one
+// goroutine per message, one deleter that batches whatever is waiting into
+// DeleteMessageBatch) and nothing else: no ledger, no keys, no message
+// attributes. Its handler does nothing.
+//
+// It stops once -expect deliveries are deleted (or at SIGTERM) and prints
+// a benchkit.Report as its last line.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/scripts/bench/internal/benchkit"
+)
+
+const maxBatch = 10
+
+type item struct {
+	receipt *string
+	sent    int64
+}
+
+func main() {
+	var f benchkit.Flags
+	f.Register()
+	wait := flag.Int("wait", 20, "long-poll seconds per receive")
+	flag.Parse()
+	if err := f.Check(); err != nil {
+		fmt.Fprintln(os.Stderr, "baseline:", err)
+		os.Exit(2)
+	}
+	client, reqs := benchkit.NewClient(f.Endpoint)
+	rec := benchkit.NewRecorder(f.Expect)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		select {
+		case <-rec.Done():
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+
+	slots := make(chan struct{}, f.Concurrency)
+	for range f.Concurrency {
+		slots <- struct{}{}
+	}
+	release := func(n int) {
+		for range n {
+			slots <- struct{}{}
+		}
+	}
+	deletes := make(chan item, 4*maxBatch)
+	var deleter, handlers sync.WaitGroup
+	deleter.Go(func() { deleteLoop(client, f.QueueURL, deletes, rec) })
+
+	rep := benchkit.Report{Contender: "baseline"}
+	failures := 0
+	for ctx.Err() == nil {
+		// Take 1..10 free slots, waiting for the first.
+		select {
+		case <-slots:
+		case <-ctx.Done():
+			continue
+		}
+		n := 1
+	more:
+		for n < maxBatch {
+			select {
+			case <-slots:
+				n++
+			default:
+				break more
+			}
+		}
+		if rep.StartNS == 0 {
+			rep.StartNS = time.Now().UnixNano()
+		}
+		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:            &f.QueueURL,
+			MaxNumberOfMessages: int32(n),
+			WaitTimeSeconds:     int32(*wait),
+		})
+		if err != nil {
+			release(n)
+			if ctx.Err() != nil {
+				break
+			}
+			failures++
+			fmt.Fprintln(os.Stderr, "baseline: receive:", err)
+			time.Sleep(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
+			continue
+		}
+		failures = 0
+		release(n - len(out.Messages))
+		for _, m := range out.Messages {
+			handlers.Go(func() {
+				defer release(1)
+				sent, ok := benchkit.SentMillis(aws.ToString(m.Body))
+				if !ok {
+					sent = -1
+				}
+				// The handler: nothing.
+				deletes <- item{receipt: m.ReceiptHandle, sent: sent}
+			})
+		}
+	}
+	handlers.Wait()
+	close(deletes)
+	deleter.Wait()
+	rec.Fill(&rep)
+	rep.Requests = reqs.Counts()
+	rep.Print()
+}
+
+// deleteLoop deletes in batches of up to ten: whatever is waiting when a
+// batch starts goes into it.
+func deleteLoop(client *sqs.Client, queueURL string, deletes <-chan item, rec *benchkit.Recorder) {
+	batch := make([]item, 0, maxBatch)
+	entries := make([]types.DeleteMessageBatchRequestEntry, 0, maxBatch)
+	sent := make([]int64, 0, maxBatch)
+	for it := range deletes {
+		batch = append(batch[:0], it)
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case it, ok := <-deletes:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, it)
+			default:
+				break gather
+			}
+		}
+		entries = entries[:0]
+		for i, it := range batch {
+			entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: it.receipt})
+		}
+		out, err := client.DeleteMessageBatch(context.Background(), &sqs.DeleteMessageBatchInput{QueueUrl: &queueURL, Entries: entries})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "baseline: delete:", err)
+			continue
+		}
+		sent = sent[:0]
+		for _, s := range out.Successful {
+			i, _ := strconv.Atoi(aws.ToString(s.Id))
+			sent = append(sent, batch[i].sent)
+		}
+		for _, fl := range out.Failed {
+			fmt.Fprintln(os.Stderr, "baseline: delete failed:", aws.ToString(fl.Code), aws.ToString(fl.Message))
+		}
+		if len(sent) > 0 {
+			rec.Finish(sent...)
+		}
+	}
+}

@@ -1,0 +1,346 @@
+// Command bench is the comparison benchmark behind `make bench-compare`. It
+// runs four consumers of one local SQS-compatible server side by side, each
+// as its own process, on the same number of messages and the same
+// concurrency, alternating A B C D A B C D … for several rounds:
+//
+//   - baseline: a minimal Go poller with no ledger (scripts/bench/baseline),
+//     the ceiling;
+//   - sqsonce-go: the worker library with a bbolt ledger and a handler that
+//     does nothing (scripts/bench/sqsonce-go);
+//   - sqsonce-exec: the sqsonce binary with an exec handler running
+//     /bin/true;
+//   - sqs-consumer: the npm package sqs-consumer with a handler that does
+//     nothing (scripts/bench/node).
+//
+// For each run it creates a fresh queue, fills it before the consumer
+// starts, waits until every message is done and measures throughput,
+// send-to-done latency, CPU per message, peak RSS and, for sqsonce, ledger
+// commits per message. A last run sends every operation several times to
+// sqsonce-go to show the work per delivery and per operation. It prints one
+// table with the median and range over the rounds and checks sqsonce
+// against its targets.
+//
+// Run it from the repository root through scripts/with-sqs.sh, which starts
+// the server and sets SQSONCE_TEST_SQS_ENDPOINT; `make bench-compare` does
+// that and builds bin/sqsonce first.
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// The contenders, in the order they run in each round.
+const (
+	cBaseline    = "baseline"
+	cSqsonceGo   = "sqsonce-go"
+	cSqsonceExec = "sqsonce-exec"
+	cSQSConsumer = "sqs-consumer"
+)
+
+var allContenders = []string{cBaseline, cSqsonceGo, cSqsonceExec, cSQSConsumer}
+
+type options struct {
+	messages    int
+	rounds      int
+	concurrency int
+	bin         string
+	contenders  []string
+	warmup      int
+	dupCopies   int
+	scInstances int
+	scMode      string
+	cpuprofile  string
+	runTimeout  time.Duration
+	fillWorkers int
+	out         string
+	keep        bool
+	quiet       time.Duration
+	ledgerDir   string
+	pollers     int
+	dupAdjacent bool
+}
+
+func main() {
+	var o options
+	var contenders string
+	flag.IntVar(&o.messages, "n", 20000, "messages per run")
+	flag.IntVar(&o.rounds, "rounds", 3, "rounds: each contender runs once per round, in turn")
+	flag.IntVar(&o.concurrency, "concurrency", 16, "handlers running at once in each contender")
+	flag.StringVar(&o.bin, "bin", "bin/sqsonce", "the sqsonce binary (make build)")
+	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run, comma-separated")
+	flag.IntVar(&o.warmup, "warmup", 2000, "messages of one unmeasured warm-up run per contender first (0: none)")
+	flag.IntVar(&o.dupCopies, "dup-copies", 3, "duplicate run: deliveries per operation, sqsonce-go only (0: no duplicate run)")
+	flag.BoolVar(&o.dupAdjacent, "dup-adjacent", false, "duplicate run: send the copies of an operation one after another instead of all first copies first (copies then arrive together, while the first is in progress)")
+	flag.IntVar(&o.scInstances, "sqs-consumer-instances", 2, "sqs-consumer: Consumers in its process (each handles one batch of up to 10 at a time)")
+	flag.StringVar(&o.scMode, "sqs-consumer-mode", "batch", "sqs-consumer: batch (handleMessageBatch, one DeleteMessageBatch per batch) or message (handleMessage, one DeleteMessage per message)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "directory for CPU profiles of the sqsonce-go runs (go tool pprof -top FILE)")
+	flag.DurationVar(&o.runTimeout, "run-timeout", 3*time.Minute, "longest a single run may take")
+	flag.IntVar(&o.fillWorkers, "fill-workers", 8, "concurrent SendMessageBatch calls when filling a queue")
+	flag.StringVar(&o.out, "out", "", "also write the report to this file")
+	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, ledgers)")
+	flag.StringVar(&o.ledgerDir, "ledger-dir", "", "where sqsonce's ledger files go (default: the working directory, under $TMPDIR); the file system's fsync is part of what is measured")
+	flag.IntVar(&o.pollers, "sqsonce-pollers", 1, "receive loops of sqsonce-go and sqsonce-exec")
+	flag.DurationVar(&o.quiet, "quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine to be idle (other programs disturb the results)")
+	flag.Parse()
+	o.contenders = strings.Split(contenders, ",")
+	if err := o.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func (o *options) check() error {
+	if o.messages < 10 || o.rounds < 1 || o.concurrency < 1 || o.fillWorkers < 1 || o.scInstances < 1 || o.pollers < 1 {
+		return errors.New("-n must be at least 10; -rounds, -concurrency, -fill-workers, -sqs-consumer-instances and -sqsonce-pollers at least 1")
+	}
+	if o.scMode != "batch" && o.scMode != "message" {
+		return fmt.Errorf("-sqs-consumer-mode %q: want batch or message", o.scMode)
+	}
+	for _, c := range o.contenders {
+		known := false
+		for _, k := range allContenders {
+			known = known || c == k
+		}
+		if !known {
+			return fmt.Errorf("-contenders: unknown contender %q (want some of %s)", c, strings.Join(allContenders, ", "))
+		}
+	}
+	if _, err := os.Stat("go.mod"); err != nil {
+		return errors.New("run from the repository root (go.mod not found)")
+	}
+	return nil
+}
+
+// bench is one invocation's state.
+type bench struct {
+	o          options
+	endpoint   string
+	client     *sqs.Client
+	dir        string            // working directory
+	exe        map[string]string // contender -> program
+	serverPID  int               // 0 when unknown
+	ledgerBase uint64            // bbolt txid of a fresh ledger, before any commit of its own
+	seq        int               // runs so far, for queue names and operation ids
+	log        io.Writer         // progress
+}
+
+// ledgerRoot is the directory under which each run's ledger file goes.
+func (b *bench) ledgerRoot() string {
+	if b.o.ledgerDir != "" {
+		return b.o.ledgerDir
+	}
+	return b.dir
+}
+
+func run(ctx context.Context, o options) error {
+	endpoint := strings.TrimRight(os.Getenv("SQSONCE_TEST_SQS_ENDPOINT"), "/")
+	u, err := url.Parse(endpoint)
+	if endpoint == "" || err != nil || u.Scheme != "http" || u.Hostname() != "127.0.0.1" {
+		return errors.New("SQSONCE_TEST_SQS_ENDPOINT must name the local server (http://127.0.0.1:PORT): run through scripts/with-sqs.sh or `make bench-compare`")
+	}
+	port, _ := strconv.Atoi(u.Port())
+	dir, err := os.MkdirTemp("", "sqsonce-bench-")
+	if err != nil {
+		return err
+	}
+	b := &bench{o: o, endpoint: endpoint, client: newClient(endpoint), dir: dir, exe: map[string]string{}, log: os.Stderr}
+	if o.keep {
+		fmt.Fprintf(b.log, "bench: working directory %s (kept)\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+		defer func() {
+			if b.o.ledgerDir != "" {
+				os.RemoveAll(b.o.ledgerDir)
+			}
+		}()
+	}
+	b.serverPID = listenerPID(port)
+	if b.serverPID == 0 {
+		fmt.Fprintln(b.log, "bench: could not find the server's process: server CPU will not be reported")
+	}
+	if err := b.prepare(ctx); err != nil {
+		return err
+	}
+	env := describeMachine(b)
+
+	if o.warmup > 0 {
+		for _, c := range o.contenders {
+			r, err := b.runOne(ctx, c, 0, o.warmup, 1)
+			if err != nil {
+				return fmt.Errorf("warm-up %s: %w", c, err)
+			}
+			fmt.Fprintf(b.log, "warm-up  %-13s %s\n", c, r.line())
+		}
+	}
+	var results []*result
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range o.contenders {
+			r, err := b.runOne(ctx, c, round, o.messages, 1)
+			if err != nil {
+				return fmt.Errorf("round %d, %s: %w", round, c, err)
+			}
+			fmt.Fprintf(b.log, "round %d  %-13s %s\n", round, c, r.line())
+			results = append(results, r)
+		}
+	}
+	var dup *result
+	if o.dupCopies > 1 && contains(o.contenders, cSqsonceGo) {
+		ops := o.messages / o.dupCopies
+		dup, err = b.runOne(ctx, cSqsonceGo, -1, ops, o.dupCopies)
+		if err != nil {
+			return fmt.Errorf("duplicate run: %w", err)
+		}
+		fmt.Fprintf(b.log, "dup x%d   %-13s %s\n", o.dupCopies, cSqsonceGo, dup.line())
+	}
+
+	var report bytes.Buffer
+	writeReport(&report, b, env, results, dup)
+	os.Stdout.Write(report.Bytes())
+	if o.out != "" {
+		if err := os.WriteFile(o.out, report.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// prepare builds the Go contenders, finds the others and measures the
+// txid of a fresh ledger.
+func (b *bench) prepare(ctx context.Context) error {
+	for _, c := range b.o.contenders {
+		switch c {
+		case cBaseline, cSqsonceGo:
+			out := filepath.Join(b.dir, c)
+			cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./scripts/bench/"+c)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			if err := cmd.Run(); err != nil {
+				return fmt.Errorf("build %s: %w", c, err)
+			}
+			b.exe[c] = out
+		case cSqsonceExec:
+			bin, err := filepath.Abs(b.o.bin)
+			if err != nil {
+				return err
+			}
+			if _, err := os.Stat(bin); err != nil {
+				return fmt.Errorf("%s: %w (run `make build`)", b.o.bin, err)
+			}
+			b.exe[c] = bin
+		case cSQSConsumer:
+			if _, err := os.Stat("scripts/bench/node/node_modules/sqs-consumer/package.json"); err != nil {
+				return errors.New("sqs-consumer is not installed: npm ci --prefix scripts/bench/node")
+			}
+			node, err := exec.LookPath("node")
+			if err != nil {
+				return err
+			}
+			b.exe[c] = node
+		}
+	}
+	if b.o.ledgerDir != "" {
+		d, err := os.MkdirTemp(b.o.ledgerDir, "sqsonce-bench-ledgers-")
+		if err != nil {
+			return err
+		}
+		b.o.ledgerDir = d
+	}
+	base, err := freshLedgerTxID(filepath.Join(b.ledgerRoot(), "fresh", "ledger.db"))
+	if err != nil {
+		return err
+	}
+	b.ledgerBase = base
+	return nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// machine describes where the benchmark ran.
+type machine struct {
+	nproc                        int
+	cpu                          string
+	goVersion, nodeVersion       string
+	fauxqs, sqsConsumer, nodeSDK string
+	kernel                       string
+	ledgerFS                     string
+}
+
+func describeMachine(b *bench) machine {
+	m := machine{nproc: runtime.NumCPU(), cpu: cpuModel(), goVersion: runtime.Version()}
+	if out, err := exec.Command("node", "--version").Output(); err == nil {
+		m.nodeVersion = strings.TrimSpace(string(out))
+	}
+	m.fauxqs = packageVersion("scripts/sqs/node_modules/fauxqs/package.json")
+	m.sqsConsumer = packageVersion("scripts/bench/node/node_modules/sqs-consumer/package.json")
+	m.nodeSDK = packageVersion("scripts/bench/node/node_modules/@aws-sdk/client-sqs/package.json")
+	if out, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.kernel = strings.TrimSpace(string(out))
+	}
+	m.ledgerFS = fsType(b.ledgerRoot())
+	return m
+}
+
+func packageVersion(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "not installed"
+	}
+	_, rest, ok := strings.Cut(string(b), `"version"`)
+	if !ok {
+		return "unknown"
+	}
+	_, rest, _ = strings.Cut(rest, `"`)
+	v, _, _ := strings.Cut(rest, `"`)
+	return v
+}
+
+// fsType returns the type of the file system holding dir, from
+// /proc/self/mounts (the longest mount point that is a prefix of dir).
+func fsType(dir string) string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return "unknown"
+	}
+	best, typ := "", "unknown"
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 {
+			continue
+		}
+		mp := f[1]
+		if (dir == mp || strings.HasPrefix(dir, strings.TrimRight(mp, "/")+"/")) && len(mp) > len(best) {
+			best, typ = mp, f[2]+" ("+f[0]+" on "+mp+")"
+		}
+	}
+	return typ
+}
