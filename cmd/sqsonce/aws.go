@@ -9,6 +9,8 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsonce/sqsonce/internal/sqsclient"
 )
 
 // newSQSClient makes an SQS client for the queue section. Credentials come
@@ -25,5 +27,5 @@ func newSQSClient(ctx context.Context, q QueueConfig) (*sqs.Client, error) {
 		if q.Endpoint != "" {
 			o.BaseEndpoint = aws.String(q.Endpoint)
 		}
-	}), nil
+	}, sqsclient.InMemoryBodies), nil
 }

@@ -238,6 +238,9 @@ func dialLedgerSocket(ctx context.Context, path string) (*socketLedger, error) {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "unix", path)
 		},
+		// A worker that accepts but never answers must not hang the
+		// command; a long listing streams after its headers.
+		ResponseHeaderTimeout: 10 * time.Second,
 	}}}
 	if _, err := c.Stats(ctx); err != nil {
 		return nil, err

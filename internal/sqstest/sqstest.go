@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/internal/sqsclient"
 )
 
 // EndpointEnv names the environment variable holding the base URL of the
@@ -85,7 +87,7 @@ func NewClient(t testing.TB, rt http.RoundTripper, optFns ...func(*sqs.Options))
 		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   hc,
-	}, optFns...)
+	}, append([]func(*sqs.Options){sqsclient.InMemoryBodies}, optFns...)...)
 }
 
 // loopbackTransport returns a clone of http.DefaultTransport that never uses
@@ -244,9 +246,9 @@ func opContext(t testing.TB) (context.Context, context.CancelFunc) {
 
 // Drain receives messages from queueURL without deleting them, asking for all
 // system attributes and all message attributes, and returns them in the
-// order received. Received messages stay in flight and become visible again
-// after their visibility timeout; a message received more than once during
-// one Drain is returned once (first receipt).
+// order received. Received messages stay in flight for wait + 30 s and then
+// become visible again; a message received more than once during one Drain
+// is returned once (first receipt).
 //
 // Drain stops as soon as it holds maxMessages messages (if maxMessages > 0).
 // Otherwise, with wait > 0 it keeps receiving (long polls of at most 2 s)
@@ -267,9 +269,12 @@ func Drain(t testing.TB, c *sqs.Client, queueURL string, maxMessages int, wait t
 		waitSeconds := min(max(int(time.Until(deadline)/time.Second), 0), 2)
 		ctx, cancel := opContext(t)
 		res, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:                    aws.String(queueURL),
-			MaxNumberOfMessages:         int32(n),
-			WaitTimeSeconds:             int32(waitSeconds),
+			QueueUrl:            aws.String(queueURL),
+			MaxNumberOfMessages: int32(n),
+			WaitTimeSeconds:     int32(waitSeconds),
+			// Long enough that messages received early do not come back
+			// and crowd out the rest before the drain ends.
+			VisibilityTimeout:           int32(max(wait, 0)/time.Second) + 30,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
 		})
