@@ -59,6 +59,7 @@ Usage:
 Commands:
   run       consume the queue until SIGTERM or SIGINT
   send      send lines of JSON to the queue, one message each
+  replay    move messages from the dead-letter queue back to the queue
   check     check configuration, credentials, queues, ledger and handler before deploying
   ledger    inspect and manage the ledger: get, list, stats, forget, export, compact
   health    ask a running worker whether it is alive (for container health checks)
@@ -83,6 +84,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		err = m.ledgerCommand(ctx, rest)
 	case "check":
 		err = m.checkCommand(ctx, rest)
+	case "replay":
+		err = m.replayCommand(ctx, rest)
 	case "health":
 		err = m.healthCommand(ctx, rest)
 	case "version":
@@ -181,10 +184,8 @@ func newLogger(w io.Writer, format, level string, lookupEnv func(string) (string
 	}
 	if format == "auto" {
 		format = "json"
-		if f, ok := w.(*os.File); ok {
-			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-				format = "text"
-			}
+		if isTerminal(w) {
+			format = "text"
 		}
 	}
 	switch format {
