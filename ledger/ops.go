@@ -282,8 +282,10 @@ func (db *DB) Release(ctx context.Context, key, owner string) error {
 }
 
 // Extend renews the claim's lease to now+lease (the heartbeat) and returns
-// the new expiry. It fails with ErrNotOwner after a takeover: the caller has
-// lost the operation and should stop its work.
+// the new expiry, or the zero time with an error. It fails with ErrNotOwner
+// after a takeover: the caller has lost the operation and should stop its
+// work. When ctx ends first it returns ctx's error, and the extension may
+// still take effect.
 func (db *DB) Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error) {
 	if lease <= 0 {
 		return time.Time{}, fmt.Errorf("extend %q: lease must be positive: %w", key, ErrInvalidArgument)
@@ -299,7 +301,12 @@ func (db *DB) Extend(ctx context.Context, key, owner string, lease time.Duration
 			return true, nil
 		})
 	})
-	return expiry, errs[0]
+	if errs[0] != nil {
+		// When ctx ended first, the committer may still be applying the
+		// write: expiry is not ours to read.
+		return time.Time{}, errs[0]
+	}
+	return expiry, nil
 }
 
 // Reset makes a failed operation claimable again, permanent or not: what an

@@ -558,32 +558,49 @@ func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *slog.Log
 // heartbeat extends the message's visibility and the claim's lease together
 // while the work runs. It calls lost when the ledger says another claim owns
 // the operation. The returned func stops it and waits for it.
+//
+// Each extension is bounded by the beat interval, so that a call that hangs
+// (SQS that never answers, the SDK retrying) cannot hold back the next
+// extension of the lease; and stopping cancels the calls in flight, so that
+// the work's completion never waits for them: both would widen the window
+// in which done work is not yet recorded, and a lease that lapses while the
+// work runs lets a redelivery run it again.
 func (w *Worker) heartbeat(j *job, log *slog.Logger, lost func()) (stop func()) {
 	every := max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)
-	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
-		bg := context.Background()
 		for {
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			if _, err := w.ledger.Extend(bg, j.key.key, j.owner, w.cfg.VisibilityTimeout); err != nil {
+			ectx, ecancel := context.WithTimeout(ctx, every)
+			_, err := w.ledger.Extend(ectx, j.key.key, j.owner, w.cfg.VisibilityTimeout)
+			ecancel()
+			if ctx.Err() != nil {
+				return // stopped: the work is over
+			}
+			if err != nil {
 				if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrState) || errors.Is(err, ledger.ErrNotFound) {
 					lost()
 					return
 				}
 				log.Warn("heartbeat: extending the lease failed", "error", err)
 			}
-			_, err := w.sqs.ChangeMessageVisibility(bg, &sqs.ChangeMessageVisibilityInput{
+			vctx, vcancel := context.WithTimeout(ctx, every)
+			_, err = w.sqs.ChangeMessageVisibility(vctx, &sqs.ChangeMessageVisibilityInput{
 				QueueUrl:          &w.cfg.QueueURL,
 				ReceiptHandle:     j.msg.ReceiptHandle,
 				VisibilityTimeout: int32(w.cfg.VisibilityTimeout / time.Second),
 			})
+			vcancel()
+			if ctx.Err() != nil {
+				return
+			}
 			if err != nil {
 				log.Warn("heartbeat: extending visibility failed", "error", err)
 			} else {
@@ -591,7 +608,7 @@ func (w *Worker) heartbeat(j *job, log *slog.Logger, lost func()) (stop func()) 
 			}
 		}
 	})
-	return func() { close(done); wg.Wait() }
+	return func() { cancel(); wg.Wait() }
 }
 
 // sweepLoop removes expired ledger records every SweepInterval.
