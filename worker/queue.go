@@ -223,9 +223,11 @@ func (w *Worker) deadLetter(j *job, reason string, log *slog.Logger) bool {
 	for k, v := range j.msg.MessageAttributes {
 		attrs[k] = v
 	}
-	for k, v := range map[string]string{AttrReason: truncate(reason, 1024), AttrSourceMessageID: j.id()} {
-		if len(attrs) < maxMessageAttrs {
-			attrs[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	// The reason first, then the source id: each replaces an earlier value
+	// (a message dead-lettered before) or takes a free place; SQS allows ten.
+	for _, a := range [...]struct{ k, v string }{{AttrReason, truncate(reason, 1024)}, {AttrSourceMessageID, j.id()}} {
+		if _, ok := attrs[a.k]; ok || len(attrs) < maxMessageAttrs {
+			attrs[a.k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(a.v)}
 		}
 	}
 	in := &sqs.SendMessageInput{

@@ -665,3 +665,34 @@ func withAttr(name, value string) func(*sqs.SendMessageInput) {
 func attr(m types.Message, name string) string {
 	return aws.ToString(m.MessageAttributes[name].StringValue)
 }
+
+// A message dead-lettered a second time (after a replay) carries ten
+// attributes already; its reason and source id must be the new ones.
+func TestWorker_DeadLetterReplacesReasonAtTheAttributeLimit(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	stop := b.start(b.config(), worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		return worker.Permanent(errors.New("still broken"))
+	}))
+	edits := []func(*sqs.SendMessageInput){withAttr(worker.AttrReason, "old reason"), withAttr(worker.AttrSourceMessageID, "old-id")}
+	for i := range 8 {
+		edits = append(edits, withAttr(fmt.Sprintf("A%d", i), "v"))
+	}
+	b.send(`{"id":"again"}`, edits...)
+	b.waitEmpty(20 * time.Second)
+	stop()
+	dlq := sqstest.Drain(t, b.client, b.queue.DLQURL, 1, 5*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("%d in the DLQ", len(dlq))
+	}
+	m := dlq[0]
+	if got := attr(m, worker.AttrReason); !strings.Contains(got, "still broken") {
+		t.Fatalf("reason %q", got)
+	}
+	if got := attr(m, worker.AttrSourceMessageID); got == "old-id" || got == "" {
+		t.Fatalf("source id %q", got)
+	}
+	if len(m.MessageAttributes) != 10 {
+		t.Fatalf("%d attributes", len(m.MessageAttributes))
+	}
+}
