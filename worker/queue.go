@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -127,14 +128,32 @@ func (w *Worker) delete(m types.Message) {
 	w.deletes <- deletion{id: aws.ToString(m.MessageId), receipt: aws.ToString(m.ReceiptHandle)}
 }
 
-// deleteLoop deletes messages in batches of up to ten: whatever is waiting
-// when a batch starts goes into it. It ends when the channel is closed and
-// drained. A failed delete only costs a redelivery, which the ledger
-// answers as a duplicate.
+// Deleting: a few deleters take completed messages from one channel, each
+// gathering up to ten, or what arrives within deleteLinger, per call.
+const (
+	deleters     = 4
+	deleteLinger = 10 * time.Millisecond
+)
+
+// deleteLoop runs the deleters until the channel is closed and drained. A
+// failed delete only costs a redelivery, which the ledger answers as a
+// duplicate; a delete that waits a few milliseconds for company saves SQS
+// requests (which are billed) and server time.
 func (w *Worker) deleteLoop() {
+	var wg sync.WaitGroup
+	for range deleters {
+		wg.Go(w.deleter)
+	}
+	wg.Wait()
+}
+
+func (w *Worker) deleter() {
 	batch := make([]types.DeleteMessageBatchRequestEntry, 0, MaxMessagesPerReceive)
+	linger := time.NewTimer(deleteLinger)
+	linger.Stop()
 	for d := range w.deletes {
 		batch = append(batch[:0], entry(0, d))
+		linger.Reset(deleteLinger)
 	gather:
 		for len(batch) < MaxMessagesPerReceive {
 			select {
@@ -143,10 +162,11 @@ func (w *Worker) deleteLoop() {
 					break gather
 				}
 				batch = append(batch, entry(len(batch), d))
-			default:
+			case <-linger.C:
 				break gather
 			}
 		}
+		linger.Stop()
 		w.deleteBatch(batch)
 	}
 }

@@ -217,12 +217,17 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 			w.release(len(msgs))
 			return
 		}
-		w.dispatch(ctx, workCtx, msgs, jobs)
+		// Claim and start the batch while this loop receives the next:
+		// the claim's commit (an fsync) need not hold back the poll.
+		jobs.Go(func() { w.dispatch(ctx, workCtx, msgs, jobs) })
 	}
 }
 
 // acquire takes between 1 and max free slots, waiting for the first. It
-// returns 0 when ctx ends first.
+// returns 0 when ctx ends first. Having one, it waits up to acquireLinger
+// for more to come free, so that a busy worker receives full batches rather
+// than one message per call (fewer requests, less CPU, the same latency
+// within a couple of milliseconds).
 func (w *Worker) acquire(ctx context.Context, max int) int {
 	select {
 	case <-w.slots:
@@ -230,21 +235,47 @@ func (w *Worker) acquire(ctx context.Context, max int) int {
 		return 0
 	}
 	n := 1
+	var linger <-chan time.Time
 	for n < max {
 		select {
 		case <-w.slots:
 			n++
+			continue
 		default:
+		}
+		if linger == nil {
+			t := time.NewTimer(acquireLinger)
+			defer t.Stop()
+			linger = t.C
+		}
+		select {
+		case <-w.slots:
+			n++
+		case <-linger:
+			return n
+		case <-ctx.Done():
 			return n
 		}
 	}
 	return n
 }
 
+// acquireLinger is how long a poller holding some free slots waits for more
+// before it receives.
+const acquireLinger = 2 * time.Millisecond
+
 func (w *Worker) release(n int) {
 	for range n {
 		w.slots <- struct{}{}
 	}
+}
+
+// systemAttributes are the system attributes the worker reads.
+var systemAttributes = []types.MessageSystemAttributeName{
+	types.MessageSystemAttributeNameApproximateReceiveCount,
+	types.MessageSystemAttributeNameSentTimestamp,
+	types.MessageSystemAttributeNameMessageGroupId,
+	types.MessageSystemAttributeNameMessageDeduplicationId,
 }
 
 func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
@@ -253,7 +284,7 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 		MaxNumberOfMessages:         int32(n),
 		WaitTimeSeconds:             int32(w.cfg.WaitTime / time.Second),
 		VisibilityTimeout:           int32(w.cfg.VisibilityTimeout / time.Second),
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		MessageSystemAttributeNames: systemAttributes,
 		MessageAttributeNames:       []string{"All"},
 	}
 	if w.queue.fifo {
@@ -333,14 +364,14 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		w.release(len(keyed))
 		for _, j := range all {
 			if j.keyErr != nil {
-				jobs.Go(func() { defer w.release(1); w.process(ctx, workCtx, j) })
+				jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
 			}
 		}
 		return
 	}
 	if !w.queue.fifo {
 		for _, j := range all {
-			jobs.Go(func() { defer w.release(1); w.process(ctx, workCtx, j) })
+			jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
 		}
 		return
 	}
@@ -369,7 +400,7 @@ func (w *Worker) processGroup(ctx, workCtx context.Context, group []*job) {
 			w.releaseJobs(group[i:])
 			return
 		}
-		ok := w.process(ctx, workCtx, j)
+		ok := w.process(ctx, workCtx, j, nil)
 		w.release(1)
 		if !ok {
 			w.releaseJobs(group[i+1:])
@@ -399,10 +430,35 @@ func (w *Worker) releaseJobs(js []*job) {
 	w.release(len(js))
 }
 
+// slot is one message's hold on handler capacity, given back once. It is
+// used by one goroutine.
+type slot struct {
+	w    *Worker
+	done bool
+}
+
+func (s *slot) free() {
+	if s != nil && !s.done {
+		s.done = true
+		s.w.release(1)
+	}
+}
+
+// processAlone processes a message of a standard queue. Its slot is given
+// back as soon as its handler returns: recording the completion and the
+// delete do not hold handler capacity.
+func (w *Worker) processAlone(ctx, workCtx context.Context, j *job) {
+	s := &slot{w: w}
+	defer s.free()
+	w.process(ctx, workCtx, j, s)
+}
+
 // process deals with one message according to its key and claim. It reports
 // whether the message is settled (deleted or dead-lettered) rather than left
 // for a retry, which is what a FIFO group needs to know to go on.
-func (w *Worker) process(ctx, workCtx context.Context, j *job) bool {
+// The slot, when not nil, is freed once the handler has returned; FIFO
+// groups pass nil and wait for the whole outcome.
+func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	log := w.log.With("message_id", j.id())
 	if j.keyErr != nil {
 		w.stats.keyless.Add(1)
@@ -417,7 +473,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) bool {
 			log.Warn("took over an operation whose lease had lapsed", "previous_owner_lease", j.claim.Record.LeaseExpiry)
 		}
 		w.stats.claimed.Add(1)
-		return w.run(ctx, workCtx, j, log)
+		return w.run(ctx, workCtx, j, s, log)
 	case ledger.AlreadyComplete:
 		w.stats.duplicates.Add(1)
 		log.Debug("duplicate of a completed operation: deleted without running")
@@ -447,7 +503,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) bool {
 var errLeaseLost = errors.New("lease lost to another claim")
 
 // run executes the handler for a claimed message and records the outcome.
-func (w *Worker) run(ctx, workCtx context.Context, j *job, log *slog.Logger) bool {
+func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *slog.Logger) bool {
 	m := &Message{
 		Key:             j.key.key,
 		Body:            []byte(aws.ToString(j.msg.Body)),
@@ -470,6 +526,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *slog.Logger) boo
 	start := w.now()
 	err := w.handle(hctx, m)
 	stopBeat()
+	s.free()
 	elapsed := w.now().Sub(start)
 	bg := context.WithoutCancel(ctx)
 
