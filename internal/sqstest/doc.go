@@ -39,5 +39,5 @@
 //     InvalidAction;
 //   - MessageRetentionPeriod is stored but messages never expire.
 //
-// Only _test.go files may import this package.
+// Tests and test programs (scripts/chaos) import it; the binary never does.
 package sqstest

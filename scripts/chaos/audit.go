@@ -1,0 +1,681 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// Causes of an execution beyond the first successful one, found from what
+// happened to the run that made the earlier one.
+const (
+	causeWindowA        = "crash in window a (handler done, completion not durable)"
+	causeInHandler      = "kill while the downstream served the request (in-handler)"
+	causeKilled         = "kill after the downstream answered, before the completion was durable"
+	causeKilledInFlight = "kill while the request was in flight"
+	causeCompleteFail   = "completion could not be recorded (ledger commit failed)"
+	causeFailFail       = "failure could not be recorded (ledger commit failed)"
+	causeHandlerErr     = "the worker saw the attempt fail after the downstream did it"
+	causeUnexplained    = "UNEXPLAINED"
+	// causeTakenOver is not the documented window: the claim's lease lapsed
+	// while the work ran and another claim ran it too.
+	causeTakenOver = "UNEXPLAINED: lease lapsed while the work ran, another claim ran it too"
+)
+
+// dlqMsg is one message found in the dead-letter queue.
+type dlqMsg struct {
+	body   string
+	reason string // SqsonceReason; "" when SQS's redrive moved it
+}
+
+// Report is what a campaign found.
+type Report struct {
+	Elapsed time.Duration
+
+	Planned, Sent, Accepted int64
+	SenderLostAcks          int
+	SenderRetries           int64
+	SenderFaults            map[string]int
+	Ops                     map[opClass]int
+	Keyless                 int
+	LateResends             int
+
+	Faults     map[string]int            // by kind, all worker runs
+	FaultsByOp map[string]map[string]int // by operation, then kind
+	Runs       int
+	Ends       map[string]int // runs by how they ended
+	Kills      int
+	Pauses     int
+	DoubleTerm int
+
+	ExpectComplete, Completed int
+	ExpectDLQ, FoundDLQ       int
+	DLQMessages               int
+	DLQCopiesOfCompleted      int // extra copies of completed operations (redrive of a duplicate)
+	DLQBeforeComplete         int // expected to complete, dead-lettered by SQS's redrive instead
+	DLQBeforeByClass          map[opClass]int
+	DLQWrongReason            int // expected to complete, dead-lettered by sqsonce with a reason
+	Lost, AckNotDone          int
+	Executions, Effects       int
+	Extra                     map[string]int // executions beyond one, by cause
+	ExtraSamples              map[string][]string
+	EffectsTwice              int
+	ConflictRan, KeylessRan   int
+	LateRanAgain              int
+	InHandlerKills            int
+	Window                    [3]time.Duration // handler success to durable completion: p50, p99, max
+	Stats                     worker.Stats     // summed over runs (killed runs' counters may lag up to 250 ms)
+	Phases                    []phaseResult
+	Notes                     []string
+	Quiet                     bool
+	Details                   []string // per-operation problems, for the log
+}
+
+// OK reports whether every must-be-zero figure is zero and every check
+// passed.
+func (r *Report) OK() bool {
+	if r.Lost != 0 || r.AckNotDone != 0 || r.Extra[causeUnexplained] != 0 || r.Extra[causeTakenOver] != 0 || r.EffectsTwice != 0 ||
+		r.ConflictRan != 0 || r.KeylessRan != 0 || r.DLQWrongReason != 0 || r.FoundDLQ != r.ExpectDLQ ||
+		len(r.Notes) != 0 || !r.Quiet {
+		return false
+	}
+	for _, p := range r.Phases {
+		if !p.ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *campaign) drainDLQ(ctx context.Context) ([]dlqMsg, error) {
+	var out []dlqMsg
+	seen := map[string]bool{}
+	empty := 0
+	for range 100000 {
+		res, err := c.admin.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl:              aws.String(c.dlq),
+			MaxNumberOfMessages:   10,
+			WaitTimeSeconds:       1,
+			VisibilityTimeout:     600,
+			MessageAttributeNames: []string{"All"},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("drain the dead-letter queue: %w", err)
+		}
+		if len(res.Messages) == 0 {
+			empty++
+			if empty == 3 {
+				return out, nil
+			}
+			continue
+		}
+		empty = 0
+		for _, m := range res.Messages {
+			id := aws.ToString(m.MessageId)
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			d := dlqMsg{body: aws.ToString(m.Body)}
+			if a, ok := m.MessageAttributes[worker.AttrReason]; ok {
+				d.reason = aws.ToString(a.StringValue)
+			}
+			out = append(out, d)
+		}
+	}
+	return nil, errors.New("drain the dead-letter queue: it never ran dry")
+}
+
+func hash8(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:8])
+}
+
+// runEvents is what one worker run logged, by key.
+type runEvents struct {
+	handled  map[string][]event.WorkerEvent
+	complete map[string][]event.WorkerEvent
+	fail     map[string][]event.WorkerEvent
+}
+
+func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed time.Duration, quiet bool) (*Report, error) {
+	r := &Report{
+		Elapsed:          elapsed,
+		Planned:          int64(wl.planned()),
+		Sent:             snd.sent.Load(),
+		Accepted:         snd.accepted.Load(),
+		SenderRetries:    snd.failures.Load(),
+		Ops:              map[opClass]int{},
+		DLQBeforeByClass: map[opClass]int{},
+		Keyless:          len(wl.keyless),
+		Faults:           map[string]int{},
+		FaultsByOp:       map[string]map[string]int{},
+		Ends:             map[string]int{},
+		Extra:            map[string]int{},
+		ExtraSamples:     map[string][]string{},
+		Quiet:            quiet,
+	}
+	r.SenderFaults = map[string]int{}
+	for _, byKind := range snd.faults.Counts() {
+		r.SenderLostAcks += byKind["LostAck"]
+		for k, n := range byKind {
+			r.SenderFaults[string(k)] += n
+		}
+	}
+	for _, o := range wl.ops {
+		r.Ops[o.class]++
+		if o.late {
+			r.LateResends++
+		}
+	}
+
+	// Runs: how they ended, their faults and stats.
+	c.mu.Lock()
+	procs := append([]*proc(nil), c.procs...)
+	inHand := c.inHand
+	r.Phases = append(r.Phases, c.phases...)
+	c.mu.Unlock()
+	ends := map[int]string{}
+	events := map[int]*runEvents{}
+	var windows []time.Duration // handler success to durable completion
+	for _, p := range procs {
+		end := c.endOf(p)
+		ends[p.id] = end
+		r.Runs++
+		r.Ends[end]++
+		switch end {
+		case endWindowA, endWindowB, endKill, endInHandler:
+			r.Kills++
+		}
+		cnt := c.counts(p.id)
+		for op, byKind := range cnt.Faults {
+			if r.FaultsByOp[op] == nil {
+				r.FaultsByOp[op] = map[string]int{}
+			}
+			for k, n := range byKind {
+				r.Faults[k] += n
+				r.FaultsByOp[op][k] += n
+			}
+		}
+		addStats(&r.Stats, cnt.Stats)
+		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}}
+		okAt := map[string]int64{} // key -> when its handler last succeeded
+		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
+			switch e.Ev {
+			case event.EvHandled:
+				ev.handled[e.Key] = append(ev.handled[e.Key], e)
+				if e.Err == "" {
+					okAt[e.Key] = e.T
+				}
+			case event.EvComplete:
+				if t, ok := okAt[e.Key]; ok && e.Err == "" {
+					windows = append(windows, time.Duration(e.T-t))
+					delete(okAt, e.Key)
+				}
+				ev.complete[e.Key] = append(ev.complete[e.Key], e)
+			case event.EvFail:
+				ev.fail[e.Key] = append(ev.fail[e.Key], e)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		events[p.id] = ev
+	}
+	r.InHandlerKills = len(inHand)
+	if len(windows) > 0 {
+		sort.Slice(windows, func(i, j int) bool { return windows[i] < windows[j] })
+		q := func(f float64) time.Duration { return windows[min(len(windows)-1, int(f*float64(len(windows))))] }
+		r.Window = [3]time.Duration{q(0.5), q(0.99), windows[len(windows)-1]}
+	}
+	c.mu.Lock()
+	r.Pauses, r.DoubleTerm = c.pauses, c.doubleTerms
+	c.mu.Unlock()
+	hist := &history{inHand: inHand, ends: ends, endedAt: map[int]time.Time{}, events: events}
+	for _, p := range procs {
+		p.mu.Lock()
+		hist.endedAt[p.id] = p.ended
+		p.mu.Unlock()
+	}
+	crashes := map[string]map[int]string{} // key -> run -> window
+	if err := event.ReadLines(c.crashLog, func(cr event.Crash) {
+		if crashes[cr.Key] == nil {
+			crashes[cr.Key] = map[int]string{}
+		}
+		crashes[cr.Key][cr.Run] = cr.Window
+	}); err != nil {
+		return nil, err
+	}
+	hist.crashes = crashes
+
+	// Executions at the downstream.
+	execs := map[string][]event.Execution{} // by key
+	effectsByID := map[string]int{}
+	if err := event.ReadLines(filepath.Join(c.dir, "executions.log"), func(e event.Execution) {
+		r.Executions++
+		if e.Key == "" {
+			r.KeylessRan++
+		}
+		if e.Effect {
+			r.Effects++
+			effectsByID[e.BodyID]++
+		}
+		execs[e.Key] = append(execs[e.Key], e)
+	}); err != nil {
+		return nil, err
+	}
+	for id, n := range effectsByID {
+		if n > 1 {
+			r.EffectsTwice += n - 1
+			r.Details = append(r.Details, fmt.Sprintf("%s: effect applied %d times", id, n))
+		}
+	}
+
+	// The dead-letter queue.
+	dlq, err := c.drainDLQ(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r.DLQMessages = len(dlq)
+	dlqByID := map[string][]dlqMsg{}
+	dlqByBody := map[string][]dlqMsg{}
+	for _, d := range dlq {
+		dlqByBody[d.body] = append(dlqByBody[d.body], d)
+		if id := idOf(d.body); id != "" {
+			dlqByID[id] = append(dlqByID[id], d)
+		}
+	}
+
+	// The ledger, now that no worker holds it.
+	db, err := ledger.Open(c.ledger, ledger.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open the ledger for the audit: %w", err)
+	}
+	defer db.Close()
+
+	hasReason := func(ms []dlqMsg, prefix string) bool {
+		for _, m := range ms {
+			if strings.HasPrefix(m.reason, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, k := range wl.keyless {
+		r.ExpectDLQ++
+		switch ms := dlqByBody[k.body]; {
+		case hasReason(ms, "no operation key"):
+			r.FoundDLQ++
+		case len(ms) > 0:
+			r.FoundDLQ++ // moved by SQS's redrive after failed attempts to dead-letter it
+		default:
+			r.Lost++
+			r.Details = append(r.Details, fmt.Sprintf("keyless message (%s) %q: not in the dead-letter queue", k.why, k.body))
+		}
+	}
+
+	for _, o := range wl.ops {
+		rec, gerr := db.Get(ctx, o.id)
+		state := "absent"
+		if gerr == nil {
+			state = rec.State.String()
+			if rec.State == ledger.StateFailed && rec.Permanent {
+				state = "failed permanently"
+			}
+		} else if !errors.Is(gerr, ledger.ErrNotFound) {
+			return nil, gerr
+		}
+		complete := state == "complete"
+		oe := execs[o.id]
+		effect := false
+		winner := o.body
+		for _, e := range oe {
+			if e.Effect {
+				effect = true
+				if e.BodyHash == hash8(o.bodyB) {
+					winner = o.bodyB
+				}
+			}
+		}
+		inDLQ := dlqByID[o.id]
+
+		// Outcome against expectation.
+		switch o.class {
+		case classNormal, classTransient, classConflict, classSlow:
+			r.ExpectComplete++
+			if complete && effect {
+				r.Completed++
+			}
+			if complete && !effect {
+				r.AckNotDone++
+				r.Details = append(r.Details, fmt.Sprintf("%s: complete in the ledger but no effect downstream", o.id))
+			}
+			ownCopies := 0
+			for _, d := range inDLQ {
+				if d.body == winner {
+					ownCopies++
+					if d.reason != "" {
+						r.DLQWrongReason++
+						r.Details = append(r.Details, fmt.Sprintf("%s: expected to complete, dead-lettered by sqsonce: %s", o.id, d.reason))
+					}
+				}
+			}
+			switch {
+			case complete:
+				r.DLQCopiesOfCompleted += ownCopies
+			case ownCopies > 0:
+				r.DLQBeforeComplete++
+				r.DLQBeforeByClass[o.class]++
+				r.Details = append(r.Details, fmt.Sprintf("%s (%s): dead-lettered by SQS's redrive before completing (info): ledger %s, effect %v", o.id, o.class, state, effect))
+			default:
+				r.Lost++
+				r.Details = append(r.Details, fmt.Sprintf("%s: lost: ledger %s, effect %v, not in the dead-letter queue", o.id, state, effect))
+			}
+			if o.class == classConflict {
+				loser := o.bodyB
+				if winner == o.bodyB {
+					loser = o.body
+				}
+				r.ExpectDLQ++
+				if len(dlqByBody[loser]) > 0 {
+					r.FoundDLQ++
+					if !hasReason(dlqByBody[loser], "conflict") {
+						r.Details = append(r.Details, fmt.Sprintf("%s: the conflicting payload reached the dead-letter queue without the conflict reason", o.id))
+					}
+				} else {
+					r.Lost++
+					r.Details = append(r.Details, fmt.Sprintf("%s: the conflicting payload is not in the dead-letter queue", o.id))
+				}
+				for _, e := range oe {
+					if e.BodyHash == hash8(loser) {
+						r.ConflictRan++
+						r.Details = append(r.Details, fmt.Sprintf("%s: the conflicting payload ran (execution %d)", o.id, e.Seq))
+					}
+				}
+			}
+		case classPermanent:
+			r.ExpectDLQ++
+			if complete {
+				r.AckNotDone++
+				r.Details = append(r.Details, fmt.Sprintf("%s: permanent failure recorded complete", o.id))
+			}
+			if len(inDLQ) > 0 {
+				r.FoundDLQ++
+			} else {
+				r.Lost++
+				r.Details = append(r.Details, fmt.Sprintf("%s: permanent failure not in the dead-letter queue (ledger %s)", o.id, state))
+			}
+		}
+
+		// Executions beyond one: every settled answer after the first.
+		settled := http200
+		if o.class == classPermanent {
+			settled = http422
+		}
+		var s []event.Execution
+		for _, e := range oe {
+			if e.Status == settled {
+				s = append(s, e)
+			}
+		}
+		for i := 1; i < len(s); i++ {
+			cause := explain(s[i-1], s[i], o.class == classPermanent, hist)
+			r.Extra[cause]++
+			if len(r.ExtraSamples[cause]) < 5 {
+				r.ExtraSamples[cause] = append(r.ExtraSamples[cause], fmt.Sprintf("%s: execution %d (run %d) after %d (run %d)", o.id, s[i].Seq, s[i].Run, s[i-1].Seq, s[i-1].Run))
+			}
+		}
+		if o.late && len(s) > 1 {
+			r.LateRanAgain++
+		}
+	}
+	c.mu.Lock()
+	r.Notes = append(r.Notes, c.notes...)
+	c.mu.Unlock()
+	for _, d := range r.Details {
+		fmt.Fprintln(c.log, "detail:", d)
+	}
+	for cause, samples := range r.ExtraSamples {
+		for _, s := range samples {
+			fmt.Fprintf(c.log, "extra execution (%s): %s\n", cause, s)
+		}
+	}
+	return r, nil
+}
+
+// faultOps are the SQS operations the chaos worker injects faults into.
+var faultOps = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "SendMessage"}
+
+const (
+	http200 = 200
+	http422 = 422
+)
+
+// history is what the audit knows about the worker runs.
+type history struct {
+	crashes map[string]map[int]string // key -> run -> window of the run's crash
+	inHand  map[string]int            // key -> run killed while the downstream served it
+	ends    map[int]string            // run -> how it ended
+	endedAt map[int]time.Time         // run -> when it ended
+	events  map[int]*runEvents
+}
+
+// Bounds on how long after the earlier execution a kill still explains the
+// next one: the worker records the completion within milliseconds of the
+// handler's return, and the handler returns within its timeout.
+const (
+	killAfterHandled  = 10 * time.Second
+	killAfterInFlight = workerHandlerTimeout + 5*time.Second
+)
+
+// explain says why an operation ran again (execution next) after execution
+// prev had settled it, from what happened to the run that made prev between
+// the two.
+func explain(prev, next event.Execution, permanent bool, h *history) string {
+	run := prev.Run
+	if h.crashes[prev.Key][run] == event.WindowA {
+		return causeWindowA
+	}
+	if h.inHand[prev.Key] == run {
+		return causeInHandler
+	}
+	ev := h.events[run]
+	if ev == nil {
+		return causeUnexplained
+	}
+	killed := false
+	switch h.ends[run] {
+	case endKill, endInHandler, endWindowA, endWindowB:
+		killed = true
+	}
+	var handled *event.WorkerEvent
+	for i, e := range ev.handled[prev.Key] {
+		if e.T >= prev.T && fmt.Sprint(e.Attempt) == prev.Attempt {
+			handled = &ev.handled[prev.Key][i]
+			break
+		}
+	}
+	if handled == nil {
+		if killed && h.endedAt[run].Sub(time.Unix(0, prev.T)) < killAfterInFlight {
+			return causeKilledInFlight
+		}
+		return causeUnexplained
+	}
+	if handled.Err != "" && !permanent {
+		return causeHandlerErr
+	}
+	records := ev.complete[prev.Key]
+	failCause := causeCompleteFail
+	if permanent {
+		records = ev.fail[prev.Key]
+		failCause = causeFailFail
+	}
+	recorded, failed, takenOver := false, false, false
+	for _, e := range records {
+		switch {
+		case e.T < handled.T || e.T > next.T:
+			// Another attempt's: a completion recorded after the next
+			// execution started says nothing about this one.
+		case e.Err == "":
+			recorded = true
+		case strings.Contains(e.Err, ledger.ErrNotOwner.Error()):
+			takenOver = true
+		default:
+			failed = true
+		}
+	}
+	switch {
+	case recorded:
+		return causeUnexplained
+	case takenOver:
+		return causeTakenOver
+	case failed:
+		return failCause
+	case killed && h.endedAt[run].Sub(time.Unix(0, handled.T)) < killAfterHandled:
+		return causeKilled
+	}
+	return causeUnexplained
+}
+
+func addStats(dst *worker.Stats, s worker.Stats) {
+	dst.Received += s.Received
+	dst.Claimed += s.Claimed
+	dst.Completed += s.Completed
+	dst.Duplicates += s.Duplicates
+	dst.RedeliveredFailed += s.RedeliveredFailed
+	dst.InProgressElsewhere += s.InProgressElsewhere
+	dst.Retried += s.Retried
+	dst.FailedPermanently += s.FailedPermanently
+	dst.DeadLettered += s.DeadLettered
+	dst.Keyless += s.Keyless
+	dst.Conflicts += s.Conflicts
+	dst.Takeovers += s.Takeovers
+	dst.LeaseLost += s.LeaseLost
+	dst.CompleteFailed += s.CompleteFailed
+	dst.Deleted += s.Deleted
+	dst.DeleteFailed += s.DeleteFailed
+}
+
+// print writes the report as one table.
+func (r *Report) print(out io.Writer) {
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	row := func(name, value string) { fmt.Fprintf(tw, "  %s\t%s\n", name, value) }
+	must := func(name string, n int) {
+		mark := "ok"
+		if n != 0 {
+			mark = "FAIL"
+		}
+		row(name, fmt.Sprintf("%d  (must be 0: %s)", n, mark))
+	}
+	verdict := "PASS"
+	if !r.OK() {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(tw, "sqsonce chaos campaign: %s\n", verdict)
+	row("time taken", r.Elapsed.Round(time.Second).String())
+	row("deliveries sent", fmt.Sprintf("%d acknowledged to the sender (%d planned), %d accepted by the server: %d extra copies from %d lost send acknowledgements",
+		r.Sent, r.Planned, r.Accepted, r.Accepted-r.Sent, r.SenderLostAcks))
+	row("operations", fmt.Sprintf("%d: %d normal, %d transient (fail 1-2 times), %d slow (5.5-6.5 s), %d permanent, %d conflicting; %d resent after done; + %d keyless messages",
+		r.Ops[classNormal]+r.Ops[classTransient]+r.Ops[classSlow]+r.Ops[classPermanent]+r.Ops[classConflict],
+		r.Ops[classNormal], r.Ops[classTransient], r.Ops[classSlow], r.Ops[classPermanent], r.Ops[classConflict], r.LateResends, r.Keyless))
+	row("faults injected (sender's sends)", fmt.Sprintf("%s  (total %d)", kindList(r.SenderFaults), sum(r.SenderFaults)))
+	row("faults injected (worker SQS calls)", fmt.Sprintf("%s  (total %d)", kindList(r.Faults), sum(r.Faults)))
+	for _, op := range faultOps {
+		if len(r.FaultsByOp[op]) > 0 {
+			row("  "+op, kindList(r.FaultsByOp[op]))
+		}
+	}
+	row("worker runs", fmt.Sprintf("%d: %d kills (%d window a, %d window b, %d in-handler, %d random), %d SIGTERM drains (exit 0; %d with a second SIGTERM), %d refused starts, %d failed; %d paused (SIGSTOP %v)",
+		r.Runs, r.Kills, r.Ends[endWindowA], r.Ends[endWindowB], r.Ends[endInHandler], r.Ends[endKill], r.Ends[endTerm], r.DoubleTerm, r.Ends[endRefused], r.Ends[endFailed], r.Pauses, pauseFor))
+	row("worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, in progress elsewhere %d, retried %d, takeovers %d, completion not recorded %d, deleted %d, delete failed %d",
+		r.Stats.Received, r.Stats.Claimed, r.Stats.Completed, r.Stats.Duplicates, r.Stats.InProgressElsewhere, r.Stats.Retried, r.Stats.Takeovers, r.Stats.CompleteFailed, r.Stats.Deleted, r.Stats.DeleteFailed))
+	var before []string
+	for _, cl := range []opClass{classNormal, classTransient, classSlow, classConflict} {
+		if n := r.DLQBeforeByClass[cl]; n > 0 {
+			before = append(before, fmt.Sprintf("%d %s", n, cl))
+		}
+	}
+	beforeText := ""
+	if len(before) > 0 {
+		beforeText = ": " + strings.Join(before, ", ")
+	}
+	row("operations completed", fmt.Sprintf("%d of %d expected (the rest, %d, moved to the dead-letter queue by SQS after %d receives, not lost%s)",
+		r.Completed, r.ExpectComplete, r.DLQBeforeComplete, maxReceiveCount, beforeText))
+	row("in the dead-letter queue", fmt.Sprintf("%d expected, %d found (%d messages; %d extra copies of completed operations)", r.ExpectDLQ, r.FoundDLQ, r.DLQMessages, r.DLQCopiesOfCompleted))
+	must("operations lost", r.Lost)
+	must("acknowledged but not done", r.AckNotDone)
+	must("dead-lettered with a reason, expected to complete", r.DLQWrongReason)
+	row("executions", fmt.Sprintf("%d POSTs, %d effects applied", r.Executions, r.Effects))
+	row("duplicate window (handler done to completion durable)", fmt.Sprintf("p50 %v, p99 %v, max %v", r.Window[0].Round(10*time.Microsecond), r.Window[1].Round(10*time.Microsecond), r.Window[2].Round(10*time.Microsecond)))
+	extra := 0
+	for _, n := range r.Extra {
+		extra += n
+	}
+	row("executions beyond one per operation", fmt.Sprintf("%d", extra))
+	causes := make([]string, 0, len(r.Extra))
+	for cause := range r.Extra {
+		causes = append(causes, cause)
+	}
+	sort.Strings(causes)
+	for _, cause := range causes {
+		if cause != causeUnexplained && cause != causeTakenOver {
+			row("  "+cause, fmt.Sprint(r.Extra[cause]))
+		}
+	}
+	if r.Extra[causeTakenOver] > 0 {
+		must("  "+causeTakenOver, r.Extra[causeTakenOver])
+	}
+	must("  "+causeUnexplained, r.Extra[causeUnexplained])
+	row("  operations resent after done that ran twice", fmt.Sprintf("%d of %d (any cause above)", r.LateRanAgain, r.LateResends))
+	must("effects applied twice", r.EffectsTwice)
+	must("conflicting payloads run", r.ConflictRan)
+	must("keyless messages run", r.KeylessRan)
+	for _, p := range r.Phases {
+		mark := "ok"
+		if !p.ok {
+			mark = "FAIL"
+		}
+		row("ledger phase: "+p.name, mark+": "+p.detail)
+	}
+	q := "yes"
+	if !r.Quiet {
+		q = "NO"
+	}
+	row("queue empty at the end", q)
+	must("other findings", len(r.Notes))
+	for _, n := range r.Notes {
+		row("  finding", strings.SplitN(n, "\n", 2)[0])
+	}
+	tw.Flush()
+}
+
+func kindList(m map[string]int) string {
+	var parts []string
+	for _, k := range []string{"Throttle", "ServerError", "Timeout", "Reset", "LostAck"} {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,1056 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/internal/sqstest"
+	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
+)
+
+// Config sizes a campaign.
+type Config struct {
+	Endpoint    string        // the local SQS-compatible server (loopback)
+	Seed        uint64        // everything random derives from it
+	Ops         int           // operations
+	Deliveries  int           // deliveries planned (lost acknowledgements add more)
+	Duration    time.Duration // the chaos timeline: worker runs and ledger phases, while the workload is sent
+	Kills       int           // SIGKILLs of the worker (all kinds)
+	Pauses      int           // SIGSTOPs, longer than the leases, of a worker run
+	Terms       int           // SIGTERMs of the worker (drains)
+	Rates       sqstest.Rates // faults per SQS request of the worker
+	SendLost    float64       // rate of lost acknowledgements of the sender's sends
+	Quiesce     time.Duration // how long the queue may take to empty after sending
+	Dir         string        // work directory; a temporary one when empty
+	Keep        bool          // keep the work directory even when the campaign passes
+	BinDir      string        // the chaosworker and downstream binaries; built when empty
+	Race        bool          // build the binaries with the race detector
+	Concurrency int           // worker handler concurrency
+}
+
+// FullConfig is `make chaos`.
+func FullConfig() Config {
+	return Config{
+		Seed:        1,
+		Ops:         10000,
+		Deliveries:  30000,
+		Duration:    240 * time.Second,
+		Kills:       32,
+		Pauses:      6,
+		Terms:       6,
+		Rates:       sqstest.Rates{Throttle: 0.02, ServerError: 0.02, Timeout: 0.003, Reset: 0.02, LostAck: 0.02},
+		SendLost:    0.03,
+		Quiesce:     3 * time.Minute,
+		Concurrency: 32,
+	}
+}
+
+// ShortConfig is the short form run by TestChaosShort.
+func ShortConfig() Config {
+	return Config{
+		Seed:        1,
+		Ops:         500,
+		Deliveries:  1500,
+		Duration:    32 * time.Second,
+		Kills:       8,
+		Pauses:      1,
+		Terms:       2,
+		Rates:       sqstest.Rates{Throttle: 0.03, ServerError: 0.03, Timeout: 0.005, Reset: 0.03, LostAck: 0.03},
+		SendLost:    0.05,
+		Quiesce:     90 * time.Second,
+		Concurrency: 16,
+	}
+}
+
+// Worker timing, the same for every run.
+const (
+	workerVisibility     = 5 * time.Second
+	workerGrace          = 5 * time.Second
+	workerHandlerTimeout = 10 * time.Second
+	maxReceiveCount      = 5
+	termTimeout          = 60 * time.Second // a drained worker exits within this
+	refuseTimeout        = 15 * time.Second // a worker that must not start exits within this
+)
+
+// The planned length of the ledger fault phases on the timeline.
+const (
+	phaseSecond   = 4 * time.Second
+	phaseFull     = 12 * time.Second
+	phaseReadOnly = 6 * time.Second
+	phaseBudget   = phaseSecond + phaseFull + phaseReadOnly
+	// mainShare is the part of the timeline over which the main phase of
+	// the workload is sent: the last run still gets work.
+	mainShare = 0.97
+)
+
+// timeline tracks how far the chaos has come, as a fraction of its planned
+// length: each worker run and each phase is a segment of planned length,
+// and time inside a segment counts up to that length. The senders follow
+// it, so that every run and phase has work to do even when one takes
+// longer than planned.
+type timeline struct {
+	mu       sync.Mutex
+	total    time.Duration
+	done     time.Duration
+	segStart time.Time
+	segDur   time.Duration
+}
+
+func (t *timeline) segment(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.done += t.segDur
+	t.segStart, t.segDur = time.Now(), d
+}
+
+func (t *timeline) finish() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.done, t.segDur = t.total, 0
+}
+
+func (t *timeline) fraction() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.done + min(max(time.Since(t.segStart), 0), t.segDur)
+	return float64(e) / float64(t.total)
+}
+
+// campaign is one run of the harness.
+type campaign struct {
+	cfg      Config
+	log      io.Writer
+	rng      *rand.Rand
+	dir      string
+	runsDir  string
+	crashLog string
+	ledger   string // the ledger on disk
+	tmp      *tmpfs
+
+	admin      *sqs.Client
+	queue      string
+	dlq        string
+	workerBin  string
+	downBin    string
+	downURL    string
+	control    string
+	downstream *proc
+
+	tl *timeline // how far the chaos has come: the sending follows it
+
+	pauses, doubleTerms int // done, for the report
+
+	mu      sync.Mutex
+	cur     *proc
+	procs   []*proc
+	nextID  int
+	inHand  map[string]int // key -> run, for kills in a handler
+	phases  []phaseResult
+	notes   []string // findings of the orchestration (unexpected exits, ...)
+	started time.Time
+}
+
+// phaseResult is the outcome of a ledger fault phase.
+type phaseResult struct {
+	name   string
+	ok     bool
+	detail string
+}
+
+func (c *campaign) logf(format string, args ...any) {
+	fmt.Fprintf(c.log, "%7.1fs  %s\n", time.Since(c.started).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (c *campaign) note(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	c.mu.Lock()
+	c.notes = append(c.notes, s)
+	c.mu.Unlock()
+	c.logf("FINDING: %s", s)
+}
+
+// Run runs a campaign and writes its report table to out, progress to log.
+func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
+	if cfg.Endpoint == "" {
+		return nil, errors.New("no SQS endpoint: set " + sqstest.EndpointEnv + " (make chaos does)")
+	}
+	if u, err := url.Parse(cfg.Endpoint); err != nil || u.Scheme != "http" || !isLoopback(u.Hostname()) {
+		return nil, fmt.Errorf("SQS endpoint %q: the campaign only talks to a server on a loopback address", cfg.Endpoint)
+	}
+	c := &campaign{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inHand: map[string]int{}, started: time.Now(), tl: &timeline{total: cfg.Duration}}
+	dir := cfg.Dir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "sqsonce-chaos-"); err != nil {
+			return nil, err
+		}
+	}
+	c.dir = dir
+	c.runsDir = filepath.Join(dir, "runs")
+	c.crashLog = filepath.Join(dir, "crash.log")
+	c.ledger = filepath.Join(dir, "ledger", "ledger.db")
+	for _, d := range []string{c.runsDir, filepath.Dir(c.ledger)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	rep, err := c.run(ctx)
+	c.cleanup()
+	if rep != nil {
+		rep.print(out)
+	}
+	if err == nil && rep != nil && rep.OK() && !cfg.Keep && cfg.Dir == "" {
+		os.RemoveAll(dir)
+	} else {
+		fmt.Fprintf(log, "chaos: work directory kept: %s\n", dir)
+	}
+	return rep, err
+}
+
+func (c *campaign) cleanup() {
+	c.mu.Lock()
+	procs := append([]*proc(nil), c.procs...)
+	c.mu.Unlock()
+	for _, p := range procs {
+		if p.alive() {
+			p.kill(endKill, "")
+			p.wait(context.Background(), 5*time.Second)
+		}
+	}
+	if c.downstream != nil && c.downstream.alive() {
+		c.downstream.term()
+		if !c.downstream.wait(context.Background(), 10*time.Second) {
+			c.downstream.kill(endKill, "")
+		}
+	}
+	if err := c.tmp.unmount(); err != nil {
+		fmt.Fprintf(c.log, "chaos: unmount %s: %v\n", c.tmp.dir, err)
+	}
+	if c.admin != nil && c.queue != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, q := range []string{c.queue, c.dlq} {
+			_, _ = c.admin.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(q)})
+		}
+	}
+}
+
+func (c *campaign) run(ctx context.Context) (*Report, error) {
+	cfg := c.cfg
+	c.logf("campaign: %d operations, about %d deliveries over %v, %d kills, %d drains, seed %d", cfg.Ops, cfg.Deliveries, cfg.Duration, cfg.Kills, cfg.Terms, cfg.Seed)
+
+	// Binaries.
+	if cfg.BinDir == "" {
+		bin := filepath.Join(c.dir, "bin")
+		c.logf("building the chaos worker and the downstream (race detector: %v)", cfg.Race)
+		w, d, err := buildBinaries(ctx, bin, cfg.Race, c.log)
+		if err != nil {
+			return nil, err
+		}
+		c.workerBin, c.downBin = w, d
+	} else {
+		c.workerBin, c.downBin = filepath.Join(cfg.BinDir, "chaosworker"), filepath.Join(cfg.BinDir, "downstream")
+	}
+
+	// The tmpfs first: without root there is no campaign.
+	tmp, err := mountTmpfs(filepath.Join(c.dir, "tmpfs"), 64)
+	if err != nil {
+		return nil, err
+	}
+	c.tmp = tmp
+
+	// Queues.
+	c.admin = newSQSClient(cfg.Endpoint, &http.Client{Transport: loopbackTransport(), Timeout: 30 * time.Second})
+	if err := c.createQueues(ctx); err != nil {
+		return nil, err
+	}
+
+	// The control listener (kills in a handler) and the downstream.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	c.control = "http://" + ln.Addr().String()
+	ctl := &http.Server{Handler: http.HandlerFunc(c.serveKill), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = ctl.Serve(ln) }()
+	defer ctl.Close()
+	c.downstream, c.downURL, err = startDownstream(ctx, c.downBin, c.dir, c.control)
+	if err != nil {
+		return nil, err
+	}
+
+	// The workload.
+	wl := newWorkload(rand.New(rand.NewPCG(cfg.Seed, 1)), cfg.Ops, cfg.Deliveries)
+	snd := newSender(cfg.Endpoint, c.queue, cfg.Seed, cfg.SendLost)
+	c.logf("workload: %d operations, %d deliveries planned (%d keyless), %d units in the main phase", len(wl.ops), wl.planned(), len(wl.keyless), len(wl.main))
+
+	start := time.Now()
+	sendCtx, stopSend := context.WithCancel(ctx)
+	defer stopSend()
+	sendDone := make(chan error, 1)
+	go func() { sendDone <- c.send(sendCtx, snd, wl) }()
+
+	// The worker runs: kills, drains and the ledger fault phases, while the
+	// senders send.
+	if err := c.chaos(ctx); err != nil {
+		return nil, err
+	}
+	// A last worker, killed no more, while the late sends finish and until
+	// the queue is empty.
+	if _, err := c.startRun(c.ledger, runOpts{}); err != nil {
+		return nil, err
+	}
+	var sendErr error
+	select {
+	case sendErr = <-sendDone:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if sendErr != nil {
+		return nil, fmt.Errorf("sending: %w", sendErr)
+	}
+	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
+
+	quiet, qerr := c.waitQuiet(ctx)
+	c.mu.Lock()
+	last := c.cur
+	c.mu.Unlock()
+	c.stopRun(ctx, last)
+	if qerr != nil {
+		return nil, qerr
+	}
+	if !quiet {
+		c.note("the queue did not empty within %v after sending ended", cfg.Quiesce)
+	}
+	c.downstream.term()
+	if !c.downstream.wait(ctx, 15*time.Second) {
+		c.note("the downstream did not stop on SIGTERM")
+		c.downstream.kill(endKill, "")
+		c.downstream.wait(ctx, 5*time.Second)
+	}
+	elapsed := time.Since(start)
+
+	c.logf("auditing")
+	return c.audit(ctx, wl, snd, elapsed, quiet)
+}
+
+func newSQSClient(endpoint string, hc *http.Client) *sqs.Client {
+	return sqs.New(sqs.Options{
+		Region:       sqstest.Region,
+		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
+		BaseEndpoint: aws.String(endpoint),
+		HTTPClient:   hc,
+	})
+}
+
+func loopbackTransport() *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.MaxIdleConnsPerHost = 64
+	return tr
+}
+
+func (c *campaign) createQueues(ctx context.Context) error {
+	name := fmt.Sprintf("chaos-%d-%s", c.cfg.Seed, strconv.FormatInt(time.Now().UnixNano(), 36))
+	vis := strconv.Itoa(int(workerVisibility / time.Second))
+	d, err := c.admin.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq"), Attributes: map[string]string{"VisibilityTimeout": vis}})
+	if err != nil {
+		return fmt.Errorf("create the dead-letter queue: %w", err)
+	}
+	c.dlq = aws.ToString(d.QueueUrl)
+	ga, err := c.admin.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: d.QueueUrl, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		return err
+	}
+	policy := fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, ga.Attributes["QueueArn"], maxReceiveCount)
+	q, err := c.admin.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{"VisibilityTimeout": vis, "RedrivePolicy": policy}})
+	if err != nil {
+		return fmt.Errorf("create the queue: %w", err)
+	}
+	c.queue = aws.ToString(q.QueueUrl)
+	c.logf("queue %s, dead-letter queue %s (maxReceiveCount %d)", c.queue, c.dlq, maxReceiveCount)
+	return nil
+}
+
+// send sends the main phase, paced by the timeline, and meanwhile the late
+// deliveries: resends of operations the downstream applied a while ago
+// (they must be suppressed by the ledger, not run again), the conflicting
+// payloads once their first payload was applied, and more keyless
+// messages.
+func (c *campaign) send(ctx context.Context, s *sender, wl *workload) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	mainDone := make(chan error, 1)
+	go func() {
+		mainDone <- s.runMain(ctx, wl.main, func(i int) bool {
+			return c.tl.fraction() >= mainShare*float64(i)/float64(len(wl.main))
+		})
+	}()
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 2))
+	minAge := max(c.cfg.Duration/12, 4*time.Second)
+	pending := map[string]*op{}
+	for _, o := range wl.ops {
+		if o.late || o.class == classConflict {
+			pending[o.id] = o
+		}
+	}
+	keyless := wl.lateKeyless
+	var mainErr error
+	main := mainDone
+	for round := 0; len(pending) > 0 || len(keyless) > 0 || main != nil; round++ {
+		select {
+		case mainErr = <-main:
+			if mainErr != nil {
+				return mainErr
+			}
+			main = nil
+		default:
+		}
+		last := main == nil && (c.tl.fraction() >= 1 || round > 100000)
+		applied, err := c.applied(ctx)
+		if err != nil {
+			return err
+		}
+		var bodies []string
+		for id, o := range pending {
+			t, ok := applied[id]
+			if !last && (!ok || time.Since(t) < minAge) {
+				continue
+			}
+			delete(pending, id)
+			if o.class == classConflict {
+				bodies = append(bodies, o.bodyB)
+			} else {
+				bodies = append(bodies, o.body)
+			}
+		}
+		if len(keyless) > 0 && (last || rng.IntN(8) == 0) {
+			bodies = append(bodies, keyless[0])
+			keyless = keyless[1:]
+		}
+		for len(bodies) > 0 {
+			n := min(len(bodies), 10)
+			if err := s.sendBatch(ctx, bodies[:n]); err != nil {
+				return err
+			}
+			bodies = bodies[n:]
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		sleepCtx(ctx, 500*time.Millisecond)
+	}
+	return nil
+}
+
+// applied asks the downstream which operations it applied, and when.
+func (c *campaign) applied(ctx context.Context) (map[string]time.Time, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.downURL+"/applied", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("ask the downstream what it applied: %w", err)
+	}
+	defer resp.Body.Close()
+	var list []struct {
+		ID string `json:"id"`
+		T  int64  `json:"t"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		return nil, err
+	}
+	out := make(map[string]time.Time, len(list))
+	for _, a := range list {
+		out[a.ID] = time.Unix(0, a.T)
+	}
+	return out, nil
+}
+
+// runOpts are the per-run settings of a worker.
+type runOpts struct {
+	crashAAt, crashBAt int64
+	lockTimeout        time.Duration
+}
+
+func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
+	r := c.cfg.Rates
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	args := []string{
+		"-run", strconv.Itoa(id),
+		"-endpoint", c.cfg.Endpoint,
+		"-queue", c.queue,
+		"-ledger", ledgerPath,
+		"-downstream", c.downURL + "/op",
+		"-dir", c.runsDir,
+		"-crash-log", c.crashLog,
+		"-seed", strconv.FormatUint(c.cfg.Seed*1000+uint64(id), 10),
+		"-throttle", f(r.Throttle), "-server-error", f(r.ServerError), "-timeout", f(r.Timeout),
+		"-reset", f(r.Reset), "-lost-ack", f(r.LostAck),
+		"-concurrency", strconv.Itoa(c.cfg.Concurrency),
+		"-visibility", workerVisibility.String(),
+		"-grace", workerGrace.String(),
+		"-handler-timeout", workerHandlerTimeout.String(),
+	}
+	if o.crashAAt > 0 {
+		args = append(args, "-crash-a-at", strconv.FormatInt(o.crashAAt, 10))
+	}
+	if o.crashBAt > 0 {
+		args = append(args, "-crash-b-at", strconv.FormatInt(o.crashBAt, 10))
+	}
+	if o.lockTimeout > 0 {
+		args = append(args, "-lock-timeout", o.lockTimeout.String())
+	}
+	return args
+}
+
+// startRun starts the next worker run on ledgerPath and makes it current.
+func (c *campaign) startRun(ledgerPath string, o runOpts) (*proc, error) {
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.mu.Unlock()
+	p, err := startProc(id, c.workerBin, c.workerArgs(id, ledgerPath, o), filepath.Join(c.runsDir, fmt.Sprintf("run-%d.log", id)), ledgerPath)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.cur = p
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// startSide starts a worker that is not the current run (it must be
+// refused) and returns it.
+func (c *campaign) startSide(ledgerPath string) (*proc, error) {
+	c.mu.Lock()
+	c.nextID++
+	id := c.nextID
+	c.mu.Unlock()
+	p, err := startProc(id, c.workerBin, c.workerArgs(id, ledgerPath, runOpts{}), filepath.Join(c.runsDir, fmt.Sprintf("run-%d.log", id)), ledgerPath)
+	if err != nil {
+		return nil, err
+	}
+	p.signal = endRefused
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return p, nil
+}
+
+// stopRun drains a run with SIGTERM and checks that it exits 0 in time.
+func (c *campaign) stopRun(ctx context.Context, p *proc) {
+	p.term()
+	if !p.wait(ctx, termTimeout) {
+		c.note("run %d did not exit within %v of SIGTERM; killed", p.id, termTimeout)
+		p.kill(endKill, "")
+		p.wait(ctx, 10*time.Second)
+		return
+	}
+	c.checkEnd(p)
+}
+
+// checkEnd notes a run that ended in a way nobody asked for.
+func (c *campaign) checkEnd(p *proc) {
+	killed, code := p.exit()
+	p.mu.Lock()
+	sig := p.signal
+	p.mu.Unlock()
+	for _, bad := range []string{"DATA RACE", "panic:", "fatal error:"} {
+		if p.outputHas(bad) {
+			c.note("run %d output has %q:\n%s", p.id, bad, p.tail(40))
+			return
+		}
+	}
+	switch {
+	case sig == endRefused:
+	case killed && (sig == endKill || sig == endInHandler):
+	case killed && c.crashed(p.id) != "":
+	case !killed && code == 0 && sig == endTerm:
+	default:
+		c.note("run %d ended unexpectedly (killed %v, exit code %d, signal sent %q):\n%s", p.id, killed, code, sig, p.tail(20))
+	}
+}
+
+// crashed returns the window in which run id killed itself, or "".
+func (c *campaign) crashed(id int) string {
+	w := ""
+	_ = event.ReadLines(c.crashLog, func(cr event.Crash) {
+		if cr.Run == id {
+			w = cr.Window
+		}
+	})
+	return w
+}
+
+// serveKill is the control endpoint the downstream calls to have the worker
+// serving its request killed.
+func (c *campaign) serveKill(w http.ResponseWriter, r *http.Request) {
+	run, _ := strconv.Atoi(r.URL.Query().Get("run"))
+	key := r.URL.Query().Get("key")
+	c.mu.Lock()
+	p := c.cur
+	c.mu.Unlock()
+	if p == nil || p.id != run {
+		http.Error(w, "not the current run", http.StatusConflict)
+		return
+	}
+	if p.kill(endInHandler, key) {
+		c.mu.Lock()
+		c.inHand[key] = run
+		c.mu.Unlock()
+		if a, err := event.OpenAppender(filepath.Join(c.dir, "kills.log"), true); err == nil {
+			_ = a.Append(event.Crash{Run: run, Window: endInHandler, Key: key})
+			a.Close()
+		}
+	}
+	p.wait(r.Context(), 10*time.Second)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (c *campaign) downstreamPost(ctx context.Context, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.downURL+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// step is one planned worker run of the chaos phase.
+type step struct {
+	end     string        // how it is to end
+	dur     time.Duration // when the campaign acts (kill, term, arm), after the pause if any
+	pauseAt time.Duration // > 0: SIGSTOP this long after the start, for pauseFor
+	double  bool          // endTerm: a second SIGTERM a second after the first
+}
+
+// pauseFor is how long a paused worker stays stopped: longer than its
+// leases and visibility timeouts, so that they lapse while its work is in
+// flight.
+const pauseFor = workerVisibility + 2*time.Second
+
+// plan draws the runs of the chaos phase: Kills kills of four kinds and
+// Terms drains, in random order, each run a random share of the sending
+// time.
+func (c *campaign) plan() []step {
+	var ends []string
+	k := c.cfg.Kills
+	nA, nB, nIn := (k+3)/4, (k+2)/4, (k+1)/4
+	for i := range k {
+		switch {
+		case i < nA:
+			ends = append(ends, endWindowA)
+		case i < nA+nB:
+			ends = append(ends, endWindowB)
+		case i < nA+nB+nIn:
+			ends = append(ends, endInHandler)
+		default:
+			ends = append(ends, endKill)
+		}
+	}
+	for range c.cfg.Terms {
+		ends = append(ends, endTerm)
+	}
+	c.rng.Shuffle(len(ends), func(i, j int) { ends[i], ends[j] = ends[j], ends[i] })
+	per := (c.cfg.Duration - phaseBudget) / time.Duration(len(ends))
+	steps := make([]step, len(ends))
+	for i, e := range ends {
+		steps[i] = step{end: e, dur: per/2 + time.Duration(c.rng.Int64N(int64(per)))}
+		steps[i].double = e == endTerm && c.rng.IntN(2) == 0
+	}
+	for _, i := range c.rng.Perm(len(steps))[:min(c.cfg.Pauses, len(steps))] {
+		steps[i].pauseAt = time.Second + time.Duration(c.rng.Int64N(int64(2*time.Second)))
+	}
+	return steps
+}
+
+// chaos runs the planned worker runs and, a third of the way in, the ledger
+// fault phases.
+func (c *campaign) chaos(ctx context.Context) error {
+	steps := c.plan()
+	phasesAt := len(steps) / 3
+	for i, s := range steps {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if i == phasesAt {
+			if err := c.ledgerPhases(ctx); err != nil {
+				return err
+			}
+		}
+		if s.pauseAt > 0 {
+			c.tl.segment(s.pauseAt + pauseFor + s.dur)
+		} else {
+			c.tl.segment(s.dur)
+		}
+		p, err := c.startRun(c.ledger, runOpts{})
+		if err != nil {
+			return err
+		}
+		c.drive(ctx, p, s)
+	}
+	c.tl.finish()
+	return nil
+}
+
+// drive lets run p live for step s and ends it the planned way.
+func (c *campaign) drive(ctx context.Context, p *proc, s step) {
+	if s.pauseAt > 0 && !p.wait(ctx, s.pauseAt) {
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		sleepCtx(ctx, pauseFor)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		c.mu.Lock()
+		c.pauses++
+		c.mu.Unlock()
+		c.logf("run %d: stopped (SIGSTOP) for %v, continued", p.id, pauseFor)
+	}
+	switch s.end {
+	case endWindowA, endWindowB:
+		// Armed part way through its segment, so that work still comes,
+		// it kills itself at its next completion; if none comes, the
+		// campaign kills it.
+		arm := s.dur * time.Duration(40+c.rng.IntN(40)) / 100
+		if !p.wait(ctx, arm) {
+			sig := syscall.SIGUSR1
+			if s.end == endWindowB {
+				sig = syscall.SIGUSR2
+			}
+			_ = p.cmd.Process.Signal(sig)
+			if !p.wait(ctx, s.dur-arm+10*time.Second) {
+				p.kill(endKill, "")
+				p.wait(ctx, 10*time.Second)
+			}
+		}
+	case endKill:
+		if !p.wait(ctx, s.dur) {
+			p.kill(endKill, "")
+			p.wait(ctx, 10*time.Second)
+		}
+	case endInHandler:
+		arm := s.dur * time.Duration(40+c.rng.IntN(40)) / 100
+		if !p.wait(ctx, arm) {
+			if err := c.downstreamPost(ctx, "/arm?run="+strconv.Itoa(p.id)); err != nil {
+				c.note("arm the downstream: %v", err)
+			}
+			if !p.wait(ctx, s.dur-arm+10*time.Second) {
+				_ = c.downstreamPost(ctx, "/disarm?run="+strconv.Itoa(p.id))
+				p.kill(endKill, "")
+				p.wait(ctx, 10*time.Second)
+			}
+		}
+	case endTerm:
+		if !p.wait(ctx, s.dur) {
+			if s.double {
+				p.term()
+				if !p.wait(ctx, time.Second) {
+					c.mu.Lock()
+					c.doubleTerms++
+					c.mu.Unlock()
+				}
+			}
+			c.stopRun(ctx, p)
+			what := "SIGTERM"
+			if s.double {
+				what = "SIGTERM twice"
+			}
+			c.logf("run %d: %s, exit %d after %.1fs", p.id, what, exitCode(p), time.Since(p.started).Seconds())
+			return
+		}
+	}
+	c.checkEnd(p)
+	c.logf("run %d (planned: %s): %s after %.1fs", p.id, s.end, c.endOf(p), time.Since(p.started).Seconds())
+}
+
+// endOf says how run p ended, as the report counts it.
+func (c *campaign) endOf(p *proc) string {
+	killed, code := p.exit()
+	p.mu.Lock()
+	sig := p.signal
+	p.mu.Unlock()
+	switch {
+	case sig == endRefused:
+		return endRefused
+	case killed && (sig == endKill || sig == endInHandler):
+		return sig
+	case killed:
+		switch c.crashed(p.id) {
+		case "a":
+			return endWindowA
+		case "b":
+			return endWindowB
+		}
+	case sig == endTerm && code == 0:
+		return endTerm
+	}
+	return endFailed
+}
+
+// counts reads run id's latest counters.
+func (c *campaign) counts(id int) event.Counts {
+	var out event.Counts
+	b, err := os.ReadFile(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.counts", id)))
+	if err == nil {
+		_ = json.Unmarshal(b, &out)
+	}
+	return out
+}
+
+// waitFor polls cond every 200 ms until it holds or d passes.
+func waitFor(ctx context.Context, d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+}
+
+// ledgerPhases runs the ledger fault phases: a second process on a held
+// ledger, a full disk under a running worker, a read-only file system at
+// start.
+func (c *campaign) ledgerPhases(ctx context.Context) error {
+	// 1. A second process on the ledger a worker holds.
+	c.tl.segment(phaseSecond)
+	p, err := c.startRun(c.ledger, runOpts{})
+	if err != nil {
+		return err
+	}
+	if !waitFor(ctx, 10*time.Second, func() bool { return c.counts(p.id).SQSRequests > 0 }) {
+		c.note("run %d made no SQS request within 10s of its start", p.id)
+	}
+	side, err := c.startSide(c.ledger)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	ended := side.wait(ctx, refuseTimeout)
+	took := time.Since(t0)
+	_, code := side.exit()
+	r := phaseResult{name: "second process on a held ledger"}
+	switch {
+	case !ended:
+		side.kill(endKill, "")
+		r.detail = fmt.Sprintf("still running after %v", refuseTimeout)
+	case code == 0:
+		r.detail = "exited 0"
+	case !side.outputHas("another sqsonce process"):
+		r.detail = fmt.Sprintf("exit %d without naming another sqsonce process: %s", code, side.tail(3))
+	case !side.outputHas("sqs_requests=0"):
+		r.detail = fmt.Sprintf("exit %d but it sent SQS requests: %s", code, side.tail(3))
+	case !p.alive():
+		r.detail = "the running worker died meanwhile"
+	default:
+		r.ok = true
+		r.detail = fmt.Sprintf("refused in %.1fs, exit %d, no SQS request, the holder unaffected", took.Seconds(), code)
+	}
+	c.phase(r)
+	c.stopRun(ctx, p)
+
+	// 2. A full disk under a running worker.
+	c.tl.segment(phaseFull)
+	tmpLedger := filepath.Join(c.tmp.dir, "ledger.db")
+	if err := copySparse(c.ledger, tmpLedger); err != nil {
+		return fmt.Errorf("copy the ledger to the tmpfs: %w", err)
+	}
+	p, err = c.startRun(tmpLedger, runOpts{})
+	if err != nil {
+		return err
+	}
+	waitFor(ctx, 10*time.Second, func() bool { return c.counts(p.id).CompletesOK > 0 })
+	filler, size, err := c.tmp.fill()
+	if err != nil {
+		return fmt.Errorf("fill the tmpfs: %w", err)
+	}
+	full := c.counts(p.id)
+	c.logf("disk full: %d MiB filler on the ledger's file system (run %d)", size>>20, p.id)
+	failing := waitFor(ctx, 30*time.Second, func() bool { return c.counts(p.id).CommitErrors > full.CommitErrors })
+	sleepCtx(ctx, 3*time.Second)
+	during := c.counts(p.id)
+	if err := os.Remove(filler); err != nil {
+		return err
+	}
+	// Commits in flight as the disk was freed may still fail, and the
+	// counters lag by up to 250 ms: count recovery from a second later.
+	sleepCtx(ctx, time.Second)
+	freed := c.counts(p.id)
+	recovered := waitFor(ctx, 30*time.Second, func() bool {
+		n := c.counts(p.id)
+		return n.CompletesOK > freed.CompletesOK+5 && n.CommitErrors == freed.CommitErrors
+	})
+	after := c.counts(p.id)
+	r = phaseResult{name: "disk full during commits"}
+	switch {
+	case !failing:
+		r.detail = "no ledger commit failed while the disk was full: the phase did not bite"
+	case !p.alive():
+		r.detail = fmt.Sprintf("the worker died: %s", p.tail(5))
+	case !recovered:
+		r.detail = fmt.Sprintf("no recovery within 30s of freeing the disk (%d commits failed)", after.CommitErrors)
+	default:
+		r.ok = true
+		r.detail = fmt.Sprintf("%d commits failed, %d work done but not recorded (left for redelivery), %d completions while full; recovered",
+			after.CommitErrors-full.CommitErrors, after.Stats.CompleteFailed, during.CompletesOK-full.CompletesOK)
+	}
+	c.phase(r)
+	c.stopRun(ctx, p)
+
+	// 3. A read-only file system when a worker starts.
+	c.tl.segment(phaseReadOnly)
+	if err := c.tmp.readOnly(true); err != nil {
+		return err
+	}
+	side, err = c.startSide(tmpLedger)
+	if err != nil {
+		return err
+	}
+	ended = side.wait(ctx, refuseTimeout)
+	_, code = side.exit()
+	if err := c.tmp.readOnly(false); err != nil {
+		return err
+	}
+	r = phaseResult{name: "read-only ledger at start"}
+	switch {
+	case !ended:
+		side.kill(endKill, "")
+		r.detail = fmt.Sprintf("still running after %v", refuseTimeout)
+	case code == 0:
+		r.detail = "exited 0"
+	case !side.outputHas("read-only"):
+		r.detail = fmt.Sprintf("exit %d without saying read-only: %s", code, side.tail(3))
+	case !side.outputHas("sqs_requests=0"):
+		r.detail = fmt.Sprintf("exit %d but it sent SQS requests", code)
+	default:
+		r.ok = true
+		r.detail = fmt.Sprintf("refused, exit %d, the error names a read-only file system", code)
+	}
+	// Writable again: a worker starts on it and works.
+	p, err = c.startRun(tmpLedger, runOpts{})
+	if err != nil {
+		return err
+	}
+	before := c.counts(p.id)
+	if !waitFor(ctx, 20*time.Second, func() bool { return c.counts(p.id).CompletesOK > before.CompletesOK+5 }) && r.ok {
+		r.ok = false
+		r.detail += "; after remounting read-write the restarted worker completed nothing within 20s"
+	} else if r.ok {
+		r.detail += "; restarted read-write, works"
+	}
+	c.phase(r)
+	c.stopRun(ctx, p)
+	if err := copyDurable(tmpLedger, c.ledger); err != nil {
+		return fmt.Errorf("copy the ledger back: %w", err)
+	}
+	if err := os.Remove(tmpLedger); err != nil {
+		return err
+	}
+	return c.tmp.unmount()
+}
+
+func (c *campaign) phase(r phaseResult) {
+	c.mu.Lock()
+	c.phases = append(c.phases, r)
+	c.mu.Unlock()
+	status := "ok"
+	if !r.ok {
+		status = "FAILED"
+	}
+	c.logf("phase %q: %s: %s", r.name, status, r.detail)
+}
+
+// queueCounts returns visible and in-flight messages of url.
+func (c *campaign) queueCounts(ctx context.Context, url string) (int, int, error) {
+	out, err := c.admin.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+		},
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	v, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
+	f, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+	return v, f, nil
+}
+
+// waitQuiet waits until the main queue reads empty (visible and in flight)
+// four polls in a row, 750 ms apart: counts lag on the local server.
+func (c *campaign) waitQuiet(ctx context.Context) (bool, error) {
+	deadline := time.Now().Add(c.cfg.Quiesce)
+	streak := 0
+	lastLog := time.Now()
+	for time.Now().Before(deadline) {
+		v, f, err := c.queueCounts(ctx, c.queue)
+		if err != nil {
+			return false, err
+		}
+		if v == 0 && f == 0 {
+			streak++
+			if streak == 4 {
+				c.logf("quiet: the queue is empty")
+				return true, nil
+			}
+		} else {
+			streak = 0
+		}
+		if time.Since(lastLog) > 10*time.Second {
+			c.logf("waiting for the queue to empty: %d visible, %d in flight", v, f)
+			lastLog = time.Now()
+		}
+		c.mu.Lock()
+		p := c.cur
+		c.mu.Unlock()
+		if !p.alive() {
+			c.checkEnd(p)
+			c.note("the last run %d died while the queue emptied; restarted", p.id)
+			if _, err := c.startRun(c.ledger, runOpts{}); err != nil {
+				return false, err
+			}
+		}
+		sleepCtx(ctx, 750*time.Millisecond)
+	}
+	return false, ctx.Err()
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func exitCode(p *proc) int {
+	_, code := p.exit()
+	return code
+}

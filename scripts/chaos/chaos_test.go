@@ -1,0 +1,44 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/sqsonce/sqsonce/internal/sqstest"
+)
+
+// raceEnabled is set when the test binary has the race detector: the chaos
+// worker is then built with it too.
+var raceEnabled bool
+
+// TestChaosShort runs the chaos campaign in its short form: about 1,500
+// deliveries, 8 kills (two in each window, two while the downstream serves
+// a request, two at random), 2 drains, every fault kind, and the ledger
+// fault phases, held to the same zeros as `make chaos`. It needs the local
+// SQS-compatible server and root (for the tmpfs of the ledger phases).
+func TestChaosShort(t *testing.T) {
+	cfg := ShortConfig()
+	cfg.Endpoint = sqstest.Endpoint(t)
+	cfg.Dir = t.TempDir()
+	cfg.Race = raceEnabled
+	var table bytes.Buffer
+	rep, err := Run(t.Context(), cfg, &table, testLog{t})
+	t.Logf("\n%s", table.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatal("the campaign found a broken promise or a failed check: see the table and the findings above")
+	}
+}
+
+// testLog writes the campaign's progress to the test log, line by line.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		l.t.Log(line)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,184 @@
+// Package event holds the records that the chaos programs write (the
+// worker's events and crash log, the downstream's executions, the worker's
+// counters) and the helpers to write and read them. Every record is one
+// line of JSON, written with a single write(2) on a file opened with
+// O_APPEND, so a line either reaches the page cache whole or not at all: a
+// process killed with SIGKILL loses none of the lines it wrote. Files that
+// must also survive the machine (the crash log, the downstream's log) are
+// fsynced as well.
+package event
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// Crash windows, as written in the crash log and counted by the campaign.
+const (
+	// WindowA: the handler succeeded, the completion is not durable yet.
+	// The documented duplicate window.
+	WindowA = "a"
+	// WindowB: the completion is durable, the message not deleted yet.
+	WindowB = "b"
+)
+
+// Crash is a line of the crash log, written (and fsynced) by a worker just
+// before it kills itself with SIGKILL.
+type Crash struct {
+	Run    int    `json:"run"`
+	Window string `json:"window"`
+	Key    string `json:"key"`
+	Nth    int64  `json:"nth"` // the how-manyth Complete call of the run
+}
+
+// Worker event kinds.
+const (
+	EvHandled  = "handled"  // the handler returned (Err empty: success)
+	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
+	EvFail     = "fail"     // Ledger.Fail returned
+)
+
+// WorkerEvent is a line of a worker run's event log.
+type WorkerEvent struct {
+	Ev        string `json:"ev"`
+	Key       string `json:"key"`
+	Attempt   int    `json:"attempt,omitempty"`
+	MessageID string `json:"msg,omitempty"`
+	Perm      bool   `json:"perm,omitempty"`
+	Err       string `json:"err,omitempty"`
+	T         int64  `json:"t"` // Unix nanoseconds
+}
+
+// Execution is a line of the downstream's log: one POST it served.
+type Execution struct {
+	Seq       int64  `json:"seq"`
+	T         int64  `json:"t"` // Unix nanoseconds
+	Run       int    `json:"run"`
+	Key       string `json:"key"`     // the Idempotency-Key header
+	BodyID    string `json:"body_id"` // the body's "id" field, "" when it has none
+	BodyHash  string `json:"body_hash"`
+	Attempt   string `json:"attempt"`
+	MessageID string `json:"msg"`
+	Status    int    `json:"status"`
+	// Effect is true for the one execution of a key that applied the
+	// operation's effect.
+	Effect bool `json:"effect"`
+	// Repeat is true when the answer is the stored answer of an earlier
+	// execution of the key.
+	Repeat bool `json:"repeat"`
+}
+
+// Counts is a worker run's counters, written every few hundred
+// milliseconds and at exit.
+type Counts struct {
+	Run          int                       `json:"run"`
+	Faults       map[string]map[string]int `json:"faults"` // by SQS operation, then kind
+	Stats        worker.Stats              `json:"stats"`
+	Commits      int64                     `json:"commits"`
+	CommitErrors int64                     `json:"commit_errors"`
+	CompletesOK  int64                     `json:"completes_ok"`
+	SQSRequests  int64                     `json:"sqs_requests"`
+	Final        bool                      `json:"final"`
+}
+
+// Appender appends JSON lines to a file. It is safe for concurrent use.
+type Appender struct {
+	mu   sync.Mutex
+	f    *os.File
+	sync bool
+}
+
+// OpenAppender opens path for appending, creating it. With sync, every
+// Append is fsynced before it returns.
+func OpenAppender(path string, sync bool) (*Appender, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &Appender{f: f, sync: sync}, nil
+}
+
+// Append writes v as one line with one write(2), and fsyncs it when the
+// Appender was opened with sync.
+func (a *Appender) Append(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.f.Write(b); err != nil {
+		return err
+	}
+	if a.sync {
+		return a.f.Sync()
+	}
+	return nil
+}
+
+// Close closes the file.
+func (a *Appender) Close() error { return a.f.Close() }
+
+// WriteFileAtomic writes v as JSON to path through a temporary file and a
+// rename, so that a reader never sees half a file.
+func WriteFileAtomic(path string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// ReadLines decodes every line of the JSON-lines file at path into a new T
+// and calls fn. A missing file has no lines. A last line cut short (a
+// writer killed mid-line cannot produce one, but a full disk can) is
+// reported as an error.
+func ReadLines[T any](path string, fn func(T)) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<16)
+	for n := 1; ; n++ {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			var v T
+			if jerr := json.Unmarshal(line, &v); jerr != nil {
+				return fmt.Errorf("%s line %d: %v", path, n, jerr)
+			}
+			fn(v)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}

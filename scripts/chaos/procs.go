@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// How a worker run ended.
+const (
+	endWindowA   = "window a"   // killed itself before the completion was durable
+	endWindowB   = "window b"   // killed itself after the completion, before the delete
+	endKill      = "kill"       // SIGKILL from the campaign at a random moment
+	endInHandler = "in-handler" // SIGKILL while the downstream served its request
+	endTerm      = "term"       // SIGTERM, drained, exit 0
+	endFailed    = "failed"     // anything else: a finding
+	endRefused   = "refused"    // a start that had to fail (ledger locked or read-only)
+)
+
+// proc is one worker process.
+type proc struct {
+	id      int
+	cmd     *exec.Cmd
+	stderr  string
+	ledger  string
+	done    chan struct{}
+	started time.Time
+
+	mu      sync.Mutex
+	signal  string // what the campaign did to it: endKill, endInHandler, endTerm
+	killKey string // endInHandler: the key whose request was in flight
+	ended   time.Time
+	state   *os.ProcessState
+	waitErr error
+}
+
+// startProc starts bin with args, its output going to stderrPath.
+func startProc(id int, bin string, args []string, stderrPath, ledgerPath string) (*proc, error) {
+	f, err := os.Create(stderrPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = f
+	cmd.Stderr = f
+	// The worker must not outlive the campaign if the campaign dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	p := &proc{id: id, cmd: cmd, stderr: stderrPath, ledger: ledgerPath, done: make(chan struct{}), started: time.Now()}
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.ended = time.Now()
+		p.state = cmd.ProcessState
+		p.waitErr = err
+		p.mu.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill sends SIGKILL once and records why. It reports whether this call
+// killed a live process.
+func (p *proc) kill(why, key string) bool {
+	p.mu.Lock()
+	if p.signal == endKill || p.signal == endInHandler || !p.alive() {
+		p.mu.Unlock()
+		return false
+	}
+	p.signal, p.killKey = why, key
+	p.mu.Unlock()
+	return p.cmd.Process.Signal(syscall.SIGKILL) == nil
+}
+
+// term sends SIGTERM and records it.
+func (p *proc) term() {
+	p.mu.Lock()
+	p.signal = endTerm
+	p.mu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+// wait waits for the process to end, up to d. It reports whether it ended.
+func (p *proc) wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		return true
+	case <-t.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// exit describes how the process ended: signalled by SIGKILL, or its exit
+// code.
+func (p *proc) exit() (killed bool, code int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return false, -1
+	}
+	if ws, ok := p.state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return ws.Signal() == syscall.SIGKILL, -1
+	}
+	return false, p.state.ExitCode()
+}
+
+// tail returns the last n lines of the process's output.
+func (p *proc) tail(n int) string {
+	return tailFile(p.stderr, n)
+}
+
+func tailFile(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		lines = append(lines, s.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// outputHas reports whether the process's output contains s.
+func (p *proc) outputHas(s string) bool {
+	b, err := os.ReadFile(p.stderr)
+	return err == nil && strings.Contains(string(b), s)
+}
+
+// buildBinaries builds the chaos worker and the downstream into dir.
+func buildBinaries(ctx context.Context, dir string, race bool, log io.Writer) (worker, downstream string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	args := []string{"build", "-o", dir + "/"}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/sqsonce/sqsonce/scripts/chaos/chaosworker", "github.com/sqsonce/sqsonce/scripts/chaos/downstream")
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Stdout = log
+	cmd.Stderr = log
+	if err := cmd.Run(); err != nil {
+		return "", "", fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
+	}
+	worker, downstream = filepath.Join(dir, "chaosworker"), filepath.Join(dir, "downstream")
+	for _, b := range []string{worker, downstream} {
+		if _, err := os.Stat(b); err != nil {
+			return "", "", err
+		}
+	}
+	return worker, downstream, nil
+}
+
+// startDownstream starts the downstream and returns its URL once it
+// listens.
+func startDownstream(ctx context.Context, bin, dir, control string) (*proc, string, error) {
+	out := filepath.Join(dir, "downstream.out")
+	p, err := startProc(0, bin, []string{"-dir", dir, "-control", control}, out, "")
+	if err != nil {
+		return nil, "", err
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		b, _ := os.ReadFile(out)
+		for _, line := range strings.Split(string(b), "\n") {
+			if u, ok := strings.CutPrefix(line, "listening "); ok {
+				return p, strings.TrimSpace(u), nil
+			}
+		}
+		if !p.alive() {
+			return nil, "", fmt.Errorf("downstream exited at start: %s", p.tail(20))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.kill(endKill, "")
+	return nil, "", errors.New("downstream did not start within 15s")
+}
