@@ -317,9 +317,10 @@ func (db *DB) loop() {
 }
 
 // commit applies batch in one transaction. A request whose apply fails gets
-// its error alone and the others are applied again without it; a failed
-// commit (a full disk, say) fails every request in it, and nothing of it is
-// written.
+// its error alone and the others are applied again without it. When the
+// commit itself fails (a full disk, say), nothing of it is written and each
+// request is tried again in a commit of its own, failing only those that
+// still cannot be written.
 func (db *DB) commit(batch []*request) {
 	for len(batch) > 0 {
 		failed := -1
@@ -342,6 +343,16 @@ func (db *DB) commit(batch []*request) {
 		}
 		if db.onCommit != nil {
 			db.onCommit(len(batch), time.Since(start), err)
+		}
+		if err != nil && failed < 0 && len(batch) > 1 {
+			// The commit failed (a full disk, say): try each request on
+			// its own, so that those that fit (a completion needs no new
+			// page, a claim of a new key may) are not failed with the
+			// rest.
+			for _, r := range batch {
+				db.commit([]*request{r})
+			}
+			return
 		}
 		if err == nil || failed < 0 {
 			if err != nil {
