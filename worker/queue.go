@@ -119,6 +119,12 @@ func (w *Worker) warnRetention() {
 		"ledger_retention", w.cfg.Retention, "queue_retention", w.queue.retention, "dlq_retention", w.queue.dlqRetention)
 }
 
+// sqsCallTimeout bounds an SQS call made after the work (delete, visibility,
+// dead-letter send), retries included, so that a call that never answers
+// cannot hold a handler slot or a deleter for long; what it failed to do
+// SQS's visibility timeout undoes.
+const sqsCallTimeout = 20 * time.Second
+
 // deletion is a message to delete once its operation is settled.
 type deletion struct {
 	id, receipt string
@@ -176,7 +182,9 @@ func entry(i int, d deletion) types.DeleteMessageBatchRequestEntry {
 }
 
 func (w *Worker) deleteBatch(batch []types.DeleteMessageBatchRequestEntry) {
-	out, err := w.sqs.DeleteMessageBatch(context.Background(), &sqs.DeleteMessageBatchInput{
+	ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
+	defer cancel()
+	out, err := w.sqs.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
 		QueueUrl: &w.cfg.QueueURL,
 		Entries:  batch,
 	})
@@ -207,10 +215,12 @@ func (w *Worker) makeVisible(msgs []types.Message, d time.Duration) {
 				VisibilityTimeout: secs,
 			}
 		}
-		out, err := w.sqs.ChangeMessageVisibilityBatch(context.Background(), &sqs.ChangeMessageVisibilityBatchInput{
+		ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
+		out, err := w.sqs.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
 			QueueUrl: &w.cfg.QueueURL,
 			Entries:  entries,
 		})
+		cancel()
 		if err != nil {
 			w.log.Warn("could not change visibility: the messages return after the receive's visibility timeout instead", "error", err, "messages", len(chunk))
 			continue
@@ -263,7 +273,9 @@ func (w *Worker) deadLetter(j *job, reason string, log *slog.Logger) bool {
 		}
 		in.MessageDeduplicationId = aws.String(dedup)
 	}
-	if _, err := w.sqs.SendMessage(context.Background(), in); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
+	defer cancel()
+	if _, err := w.sqs.SendMessage(ctx, in); err != nil {
 		log.Error("could not move the message to the dead-letter queue: leaving it for SQS's redrive", "error", err)
 		w.makeVisible([]types.Message{j.msg}, w.cfg.MaxBackoff)
 		return false
