@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -67,5 +68,58 @@ func TestWorker_HeartbeatDoesNotDelayCompletion(t *testing.T) {
 	}
 	if n := b.runs.count("beat"); n != 1 {
 		t.Fatalf("ran %d times", n)
+	}
+}
+
+// noExtend is the real ledger whose lease extensions fail, as on a disk
+// that refuses writes for a while.
+type noExtend struct{ *ledger.DB }
+
+func (noExtend) Extend(context.Context, string, string, time.Duration) (time.Time, error) {
+	return time.Time{}, errors.New("ledger write refused")
+}
+
+// A duplicate of an operation this process is running must not be claimed
+// here even when the ledger's lease has lapsed meanwhile (the extensions
+// failed): the ledger would hand it over as a takeover and the work would
+// run twice at once.
+func TestWorker_NoTakeoverOfOwnRunningWork(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 10})
+	var running, maxRunning atomic.Int32
+	w, err := worker.New(b.config(), b.client, noExtend{b.db}, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		if n > maxRunning.Load() {
+			maxRunning.Store(n)
+		}
+		b.runs.add(m.Key)
+		select {
+		case <-time.After(5 * time.Second): // past the 2s lease, never extended
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	b.send(`{"id":"long"}`)
+	waitUntil(t, "the work to start", 10*time.Second, func() bool { return running.Load() == 1 })
+	time.Sleep(2500 * time.Millisecond) // the lease has lapsed
+	b.send(`{"id":"long"}`)
+	b.waitEmpty(30 * time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.runs.count("long"); n != 1 || maxRunning.Load() != 1 {
+		t.Fatalf("ran %d times, at most %d at once", n, maxRunning.Load())
+	}
+	if s := w.Stats(); s.Takeovers != 0 || s.Completed != 1 {
+		t.Fatalf("stats %+v", s)
 	}
 }

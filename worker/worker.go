@@ -41,6 +41,13 @@ type Worker struct {
 	metrics  *metrics
 	now      func() time.Time
 
+	// active holds the keys this process is working on. A delivery of one
+	// of them is not claimed again here, even when the ledger would let it
+	// (its lease lapsed while the process was paused, or could not be
+	// extended): the work is running, here.
+	activeMu sync.Mutex
+	active   map[string]struct{}
+
 	healthMu    sync.Mutex
 	running     bool
 	draining    bool
@@ -72,6 +79,7 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 		cfg:     cfg,
 		sqs:     instrumented{SQSClient: client, m: m},
 		metrics: m,
+		active:  map[string]struct{}{},
 		pollers: make([]pollerState, cfg.Pollers),
 		ledger:  l,
 		handler: h,
@@ -309,6 +317,7 @@ type job struct {
 	claim   ledger.Claim
 	owner   string
 	claimed bool // the ledger holds a claim of ours for it
+	running bool // this process is already working on the key
 }
 
 func (j *job) id() string { return aws.ToString(j.msg.MessageId) }
@@ -330,6 +339,10 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		if j.keyErr != nil {
 			continue
 		}
+		if w.isActive(j.key.key) {
+			j.running = true
+			continue
+		}
 		j.owner = w.ownerID + "/" + strconv.FormatUint(w.claimN.Add(1), 10)
 		reqs = append(reqs, ledger.ClaimRequest{
 			Key:         j.key.key,
@@ -349,6 +362,9 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 			for i, j := range keyed {
 				j.claim = claims[i]
 				j.claimed = claims[i].Outcome == ledger.Claimed
+				if j.claimed {
+					w.setActive(j.key.key, true)
+				}
 			}
 		}
 	}
@@ -363,7 +379,7 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		w.makeVisible(retry, w.cfg.MinBackoff)
 		w.release(len(keyed))
 		for _, j := range all {
-			if j.keyErr != nil {
+			if j.keyErr != nil || j.running {
 				jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
 			}
 		}
@@ -422,6 +438,7 @@ func (w *Worker) releaseJobs(js []*job) {
 			if err := w.ledger.Release(bg, j.key.key, j.owner); err != nil {
 				w.log.Warn("release claim failed", "key", j.key.key, "message_id", j.id(), "error", err)
 			}
+			w.setActive(j.key.key, false)
 		}
 		msgs = append(msgs, j.msg)
 	}
@@ -460,6 +477,15 @@ func (w *Worker) processAlone(ctx, workCtx context.Context, j *job) {
 // groups pass nil and wait for the whole outcome.
 func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	log := w.log.With("message_id", j.id())
+	if j.claimed {
+		defer w.setActive(j.key.key, false)
+	}
+	if j.running {
+		w.stats.inProgressElsewhere.Add(1)
+		log.Info("operation already running in this process: retry later", "key", j.key.key, "retry_in", w.cfg.VisibilityTimeout)
+		w.makeVisible([]types.Message{j.msg}, w.cfg.VisibilityTimeout)
+		return false
+	}
 	if j.keyErr != nil {
 		w.stats.keyless.Add(1)
 		log.Warn("message has no usable operation key: rejected", "reason", j.keyErr)
@@ -496,6 +522,23 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	}
 	log.Error("unknown claim outcome: leaving the message", "outcome", j.claim.Outcome)
 	return false
+}
+
+func (w *Worker) isActive(key string) bool {
+	w.activeMu.Lock()
+	defer w.activeMu.Unlock()
+	_, ok := w.active[key]
+	return ok
+}
+
+func (w *Worker) setActive(key string, on bool) {
+	w.activeMu.Lock()
+	defer w.activeMu.Unlock()
+	if on {
+		w.active[key] = struct{}{}
+	} else {
+		delete(w.active, key)
+	}
 }
 
 // errLeaseLost is the cancellation cause when a heartbeat finds that another
