@@ -54,18 +54,18 @@ lint: ## gofmt, go vet and staticcheck.
 	go vet ./...
 	go run $(STATICCHECK) ./...
 
-.PHONY: bench
-bench: ## Run the Go benchmarks (ledger throughput, Get on 1M records, sweeping).
-	go test -run '^$$' -bench . -benchmem ./...
+.PHONY: bench-go
+bench-go: ## Go benchmarks: ledger throughput, Get on 1M records, sweeping, the worker's drain (needs the local server).
+	$(WITH_SQS) go test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
-# bench-compare's size and rounds, and any other flag of scripts/bench
-# (`go run ./scripts/bench -h`), e.g. make bench-compare BENCH_MESSAGES=5000 BENCH_ROUNDS=5
+# bench's size and rounds, and any other flag of scripts/bench
+# (`go run ./scripts/bench -h`), e.g. make bench BENCH_MESSAGES=5000 BENCH_ROUNDS=5
 BENCH_MESSAGES ?= 20000
 BENCH_ROUNDS   ?= 3
 BENCH_FLAGS    ?=
 
-.PHONY: bench-compare
-bench-compare: build ## Compare sqsonce with a plain Go poller and sqs-consumer on a local SQS-compatible server.
+.PHONY: bench
+bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer on a local SQS-compatible server (BENCHMARKS.md).
 	@test -f scripts/bench/node/node_modules/sqs-consumer/package.json || npm ci --prefix scripts/bench/node --no-audit --no-fund
 	$(WITH_SQS) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
 
