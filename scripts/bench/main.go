@@ -1,4 +1,4 @@
-// Command bench is the comparison benchmark behind `make bench-compare`. It
+// Command bench is the comparison benchmark behind `make bench`. It
 // runs four consumers of one local SQS-compatible server side by side, each
 // as its own process, on the same number of messages and the same
 // concurrency, alternating A B C D A B C D … for several rounds:
@@ -21,7 +21,7 @@
 // against its targets.
 //
 // Run it from the repository root through scripts/with-sqs.sh, which starts
-// the server and sets SQSONCE_TEST_SQS_ENDPOINT; `make bench-compare` does
+// the server and sets SQSONCE_TEST_SQS_ENDPOINT; `make bench` does
 // that and builds bin/sqsonce first.
 package main
 
@@ -75,6 +75,7 @@ type options struct {
 	ledgerDir   string
 	pollers     int
 	dupAdjacent bool
+	prefill     int
 }
 
 func main() {
@@ -97,6 +98,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, ledgers)")
 	flag.StringVar(&o.ledgerDir, "ledger-dir", "", "where sqsonce's ledger files go (default: the working directory, under $TMPDIR); the file system's fsync is part of what is measured")
 	flag.IntVar(&o.pollers, "sqsonce-pollers", 1, "receive loops of sqsonce-go and sqsonce-exec")
+	flag.IntVar(&o.prefill, "prefill", 0, "sqsonce-go: complete records (keys pre-<i>) written to its fresh ledger before its first receive; not counted in msg/s, CPU, commits or start-up, but in peak RSS")
 	flag.DurationVar(&o.quiet, "quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine to be idle (other programs disturb the results)")
 	flag.Parse()
 	o.contenders = strings.Split(contenders, ",")
@@ -115,6 +117,9 @@ func main() {
 func (o *options) check() error {
 	if o.messages < 10 || o.rounds < 1 || o.concurrency < 1 || o.fillWorkers < 1 || o.scInstances < 1 || o.pollers < 1 {
 		return errors.New("-n must be at least 10; -rounds, -concurrency, -fill-workers, -sqs-consumer-instances and -sqsonce-pollers at least 1")
+	}
+	if o.prefill < 0 {
+		return errors.New("-prefill must not be negative")
 	}
 	if o.scMode != "batch" && o.scMode != "message" {
 		return fmt.Errorf("-sqs-consumer-mode %q: want batch or message", o.scMode)
@@ -159,7 +164,7 @@ func run(ctx context.Context, o options) error {
 	endpoint := strings.TrimRight(os.Getenv("SQSONCE_TEST_SQS_ENDPOINT"), "/")
 	u, err := url.Parse(endpoint)
 	if endpoint == "" || err != nil || u.Scheme != "http" || u.Hostname() != "127.0.0.1" {
-		return errors.New("SQSONCE_TEST_SQS_ENDPOINT must name the local server (http://127.0.0.1:PORT): run through scripts/with-sqs.sh or `make bench-compare`")
+		return errors.New("SQSONCE_TEST_SQS_ENDPOINT must name the local server (http://127.0.0.1:PORT): run through scripts/with-sqs.sh or `make bench`")
 	}
 	port, _ := strconv.Atoi(u.Port())
 	dir, err := os.MkdirTemp("", "sqsonce-bench-")

@@ -1,7 +1,10 @@
 // Command sqsonce-go is the sqsonce library contender of the comparison
 // benchmark: worker.New with a bbolt ledger and a handler that does
 // nothing, run until -expect deliveries are deleted (or SIGTERM), then
-// stopped by cancelling Run's context. It prints a benchkit.Report as its
+// stopped by cancelling Run's context. With -prefill N it first writes N
+// complete records (keys pre-<i>) to the ledger through ClaimBatch and
+// CompleteBatch, before the first receive, and reports what that took
+// apart. It prints a benchkit.Report as its
 // last line, with the ledger's commits and the worker's counters.
 //
 // The SQS client is wrapped to see what the worker receives and deletes:
@@ -11,6 +14,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -37,6 +41,7 @@ func main() {
 	pollers := flag.Int("pollers", 1, "receive loops")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	trackKeys := flag.Bool("track-keys", false, "count handler runs per operation key (for the duplicate run)")
+	prefill := flag.Int("prefill", 0, "complete records (keys pre-<i>) to write to the ledger before the first receive")
 	flag.Parse()
 	if err := f.Check(); err != nil {
 		fail(2, err)
@@ -54,7 +59,7 @@ func main() {
 		}
 		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
-	if err := run(f, *ledgerPath, *pollers, *trackKeys); err != nil {
+	if err := run(f, *ledgerPath, *pollers, *trackKeys, *prefill); err != nil {
 		pprof.StopCPUProfile()
 		fail(1, err)
 	}
@@ -65,7 +70,7 @@ func fail(code int, err error) {
 	os.Exit(code)
 }
 
-func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool) error {
+func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool, prefill int) error {
 	rec := benchkit.NewRecorder(f.Expect)
 	sqsClient, reqs := benchkit.NewClient(f.Endpoint)
 	client := &watchedClient{Client: sqsClient, rec: rec, sent: map[string]int64{}}
@@ -74,6 +79,10 @@ func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool) error
 		return err
 	}
 	defer db.Close()
+	pre, err := prefillLedger(db, prefill)
+	if err != nil {
+		return err
+	}
 
 	var runs atomic.Int64
 	var keysMu sync.Mutex
@@ -116,7 +125,8 @@ func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool) error
 	rep := benchkit.Report{Contender: "sqsonce-go", StartNS: client.firstReceive.Load()}
 	rec.Fill(&rep)
 	rep.Requests = reqs.Counts()
-	commits := db.Commits()
+	rep.PrefillRecords, rep.PrefillCommits, rep.PrefillCPU, rep.PrefillNS = int64(prefill), pre.commits, pre.cpu, int64(pre.took)
+	commits := db.Commits() - pre.commits
 	rep.Commits = &commits
 	rep.HandlerRuns = runs.Load()
 	if trackKeys {
@@ -138,6 +148,65 @@ func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool) error
 	}
 	rep.Print()
 	return nil
+}
+
+// prefilled is what prefillLedger did.
+type prefilled struct {
+	commits uint64
+	cpu     float64 // user+sys seconds
+	took    time.Duration
+}
+
+// prefillLedger writes n complete records, keys pre-<i> (unlike the run's
+// op-<run>-<i>), each with a 32-byte fingerprint and a 100-byte result,
+// through ClaimBatch and CompleteBatch in batches of 1000.
+func prefillLedger(db *ledger.DB, n int) (prefilled, error) {
+	if n <= 0 {
+		return prefilled{}, nil
+	}
+	const batch = 1000
+	ctx := context.Background()
+	t0, cpu0, commits0 := time.Now(), processCPU(), db.Commits()
+	result := make([]byte, 100)
+	for i := range result {
+		result[i] = 'a' + byte(i%26)
+	}
+	reqs := make([]ledger.ClaimRequest, 0, batch)
+	done := make([]ledger.Completion, 0, batch)
+	for start := 0; start < n; start += batch {
+		reqs, done = reqs[:0], done[:0]
+		for i := start; i < min(start+batch, n); i++ {
+			key := fmt.Sprintf("pre-%d", i)
+			fp := sha256.Sum256([]byte(key))
+			reqs = append(reqs, ledger.ClaimRequest{Key: key, Fingerprint: fp[:], Owner: "prefill", Lease: time.Hour, MessageID: key})
+			done = append(done, ledger.Completion{Key: key, Owner: "prefill", Result: result})
+		}
+		claims, err := db.ClaimBatch(ctx, reqs)
+		if err != nil {
+			return prefilled{}, fmt.Errorf("prefill: %w", err)
+		}
+		for i, c := range claims {
+			if c.Outcome != ledger.Claimed {
+				return prefilled{}, fmt.Errorf("prefill: claim %s: %v", reqs[i].Key, c.Outcome)
+			}
+		}
+		for i, err := range db.CompleteBatch(ctx, done) {
+			if err != nil {
+				return prefilled{}, fmt.Errorf("prefill: complete %s: %w", done[i].Key, err)
+			}
+		}
+	}
+	return prefilled{commits: db.Commits() - commits0, cpu: processCPU() - cpu0, took: time.Since(t0)}, nil
+}
+
+// processCPU returns the process's user+sys CPU seconds so far.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
 }
 
 // watchedClient is the SQS client the worker gets: it notes when the first

@@ -58,6 +58,13 @@ type Report struct {
 	// LedgerWait: how long the worker's ClaimBatch and Complete calls
 	// waited for their commits (calls, mean and median in ms).
 	LedgerWait map[string]float64 `json:"ledger_wait,omitempty"`
+	// Prefill: complete records written to the ledger before the first
+	// receive (-prefill), the commits, CPU seconds (user+sys) and time
+	// that took. Commits above leaves the prefill's commits out.
+	PrefillRecords int64   `json:"prefill_records,omitempty"`
+	PrefillCommits uint64  `json:"prefill_commits,omitempty"`
+	PrefillCPU     float64 `json:"prefill_cpu_s,omitempty"`
+	PrefillNS      int64   `json:"prefill_ns,omitempty"`
 }
 
 // Print writes r as one JSON line to stdout.
