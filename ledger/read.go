@@ -203,6 +203,9 @@ func (db *DB) sweepByKey(ctx context.Context) (int, error) {
 			for ; k != nil && len(expired) < db.chunk && scanned < 8*db.chunk; k, v = c.Next() {
 				scanned++
 				last = k
+				if exp, err := recordExpires(v); err == nil && exp.After(s.now) {
+					continue // live: no need to decode the rest
+				}
 				r, err := decodeRecord(string(k), v)
 				if err != nil {
 					return err
@@ -213,13 +216,14 @@ func (db *DB) sweepByKey(ctx context.Context) (int, error) {
 			}
 			done = k == nil
 			resume = append(resume[:0], last...)
+			s.deferCounts = true
 			for _, r := range expired {
 				if err := s.remove(r); err != nil {
 					return err
 				}
 			}
 			n = len(expired)
-			return nil
+			return s.flushCounts()
 		})
 		if err != nil {
 			return total, err
@@ -254,6 +258,7 @@ func (db *DB) sweepByIndex(ctx context.Context) (int, error) {
 				}
 				keys = append(keys, append([]byte(nil), k...))
 			}
+			s.deferCounts = true
 			for _, k := range keys {
 				t, key, _ := splitIndexKey(k)
 				old, err := s.get(key)
@@ -273,7 +278,7 @@ func (db *DB) sweepByIndex(ctx context.Context) (int, error) {
 				}
 			}
 			last = len(keys) < db.chunk
-			return nil
+			return s.flushCounts()
 		})
 		if err != nil {
 			return total, err

@@ -155,6 +155,27 @@ func decodeRecord(key string, b []byte) (Record, error) {
 	return r, nil
 }
 
+// recordExpires reads only the expiry of an encoded record (the sixth time
+// after the version, state, flags and attempts). An error means: decode it
+// fully to find out what is wrong.
+func recordExpires(b []byte) (time.Time, error) {
+	d := decoder{b: b}
+	if d.byte() != recordVersion {
+		return time.Time{}, ErrCorrupt
+	}
+	d.byte()
+	d.byte()
+	d.uvarint(1 << 31)
+	var t int64
+	for range 6 {
+		t = d.varint()
+	}
+	if d.err != nil {
+		return time.Time{}, ErrCorrupt
+	}
+	return fromUnixNano(t), nil
+}
+
 // decoder reads the fields of an encoded record, remembering the first error.
 type decoder struct {
 	b   []byte

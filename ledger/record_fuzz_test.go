@@ -195,6 +195,10 @@ func FuzzDecodeRecord(f *testing.F) {
 		if r.Key != key {
 			t.Fatalf("key %q, want %q", r.Key, key)
 		}
+		// The sweep's shortcut reads the same expiry as the full decode.
+		if exp, err := recordExpires(data); err != nil || !exp.Equal(r.Expires) {
+			t.Fatalf("recordExpires = %v, %v; decodeRecord says %v", exp, err, r.Expires)
+		}
 		if r.State < StateInProgress || r.State > StateFailed {
 			t.Fatalf("decoded state %d", r.State)
 		}

@@ -19,6 +19,11 @@ type store struct {
 	meta      *bolt.Bucket
 	now       time.Time
 	retention time.Duration
+
+	// deferCounts gathers counter changes in counts until flushCounts,
+	// for transactions that change many records (sweeps).
+	deferCounts bool
+	counts      [numClasses]int64
 }
 
 func (db *DB) store(tx *bolt.Tx) *store {
@@ -140,12 +145,33 @@ func class(r *Record) int {
 }
 
 func (s *store) count(r *Record, delta int64) error {
-	k := counterKeys[class(r)]
+	if s.deferCounts {
+		s.counts[class(r)] += delta
+		return nil
+	}
+	return s.addCount(class(r), delta)
+}
+
+func (s *store) addCount(c int, delta int64) error {
+	k := counterKeys[c]
 	n := int64(readCounter(s.meta, k)) + delta
 	if n < 0 {
 		n = 0
 	}
 	return s.meta.Put(k, binary.BigEndian.AppendUint64(nil, uint64(n)))
+}
+
+// flushCounts writes the counter changes gathered with deferCounts.
+func (s *store) flushCounts() error {
+	for c, delta := range s.counts {
+		if delta != 0 {
+			if err := s.addCount(c, delta); err != nil {
+				return err
+			}
+			s.counts[c] = 0
+		}
+	}
+	return nil
 }
 
 func readCounter(meta *bolt.Bucket, k []byte) uint64 {
