@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
-	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
 )
 
@@ -30,11 +28,7 @@ func BenchmarkWorker_Drain(b *testing.B) {
 	client := sqstest.NewClient(b, nil)
 	q := sqstest.CreateQueue(b, client, sqstest.QueueOptions{MaxReceiveCount: 5, VisibilityTimeout: 30 * time.Second})
 	fill(b, client, q.URL, b.N)
-	db, err := ledger.Open(filepath.Join(b.TempDir(), "ledger.db"), ledger.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer db.Close()
+	db := openLedger(b)
 	var done atomic.Int64
 	all := make(chan struct{})
 	w, err := worker.New(worker.Config{

@@ -41,12 +41,18 @@ func setup(t *testing.T, o options) *bundle {
 	t.Helper()
 	client := sqstest.NewClient(t, nil)
 	q := sqstest.CreateQueue(t, client, sqstest.QueueOptions{FIFO: o.fifo, MaxReceiveCount: o.maxReceive, VisibilityTimeout: 5 * time.Second})
+	return &bundle{t: t, client: client, queue: q, db: openLedger(t), runs: newRunLog()}
+}
+
+// openLedger opens a ledger on a new file, closed when the test ends.
+func openLedger(t testing.TB) *ledger.DB {
+	t.Helper()
 	db, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return &bundle{t: t, client: client, queue: q, db: db, runs: newRunLog()}
+	return db
 }
 
 // config is a worker configuration tuned for tests: short polls, leases and
@@ -603,11 +609,7 @@ func TestWorker_Run(t *testing.T) {
 func TestNew_Invalid(t *testing.T) {
 	t.Parallel()
 	client := sqstest.NewClient(t, nil)
-	db, err := ledger.Open(filepath.Join(t.TempDir(), "l.db"), ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openLedger(t)
 	h := worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil })
 	good := worker.Config{QueueURL: "http://127.0.0.1:1/q", Key: worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"}}
 	cases := map[string]func(*worker.Config){
@@ -636,11 +638,7 @@ func TestNew_Invalid(t *testing.T) {
 func TestWorker_MissingQueue(t *testing.T) {
 	t.Parallel()
 	client := sqstest.NewClient(t, nil)
-	db, err := ledger.Open(filepath.Join(t.TempDir(), "l.db"), ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openLedger(t)
 	url := sqstest.Endpoint(t) + "/000000000000/no-such-queue"
 	w, err := worker.New(worker.Config{QueueURL: url, Key: worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"}},
 		client, db, worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil }))
