@@ -166,11 +166,11 @@ type ShutdownConfig struct {
 	Grace Duration `toml:"grace"`
 }
 
-// AdminConfig says where sqsonce serves its metrics, health checks and
-// ledger queries.
+// AdminConfig says where sqsonce serves its metrics and health checks.
 type AdminConfig struct {
 	// Listen is the host:port of the admin HTTP listener; empty disables it.
-	// Keep it on a loopback or private address: it answers ledger queries.
+	// Keep it on a loopback or private address (with pprof on, it exposes
+	// profiles of the process).
 	Listen string `toml:"listen"`
 	// PProf serves the Go profiler under /debug/pprof/ on the listener.
 	PProf bool `toml:"pprof"`
