@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -482,8 +483,9 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	}
 	if j.running {
 		w.stats.inProgressElsewhere.Add(1)
-		log.Info("operation already running in this process: retry later", "key", j.key.key, "retry_in", w.cfg.VisibilityTimeout)
-		w.makeVisible([]types.Message{j.msg}, w.cfg.VisibilityTimeout)
+		wait := w.recheck()
+		log.Info("operation already running in this process: look again later", "key", j.key.key, "retry_in", wait)
+		w.makeVisible([]types.Message{j.msg}, wait)
 		return false
 	}
 	if j.keyErr != nil {
@@ -508,7 +510,12 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	case ledger.InProgress:
 		w.stats.inProgressElsewhere.Add(1)
 		wait := j.claim.Record.LeaseExpiry.Sub(w.now()) + time.Second
-		log.Info("operation in progress under another claim: retry when its lease lapses", "retry_in", wait)
+		if strings.HasPrefix(j.claim.Record.Owner, w.ownerID+"/") {
+			// Our own claim (a copy in the same batch, say): it will be
+			// settled soon, so look again well before its lease lapses.
+			wait = min(wait, w.recheck())
+		}
+		log.Info("operation in progress under another claim: retry when it is settled or its lease lapses", "retry_in", wait)
 		w.makeVisible([]types.Message{j.msg}, wait)
 		return false
 	case ledger.Conflict:
@@ -539,6 +546,13 @@ func (w *Worker) setActive(key string, on bool) {
 	} else {
 		delete(w.active, key)
 	}
+}
+
+// recheck is when a duplicate of work running in this process comes back
+// to find it settled: the first back-off, at least a second, at most the
+// lease.
+func (w *Worker) recheck() time.Duration {
+	return min(max(w.cfg.MinBackoff, time.Second), w.cfg.VisibilityTimeout)
 }
 
 // errLeaseLost is the cancellation cause when a heartbeat finds that another
