@@ -191,21 +191,27 @@ func TestMain_Usage(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.args, func(t *testing.T) {
 			t.Parallel()
-			var stdout, stderr bytes.Buffer
 			env := map[string]string{}
 			for _, kv := range tc.env {
 				k, v, _ := strings.Cut(kv, "=")
 				env[k] = v
 			}
-			m := &Main{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
-				LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
-			code := m.Run(context.Background(), strings.Fields(tc.args))
-			out := stdout.String() + stderr.String()
+			code, out := runMain(tc.args, env)
 			if code != tc.code || !strings.Contains(out, tc.want) {
 				t.Fatalf("exit %d, want %d; output should contain %q:\n%s", code, tc.code, tc.want, out)
 			}
 		})
 	}
+}
+
+// runMain runs Main in this process with env as its whole environment and
+// returns the exit code and what it printed.
+func runMain(args string, env map[string]string) (int, string) {
+	var stdout, stderr bytes.Buffer
+	m := &Main{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
+		LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
+	code := m.Run(context.Background(), strings.Fields(args))
+	return code, stdout.String() + stderr.String()
 }
 
 func TestMain_Send(t *testing.T) {

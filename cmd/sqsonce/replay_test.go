@@ -310,12 +310,7 @@ func TestReplay_Usage(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.args, func(t *testing.T) {
 			t.Parallel()
-			var stdout, stderr bytes.Buffer
-			env := map[string]string{"SQSONCE_QUEUE_URL": "http://127.0.0.1:1/q", "AWS_REGION": "us-east-1"}
-			m := &Main{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr,
-				LookupEnv: func(k string) (string, bool) { v, ok := env[k]; return v, ok }}
-			code := m.Run(context.Background(), strings.Fields(tc.args))
-			out := stdout.String() + stderr.String()
+			code, out := runMain(tc.args, map[string]string{"SQSONCE_QUEUE_URL": "http://127.0.0.1:1/q", "AWS_REGION": "us-east-1"})
 			if code != tc.code || !strings.Contains(out, tc.want) {
 				t.Fatalf("exit %d, want %d; output should contain %q:\n%s", code, tc.code, tc.want, out)
 			}
