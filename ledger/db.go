@@ -29,6 +29,9 @@ const (
 	DefaultLockTimeout = 2 * time.Second
 	defaultMaxBatch    = 512
 	defaultSweepChunk  = 2000
+	// DefaultCompleteDelay is how long a completion waits for company
+	// when it would otherwise commit alone.
+	DefaultCompleteDelay = time.Millisecond
 )
 
 // Bucket names.
@@ -56,6 +59,15 @@ type Options struct {
 	// SweepChunk bounds how many records one sweep transaction removes, so
 	// that claims never wait long behind a sweep.
 	SweepChunk int
+	// CompleteDelay is how long a completion that would commit alone waits
+	// for other writes (the next batch of claims, say) to share its commit
+	// and its fsync. A write that is not a completion ends the wait at
+	// once. It lengthens, by at most this much, the time in which done
+	// work is not yet recorded; in exchange a busy worker makes about one
+	// commit per received batch instead of one for its claims and another
+	// for its completions. Zero picks DefaultCompleteDelay; a negative
+	// value turns the wait off.
+	CompleteDelay time.Duration
 	// OnCommit, when set, is called by the committer after each commit
 	// with the number of write requests it carried, how long it took
 	// (fsync included) and its error. It must be quick: commits wait for it.
@@ -67,8 +79,9 @@ type Options struct {
 //
 // Writes are applied by a single committer goroutine that takes every write
 // request waiting at the time and applies them in one transaction with one
-// fsync (group commit). No write waits for a timer: a lone write commits at
-// once, and writes that arrive while a commit is in flight share the next one.
+// fsync (group commit). Writes that arrive while a commit is in flight share
+// the next one. A lone write commits at once, except a completion, which
+// waits up to Options.CompleteDelay for company.
 type DB struct {
 	bolt      *bolt.DB
 	path      string
@@ -77,6 +90,12 @@ type DB struct {
 	maxBatch  int
 	chunk     int
 	onCommit  func(int, time.Duration, error)
+	linger    time.Duration // Options.CompleteDelay, 0 when off
+
+	// degraded is set by the committer after a failed commit and cleared by
+	// the next commit that succeeds. While it is set, no claim is answered
+	// before its commit is durable. Only the committer uses it.
+	degraded bool
 
 	mu       sync.RWMutex // guards closed and sends on reqs
 	closed   bool
@@ -95,6 +114,14 @@ type DB struct {
 type request struct {
 	apply func(tx *bolt.Tx) error
 	done  chan error
+	// lazy requests (completions) may wait for company; see CompleteDelay.
+	lazy bool
+	// decided, when set, is called once, by the committer, when a
+	// transaction has applied the request and every other one it carries
+	// and is about to commit: its answers are final unless the commit
+	// fails. It is not called while the ledger is degraded.
+	decided    func()
+	wasDecided bool
 }
 
 // Open opens the ledger file at path, creating it (mode 0600) and its parent
@@ -124,6 +151,9 @@ func Open(path string, opts Options) (db *DB, err error) {
 	if opts.SweepChunk <= 0 {
 		opts.SweepChunk = defaultSweepChunk
 	}
+	if opts.CompleteDelay == 0 {
+		opts.CompleteDelay = DefaultCompleteDelay
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open ledger: create directory: %w", err)
 	}
@@ -151,6 +181,7 @@ func Open(path string, opts Options) (db *DB, err error) {
 		maxBatch:  opts.MaxBatch,
 		chunk:     opts.SweepChunk,
 		onCommit:  opts.OnCommit,
+		linger:    max(opts.CompleteDelay, 0),
 		reqs:      make(chan *request, opts.MaxBatch),
 		loopDone:  make(chan struct{}),
 	}
@@ -272,22 +303,31 @@ func (db *DB) Close() error {
 // When ctx ends first the call returns ctx's error, and the write may still
 // take effect.
 func (db *DB) write(ctx context.Context, apply func(tx *bolt.Tx) error) error {
-	r := &request{apply: apply, done: make(chan error, 1)}
+	return db.writeRequest(ctx, &request{apply: apply, done: make(chan error, 1)})
+}
+
+func (db *DB) writeRequest(ctx context.Context, r *request) error {
+	if err := db.submit(ctx, r); err != nil {
+		return err
+	}
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// submit queues r for the committer.
+func (db *DB) submit(ctx context.Context, r *request) error {
 	db.mu.RLock()
+	defer db.mu.RUnlock()
 	if db.closed {
-		db.mu.RUnlock()
 		return ErrClosed
 	}
 	select {
 	case db.reqs <- r:
-	case <-ctx.Done():
-		db.mu.RUnlock()
-		return ctx.Err()
-	}
-	db.mu.RUnlock()
-	select {
-	case err := <-r.done:
-		return err
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -299,21 +339,60 @@ func (db *DB) loop() {
 	defer close(db.loopDone)
 	batch := make([]*request, 0, db.maxBatch)
 	for r := range db.reqs {
-		batch = append(batch[:0], r)
-	gather:
-		for len(batch) < db.maxBatch {
-			select {
-			case r, ok := <-db.reqs:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, r)
-			default:
-				break gather
-			}
+		batch = db.gather(append(batch[:0], r))
+		if db.linger > 0 && allLazy(batch) {
+			batch = db.wait(batch)
 		}
 		db.commit(batch)
 	}
+}
+
+// gather adds the requests waiting now, up to the batch limit.
+func (db *DB) gather(batch []*request) []*request {
+	for len(batch) < db.maxBatch {
+		select {
+		case r, ok := <-db.reqs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// wait holds a batch of completions for up to the linger, until a request
+// that is not one arrives (it joins, with whatever waits behind it) or the
+// batch is full.
+func (db *DB) wait(batch []*request) []*request {
+	t := time.NewTimer(db.linger)
+	defer t.Stop()
+	for len(batch) < db.maxBatch {
+		select {
+		case r, ok := <-db.reqs:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+			if !r.lazy {
+				return db.gather(batch)
+			}
+		case <-t.C:
+			return batch
+		}
+	}
+	return batch
+}
+
+func allLazy(batch []*request) bool {
+	for _, r := range batch {
+		if !r.lazy {
+			return false
+		}
+	}
+	return true
 }
 
 // commit applies batch in one transaction. A request whose apply fails gets
@@ -333,9 +412,20 @@ func (db *DB) commit(batch []*request) {
 						return err
 					}
 				}
+				if !db.degraded {
+					for _, r := range batch {
+						if r.decided != nil && !r.wasDecided {
+							r.wasDecided = true
+							r.decided()
+						}
+					}
+				}
 				return nil
 			})
 		})
+		if failed < 0 {
+			db.degraded = err != nil
+		}
 		if err == nil {
 			db.commitMu.Lock()
 			db.commits++

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -126,6 +127,114 @@ func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, err
 		return nil, fmt.Errorf("claim: %w", err)
 	}
 	return out, nil
+}
+
+// PendingClaims are claims whose outcomes are decided but whose commit may
+// still be in flight. See ClaimBatchStart.
+type PendingClaims struct {
+	// Claims holds one outcome per request, in order.
+	Claims []Claim
+
+	mu   sync.Mutex
+	done <-chan error // nil once the commit's result is in err
+	err  error
+}
+
+// Wait returns once the claims are durable (nil) or their commit has failed.
+// After a failure no claim of the batch is in the ledger. It may be called
+// more than once.
+func (p *PendingClaims) Wait(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil {
+		return p.err
+	}
+	select {
+	case err := <-p.done:
+		if err != nil {
+			err = fmt.Errorf("claim: %w", err)
+		}
+		p.done, p.err = nil, err
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ClaimBatchStart is ClaimBatch that answers as soon as the outcomes are
+// decided, while their commit (its fsync) may still be in flight; Wait says
+// when they are durable. The outcomes are those the commit will make durable,
+// so a caller may start work it Claimed at once and must wait only before
+// anything that relies on the claim being on disk: recording the work's
+// outcome, deleting or dead-lettering a delivery. Each outcome is decided
+// against durable records and the earlier requests of the same batch only.
+//
+// If that commit fails, no claim of the batch is written and Wait says so:
+// work started meanwhile ran without a record, as if the process had died
+// before its claim reached the disk. After a failed commit the ledger answers
+// claims only once they are durable, until a commit succeeds again, so that a
+// failing disk does not let work start that cannot be recorded.
+func (db *DB) ClaimBatchStart(ctx context.Context, reqs []ClaimRequest) (*PendingClaims, error) {
+	for i := range reqs {
+		if err := reqs[i].validate(); err != nil {
+			return nil, err
+		}
+	}
+	// cur and answered belong to the committer until it sends on decided
+	// or done.
+	var cur, answered []Claim
+	decided := make(chan []Claim, 1)
+	r := &request{done: make(chan error, 1)}
+	r.apply = func(tx *bolt.Tx) error {
+		s := db.store(tx)
+		out := make([]Claim, len(reqs))
+		for i := range reqs {
+			c, err := s.claim(&reqs[i])
+			if err != nil {
+				return err
+			}
+			out[i] = c
+		}
+		if answered != nil && !sameOutcomes(answered, out) {
+			// Applied again after a failed commit, the batch no longer
+			// decides as it did: the answer given stands, unrecorded.
+			return fmt.Errorf("claims decided again after a failed commit came out differently: %w", ErrState)
+		}
+		cur = out
+		return nil
+	}
+	r.decided = func() {
+		answered = cur
+		decided <- cur
+	}
+	if err := db.submit(ctx, r); err != nil {
+		return nil, err
+	}
+	select {
+	case cs := <-decided:
+		return &PendingClaims{Claims: cs, done: r.done}, nil
+	case err := <-r.done:
+		if err != nil {
+			return nil, fmt.Errorf("claim: %w", err)
+		}
+		// Committed without an early answer: the ledger is recovering
+		// from a failed commit.
+		return &PendingClaims{Claims: cur}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func sameOutcomes(a, b []Claim) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Outcome != b[i].Outcome || a[i].Takeover != b[i].Takeover || a[i].Record.Attempts != b[i].Record.Attempts {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *store) claim(req *ClaimRequest) (Claim, error) {
@@ -363,7 +472,8 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 		return errs
 	}
 	answers := make([]error, n)
-	err := db.write(ctx, func(tx *bolt.Tx) error {
+	r := &request{done: make(chan error, 1), lazy: op == "complete"}
+	r.apply = func(tx *bolt.Tx) error {
 		s := db.store(tx)
 		for i := range n {
 			answers[i] = nil
@@ -379,7 +489,8 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 			}
 		}
 		return nil
-	})
+	}
+	err := db.writeRequest(ctx, r)
 	for i := range n {
 		if !valid[i] {
 			continue
