@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -243,7 +242,7 @@ const (
 // original deleted. Without a dead-letter queue, or when the send fails, the
 // message is left with the longest back-off so that SQS's own redrive or
 // retention deals with it. It reports whether the message was moved.
-func (w *Worker) deadLetter(j *job, reason string, log *slog.Logger) bool {
+func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
 	if w.queue.dlqURL == "" {
 		log.Warn("no dead-letter queue: leaving the message until its retention ends", "reason", reason)
 		w.makeVisible([]types.Message{j.msg}, w.cfg.MaxBackoff)

@@ -533,7 +533,7 @@ func (w *Worker) processAlone(ctx, workCtx context.Context, j *job) {
 // The slot, when not nil, is freed once the handler has returned; FIFO
 // groups pass nil and wait for the whole outcome.
 func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
-	log := w.log.With("message_id", j.id())
+	log := newJobLog(w.log, "message_id", j.id())
 	if j.claimed {
 		defer w.setActive(j.key.key, false)
 	}
@@ -616,7 +616,7 @@ func (w *Worker) recheck() time.Duration {
 var errLeaseLost = errors.New("lease lost to another claim")
 
 // run executes the handler for a claimed message and records the outcome.
-func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *slog.Logger) bool {
+func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog) bool {
 	m := &Message{
 		Key:             j.key.key,
 		Body:            []byte(aws.ToString(j.msg.Body)),
@@ -687,7 +687,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *slog.Lo
 // completion nor its failure can be recorded. Done work is left like a
 // completion that could not be recorded (its redelivery may run it again);
 // failed work comes back after the first back-off.
-func (w *Worker) unrecorded(j *job, m *Message, workErr, claimErr error, log *slog.Logger) bool {
+func (w *Worker) unrecorded(j *job, m *Message, workErr, claimErr error, log *jobLog) bool {
 	if workErr == nil {
 		w.stats.completeFailed.Add(1)
 		log.Error("work done but its claim could not be recorded (ledger commit failed): leaving the message; its redelivery may run the work again", "error", claimErr)
@@ -727,7 +727,7 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 // complete records the operation complete, durably, and only then deletes
 // the message. A ledger failure is retried briefly; if it persists the
 // message is left, and its redelivery may run the work again.
-func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *slog.Logger) bool {
+func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *jobLog) bool {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
 	for attempt := 1; attempt <= 4; attempt++ {
@@ -758,50 +758,85 @@ func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *slog.Log
 // the work's completion never waits for them: both would widen the window
 // in which done work is not yet recorded, and a lease that lapses while the
 // work runs lets a redelivery run it again.
-func (w *Worker) heartbeat(j *job, log *slog.Logger, lost func()) (stop func()) {
+func (w *Worker) heartbeat(j *job, log *jobLog, lost func()) (stop func()) {
 	every := max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			ectx, ecancel := context.WithTimeout(ctx, every)
-			_, err := w.ledger.Extend(ectx, j.key.key, j.owner, w.cfg.VisibilityTimeout)
-			ecancel()
-			if ctx.Err() != nil {
-				return // stopped: the work is over
-			}
-			if err != nil {
-				if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrState) || errors.Is(err, ledger.ErrNotFound) {
-					lost()
-					return
-				}
-				log.Warn("heartbeat: extending the lease failed", "error", err)
-			}
-			vctx, vcancel := context.WithTimeout(ctx, every)
-			_, err = w.sqs.ChangeMessageVisibility(vctx, &sqs.ChangeMessageVisibilityInput{
-				QueueUrl:          &w.cfg.QueueURL,
-				ReceiptHandle:     j.msg.ReceiptHandle,
-				VisibilityTimeout: int32(w.cfg.VisibilityTimeout / time.Second),
-			})
-			vcancel()
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				log.Warn("heartbeat: extending visibility failed", "error", err)
-			} else {
-				w.stats.heartbeats.Add(1)
-			}
+	// A timer rather than a goroutine per message: most work ends before
+	// the first beat. A beat re-arms the timer for the next multiple of
+	// every, or at once when it took longer, unless stopped meanwhile.
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+		beats   sync.WaitGroup
+	)
+	mu.Lock()
+	due := time.Now().Add(every)
+	t = time.AfterFunc(every, func() {
+		mu.Lock()
+		if stopped {
+			mu.Unlock()
+			return
 		}
+		beats.Add(1)
+		mu.Unlock()
+		defer beats.Done()
+		if !w.beat(ctx, j, log, lost, every) {
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			due = due.Add(every)
+			if now := time.Now(); due.Before(now) {
+				due = now
+			}
+			t.Reset(time.Until(due))
+		}
+		mu.Unlock()
 	})
-	return func() { cancel(); wg.Wait() }
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		cancel()
+		beats.Wait()
+	}
+}
+
+// beat extends the lease, then the visibility, each call bounded by every.
+// It reports whether the heartbeat goes on.
+func (w *Worker) beat(ctx context.Context, j *job, log *jobLog, lost func(), every time.Duration) bool {
+	ectx, ecancel := context.WithTimeout(ctx, every)
+	_, err := w.ledger.Extend(ectx, j.key.key, j.owner, w.cfg.VisibilityTimeout)
+	ecancel()
+	if ctx.Err() != nil {
+		return false // stopped: the work is over
+	}
+	if err != nil {
+		if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrState) || errors.Is(err, ledger.ErrNotFound) {
+			lost()
+			return false
+		}
+		log.Warn("heartbeat: extending the lease failed", "error", err)
+	}
+	vctx, vcancel := context.WithTimeout(ctx, every)
+	_, err = w.sqs.ChangeMessageVisibility(vctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl:          &w.cfg.QueueURL,
+		ReceiptHandle:     j.msg.ReceiptHandle,
+		VisibilityTimeout: int32(w.cfg.VisibilityTimeout / time.Second),
+	})
+	vcancel()
+	if ctx.Err() != nil {
+		return false
+	}
+	if err != nil {
+		log.Warn("heartbeat: extending visibility failed", "error", err)
+	} else {
+		w.stats.heartbeats.Add(1)
+	}
+	return true
 }
 
 // sweepLoop removes expired ledger records every SweepInterval.
