@@ -57,25 +57,26 @@ const (
 var allContenders = []string{cBaseline, cSqsonceGo, cSqsonceExec, cSQSConsumer}
 
 type options struct {
-	messages    int
-	rounds      int
-	concurrency int
-	bin         string
-	contenders  []string
-	warmup      int
-	dupCopies   int
-	scInstances int
-	scMode      string
-	cpuprofile  string
-	runTimeout  time.Duration
-	fillWorkers int
-	out         string
-	keep        bool
-	quiet       time.Duration
-	ledgerDir   string
-	pollers     int
-	dupAdjacent bool
-	prefill     int
+	messages         int
+	rounds           int
+	concurrency      int
+	bin              string
+	contenders       []string
+	warmup           int
+	dupCopies        int
+	scInstances      int
+	scMode           string
+	cpuprofile       string
+	runTimeout       time.Duration
+	fillWorkers      int
+	out              string
+	keep             bool
+	quiet            time.Duration
+	ledgerDir        string
+	pollers          int
+	dupAdjacent      bool
+	prefill          int
+	prefillInProcess bool
 }
 
 func main() {
@@ -98,7 +99,8 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, ledgers)")
 	flag.StringVar(&o.ledgerDir, "ledger-dir", "", "where sqsonce's ledger files go (default: the working directory, under $TMPDIR); the file system's fsync is part of what is measured")
 	flag.IntVar(&o.pollers, "sqsonce-pollers", 1, "receive loops of sqsonce-go and sqsonce-exec")
-	flag.IntVar(&o.prefill, "prefill", 0, "sqsonce-go: complete records (keys pre-<i>) written to its fresh ledger before its first receive; not counted in msg/s, CPU, commits or start-up, but in peak RSS")
+	flag.IntVar(&o.prefill, "prefill", 0, "sqsonce-go: complete records (keys pre-<i>) in its ledger before its first receive, written by a separate process first (a worker started on a big ledger); not counted in msg/s, CPU, commits, start-up or peak RSS")
+	flag.BoolVar(&o.prefillInProcess, "prefill-in-process", false, "with -prefill: sqsonce-go writes the records itself before its first receive, so the ledger pages those writes touched stay in its peak RSS (a worker that wrote them all); their time and CPU are still left out")
 	flag.DurationVar(&o.quiet, "quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine to be idle (other programs disturb the results)")
 	flag.Parse()
 	o.contenders = strings.Split(contenders, ",")
