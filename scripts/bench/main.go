@@ -77,6 +77,7 @@ type options struct {
 	dupAdjacent      bool
 	prefill          int
 	prefillInProcess bool
+	gogc             string
 }
 
 func main() {
@@ -101,6 +102,7 @@ func main() {
 	flag.IntVar(&o.pollers, "sqsonce-pollers", 1, "receive loops of sqsonce-go and sqsonce-exec")
 	flag.IntVar(&o.prefill, "prefill", 0, "sqsonce-go: complete records (keys pre-<i>) in its ledger before its first receive, written by a separate process first (a worker started on a big ledger); not counted in msg/s, CPU, commits, start-up or peak RSS")
 	flag.BoolVar(&o.prefillInProcess, "prefill-in-process", false, "with -prefill: sqsonce-go writes the records itself before its first receive, so the ledger pages those writes touched stay in its peak RSS (a worker that wrote them all); their time and CPU are still left out")
+	flag.StringVar(&o.gogc, "gogc", "400", "GOGC of the Go contenders (baseline, sqsonce-go, sqsonce-exec); 400 is the sqsonce binary's default, given to all three alike")
 	flag.DurationVar(&o.quiet, "quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine to be idle (other programs disturb the results)")
 	flag.Parse()
 	o.contenders = strings.Split(contenders, ",")

@@ -71,8 +71,8 @@ func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *resul
 	p("- driver: `go run ./scripts/bench %s`\n\n", strings.Join(os.Args[1:], " "))
 
 	p("## Results\n\n")
-	p("%d messages per run, %d rounds run in turn (%s), %d handlers per contender, %d poller(s) for sqsonce. "+
-		"Each cell: median (min–max) over the rounds.\n\n", o.messages, o.rounds, strings.Join(o.contenders, " → "), o.concurrency, o.pollers)
+	p("%d messages per run, %d rounds run in turn (%s), %d handlers per contender, %d poller(s) for sqsonce, GOGC=%s for the Go contenders. "+
+		"Each cell: median (min–max) over the rounds.\n\n", o.messages, o.rounds, strings.Join(o.contenders, " → "), o.concurrency, o.pollers, o.gogc)
 	p("| contender | msg/s | p50 ms | p99 ms | CPU s / 1k msg | own CPU s / 1k msg | peak RSS MB | ledger commits / 1k msg | SQS requests / 1k msg | server CPU s / 1k msg | server busy %% | machine busy %% | other load %% | start-up ms |\n")
 	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	by := map[string][]*result{}

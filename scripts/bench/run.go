@@ -148,6 +148,12 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 	if err != nil {
 		return nil, err
 	}
+	if contender != cSQSConsumer {
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, "GOGC="+b.o.gogc)
+	}
 	var stdout bytes.Buffer
 	stderrPath := filepath.Join(runDir, "stderr.log")
 	stderr, err := os.Create(stderrPath)
