@@ -114,6 +114,7 @@ func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, err
 	out := make([]Claim, len(reqs))
 	err := db.write(ctx, func(tx *bolt.Tx) error {
 		s := db.store(tx)
+		s.deferCounts = true
 		for i := range reqs {
 			c, err := s.claim(&reqs[i])
 			if err != nil {
@@ -121,7 +122,7 @@ func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, err
 			}
 			out[i] = c
 		}
-		return nil
+		return s.flushCounts()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -187,6 +188,7 @@ func (db *DB) ClaimBatchStart(ctx context.Context, reqs []ClaimRequest) (*Pendin
 	r := &request{done: make(chan error, 1)}
 	r.apply = func(tx *bolt.Tx) error {
 		s := db.store(tx)
+		s.deferCounts = true
 		out := make([]Claim, len(reqs))
 		for i := range reqs {
 			c, err := s.claim(&reqs[i])
@@ -194,6 +196,9 @@ func (db *DB) ClaimBatchStart(ctx context.Context, reqs []ClaimRequest) (*Pendin
 				return err
 			}
 			out[i] = c
+		}
+		if err := s.flushCounts(); err != nil {
+			return err
 		}
 		if answered != nil && !sameOutcomes(answered, out) {
 			// Applied again after a failed commit, the batch no longer
@@ -475,6 +480,7 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 	r := &request{done: make(chan error, 1), lazy: op == "complete"}
 	r.apply = func(tx *bolt.Tx) error {
 		s := db.store(tx)
+		s.deferCounts = true
 		for i := range n {
 			answers[i] = nil
 			if !valid[i] {
@@ -488,7 +494,7 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 				return err
 			}
 		}
-		return nil
+		return s.flushCounts()
 	}
 	err := db.writeRequest(ctx, r)
 	for i := range n {

@@ -759,50 +759,71 @@ func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *jobLog) 
 // in which done work is not yet recorded, and a lease that lapses while the
 // work runs lets a redelivery run it again.
 func (w *Worker) heartbeat(j *job, log *jobLog, lost func()) (stop func()) {
-	every := max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)
-	ctx, cancel := context.WithCancel(context.Background())
-	// A timer rather than a goroutine per message: most work ends before
-	// the first beat. A beat re-arms the timer for the next multiple of
-	// every, or at once when it took longer, unless stopped meanwhile.
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-		beats   sync.WaitGroup
-	)
-	mu.Lock()
-	due := time.Now().Add(every)
-	t = time.AfterFunc(every, func() {
-		mu.Lock()
-		if stopped {
-			mu.Unlock()
-			return
-		}
-		beats.Add(1)
-		mu.Unlock()
-		defer beats.Done()
-		if !w.beat(ctx, j, log, lost, every) {
-			return
-		}
-		mu.Lock()
-		if !stopped {
-			due = due.Add(every)
-			if now := time.Now(); due.Before(now) {
-				due = now
-			}
-			t.Reset(time.Until(due))
-		}
-		mu.Unlock()
-	})
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-		cancel()
-		beats.Wait()
+	h := &beater{w: w, j: j, log: log, lost: lost, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)}
+	h.mu.Lock()
+	h.due = time.Now().Add(h.every)
+	h.t = time.AfterFunc(h.every, h.fire)
+	h.mu.Unlock()
+	return h.stop
+}
+
+// beater is one message's heartbeat: a timer rather than a goroutine, since
+// most work ends before the first beat. Each beat re-arms the timer for the
+// next multiple of every, or at once when it took longer, unless stopped.
+type beater struct {
+	w     *Worker
+	j     *job
+	log   *jobLog
+	lost  func()
+	every time.Duration
+
+	mu      sync.Mutex
+	stopped bool
+	t       *time.Timer
+	due     time.Time
+	ctx     context.Context // made at the first beat; cancelled by stop
+	cancel  context.CancelFunc
+	beats   sync.WaitGroup
+}
+
+func (h *beater) fire() {
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
 	}
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithCancel(context.Background())
+	}
+	ctx := h.ctx
+	h.beats.Add(1)
+	h.mu.Unlock()
+	defer h.beats.Done()
+	if !h.w.beat(ctx, h.j, h.log, h.lost, h.every) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.stopped {
+		h.due = h.due.Add(h.every)
+		if now := time.Now(); h.due.Before(now) {
+			h.due = now
+		}
+		h.t.Reset(time.Until(h.due))
+	}
+}
+
+// stop ends the heartbeat, cancels a beat in flight and waits for it.
+func (h *beater) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	h.t.Stop()
+	cancel := h.cancel
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	h.beats.Wait()
 }
 
 // beat extends the lease, then the visibility, each call bounded by every.
