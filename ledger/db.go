@@ -122,6 +122,17 @@ type request struct {
 	// fails. It is not called while the ledger is degraded.
 	decided    func()
 	wasDecided bool
+	// finished, when set, takes the commit's result instead of done.
+	finished func(error)
+}
+
+// finish hands the request its commit's result.
+func (r *request) finish(err error) {
+	if r.finished != nil {
+		r.finished(err)
+		return
+	}
+	r.done <- err
 }
 
 // Open opens the ledger file at path, creating it (mode 0600) and its parent
@@ -449,11 +460,11 @@ func (db *DB) commit(batch []*request) {
 				err = fmt.Errorf("commit ledger %s: %w", db.path, err)
 			}
 			for _, r := range batch {
-				r.done <- err
+				r.finish(err)
 			}
 			return
 		}
-		batch[failed].done <- err
+		batch[failed].finish(err)
 		batch = append(batch[:failed], batch[failed+1:]...)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -136,27 +135,17 @@ type PendingClaims struct {
 	// Claims holds one outcome per request, in order.
 	Claims []Claim
 
-	mu   sync.Mutex
-	done <-chan error // nil once the commit's result is in err
-	err  error
+	ready chan struct{} // closed once err holds the commit's result
+	err   error
 }
 
 // Wait returns once the claims are durable (nil) or their commit has failed.
 // After a failure no claim of the batch is in the ledger. It may be called
-// more than once.
+// any number of times, from any goroutine.
 func (p *PendingClaims) Wait(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done == nil {
-		return p.err
-	}
 	select {
-	case err := <-p.done:
-		if err != nil {
-			err = fmt.Errorf("claim: %w", err)
-		}
-		p.done, p.err = nil, err
-		return err
+	case <-p.ready:
+		return p.err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -185,7 +174,14 @@ func (db *DB) ClaimBatchStart(ctx context.Context, reqs []ClaimRequest) (*Pendin
 	// or done.
 	var cur, answered []Claim
 	decided := make(chan []Claim, 1)
-	r := &request{done: make(chan error, 1)}
+	p := &PendingClaims{ready: make(chan struct{})}
+	r := &request{finished: func(err error) {
+		if err != nil {
+			err = fmt.Errorf("claim: %w", err)
+		}
+		p.err = err
+		close(p.ready)
+	}}
 	r.apply = func(tx *bolt.Tx) error {
 		s := db.store(tx)
 		s.deferCounts = true
@@ -217,14 +213,16 @@ func (db *DB) ClaimBatchStart(ctx context.Context, reqs []ClaimRequest) (*Pendin
 	}
 	select {
 	case cs := <-decided:
-		return &PendingClaims{Claims: cs, done: r.done}, nil
-	case err := <-r.done:
-		if err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
+		p.Claims = cs
+		return p, nil
+	case <-p.ready:
+		if p.err != nil {
+			return nil, p.err
 		}
 		// Committed without an early answer: the ledger is recovering
 		// from a failed commit.
-		return &PendingClaims{Claims: cur}, nil
+		p.Claims = cur
+		return p, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
