@@ -34,6 +34,10 @@ const (
 	DefaultCompleteDelay = time.Millisecond
 )
 
+// degradedFor is how long after a failed commit claims are answered only
+// once durable.
+const degradedFor = 10 * time.Second
+
 // Bucket names.
 var (
 	bucketRecords  = []byte("records")  // key -> encoded Record
@@ -92,10 +96,11 @@ type DB struct {
 	onCommit  func(int, time.Duration, error)
 	linger    time.Duration // Options.CompleteDelay, 0 when off
 
-	// degraded is set by the committer after a failed commit and cleared by
-	// the next commit that succeeds. While it is set, no claim is answered
-	// before its commit is durable. Only the committer uses it.
-	degraded bool
+	// degradedUntil is set by the committer after a failed commit to
+	// degradedFor later. Until then no claim is answered before its commit
+	// is durable: a disk that fails once (full, failing) often fails again
+	// soon, between commits that still succeed. Only the committer uses it.
+	degradedUntil time.Time
 
 	mu       sync.RWMutex // guards closed and sends on reqs
 	closed   bool
@@ -423,7 +428,7 @@ func (db *DB) commit(batch []*request) {
 						return err
 					}
 				}
-				if !db.degraded {
+				if !time.Now().Before(db.degradedUntil) {
 					for _, r := range batch {
 						if r.decided != nil && !r.wasDecided {
 							r.wasDecided = true
@@ -434,8 +439,8 @@ func (db *DB) commit(batch []*request) {
 				return nil
 			})
 		})
-		if failed < 0 {
-			db.degraded = err != nil
+		if failed < 0 && err != nil {
+			db.degradedUntil = time.Now().Add(degradedFor)
 		}
 		if err == nil {
 			db.commitMu.Lock()

@@ -161,9 +161,9 @@ func (p *PendingClaims) Wait(ctx context.Context) error {
 //
 // If that commit fails, no claim of the batch is written and Wait says so:
 // work started meanwhile ran without a record, as if the process had died
-// before its claim reached the disk. After a failed commit the ledger answers
-// claims only once they are durable, until a commit succeeds again, so that a
-// failing disk does not let work start that cannot be recorded.
+// before its claim reached the disk. For 10 seconds after any failed commit
+// the ledger answers claims only once they are durable, so that a failing
+// disk does not keep letting work start that cannot be recorded.
 func (db *DB) ClaimBatchStart(ctx context.Context, reqs []ClaimRequest) (*PendingClaims, error) {
 	for i := range reqs {
 		if err := reqs[i].validate(); err != nil {
