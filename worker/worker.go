@@ -642,13 +642,12 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	s.free()
 	elapsed := w.now().Sub(start)
 	bg := context.WithoutCancel(ctx)
+	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
 	if j.pending != nil {
 		if perr := j.pending.Wait(bg); perr != nil {
 			return w.unrecorded(j, m, err, perr, log.With("duration", elapsed))
 		}
 	}
-
-	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
 	if err == nil {
 		return w.complete(bg, j, m, log.With("duration", elapsed))
 	}
