@@ -111,13 +111,13 @@ type DB struct {
 }
 
 // request is one write waiting for a commit. apply runs inside the write
-// transaction and may run more than once (when another request in the same
-// commit fails, the rest are applied again in a new transaction), so it must
-// derive everything from the transaction and overwrite, not accumulate, its
-// results. It returns an error only for a failure that must abort the
+// transaction, on the store that every request of the transaction shares, and
+// may run more than once (when another request in the same commit fails, the
+// rest are applied again in a new transaction), so it must derive everything
+// from the store and overwrite, not accumulate, its results. It returns an error only for a failure that must abort the
 // transaction; outcomes meant for the caller are stored by apply itself.
 type request struct {
-	apply func(tx *bolt.Tx) error
+	apply func(s *store) error
 	done  chan error
 	// lazy requests (completions) may wait for company; see CompleteDelay.
 	lazy bool
@@ -318,7 +318,7 @@ func (db *DB) Close() error {
 // write submits apply to the committer and waits until its commit is durable.
 // When ctx ends first the call returns ctx's error, and the write may still
 // take effect.
-func (db *DB) write(ctx context.Context, apply func(tx *bolt.Tx) error) error {
+func (db *DB) write(ctx context.Context, apply func(s *store) error) error {
 	return db.writeRequest(ctx, &request{apply: apply, done: make(chan error, 1)})
 }
 
@@ -422,11 +422,17 @@ func (db *DB) commit(batch []*request) {
 		start := time.Now()
 		err := guard(func() error {
 			return db.bolt.Update(func(tx *bolt.Tx) error {
+				// One view for the whole transaction: the per-state
+				// counters are written once, not once per request.
+				st := db.store(tx)
 				for i, r := range batch {
-					if err := r.apply(tx); err != nil {
+					if err := r.apply(st); err != nil {
 						failed = i
 						return err
 					}
+				}
+				if err := st.flushCounts(); err != nil {
+					return err
 				}
 				if !time.Now().Before(db.degradedUntil) {
 					for _, r := range batch {

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 // Outcome is the answer of a claim: what the caller should do with the
@@ -111,9 +109,7 @@ func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, err
 		}
 	}
 	out := make([]Claim, len(reqs))
-	err := db.write(ctx, func(tx *bolt.Tx) error {
-		s := db.store(tx)
-		s.deferCounts = true
+	err := db.write(ctx, func(s *store) error {
 		for i := range reqs {
 			c, err := s.claim(&reqs[i])
 			if err != nil {
@@ -121,7 +117,7 @@ func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, err
 			}
 			out[i] = c
 		}
-		return s.flushCounts()
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -182,9 +178,7 @@ func (db *DB) ClaimBatchStart(ctx context.Context, reqs []ClaimRequest) (*Pendin
 		p.err = err
 		close(p.ready)
 	}}
-	r.apply = func(tx *bolt.Tx) error {
-		s := db.store(tx)
-		s.deferCounts = true
+	r.apply = func(s *store) error {
 		out := make([]Claim, len(reqs))
 		for i := range reqs {
 			c, err := s.claim(&reqs[i])
@@ -192,9 +186,6 @@ func (db *DB) ClaimBatchStart(ctx context.Context, reqs []ClaimRequest) (*Pendin
 				return err
 			}
 			out[i] = c
-		}
-		if err := s.flushCounts(); err != nil {
-			return err
 		}
 		if answered != nil && !sameOutcomes(answered, out) {
 			// Applied again after a failed commit, the batch no longer
@@ -476,9 +467,7 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 	}
 	answers := make([]error, n)
 	r := &request{done: make(chan error, 1), lazy: op == "complete"}
-	r.apply = func(tx *bolt.Tx) error {
-		s := db.store(tx)
-		s.deferCounts = true
+	r.apply = func(s *store) error {
 		for i := range n {
 			answers[i] = nil
 			if !valid[i] {
@@ -492,7 +481,7 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 				return err
 			}
 		}
-		return s.flushCounts()
+		return nil
 	}
 	err := db.writeRequest(ctx, r)
 	for i := range n {

@@ -186,8 +186,7 @@ func (db *DB) sweepByKey(ctx context.Context) (int, error) {
 			return total, err
 		}
 		n, done := 0, false
-		err := db.write(ctx, func(tx *bolt.Tx) error {
-			s := db.store(tx)
+		err := db.write(ctx, func(s *store) error {
 			n, done = 0, false
 			var expired []*Record
 			scanned := 0
@@ -216,14 +215,13 @@ func (db *DB) sweepByKey(ctx context.Context) (int, error) {
 			}
 			done = k == nil
 			resume = append(resume[:0], last...)
-			s.deferCounts = true
 			for _, r := range expired {
 				if err := s.remove(r); err != nil {
 					return err
 				}
 			}
 			n = len(expired)
-			return s.flushCounts()
+			return nil
 		})
 		if err != nil {
 			return total, err
@@ -243,8 +241,7 @@ func (db *DB) sweepByIndex(ctx context.Context) (int, error) {
 			return total, err
 		}
 		n, last := 0, false
-		err := db.write(ctx, func(tx *bolt.Tx) error {
-			s := db.store(tx)
+		err := db.write(ctx, func(s *store) error {
 			n = 0
 			var keys [][]byte
 			c := s.expiry.Cursor()
@@ -258,7 +255,6 @@ func (db *DB) sweepByIndex(ctx context.Context) (int, error) {
 				}
 				keys = append(keys, append([]byte(nil), k...))
 			}
-			s.deferCounts = true
 			for _, k := range keys {
 				t, key, _ := splitIndexKey(k)
 				old, err := s.get(key)
@@ -278,7 +274,7 @@ func (db *DB) sweepByIndex(ctx context.Context) (int, error) {
 				}
 			}
 			last = len(keys) < db.chunk
-			return s.flushCounts()
+			return nil
 		})
 		if err != nil {
 			return total, err

@@ -20,10 +20,9 @@ type store struct {
 	now       time.Time
 	retention time.Duration
 
-	// deferCounts gathers counter changes in counts until flushCounts,
-	// for transactions that change many records (sweeps).
-	deferCounts bool
-	counts      [numClasses]int64
+	// counts gathers counter changes until flushCounts, which the
+	// committer calls once per transaction.
+	counts [numClasses]int64
 }
 
 func (db *DB) store(tx *bolt.Tx) *store {
@@ -145,11 +144,8 @@ func class(r *Record) int {
 }
 
 func (s *store) count(r *Record, delta int64) error {
-	if s.deferCounts {
-		s.counts[class(r)] += delta
-		return nil
-	}
-	return s.addCount(class(r), delta)
+	s.counts[class(r)] += delta
+	return nil
 }
 
 func (s *store) addCount(c int, delta int64) error {
@@ -161,7 +157,7 @@ func (s *store) addCount(c int, delta int64) error {
 	return s.meta.Put(k, binary.BigEndian.AppendUint64(nil, uint64(n)))
 }
 
-// flushCounts writes the counter changes gathered with deferCounts.
+// flushCounts writes the counter changes gathered since the last flush.
 func (s *store) flushCounts() error {
 	for c, delta := range s.counts {
 		if delta != 0 {
