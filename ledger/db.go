@@ -50,8 +50,7 @@ var (
 
 // Options configure Open. The zero value of each field picks its default.
 type Options struct {
-	// Retention is how long a record is kept after its last write (its
-	// expiry is rounded up to a whole second). After
+	// Retention is how long a record is kept after its last write. After
 	// that it is treated as absent and the sweeper removes it.
 	Retention time.Duration
 	// LockTimeout bounds how long Open waits for another process to release

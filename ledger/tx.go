@@ -69,27 +69,21 @@ func (s *store) live(key string) (rec, old *Record, err error) {
 }
 
 // put writes rec over old (nil when there was none), stamping Updated and
-// Expires and moving index entries and counters. An index entry that would
-// be deleted and written again unchanged (a completion in the same second
-// as its claim keeps its expiry) is left alone.
+// Expires and moving index entries and counters.
 func (s *store) put(old *Record, rec *Record) error {
 	rec.Updated = s.now
-	rec.Expires = expiryAt(s.now, s.retention)
-	keepExpiry := old != nil && old.Expires.Equal(rec.Expires)
-	keepInFlight := old != nil && old.State == StateInProgress && rec.State == StateInProgress && old.Claimed.Equal(rec.Claimed)
-	if err := s.unindex(old, !keepExpiry, !keepInFlight); err != nil {
+	rec.Expires = s.now.Add(s.retention)
+	if err := s.unindex(old); err != nil {
 		return err
 	}
 	// bbolt keeps the value slice until the commit: never reuse it.
 	if err := s.records.Put([]byte(rec.Key), rec.encode(nil)); err != nil {
 		return err
 	}
-	if !keepExpiry {
-		if err := s.expiry.Put(indexKey(rec.Expires, rec.Key), nil); err != nil {
-			return err
-		}
+	if err := s.expiry.Put(indexKey(rec.Expires, rec.Key), nil); err != nil {
+		return err
 	}
-	if rec.State == StateInProgress && !keepInFlight {
+	if rec.State == StateInProgress {
 		if err := s.inflight.Put(indexKey(rec.Claimed, rec.Key), nil); err != nil {
 			return err
 		}
@@ -97,37 +91,22 @@ func (s *store) put(old *Record, rec *Record) error {
 	return s.count(rec, 1)
 }
 
-// expiryAt is when a record written at now expires: now plus the retention,
-// rounded up to a whole second, so that writes to a record within one
-// second share one entry in the expiry index.
-func expiryAt(now time.Time, retention time.Duration) time.Time {
-	t := now.Add(retention)
-	if r := t.Truncate(time.Second); r.Before(t) {
-		return r.Add(time.Second)
-	}
-	return t
-}
-
 // remove deletes old and its index entries.
 func (s *store) remove(old *Record) error {
-	if err := s.unindex(old, true, true); err != nil {
+	if err := s.unindex(old); err != nil {
 		return err
 	}
 	return s.records.Delete([]byte(old.Key))
 }
 
-// unindex takes old out of the counters and, as asked, out of the expiry
-// and in-flight indexes.
-func (s *store) unindex(old *Record, expiry, inFlight bool) error {
+func (s *store) unindex(old *Record) error {
 	if old == nil {
 		return nil
 	}
-	if expiry {
-		if err := s.expiry.Delete(indexKey(old.Expires, old.Key)); err != nil {
-			return err
-		}
+	if err := s.expiry.Delete(indexKey(old.Expires, old.Key)); err != nil {
+		return err
 	}
-	if inFlight && old.State == StateInProgress {
+	if old.State == StateInProgress {
 		if err := s.inflight.Delete(indexKey(old.Claimed, old.Key)); err != nil {
 			return err
 		}
