@@ -114,8 +114,9 @@ type DB struct {
 // transaction, on the store that every request of the transaction shares, and
 // may run more than once (when another request in the same commit fails, the
 // rest are applied again in a new transaction), so it must derive everything
-// from the store and overwrite, not accumulate, its results. It returns an error only for a failure that must abort the
-// transaction; outcomes meant for the caller are stored by apply itself.
+// from the store and overwrite, not accumulate, its results. It returns an
+// error only for a failure that must abort the transaction; outcomes meant
+// for the caller are stored by apply itself.
 type request struct {
 	apply func(s *store) error
 	done  chan error
