@@ -121,12 +121,19 @@ type KeyConfig struct {
 	Prefix string `toml:"prefix"`
 }
 
+// maxCompleteDelay bounds ledger.complete_delay: longer would only widen the
+// time in which done work is not yet recorded.
+const maxCompleteDelay = 100 * time.Millisecond
+
 // LedgerConfig says where processed keys are recorded and for how long.
 type LedgerConfig struct {
 	// Path is the ledger database file. Required.
 	Path string `toml:"path"`
 	// Retention is how long a key is remembered: 1m to 87600h (10 years).
 	Retention Duration `toml:"retention"`
+	// CompleteDelay is how long a completion that would commit alone waits
+	// for other writes to share its commit: 0s (never) to 100ms.
+	CompleteDelay Duration `toml:"complete_delay"`
 }
 
 // HandlerConfig says what handles a message.
@@ -234,8 +241,9 @@ func DefaultConfig() Config {
 			Prefix:    "",
 		},
 		Ledger: LedgerConfig{
-			Path:      "/var/lib/sqsonce/ledger.db",
-			Retention: Duration{168 * time.Hour},
+			Path:          "/var/lib/sqsonce/ledger.db",
+			Retention:     Duration{168 * time.Hour},
+			CompleteDelay: Duration{ledger.DefaultCompleteDelay},
 		},
 		Handler: HandlerConfig{
 			Type:           HandlerExec,
@@ -575,6 +583,7 @@ var rules = []rule{
 
 	{key: "ledger.path", check: func(c *Config) error { return required(c.Ledger.Path) }},
 	{key: "ledger.retention", check: func(c *Config) error { return durationBetween(c.Ledger.Retention, time.Minute, ledger.MaxRetention) }},
+	{key: "ledger.complete_delay", check: func(c *Config) error { return durationBetween(c.Ledger.CompleteDelay, 0, maxCompleteDelay) }},
 
 	{key: "handler.type", check: func(c *Config) error { return oneOf(c.Handler.Type, HandlerExec, HandlerHTTP) }},
 	{

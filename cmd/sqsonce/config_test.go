@@ -55,8 +55,9 @@ func fullConfig() Config {
 			Prefix:    "orders:",
 		},
 		Ledger: LedgerConfig{
-			Path:      "/srv/sqsonce/orders.db",
-			Retention: Duration{72 * time.Hour},
+			Path:          "/srv/sqsonce/orders.db",
+			Retention:     Duration{72 * time.Hour},
+			CompleteDelay: Duration{5 * time.Millisecond},
 		},
 		Handler: HandlerConfig{
 			Type:           HandlerHTTP,
@@ -124,8 +125,9 @@ func TestDefaultConfig(t *testing.T) {
 			OnMissing: "reject",
 		},
 		Ledger: LedgerConfig{
-			Path:      "/var/lib/sqsonce/ledger.db",
-			Retention: Duration{168 * time.Hour},
+			Path:          "/var/lib/sqsonce/ledger.db",
+			Retention:     Duration{168 * time.Hour},
+			CompleteDelay: Duration{time.Millisecond},
 		},
 		Handler: HandlerConfig{
 			Type:           "exec",
@@ -310,6 +312,7 @@ func TestValidateRejects(t *testing.T) {
 		{"ledger path empty", func(c *Config) { c.Ledger.Path = "" }, "ledger.path", "is required", nil},
 		{"ledger retention short", func(c *Config) { c.Ledger.Retention = Duration{59 * time.Second} }, "ledger.retention", "must be between 1m and 87600h, got 59s", nil},
 		{"ledger retention past year 2262", func(c *Config) { c.Ledger.Retention = Duration{2500000 * time.Hour} }, "ledger.retention", "must be between 1m and 87600h", nil},
+		{"ledger complete delay long", func(c *Config) { c.Ledger.CompleteDelay = Duration{time.Second} }, "ledger.complete_delay", "must be between 0s and 100ms, got 1s", nil},
 		{"handler type unknown", func(c *Config) { c.Handler.Type = "grpc" }, "handler.type", `must be one of exec, http, got "grpc"`, nil},
 		{"handler command missing", func(c *Config) { c.Handler.Command = nil }, "handler.command", `is required when handler.type is "exec"`, nil},
 		{"handler command empty program", func(c *Config) { c.Handler.Command = []string{"", "x"} }, "handler.command", "must name a program", nil},
@@ -423,6 +426,7 @@ func TestValidateAccepts(t *testing.T) {
 		{"hash", func(c *Config) { c.Key.OnMissing = OnMissingHash }},
 		{"longest prefix", func(c *Config) { c.Key.Prefix = strings.Repeat("é", 64) }},
 		{"shortest retention", func(c *Config) { c.Ledger.Retention = Duration{time.Minute} }},
+		{"no complete delay", func(c *Config) { c.Ledger.CompleteDelay = Duration{} }},
 		{"http handler without command", func(c *Config) {
 			c.Handler.Type = HandlerHTTP
 			c.Handler.URL = "https://handler.internal/events"
@@ -627,6 +631,7 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_KEY_PREFIX":               "orders:",
 		"SQSONCE_LEDGER_PATH":              "/srv/sqsonce/orders.db",
 		"SQSONCE_LEDGER_RETENTION":         "72h",
+		"SQSONCE_LEDGER_COMPLETE_DELAY":    "5ms",
 		"SQSONCE_HANDLER_TYPE":             "http",
 		"SQSONCE_HANDLER_COMMAND":          "/usr/bin/env handle --verbose",
 		"SQSONCE_HANDLER_URL":              "https://handler.internal/events",
@@ -761,6 +766,7 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_KEY_PREFIX",
 		"SQSONCE_LEDGER_PATH",
 		"SQSONCE_LEDGER_RETENTION",
+		"SQSONCE_LEDGER_COMPLETE_DELAY",
 		"SQSONCE_HANDLER_TYPE",
 		"SQSONCE_HANDLER_COMMAND",
 		"SQSONCE_HANDLER_URL",

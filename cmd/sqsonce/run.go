@@ -31,7 +31,11 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	}
 	reg := newRegistry()
 	lm := newLedgerMetrics(reg)
-	db, err := ledger.Open(cfg.Ledger.Path, ledger.Options{Retention: cfg.Ledger.Retention.Duration, OnCommit: lm.onCommit})
+	delay := cfg.Ledger.CompleteDelay.Duration
+	if delay == 0 {
+		delay = -1 // the ledger's zero picks its default; 0s here means none
+	}
+	db, err := ledger.Open(cfg.Ledger.Path, ledger.Options{Retention: cfg.Ledger.Retention.Duration, CompleteDelay: delay, OnCommit: lm.onCommit})
 	if err != nil {
 		return err
 	}
