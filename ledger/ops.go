@@ -236,6 +236,20 @@ func (s *store) claim(req *ClaimRequest) (Claim, error) {
 	if err != nil {
 		return Claim{}, err
 	}
+	c, rec := decideClaim(cur, req, s.now)
+	if rec != nil {
+		if err := s.put(old, rec); err != nil {
+			return Claim{}, err
+		}
+		c.Record = *rec
+	}
+	return c, nil
+}
+
+// decideClaim decides req against cur, the key's live record (nil when
+// there is none), at now. It returns the claim and, when the claim takes
+// the operation, the record to write.
+func decideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record) {
 	if cur == nil {
 		rec := &Record{
 			Key:         req.Key,
@@ -243,15 +257,12 @@ func (s *store) claim(req *ClaimRequest) (Claim, error) {
 			Fingerprint: req.Fingerprint,
 			Attempts:    1,
 			Owner:       req.Owner,
-			LeaseExpiry: s.now.Add(req.Lease),
-			FirstSeen:   s.now,
-			Claimed:     s.now,
+			LeaseExpiry: now.Add(req.Lease),
+			FirstSeen:   now,
+			Claimed:     now,
 			MessageID:   truncateUTF8(req.MessageID, maxMessageIDLen),
 		}
-		if err := s.put(old, rec); err != nil {
-			return Claim{}, err
-		}
-		return Claim{Outcome: Claimed, Record: *rec}, nil
+		return Claim{Outcome: Claimed, Record: *rec}, rec
 	}
 	if len(cur.Fingerprint) > 0 && len(req.Fingerprint) > 0 && !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
 		return Claim{Outcome: Conflict, Record: *cur}, nil
@@ -265,7 +276,7 @@ func (s *store) claim(req *ClaimRequest) (Claim, error) {
 			return Claim{Outcome: FailedPermanently, Record: *cur}, nil
 		}
 	case StateInProgress:
-		if cur.LeaseExpiry.After(s.now) {
+		if cur.LeaseExpiry.After(now) {
 			return Claim{Outcome: InProgress, Record: *cur}, nil
 		}
 		takeover = true
@@ -275,18 +286,15 @@ func (s *store) claim(req *ClaimRequest) (Claim, error) {
 	rec.Permanent = false
 	rec.Attempts++
 	rec.Owner = req.Owner
-	rec.LeaseExpiry = s.now.Add(req.Lease)
-	rec.Claimed = s.now
+	rec.LeaseExpiry = now.Add(req.Lease)
+	rec.Claimed = now
 	if len(rec.Fingerprint) == 0 {
 		rec.Fingerprint = req.Fingerprint
 	}
 	if req.MessageID != "" {
 		rec.MessageID = truncateUTF8(req.MessageID, maxMessageIDLen)
 	}
-	if err := s.put(old, &rec); err != nil {
-		return Claim{}, err
-	}
-	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover}, nil
+	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover}, &rec
 }
 
 // Completion reports the work of a claim as done.
