@@ -16,6 +16,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/sqsonce/sqsonce/internal/fstest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/ledgertest"
 )
@@ -264,7 +265,7 @@ func TestDB_FileSystemFaults(t *testing.T) {
 
 	t.Run("DiskFullDuringCommit", func(t *testing.T) {
 		t.Parallel()
-		dir := tmpfs(t, "2m")
+		dir := fstest.Tmpfs(t, "2m")
 		path := filepath.Join(dir, "ledger.db")
 		db := openTest(t, path, nil)
 		big := make([]byte, ledger.MaxResultLen)
@@ -318,7 +319,7 @@ func TestDB_FileSystemFaults(t *testing.T) {
 
 	t.Run("ReadOnlyFileSystem", func(t *testing.T) {
 		t.Parallel()
-		dir := tmpfs(t, "4m")
+		dir := fstest.Tmpfs(t, "4m")
 		path := filepath.Join(dir, "ledger.db")
 		db, err := ledger.Open(path, ledger.Options{})
 		if err != nil {
@@ -371,23 +372,6 @@ func rawUpdate(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
 	if err := b.Update(fn); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// tmpfs mounts a tmpfs of the given size on a new directory for the test.
-// It needs root, as CI and the development machines have; without it the
-// test fails rather than skips, since the fault would go untested.
-func tmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a %s tmpfs (needs root): %v: %s", size, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
 }
 
 // Child processes re-execute the test binary with LEDGER_TEST_CHILD set.

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqsonce/sqsonce/internal/fstest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/ledgertest"
 )
@@ -110,7 +111,7 @@ func TestClaimBatchStart_AnswersBeforeTheCommitIsReported(t *testing.T) {
 // failure claims are answered only once their commit is over.
 func TestClaimBatchStart_DiskFull(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(tmpfs(t, "2m"), "ledger.db")
+	path := filepath.Join(fstest.Tmpfs(t, "2m"), "ledger.db")
 	g := &gate{}
 	db := openGated(t, path, g)
 	big := make([]byte, ledger.MaxResultLen)

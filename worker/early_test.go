@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sqsonce/sqsonce/internal/fstest"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
@@ -25,13 +23,13 @@ import (
 // the work again while the disk stays full.
 func TestWorker_ClaimCommitFailsAfterTheWorkStarted(t *testing.T) {
 	t.Parallel()
-	dir := tmpfs(t, "1m")
+	dir := fstest.Tmpfs(t, "1m")
 	db, err := ledger.Open(filepath.Join(dir, "ledger.db"), ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	fillDisk(t, dir)
+	fstest.Fill(t, dir)
 
 	b := setup(t, options{})
 	b.db = db
@@ -78,39 +76,4 @@ func TestWorker_ClaimCommitFailsAfterTheWorkStarted(t *testing.T) {
 		t.Errorf("%d messages left in the queue, want all %d", visible+inflight, n)
 	}
 	t.Logf("runs %d, received %d, not recorded %d", len(runs), st.Received, st.CompleteFailed)
-}
-
-// tmpfs mounts a tmpfs of the given size on a new directory for the test.
-// It needs root, as CI has; without it the test fails rather than skips.
-func tmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a %s tmpfs (needs root): %v: %s", size, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes a file in dir until the file system is full.
-func fillDisk(t *testing.T, dir string) {
-	t.Helper()
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	block := make([]byte, 4096)
-	for {
-		if _, err := f.Write(block); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			return
-		}
-	}
 }
