@@ -356,48 +356,43 @@ func (db *DB) loop() {
 	defer close(db.loopDone)
 	batch := make([]*request, 0, db.maxBatch)
 	for r := range db.reqs {
-		batch = db.gather(append(batch[:0], r))
+		batch = db.gather(append(batch[:0], r), nil)
 		if db.linger > 0 && allLazy(batch) {
-			batch = db.wait(batch)
+			t := time.NewTimer(db.linger)
+			batch = db.gather(batch, t.C)
+			t.Stop()
 		}
 		db.commit(batch)
 	}
 }
 
-// gather adds the requests waiting now, up to the batch limit.
-func (db *DB) gather(batch []*request) []*request {
+// gather adds waiting requests to batch, up to the batch limit. With until
+// nil it takes only those waiting now. Otherwise it also waits for more
+// until then, and stops at the first request that is not a completion:
+// that one joins, with whatever waits behind it.
+func (db *DB) gather(batch []*request, until <-chan time.Time) []*request {
 	for len(batch) < db.maxBatch {
-		select {
-		case r, ok := <-db.reqs:
-			if !ok {
+		var r *request
+		var ok bool
+		if until == nil {
+			select {
+			case r, ok = <-db.reqs:
+			default:
 				return batch
 			}
-			batch = append(batch, r)
-		default:
+		} else {
+			select {
+			case r, ok = <-db.reqs:
+			case <-until:
+				return batch
+			}
+		}
+		if !ok {
 			return batch
 		}
-	}
-	return batch
-}
-
-// wait holds a batch of completions for up to the linger, until a request
-// that is not one arrives (it joins, with whatever waits behind it) or the
-// batch is full.
-func (db *DB) wait(batch []*request) []*request {
-	t := time.NewTimer(db.linger)
-	defer t.Stop()
-	for len(batch) < db.maxBatch {
-		select {
-		case r, ok := <-db.reqs:
-			if !ok {
-				return batch
-			}
-			batch = append(batch, r)
-			if !r.lazy {
-				return db.gather(batch)
-			}
-		case <-t.C:
-			return batch
+		batch = append(batch, r)
+		if !r.lazy {
+			until = nil
 		}
 	}
 	return batch
