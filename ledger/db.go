@@ -34,10 +34,6 @@ const (
 	DefaultCompleteDelay = time.Millisecond
 )
 
-// degradedFor is how long after a failed commit claims are answered only
-// once durable.
-const degradedFor = 10 * time.Second
-
 // Bucket names.
 var (
 	bucketRecords  = []byte("records")  // key -> encoded Record
@@ -96,12 +92,6 @@ type DB struct {
 	onCommit  func(int, time.Duration, error)
 	linger    time.Duration // Options.CompleteDelay, 0 when off
 
-	// degradedUntil is set by the committer after a failed commit to
-	// degradedFor later. Until then no claim is answered before its commit
-	// is durable: a disk that fails once (full, failing) often fails again
-	// soon, between commits that still succeed. Only the committer uses it.
-	degradedUntil time.Time
-
 	mu       sync.RWMutex // guards closed and sends on reqs
 	closed   bool
 	reqs     chan *request
@@ -122,23 +112,6 @@ type request struct {
 	done  chan error
 	// lazy requests (completions) may wait for company; see CompleteDelay.
 	lazy bool
-	// decided, when set, is called once, by the committer, when a
-	// transaction has applied the request and every other one it carries
-	// and is about to commit: its answers are final unless the commit
-	// fails. It is not called while the ledger is degraded.
-	decided    func()
-	wasDecided bool
-	// finished, when set, takes the commit's result instead of done.
-	finished func(error)
-}
-
-// finish hands the request its commit's result.
-func (r *request) finish(err error) {
-	if r.finished != nil {
-		r.finished(err)
-		return
-	}
-	r.done <- err
 }
 
 // Open opens the ledger file at path, creating it (mode 0600) and its parent
@@ -324,27 +297,21 @@ func (db *DB) write(ctx context.Context, apply func(s *store) error) error {
 }
 
 func (db *DB) writeRequest(ctx context.Context, r *request) error {
-	if err := db.submit(ctx, r); err != nil {
-		return err
-	}
-	select {
-	case err := <-r.done:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// submit queues r for the committer.
-func (db *DB) submit(ctx context.Context, r *request) error {
 	db.mu.RLock()
-	defer db.mu.RUnlock()
 	if db.closed {
+		db.mu.RUnlock()
 		return ErrClosed
 	}
 	select {
 	case db.reqs <- r:
-		return nil
+	case <-ctx.Done():
+		db.mu.RUnlock()
+		return ctx.Err()
+	}
+	db.mu.RUnlock()
+	select {
+	case err := <-r.done:
+		return err
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -427,23 +394,9 @@ func (db *DB) commit(batch []*request) {
 						return err
 					}
 				}
-				if err := st.flushCounts(); err != nil {
-					return err
-				}
-				if !time.Now().Before(db.degradedUntil) {
-					for _, r := range batch {
-						if r.decided != nil && !r.wasDecided {
-							r.wasDecided = true
-							r.decided()
-						}
-					}
-				}
-				return nil
+				return st.flushCounts()
 			})
 		})
-		if failed < 0 && err != nil {
-			db.degradedUntil = time.Now().Add(degradedFor)
-		}
 		if err == nil {
 			db.commitMu.Lock()
 			db.commits++
@@ -467,11 +420,11 @@ func (db *DB) commit(batch []*request) {
 				err = fmt.Errorf("commit ledger %s: %w", db.path, err)
 			}
 			for _, r := range batch {
-				r.finish(err)
+				r.done <- err
 			}
 			return
 		}
-		batch[failed].finish(err)
+		batch[failed].done <- err
 		batch = append(batch[:failed], batch[failed+1:]...)
 	}
 }

@@ -20,10 +20,7 @@
 // DB is the embedded implementation on a bbolt file. Writes from concurrent
 // callers are grouped into shared commits (group commit): each commit costs
 // one fsync however many transitions it carries, and a write method returns
-// only after its commit is durable on disk. The one exception is
-// ClaimBatchStart, which answers claims once they are decided in their
-// commit's transaction, before its fsync, and says through
-// PendingClaims.Wait when they are durable. The outcome and error types of
+// only after its commit is durable on disk. The outcome and error types of
 // this package are backend-neutral so that a shared backend (PostgreSQL,
 // DynamoDB) can implement the same contract; the behaviour suite in
 // ledger/ledgertest runs against any of them.

@@ -36,14 +36,6 @@ type Ledger interface {
 	Sweep(ctx context.Context) (int, error)
 }
 
-// claimStarter is a ledger that can answer claims before they are durable
-// (ledger.DB.ClaimBatchStart), so that claimed work starts while the claims'
-// commit is in flight. The worker uses it, for standard queues, when the
-// ledger has it.
-type claimStarter interface {
-	ClaimBatchStart(ctx context.Context, reqs []ledger.ClaimRequest) (*ledger.PendingClaims, error)
-}
-
 // Limits of SQS that bound the configuration.
 const (
 	MaxMessagesPerReceive = 10

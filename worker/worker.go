@@ -319,9 +319,6 @@ type job struct {
 	owner   string
 	claimed bool // the ledger holds a claim of ours for it
 	running bool // this process is already working on the key
-	// pending, when set, is the claim's commit, which may still be in
-	// flight when the work starts.
-	pending *ledger.PendingClaims
 }
 
 func (j *job) id() string { return aws.ToString(j.msg.MessageId) }
@@ -358,11 +355,11 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		keyed = append(keyed, j)
 	}
 	var claimErr error
-	var pending *ledger.PendingClaims
 	if len(reqs) > 0 {
-		var claims []ledger.Claim
-		claims, pending, claimErr = w.claim(context.WithoutCancel(ctx), reqs)
-		if claimErr == nil {
+		claims, err := w.ledger.ClaimBatch(context.WithoutCancel(ctx), reqs)
+		if err != nil {
+			claimErr = err
+		} else {
 			for i, j := range keyed {
 				j.claim = claims[i]
 				j.claimed = claims[i].Outcome == ledger.Claimed
@@ -376,33 +373,14 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		// Nothing was claimed: every keyed message comes back after a
 		// back-off, and the ledger may work again by then.
 		w.log.Error("ledger claim failed: leaving the batch for redelivery", "error", claimErr, "messages", len(keyed))
-		w.retryLater(ctx, workCtx, all, keyed, jobs)
-		return
-	}
-	if pending != nil {
-		// The outcomes are decided and their commit may be in flight: the
-		// claimed work starts now and waits for the commit only before it
-		// records its outcome. Everything else acts on the claims (deletes,
-		// dead-letters, back-offs), so it waits for them to be durable.
-		for _, j := range all {
-			if j.claimed {
-				j.pending = pending
-				jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
-			}
+		var retry []types.Message
+		for _, j := range keyed {
+			retry = append(retry, j.msg)
 		}
-		if err := pending.Wait(context.WithoutCancel(ctx)); err != nil {
-			w.log.Error("ledger commit of claims failed: work already started runs without a record; leaving the rest of the batch for redelivery", "error", err, "messages", len(keyed))
-			var rest []*job
-			for _, j := range keyed {
-				if !j.claimed {
-					rest = append(rest, j)
-				}
-			}
-			w.retryLater(ctx, workCtx, all, rest, jobs)
-			return
-		}
+		w.makeVisible(retry, w.cfg.MinBackoff)
+		w.release(len(keyed))
 		for _, j := range all {
-			if !j.claimed {
+			if j.keyErr != nil || j.running {
 				jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
 			}
 		}
@@ -427,40 +405,6 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 	for _, g := range order {
 		group := groups[g]
 		jobs.Go(func() { w.processGroup(ctx, workCtx, group) })
-	}
-}
-
-// claim claims reqs, answering before the claims are durable when the ledger
-// can (pending is then not nil) and the queue is a standard one: FIFO groups
-// act on each outcome in turn and gain nothing from an early answer.
-func (w *Worker) claim(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, *ledger.PendingClaims, error) {
-	if cs, ok := w.ledger.(claimStarter); ok && !w.queue.fifo {
-		p, err := cs.ClaimBatchStart(ctx, reqs)
-		if err != nil {
-			return nil, nil, err
-		}
-		return p.Claims, p, nil
-	}
-	claims, err := w.ledger.ClaimBatch(ctx, reqs)
-	return claims, nil, err
-}
-
-// retryLater gives back the keyed jobs whose claims failed, to come back
-// after the first back-off, and processes the batch's jobs that did not
-// need a claim (keyless ones, copies of work running here).
-func (w *Worker) retryLater(ctx, workCtx context.Context, all, failed []*job, jobs *sync.WaitGroup) {
-	if len(failed) > 0 {
-		retry := make([]types.Message, 0, len(failed))
-		for _, j := range failed {
-			retry = append(retry, j.msg)
-		}
-		w.makeVisible(retry, w.cfg.MinBackoff)
-		w.release(len(failed))
-	}
-	for _, j := range all {
-		if j.keyErr != nil || j.running {
-			jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
-		}
 	}
 }
 
@@ -643,11 +587,6 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	elapsed := w.now().Sub(start)
 	bg := context.WithoutCancel(ctx)
 	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
-	if j.pending != nil {
-		if perr := j.pending.Wait(bg); perr != nil {
-			return w.unrecorded(j, m, err, perr, log.With("duration", elapsed))
-		}
-	}
 	if err == nil {
 		return w.complete(bg, j, m, log.With("duration", elapsed))
 	}
@@ -677,24 +616,6 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		wait = 0 // cut off by shutdown: let another worker take it now
 	}
 	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "duration", elapsed)
-	w.makeVisible([]types.Message{j.msg}, wait)
-	return false
-}
-
-// unrecorded deals with work that started on a claim whose commit then
-// failed: the ledger has no record of the operation, so neither its
-// completion nor its failure can be recorded. Done work is left like a
-// completion that could not be recorded (its redelivery may run it again);
-// failed work comes back after the first back-off.
-func (w *Worker) unrecorded(j *job, m *Message, workErr, claimErr error, log *jobLog) bool {
-	if workErr == nil {
-		w.stats.completeFailed.Add(1)
-		log.Error("work done but its claim could not be recorded (ledger commit failed): leaving the message; its redelivery may run the work again", "error", claimErr)
-		return false
-	}
-	w.stats.retried.Add(1)
-	wait := backoff(m.Attempt, w.cfg.MinBackoff, w.cfg.MaxBackoff)
-	log.Warn("work failed, and its claim could not be recorded (ledger commit failed): will retry", "error", workErr, "claim_error", claimErr, "retry_in", wait)
 	w.makeVisible([]types.Message{j.msg}, wait)
 	return false
 }

@@ -94,7 +94,7 @@ func (r *result) line() string {
 		s += fmt.Sprintf("  prefill %d records in %.1fs, CPU %.1fs (not counted)", r.prefill, r.prefillTime.Seconds(), r.prefillCPU)
 	}
 	if w := r.ledgerWait; w != nil {
-		s += fmt.Sprintf("  ledger wait: claim answer %.2f ms, durable %.2f ms (%.0f calls), complete %.2f ms (mean)", w["claim_batch_mean_ms"], w["claim_durable_mean_ms"], w["claim_batch_calls"], w["complete_mean_ms"])
+		s += fmt.Sprintf("  ledger wait: claim batch %.2f ms (%.0f calls), complete %.2f ms (mean)", w["claim_batch_mean_ms"], w["claim_batch_calls"], w["complete_mean_ms"])
 	}
 	return s
 }

@@ -30,7 +30,6 @@ const (
 	causeKilledInFlight = "kill while the request was in flight"
 	causeCompleteFail   = "completion could not be recorded (ledger commit failed)"
 	causeFailFail       = "failure could not be recorded (ledger commit failed)"
-	causeClaimLost      = "claim could not be recorded after the work started (ledger commit failed)"
 	causeHandlerErr     = "the worker saw the attempt fail after the downstream did it"
 	causeUnexplained    = "UNEXPLAINED"
 	// causeTakenOver is not the documented window: the claim's lease lapsed
@@ -152,7 +151,6 @@ type runEvents struct {
 	handled  map[string][]event.WorkerEvent
 	complete map[string][]event.WorkerEvent
 	fail     map[string][]event.WorkerEvent
-	lost     map[string][]event.WorkerEvent // claims whose commit failed after their answer
 }
 
 func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed time.Duration, quiet bool) (*Report, error) {
@@ -215,7 +213,7 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 			}
 		}
 		addStats(&r.Stats, cnt.Stats)
-		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}, lost: map[string][]event.WorkerEvent{}}
+		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}}
 		okAt := map[string]int64{} // key -> when its handler last succeeded
 		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
 			switch e.Ev {
@@ -232,8 +230,6 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 				ev.complete[e.Key] = append(ev.complete[e.Key], e)
 			case event.EvFail:
 				ev.fail[e.Key] = append(ev.fail[e.Key], e)
-			case event.EvClaimLost:
-				ev.lost[e.Key] = append(ev.lost[e.Key], e)
 			}
 		})
 		if err != nil {
@@ -543,19 +539,9 @@ func explain(prev, next event.Execution, permanent bool, h *history) string {
 			failed = true
 		}
 	}
-	claimLost := false
-	for _, e := range ev.lost[prev.Key] {
-		// The claim's commit fails within a commit's time of its answer,
-		// before or after the work.
-		if e.T <= next.T && e.T >= handled.T-int64(10*time.Second) {
-			claimLost = true
-		}
-	}
 	switch {
 	case recorded:
 		return causeUnexplained
-	case claimLost:
-		return causeClaimLost
 	case takenOver:
 		return causeTakenOver
 	case failed:

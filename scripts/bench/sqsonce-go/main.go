@@ -296,38 +296,19 @@ func (c *watchedClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMe
 var _ worker.SQSClient = (*watchedClient)(nil)
 
 // timedLedger is the ledger the worker gets: it times how long each
-// claim call waits for its answer and for its commit to be durable, and how
-// long each Complete call waits for its (durable) commit.
+// ClaimBatch and Complete call waits for its (durable) commit.
 type timedLedger struct {
 	*ledger.DB
 
 	mu       sync.Mutex
-	claims   []float64 // ms per claim call until its answer
-	durable  []float64 // ms per claim call until its commit was durable
+	claims   []float64 // ms per ClaimBatch call
 	complete []float64 // ms per Complete call
-}
-
-// ClaimBatchStart is what the worker calls on a standard queue: it answers
-// before the commit is durable.
-func (l *timedLedger) ClaimBatchStart(ctx context.Context, reqs []ledger.ClaimRequest) (*ledger.PendingClaims, error) {
-	t := time.Now()
-	p, err := l.DB.ClaimBatchStart(ctx, reqs)
-	l.note(&l.claims, t)
-	if err == nil {
-		go func() {
-			if p.Wait(context.Background()) == nil {
-				l.note(&l.durable, t)
-			}
-		}()
-	}
-	return p, err
 }
 
 func (l *timedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
 	t := time.Now()
 	c, err := l.DB.ClaimBatch(ctx, reqs)
 	l.note(&l.claims, t)
-	l.note(&l.durable, t)
 	return c, err
 }
 
@@ -356,13 +337,12 @@ func (l *timedLedger) summary() map[string]float64 {
 		return s / float64(max(len(xs), 1))
 	}
 	return map[string]float64{
-		"claim_batch_calls":     float64(len(l.claims)),
-		"claim_batch_mean_ms":   mean(l.claims),
-		"claim_batch_p50_ms":    benchkit.Quantile(l.claims, 0.5),
-		"claim_durable_mean_ms": mean(l.durable),
-		"complete_calls":        float64(len(l.complete)),
-		"complete_mean_ms":      mean(l.complete),
-		"complete_p50_ms":       benchkit.Quantile(l.complete, 0.5),
+		"claim_batch_calls":   float64(len(l.claims)),
+		"claim_batch_mean_ms": mean(l.claims),
+		"claim_batch_p50_ms":  benchkit.Quantile(l.claims, 0.5),
+		"complete_calls":      float64(len(l.complete)),
+		"complete_mean_ms":    mean(l.complete),
+		"complete_p50_ms":     benchkit.Quantile(l.complete, 0.5),
 	}
 }
 

@@ -346,27 +346,6 @@ func (l *chaosLedger) Complete(ctx context.Context, c ledger.Completion) error {
 	return nil
 }
 
-// ClaimBatchStart is the real one; a commit that fails after the claims
-// were answered is logged for every key it Claimed.
-func (l *chaosLedger) ClaimBatchStart(ctx context.Context, reqs []ledger.ClaimRequest) (*ledger.PendingClaims, error) {
-	p, err := l.DB.ClaimBatchStart(ctx, reqs)
-	if err != nil {
-		return nil, err
-	}
-	go func() {
-		werr := p.Wait(context.Background())
-		if werr == nil {
-			return
-		}
-		for i, c := range p.Claims {
-			if c.Outcome == ledger.Claimed {
-				l.log(event.WorkerEvent{Ev: event.EvClaimLost, Key: reqs[i].Key, Err: errText(werr)})
-			}
-		}
-	}()
-	return p, nil
-}
-
 // Fail is the real Fail, logged.
 func (l *chaosLedger) Fail(ctx context.Context, f ledger.Failure) error {
 	err := l.DB.Fail(ctx, f)

@@ -44,10 +44,6 @@ const (
 	EvHandled  = "handled"  // the handler returned (Err empty: success)
 	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
 	EvFail     = "fail"     // Ledger.Fail returned
-	// EvClaimLost: the commit of a claim that was answered early, and whose
-	// work may have started, failed (Err says why): the work ran without a
-	// record.
-	EvClaimLost = "claim_lost"
 )
 
 // WorkerEvent is a line of a worker run's event log.
