@@ -319,6 +319,26 @@ func DeduplicationID(key string) string {
 	return "sha256-" + hex.EncodeToString(sum[:])
 }
 
+// CopyDeduplicationID returns the FIFO MessageDeduplicationId of a copy that
+// sqsonce sends of a message it received: to the dead-letter queue, or back
+// from it by replay. It names the message copied (its SQS message id, which
+// SQS never gives to another message), not the operation.
+//
+// The difference matters because SQS drops, within five minutes, every send
+// whose deduplication id it has seen on that queue, and still answers it with
+// success (and the first message's id). The operation key is the right
+// deduplication id where operations are enqueued: a resend of the same
+// operation is then dropped. It is wrong for copies: a dead-letter queue holds
+// deliveries that failed, and two deliveries of one operation (two conflicting
+// payloads, or a failure again soon after a replay) must both arrive. Named by
+// the message copied, a copy can be dropped only when an earlier copy of the
+// same message was accepted (its delete after the send failed, or the send's
+// answer was lost): that copy is in the target, so deleting the original
+// loses nothing.
+func CopyDeduplicationID(messageID string) string {
+	return DeduplicationID("sqsonce-copy-" + messageID)
+}
+
 // BodyKeyFunc returns the key derivation of cfg for a bare body, as a
 // producer sees it before sending: only body keys (optionally SNS-wrapped)
 // can be derived without a received message.

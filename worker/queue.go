@@ -265,12 +265,10 @@ func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
 		MessageAttributes: attrs,
 	}
 	if w.queue.fifo {
+		// The copy is named by the delivery, not the operation: see
+		// CopyDeduplicationID.
 		in.MessageGroupId = aws.String(j.groupID())
-		dedup := j.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)]
-		if j.keyErr == nil {
-			dedup = DeduplicationID(j.key.key)
-		}
-		in.MessageDeduplicationId = aws.String(dedup)
+		in.MessageDeduplicationId = aws.String(CopyDeduplicationID(j.id()))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
 	defer cancel()

@@ -408,6 +408,51 @@ func TestWorker_Run(t *testing.T) {
 		}
 	})
 
+	// On a FIFO queue SQS drops, for five minutes, a send whose
+	// deduplication id it has seen. Two conflicting deliveries of one
+	// completed operation are two dead letters, not one.
+	t.Run("FIFOConflictsAllReachTheDLQ", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{fifo: true, maxReceive: 5})
+		stop := b.start(b.config(), worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			b.runs.add(m.Key)
+			return nil
+		}))
+		fifo := func(dedup string) func(*sqs.SendMessageInput) {
+			return func(in *sqs.SendMessageInput) {
+				in.MessageGroupId = aws.String("g")
+				in.MessageDeduplicationId = aws.String(dedup)
+			}
+		}
+		b.send(`{"id":"pay-1","amount":10}`, fifo("a"))
+		b.waitEmpty(20 * time.Second)
+		b.send(`{"id":"pay-1","amount":99}`, fifo("b"))
+		b.send(`{"id":"pay-1","amount":98}`, fifo("c"))
+		b.waitEmpty(20 * time.Second)
+		s := stop()
+		if b.runs.count("pay-1") != 1 || s.Conflicts != 2 || s.DeadLettered != 2 {
+			t.Fatalf("runs %d, stats %+v", b.runs.count("pay-1"), s)
+		}
+		if visible, _ := sqstest.Count(t, b.client, b.queue.DLQURL); visible != 2 {
+			t.Fatalf("DLQ holds %d messages, want both conflicting payloads", visible)
+		}
+		var bodies []string
+		for range 2 {
+			// A FIFO group gives its next message once the one before is gone.
+			m := sqstest.Drain(t, b.client, b.queue.DLQURL, 1, 2*time.Second)
+			if len(m) != 1 {
+				t.Fatalf("DLQ after %q: nothing more", bodies)
+			}
+			bodies = append(bodies, aws.ToString(m[0].Body))
+			if _, err := b.client.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &b.queue.DLQURL, ReceiptHandle: m[0].ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !strings.Contains(bodies[0], "99") || !strings.Contains(bodies[1], "98") {
+			t.Fatalf("DLQ holds %q, want both conflicting payloads in order", bodies)
+		}
+	})
+
 	t.Run("FIFOOrder", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, options{fifo: true, maxReceive: 10})
