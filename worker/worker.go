@@ -645,14 +645,16 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 }
 
 // complete records the operation complete, durably, and only then deletes
-// the message. A ledger failure is retried briefly; if it persists the
-// message is left, and its redelivery may run the work again.
+// the message. A failed commit is retried briefly; an answer about the
+// record (another claim owns it, it is gone, it is in another state) cannot
+// change by asking again and is not retried. When the completion cannot be
+// recorded the message is left, and its redelivery may run the work again.
 func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *jobLog) bool {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
 	for attempt := 1; attempt <= 4; attempt++ {
 		err = w.ledger.Complete(ctx, c)
-		if err == nil || errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrClosed) {
+		if err == nil || !mayChange(err) {
 			break
 		}
 		sleep(ctx, backoff(attempt, 100*time.Millisecond, 2*time.Second))
@@ -665,6 +667,19 @@ func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *jobLog) 
 	w.stats.completed.Add(1)
 	log.Debug("operation complete")
 	w.delete(j.msg)
+	return true
+}
+
+// mayChange reports whether a ledger call that failed with err may succeed
+// when made again: a commit that failed (a full disk, an I/O error) may, an
+// answer about the record or the ledger itself may not.
+func mayChange(err error) bool {
+	for _, final := range []error{ledger.ErrNotOwner, ledger.ErrNotFound, ledger.ErrState, ledger.ErrInvalidKey,
+		ledger.ErrInvalidArgument, ledger.ErrCorrupt, ledger.ErrClosed} {
+		if errors.Is(err, final) {
+			return false
+		}
+	}
 	return true
 }
 

@@ -1,0 +1,82 @@
+package worker_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// watchedLedger is the real ledger with its calls counted, and a claim that
+// can be held back: faults around a real part, not a fake of it.
+type watchedLedger struct {
+	*ledger.DB
+	completes atomic.Int64
+	// claimGate, when set, is received from before a claim batch is
+	// passed on; claimWaiting is closed once the first claim waits on it.
+	claimGate    chan struct{}
+	claimWaiting chan struct{}
+	waitingOnce  atomic.Bool
+}
+
+func (l *watchedLedger) Complete(ctx context.Context, c ledger.Completion) error {
+	l.completes.Add(1)
+	return l.DB.Complete(ctx, c)
+}
+
+func (l *watchedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
+	if l.claimGate != nil {
+		if l.waitingOnce.CompareAndSwap(false, true) {
+			close(l.claimWaiting)
+		}
+		<-l.claimGate
+	}
+	return l.DB.ClaimBatch(ctx, reqs)
+}
+
+// An answer about the record cannot change by asking again: the worker
+// asks once, leaves the message and says so.
+func TestWorker_CompleteAnswerNotRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	l := &watchedLedger{DB: b.db}
+	var forgot atomic.Bool
+	w, err := worker.New(b.config(), b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		if forgot.CompareAndSwap(false, true) {
+			// An operator forgets the record while the work runs: the
+			// completion finds no record to complete.
+			if err := b.db.Forget(ctx, m.Key); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	b.send(`{"id":"gone"}`)
+	waitUntil(t, "the completion failed", 10*time.Second, func() bool { return w.Stats().CompleteFailed == 1 })
+	// The message was left: it comes back and runs again, now recorded.
+	b.waitEmpty(20 * time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := w.Stats()
+	if got := l.completes.Load(); got != 2 {
+		t.Errorf("Complete called %d times, want 2: once for the forgotten record (ErrNotFound, not retried) and once for the redelivery", got)
+	}
+	if b.runs.count("gone") != 2 || s.Completed != 1 || s.CompleteFailed != 1 {
+		t.Errorf("runs %d, stats %+v", b.runs.count("gone"), s)
+	}
+	if rec := b.record("gone"); rec.State != ledger.StateComplete {
+		t.Errorf("record %+v", rec)
+	}
+}
