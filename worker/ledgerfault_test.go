@@ -2,10 +2,13 @@ package worker_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
 )
@@ -78,5 +81,61 @@ func TestWorker_CompleteAnswerNotRetried(t *testing.T) {
 	}
 	if rec := b.record("gone"); rec.State != ledger.StateComplete {
 		t.Errorf("record %+v", rec)
+	}
+}
+
+// A stop that comes while a batch's claims are being written: none of its
+// handlers starts, every message goes back at once, and the claims are
+// released (a first claim leaves no record).
+func TestWorker_StopDuringClaimGivesBatchBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	l := &watchedLedger{DB: b.db, claimGate: make(chan struct{}), claimWaiting: make(chan struct{})}
+	cfg := b.config()
+	cfg.VisibilityTimeout = 30 * time.Second // a message not given back stays hidden past the test
+	w, err := worker.New(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		b.send(fmt.Sprintf(`{"id":"stop-%d"}`, i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-l.claimWaiting:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no claim within 20s")
+	}
+	cancel()
+	// Run has stopped receiving and waits for the batch in hand.
+	time.Sleep(100 * time.Millisecond)
+	close(l.claimGate)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	s := w.Stats()
+	if n := len(b.runs.counts()); n != 0 {
+		t.Errorf("%d handlers started after the stop", n)
+	}
+	if s.Received == 0 || s.GivenBack != s.Received {
+		t.Errorf("received %d, given back %d", s.Received, s.GivenBack)
+	}
+	for i := range 3 {
+		if _, err := b.db.Get(context.Background(), fmt.Sprintf("stop-%d", i)); !errors.Is(err, ledger.ErrNotFound) {
+			t.Errorf("stop-%d: %v, want its claim released and its record gone", i, err)
+		}
+	}
+	if visible, inflight := sqstest.Count(t, b.client, b.queue.URL); visible != 3 || inflight != 0 {
+		t.Errorf("queue: %d visible, %d in flight; want all 3 back at once", visible, inflight)
 	}
 }

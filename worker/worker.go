@@ -121,7 +121,7 @@ func (w *Worker) StopNow() {
 
 // Run consumes the queue until ctx ends, then shuts down in two phases: it
 // stops receiving at once (the long poll is cancelled), lets running work
-// finish for up to Config.Grace (or until StopNow), releases what never
+// finish for up to Config.Grace (or until StopNow), gives back what never
 // started, flushes pending deletes, and returns. It returns nil after a
 // clean shutdown and an error when it could not start (the queue cannot be
 // read, for example). Run joins every goroutine it started before returning.
@@ -202,7 +202,7 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 		msgs, err := w.receive(ctx, n)
 		w.turn(i, false)
 		if n > len(msgs) {
-			w.release(n - len(msgs))
+			w.freeSlots(n - len(msgs))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -223,7 +223,7 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 		if ctx.Err() != nil {
 			// Received as the stop came: give them back untouched.
 			w.makeVisible(msgs, 0)
-			w.release(len(msgs))
+			w.freeSlots(len(msgs))
 			return
 		}
 		// Claim and start the batch while this loop receives the next:
@@ -273,7 +273,7 @@ func (w *Worker) acquire(ctx context.Context, max int) int {
 // before it receives.
 const acquireLinger = 2 * time.Millisecond
 
-func (w *Worker) release(n int) {
+func (w *Worker) freeSlots(n int) {
 	for range n {
 		w.slots <- struct{}{}
 	}
@@ -378,12 +378,19 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 			retry = append(retry, j.msg)
 		}
 		w.makeVisible(retry, w.cfg.MinBackoff)
-		w.release(len(keyed))
+		w.freeSlots(len(keyed))
 		for _, j := range all {
 			if j.keyErr != nil || j.running {
 				jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
 			}
 		}
+		return
+	}
+	if ctx.Err() != nil {
+		// The stop came while the claims were being written: none of
+		// this batch has started, so all of it goes back.
+		w.giveBack(all)
+		w.freeSlots(len(all))
 		return
 	}
 	if !w.queue.fifo {
@@ -410,25 +417,28 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 
 // processGroup handles one FIFO group's messages in order. At the first
 // message that is left for a retry, or when the worker stops, the rest are
-// released unstarted so they cannot run out of order.
+// given back unstarted so they cannot run out of order.
 func (w *Worker) processGroup(ctx, workCtx context.Context, group []*job) {
 	for i, j := range group {
 		if ctx.Err() != nil {
-			w.releaseJobs(group[i:])
+			w.giveBack(group[i:])
+			w.freeSlots(len(group) - i)
 			return
 		}
 		ok := w.process(ctx, workCtx, j, nil)
-		w.release(1)
+		w.freeSlots(1)
 		if !ok {
-			w.releaseJobs(group[i+1:])
+			w.giveBack(group[i+1:])
+			w.freeSlots(len(group) - i - 1)
 			return
 		}
 	}
 }
 
-// releaseJobs gives back messages whose work never started: their claims
-// are released and they become visible at once.
-func (w *Worker) releaseJobs(js []*job) {
+// giveBack gives back messages whose work never started: their claims are
+// released in the ledger and they become visible at once. Their slots are
+// the caller's to free.
+func (w *Worker) giveBack(js []*job) {
 	if len(js) == 0 {
 		return
 	}
@@ -443,9 +453,8 @@ func (w *Worker) releaseJobs(js []*job) {
 		}
 		msgs = append(msgs, j.msg)
 	}
-	w.stats.released.Add(int64(len(js)))
+	w.stats.givenBack.Add(int64(len(js)))
 	w.makeVisible(msgs, 0)
-	w.release(len(js))
 }
 
 // slot is one message's hold on handler capacity, given back once. It is
@@ -458,7 +467,7 @@ type slot struct {
 func (s *slot) free() {
 	if s != nil && !s.done {
 		s.done = true
-		s.w.release(1)
+		s.w.freeSlots(1)
 	}
 }
 
@@ -560,7 +569,13 @@ func (w *Worker) recheck() time.Duration {
 var errLeaseLost = errors.New("lease lost to another claim")
 
 // run executes the handler for a claimed message and records the outcome.
+// When the worker is stopping, the handler is not started: the message is
+// given back.
 func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog) bool {
+	if ctx.Err() != nil {
+		w.giveBack([]*job{j})
+		return false
+	}
 	m := &Message{
 		Key:             j.key.key,
 		Body:            []byte(aws.ToString(j.msg.Body)),
