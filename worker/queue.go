@@ -203,8 +203,14 @@ func (w *Worker) deleteBatch(batch []types.DeleteMessageBatchRequestEntry) {
 // makeVisible sets the visibility of messages to d from now, so that they
 // are received again after d.
 func (w *Worker) makeVisible(msgs []types.Message, d time.Duration) {
+	w.changeVisibility(context.Background(), msgs, d)
+}
+
+// changeVisibility sets the visibility of messages to d from now, ten at a
+// time, each call bounded by sqsCallTimeout and ctx.
+func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, d time.Duration) {
 	secs := int32(min(max((d+time.Second-1)/time.Second, 0), MaxVisibility/time.Second))
-	for start := 0; start < len(msgs); start += MaxMessagesPerReceive {
+	for start := 0; start < len(msgs) && parent.Err() == nil; start += MaxMessagesPerReceive {
 		chunk := msgs[start:min(start+MaxMessagesPerReceive, len(msgs))]
 		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(chunk))
 		for i, m := range chunk {
@@ -214,14 +220,16 @@ func (w *Worker) makeVisible(msgs []types.Message, d time.Duration) {
 				VisibilityTimeout: secs,
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
+		ctx, cancel := context.WithTimeout(parent, sqsCallTimeout)
 		out, err := w.sqs.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{
 			QueueUrl: &w.cfg.QueueURL,
 			Entries:  entries,
 		})
 		cancel()
 		if err != nil {
-			w.log.Warn("could not change visibility: the messages return after the receive's visibility timeout instead", "error", err, "messages", len(chunk))
+			if parent.Err() == nil {
+				w.log.Warn("could not change visibility: the messages return after the receive's visibility timeout instead", "error", err, "messages", len(chunk))
+			}
 			continue
 		}
 		for _, f := range out.Failed {

@@ -418,21 +418,118 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 // processGroup handles one FIFO group's messages in order. At the first
 // message that is left for a retry, or when the worker stops, the rest are
 // given back unstarted so they cannot run out of order.
+//
+// While one message runs, the messages waiting behind it are kept: their
+// visibility and their claims' leases are extended with the same rhythm as
+// the running message's heartbeat, so that none comes back (raising its
+// receive count towards the dead-letter queue) while it waits its turn.
 func (w *Worker) processGroup(ctx, workCtx context.Context, group []*job) {
+	keep := w.keepWaiting(group)
+	defer keep.stop()
 	for i, j := range group {
 		if ctx.Err() != nil {
+			keep.stop()
 			w.giveBack(group[i:])
 			w.freeSlots(len(group) - i)
 			return
 		}
+		keep.waitingFrom(i + 1)
 		ok := w.process(ctx, workCtx, j, nil)
 		w.freeSlots(1)
 		if !ok {
+			keep.stop()
 			w.giveBack(group[i+1:])
 			w.freeSlots(len(group) - i - 1)
 			return
 		}
 	}
+}
+
+// keeper extends the visibility and leases of a FIFO group's messages that
+// wait behind the one running. It is a timer, not a goroutine: most groups
+// are done before the first beat.
+type keeper struct {
+	w     *Worker
+	group []*job
+	every time.Duration
+
+	mu      sync.Mutex
+	from    int // group[from:] are waiting
+	stopped bool
+	t       *time.Timer
+	ctx     context.Context // made at the first beat; cancelled by stop
+	cancel  context.CancelFunc
+	beats   sync.WaitGroup
+}
+
+func (w *Worker) keepWaiting(group []*job) *keeper {
+	k := &keeper{w: w, group: group, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond), from: len(group)}
+	if len(group) > 1 {
+		k.mu.Lock()
+		k.t = time.AfterFunc(k.every, k.fire)
+		k.mu.Unlock()
+	}
+	return k
+}
+
+// waitingFrom says that group[i:] are now the waiting messages.
+func (k *keeper) waitingFrom(i int) {
+	k.mu.Lock()
+	k.from = i
+	k.mu.Unlock()
+}
+
+func (k *keeper) fire() {
+	k.mu.Lock()
+	if k.stopped || k.from >= len(k.group) {
+		k.mu.Unlock()
+		return
+	}
+	if k.ctx == nil {
+		k.ctx, k.cancel = context.WithCancel(context.Background())
+	}
+	ctx, waiting := k.ctx, k.group[k.from:]
+	k.beats.Add(1)
+	k.mu.Unlock()
+	defer k.beats.Done()
+
+	bctx, cancel := context.WithTimeout(ctx, k.every)
+	defer cancel()
+	w := k.w
+	msgs := make([]types.Message, 0, len(waiting))
+	for _, j := range waiting {
+		msgs = append(msgs, j.msg)
+		if !j.claimed {
+			continue
+		}
+		if _, err := w.ledger.Extend(bctx, j.key.key, j.owner, w.cfg.VisibilityTimeout); err != nil && ctx.Err() == nil {
+			w.log.Warn("extending the lease of a message waiting in its FIFO group failed", "key", j.key.key, "message_id", j.id(), "error", err)
+		}
+	}
+	if ctx.Err() == nil {
+		w.changeVisibility(bctx, msgs, w.cfg.VisibilityTimeout)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.stopped {
+		k.t.Reset(k.every)
+	}
+}
+
+// stop ends the keeping, cancels a beat in flight and waits for it. It may
+// be called more than once.
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	if k.t != nil {
+		k.t.Stop()
+	}
+	cancel := k.cancel
+	k.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	k.beats.Wait()
 }
 
 // giveBack gives back messages whose work never started: their claims are
