@@ -89,7 +89,13 @@ type ExecConfig struct {
 //     rather than sending all of them to the dead-letter queue;
 //   - the context ending while the command runs (handler timeout, shutdown,
 //     lost lease): the command is stopped and the error is retryable and
-//     wraps ctx.Err(), whatever the command's exit status.
+//     wraps ctx.Err(), whatever the command's exit status, since a command
+//     that exits 0 on SIGTERM may have quit its work rather than finished
+//     it. A command that had already exited when the context ended keeps
+//     its exit status, even if it was not yet reaped (read on Linux).
+//     The operation then runs again: if the command's effect had happened
+//     before it was stopped, it happens twice, so give commands a timeout
+//     that they finish well within.
 //
 // The command runs in a process group of its own. When the context ends,
 // SIGTERM goes to the whole group and SIGKILL follows KillGrace later to
@@ -252,12 +258,17 @@ type execStop struct {
 }
 
 // terminate is the command's Cancel: it sends SIGTERM to the command's
-// process group unless the command has already been waited for, in which
-// case it exited on its own before the context ended and its exit status
-// stands. A command that exited an instant before but was not waited for
-// yet counts as stopped, which errs on the side of a retry.
+// process group unless the command has already exited, in which case it
+// exited on its own before the context ended and its exit status stands:
+// whether it was waited for already, or has exited and waits to be reaped
+// (on Linux, where that can be read). Otherwise the command counts as
+// stopped, whatever it exits with: a command that exits 0 on SIGTERM may
+// have quit its work rather than finished it.
 func (s *execStop) terminate(p *os.Process) error {
 	if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) {
+		return os.ErrProcessDone
+	}
+	if execExited(p.Pid) {
 		return os.ErrProcessDone
 	}
 	now := time.Now()
@@ -317,24 +328,44 @@ func execGroupRunning(pgid int) bool {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
+		state, pgrp, ok := execProcStat(e.Name())
+		if !ok {
 			continue // gone meanwhile
 		}
-		// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			return true
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 3 {
-			return true
-		}
-		if f[2] == want && f[0] != "Z" && f[0] != "X" {
+		if pgrp == want && state != "Z" && state != "X" {
 			return true
 		}
 	}
 	return false
+}
+
+// execExited reports whether process pid has exited and waits to be
+// reaped (a zombie). Only Linux tells; elsewhere it reports false.
+func execExited(pid int) bool {
+	if runtime.GOOS != "linux" {
+		return false
+	}
+	state, _, ok := execProcStat(strconv.Itoa(pid))
+	return ok && (state == "Z" || state == "X")
+}
+
+// execProcStat reads the state and process group of a process from
+// /proc/PID/stat on Linux.
+func execProcStat(pid string) (state, pgrp string, ok bool) {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "", "", false
+	}
+	// pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return "", "", false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 3 {
+		return "", "", false
+	}
+	return f[0], f[2], true
 }
 
 // execHow says how a process ended.
