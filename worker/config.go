@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -43,26 +46,67 @@ const (
 	MaxVisibility         = 12 * time.Hour
 )
 
-// Config configures a Worker. Zero fields take the defaults named on them.
+// Limits of the other settings of Config.
+const (
+	MaxPollers        = 64
+	MaxConcurrency    = 10000
+	MaxHandlerTimeout = 12 * time.Hour
+	MaxBackoff        = 12 * time.Hour
+	MaxGrace          = time.Hour
+)
+
+// Defaults of Config: what a zero field means. Each setting's default,
+// limits and meaning of zero are decided here, for library users and for
+// the sqsonce command alike.
+const (
+	DefaultWaitTime          = 20 * time.Second
+	DefaultMaxMessages       = MaxMessagesPerReceive
+	DefaultVisibilityTimeout = 60 * time.Second
+	DefaultPollers           = 1
+	DefaultConcurrency       = 8
+	DefaultHandlerTimeout    = 30 * time.Second
+	DefaultMinBackoff        = 5 * time.Second
+	DefaultMaxBackoff        = 15 * time.Minute
+	DefaultGrace             = 25 * time.Second
+	DefaultSweepInterval     = 10 * time.Minute
+)
+
+// NoDelay, in a duration field of Config whose zero value picks a default
+// (WaitTime, MinBackoff, MaxBackoff, Grace), means a duration of zero:
+// short polling, a retry at once, no grace at shutdown. Other negative
+// durations are invalid.
+const NoDelay time.Duration = -1
+
+// Config configures a Worker. A zero field takes the default named on it;
+// see NoDelay for a duration of zero where zero picks a default.
 type Config struct {
 	QueueURL          string        // required
-	WaitTime          time.Duration // long poll per receive, whole seconds up to 20s; default 20s
+	WaitTime          time.Duration // long poll per receive, whole seconds 0s..20s (NoDelay: short polling); default 20s
 	MaxMessages       int           // per receive, 1..10; default 10
-	VisibilityTimeout time.Duration // per receive and per heartbeat, also the ledger lease; default 60s
-	Pollers           int           // concurrent receive loops; default 1
+	VisibilityTimeout time.Duration // per receive and per heartbeat, also the ledger lease: whole seconds 1s..12h; default 60s
+	Pollers           int           // concurrent receive loops, 1..64; default 1
 
 	Key KeyConfig // required: where each message's operation key comes from
 
-	Concurrency    int           // handlers running at once; default 8
-	HandlerTimeout time.Duration // per attempt; default 30s
+	Concurrency    int           // handlers running at once, 1..10000; default 8
+	HandlerTimeout time.Duration // per attempt, up to 12h; default 30s
 
-	MinBackoff time.Duration // visibility after a first failed attempt, doubling; default 5s
-	MaxBackoff time.Duration // default 15m
+	// MinBackoff is the visibility after a first failed attempt, doubling
+	// with each further attempt up to MaxBackoff: 0s..12h (NoDelay: at
+	// once); default 5s. MaxBackoff is at least MinBackoff, at most 12h;
+	// default 15m.
+	MinBackoff time.Duration
+	MaxBackoff time.Duration
 
-	Grace time.Duration // at shutdown, how long running work may finish; default 25s
+	// Grace is how long running work may finish at shutdown, 0s..1h
+	// (NoDelay: cancelled at once); default 25s.
+	Grace time.Duration
 
-	// Retention is the ledger's retention. It is only compared with the
-	// queues' message retention, to warn when duplicates could slip through.
+	// Retention is the ledger's retention. It must outlast the longest a
+	// claim is held (VisibilityTimeout plus HandlerTimeout), or a record
+	// could expire while its work runs; zero skips that check. It is also
+	// compared with the queues' message retention, to warn when duplicates
+	// could slip through.
 	Retention time.Duration
 	// SweepInterval is how often expired ledger records are swept; default
 	// 10m, negative disables sweeping.
@@ -77,71 +121,132 @@ type Config struct {
 	StallAfter time.Duration
 }
 
-// ErrInvalidConfig is wrapped by every configuration error of New.
+// ErrInvalidConfig is wrapped by every configuration error of New and
+// Config.Validate.
 var ErrInvalidConfig = errors.New("invalid worker configuration")
+
+// FieldError is a problem with one field of Config. Config.Validate and New
+// return them joined with errors.Join; each wraps ErrInvalidConfig.
+type FieldError struct {
+	Field string // as in Config: "Grace", "Key.Pointer"
+	Want  string // what the field must be: "must be between 0s and 1h"
+	Got   string // the value refused, formatted; "" when it says nothing
+}
+
+func (e *FieldError) Error() string {
+	if e.Got == "" {
+		return e.Field + ": " + e.Want
+	}
+	return e.Field + ": " + e.Want + ", got " + e.Got
+}
+
+// Unwrap returns ErrInvalidConfig.
+func (e *FieldError) Unwrap() error { return ErrInvalidConfig }
+
+// Validate reports every problem of c, with the defaults filled in, as
+// FieldErrors joined with errors.Join; nil when New would accept c.
+func (c Config) Validate() error {
+	c.setDefaults()
+	return c.validate()
+}
 
 func (c *Config) setDefaults() {
 	def := func(d *time.Duration, v time.Duration) {
-		if *d == 0 {
+		switch *d {
+		case 0:
 			*d = v
+		case NoDelay:
+			*d = 0
 		}
 	}
-	def(&c.WaitTime, 20*time.Second)
-	def(&c.VisibilityTimeout, 60*time.Second)
-	def(&c.HandlerTimeout, 30*time.Second)
-	def(&c.MinBackoff, 5*time.Second)
-	def(&c.MaxBackoff, 15*time.Minute)
-	def(&c.Grace, 25*time.Second)
-	def(&c.SweepInterval, 10*time.Minute)
+	def(&c.WaitTime, DefaultWaitTime)
+	def(&c.MinBackoff, DefaultMinBackoff)
+	def(&c.MaxBackoff, DefaultMaxBackoff)
+	def(&c.Grace, DefaultGrace)
+	if c.VisibilityTimeout == 0 {
+		c.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	if c.HandlerTimeout == 0 {
+		c.HandlerTimeout = DefaultHandlerTimeout
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
 	if c.MaxMessages == 0 {
-		c.MaxMessages = MaxMessagesPerReceive
+		c.MaxMessages = DefaultMaxMessages
 	}
 	if c.Pollers == 0 {
-		c.Pollers = 1
+		c.Pollers = DefaultPollers
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 8
+		c.Concurrency = DefaultConcurrency
 	}
-	def(&c.StallAfter, c.WaitTime+time.Minute)
+	if c.StallAfter == 0 {
+		c.StallAfter = c.WaitTime + time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 }
 
+// validate checks c after setDefaults.
 func (c *Config) validate() error {
 	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrInvalidConfig))
+	bad := func(field, got, want string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Want: fmt.Sprintf(want, args...), Got: got})
 	}
-	if c.QueueURL == "" {
-		bad("QueueURL", "required")
+	between := func(field string, v, lo, hi int) {
+		if v < lo || v > hi {
+			bad(field, strconv.Itoa(v), "must be between %d and %d", lo, hi)
+		}
 	}
-	if c.WaitTime < 0 || c.WaitTime > MaxWaitTime || c.WaitTime%time.Second != 0 {
-		bad("WaitTime", "%v is not whole seconds in 0s..20s", c.WaitTime)
+	durationBetween := func(field string, d, lo, hi time.Duration, whole bool) {
+		switch {
+		case d < lo || d > hi:
+			bad(field, short(d), "must be between %v and %v", short(lo), short(hi))
+		case whole && d%time.Second != 0:
+			bad(field, short(d), "must be whole seconds")
+		}
 	}
-	if c.MaxMessages < 1 || c.MaxMessages > MaxMessagesPerReceive {
-		bad("MaxMessages", "%d is not in 1..10", c.MaxMessages)
+	if u, err := url.Parse(c.QueueURL); c.QueueURL == "" {
+		bad("QueueURL", "", "is required")
+	} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("QueueURL", strconv.Quote(c.QueueURL), "must be an absolute http or https URL")
 	}
-	if c.VisibilityTimeout < time.Second || c.VisibilityTimeout > MaxVisibility || c.VisibilityTimeout%time.Second != 0 {
-		bad("VisibilityTimeout", "%v is not whole seconds in 1s..12h", c.VisibilityTimeout)
+	durationBetween("WaitTime", c.WaitTime, 0, MaxWaitTime, true)
+	between("MaxMessages", c.MaxMessages, 1, MaxMessagesPerReceive)
+	durationBetween("VisibilityTimeout", c.VisibilityTimeout, time.Second, MaxVisibility, true)
+	between("Pollers", c.Pollers, 1, MaxPollers)
+	if err := c.Key.validate(); err != nil {
+		errs = append(errs, err)
 	}
-	if c.Pollers < 1 {
-		bad("Pollers", "%d is less than 1", c.Pollers)
+	between("Concurrency", c.Concurrency, 1, MaxConcurrency)
+	if c.HandlerTimeout <= 0 || c.HandlerTimeout > MaxHandlerTimeout {
+		bad("HandlerTimeout", short(c.HandlerTimeout), "must be greater than 0s and at most %v", short(MaxHandlerTimeout))
 	}
-	if c.Concurrency < 1 {
-		bad("Concurrency", "%d is less than 1", c.Concurrency)
+	durationBetween("MinBackoff", c.MinBackoff, 0, MaxBackoff, false)
+	switch {
+	case c.MaxBackoff < c.MinBackoff:
+		bad("MaxBackoff", short(c.MaxBackoff), "must be at least the minimum back-off (%v)", short(c.MinBackoff))
+	default:
+		durationBetween("MaxBackoff", c.MaxBackoff, 0, MaxBackoff, false)
 	}
-	if c.HandlerTimeout <= 0 {
-		bad("HandlerTimeout", "%v is not positive", c.HandlerTimeout)
-	}
-	if c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff || c.MaxBackoff > MaxVisibility {
-		bad("MinBackoff/MaxBackoff", "want 0 <= %v <= %v <= 12h", c.MinBackoff, c.MaxBackoff)
-	}
-	if c.Grace < 0 {
-		bad("Grace", "%v is negative", c.Grace)
-	}
-	if _, err := newKeyer(c.Key); err != nil {
-		bad("Key", "%v", err)
+	durationBetween("Grace", c.Grace, 0, MaxGrace, false)
+	if held := c.VisibilityTimeout + c.HandlerTimeout; c.Retention > 0 && c.Retention < held {
+		bad("Retention", short(c.Retention), "must be at least the visibility timeout plus the handler timeout (%v), "+
+			"the longest a claim is held, so that no record expires while its work runs", short(held))
 	}
 	return errors.Join(errs...)
+}
+
+// short formats d without trailing zero units: "15m" rather than "15m0s".
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }

@@ -60,32 +60,53 @@ type keyer struct {
 
 // newKeyer validates cfg and returns its keyer.
 func newKeyer(cfg KeyConfig) (*keyer, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	k := &keyer{cfg: cfg}
+	if cfg.From == KeyFromBody {
+		k.tokens, _ = parsePointer(cfg.Pointer)
+	}
+	return k, nil
+}
+
+// validate reports the problems of cfg as FieldErrors joined.
+func (cfg KeyConfig) validate() error {
+	var errs []error
+	bad := func(field, got, want string) {
+		errs = append(errs, &FieldError{Field: "Key." + field, Want: want, Got: got})
+	}
 	switch cfg.From {
 	case KeyFromBody:
-		tokens, err := parsePointer(cfg.Pointer)
-		if err != nil {
-			return nil, fmt.Errorf("key pointer: %w", err)
+		switch p := cfg.Pointer; {
+		case p == "":
+			bad("Pointer", "", "is required when keys come from the body")
+		case p[0] != '/':
+			bad("Pointer", strconv.Quote(p), `must be a JSON pointer starting with "/"`)
+		case !utf8.ValidString(p):
+			bad("Pointer", strconv.Quote(p), "must be valid UTF-8")
+		default:
+			if _, err := parsePointer(p); err != nil {
+				bad("Pointer", strconv.Quote(p), `must escape "~" as "~0" and "/" as "~1"`)
+			}
 		}
-		if len(tokens) == 0 {
-			return nil, fmt.Errorf("key pointer %q names the whole body, not a field", cfg.Pointer)
-		}
-		k.tokens = tokens
 	case KeyFromAttribute:
 		if cfg.Attribute == "" {
-			return nil, errors.New("key attribute: empty name")
+			bad("Attribute", "", "is required when keys come from a message attribute")
 		}
 	case KeyFromDeduplicationID:
 	default:
-		return nil, fmt.Errorf("key source %q: want body, attribute or deduplication_id", cfg.From)
+		bad("From", strconv.Quote(string(cfg.From)), fmt.Sprintf("must be one of %s, %s, %s", KeyFromBody, KeyFromAttribute, KeyFromDeduplicationID))
 	}
-	if err := checkKeyText(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("key prefix: %w", err)
+	switch p := cfg.Prefix; {
+	case len(p) > MaxPrefixLen:
+		bad("Prefix", fmt.Sprintf("%d bytes", len(p)), fmt.Sprintf("must be at most %d bytes", MaxPrefixLen))
+	case !utf8.ValidString(p):
+		bad("Prefix", strconv.Quote(p), "must be valid UTF-8")
+	case strings.ContainsFunc(p, unicode.IsControl):
+		bad("Prefix", strconv.Quote(p), "must not contain control characters")
 	}
-	if len(cfg.Prefix) > MaxPrefixLen {
-		return nil, fmt.Errorf("key prefix of %d bytes, longer than %d", len(cfg.Prefix), MaxPrefixLen)
-	}
-	return k, nil
+	return errors.Join(errs...)
 }
 
 // derived is what the keyer makes of a message.

@@ -98,6 +98,11 @@ func TestMain_Check(t *testing.T) {
 		if code != exitFailure || !strings.Contains(squash(out), "fail config") || !strings.Contains(out, "queue.max_messages") {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
+		// A record could expire while its work runs.
+		code, out = e.run("check", "", "SQSONCE_LEDGER_RETENTION=2m", "SQSONCE_HANDLER_TIMEOUT=3m")
+		if code != exitFailure || !strings.Contains(squash(out), "fail config") || !strings.Contains(out, "ledger.retention: must be at least the visibility timeout plus the handler timeout (3m2s)") {
+			t.Fatalf("retention shorter than a claim: exit %d:\n%s", code, out)
+		}
 	})
 }
 

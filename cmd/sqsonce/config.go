@@ -14,12 +14,11 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 // Configuration errors. Every error that LoadConfig returns for a bad file
@@ -195,6 +194,9 @@ func (d *Duration) UnmarshalText(text []byte) error {
 	if err != nil {
 		return fmt.Errorf(`want a duration such as "20s" or "15m", got %q`, text)
 	}
+	if v < 0 {
+		return fmt.Errorf("want a duration of 0s or more, got %q", text)
+	}
 	d.Duration = v
 	return nil
 }
@@ -227,10 +229,10 @@ func DefaultConfig() Config {
 			URL:               "",
 			Region:            "us-east-1",
 			Endpoint:          "",
-			WaitTime:          Duration{20 * time.Second},
-			MaxMessages:       10,
-			VisibilityTimeout: Duration{60 * time.Second},
-			Pollers:           1,
+			WaitTime:          Duration{worker.DefaultWaitTime},
+			MaxMessages:       worker.DefaultMaxMessages,
+			VisibilityTimeout: Duration{worker.DefaultVisibilityTimeout},
+			Pollers:           worker.DefaultPollers,
 		},
 		Key: KeyConfig{
 			From:      KeyFromBody,
@@ -249,16 +251,16 @@ func DefaultConfig() Config {
 			Type:           HandlerExec,
 			Command:        []string{"/usr/local/bin/handle-event"},
 			URL:            "",
-			Timeout:        Duration{30 * time.Second},
-			Concurrency:    8,
+			Timeout:        Duration{worker.DefaultHandlerTimeout},
+			Concurrency:    worker.DefaultConcurrency,
 			RetryExitCodes: []int{75},
 		},
 		Retry: RetryConfig{
-			MinBackoff: Duration{5 * time.Second},
-			MaxBackoff: Duration{15 * time.Minute},
+			MinBackoff: Duration{worker.DefaultMinBackoff},
+			MaxBackoff: Duration{worker.DefaultMaxBackoff},
 		},
 		Shutdown: ShutdownConfig{
-			Grace: Duration{25 * time.Second},
+			Grace: Duration{worker.DefaultGrace},
 		},
 		Admin: AdminConfig{
 			Listen: "127.0.0.1:9464",
@@ -548,38 +550,14 @@ type rule struct {
 
 // rules are the validation rules, one per key, in the order of the file.
 var rules = []rule{
-	{key: "queue.url", check: func(c *Config) error { return httpURL(c.Queue.URL) }},
 	{key: "queue.region", check: func(c *Config) error { return required(c.Queue.Region) }},
 	{
 		key:   "queue.endpoint",
 		when:  func(c *Config) bool { return c.Queue.Endpoint != "" },
 		check: func(c *Config) error { return httpURL(c.Queue.Endpoint) },
 	},
-	{key: "queue.wait_time", check: func(c *Config) error { return seconds(c.Queue.WaitTime, 0, 20*time.Second) }},
-	{key: "queue.max_messages", check: func(c *Config) error { return between(c.Queue.MaxMessages, 1, 10) }},
-	{key: "queue.visibility_timeout", check: func(c *Config) error { return seconds(c.Queue.VisibilityTimeout, time.Second, 12*time.Hour) }},
-	{key: "queue.pollers", check: func(c *Config) error { return between(c.Queue.Pollers, 1, 64) }},
 
-	{key: "key.from", check: func(c *Config) error {
-		return oneOf(c.Key.From, KeyFromBody, KeyFromAttribute, KeyFromDeduplicationID)
-	}},
-	{
-		key:   "key.pointer",
-		when:  func(c *Config) bool { return c.Key.From == KeyFromBody },
-		check: func(c *Config) error { return jsonPointer(c.Key.Pointer) },
-	},
-	{
-		key:  "key.attribute",
-		when: func(c *Config) bool { return c.Key.From == KeyFromAttribute },
-		check: func(c *Config) error {
-			if c.Key.Attribute == "" {
-				return fmt.Errorf("is required when key.from is %q", KeyFromAttribute)
-			}
-			return nil
-		},
-	},
 	{key: "key.on_missing", check: func(c *Config) error { return oneOf(c.Key.OnMissing, OnMissingReject, OnMissingHash) }},
-	{key: "key.prefix", check: func(c *Config) error { return keyPrefix(c.Key.Prefix) }},
 
 	{key: "ledger.path", check: func(c *Config) error { return required(c.Ledger.Path) }},
 	{key: "ledger.retention", check: func(c *Config) error { return durationBetween(c.Ledger.Retention, time.Minute, ledger.MaxRetention) }},
@@ -596,25 +574,35 @@ var rules = []rule{
 		when:  func(c *Config) bool { return c.Handler.Type == HandlerHTTP },
 		check: func(c *Config) error { return httpURL(c.Handler.URL) },
 	},
-	{key: "handler.timeout", check: func(c *Config) error { return positiveUpTo(c.Handler.Timeout, 12*time.Hour) }},
-	{key: "handler.concurrency", check: func(c *Config) error { return between(c.Handler.Concurrency, 1, 10000) }},
 	{key: "handler.retry_exit_codes", check: func(c *Config) error { return eachBetween(c.Handler.RetryExitCodes, 1, 255) }},
-
-	{key: "retry.min_backoff", check: func(c *Config) error { return durationBetween(c.Retry.MinBackoff, 0, 12*time.Hour) }},
-	{key: "retry.max_backoff", check: func(c *Config) error {
-		if c.Retry.MaxBackoff.Duration < c.Retry.MinBackoff.Duration {
-			return fmt.Errorf("must be at least retry.min_backoff (%v), got %v", c.Retry.MinBackoff, c.Retry.MaxBackoff)
-		}
-		return durationBetween(c.Retry.MaxBackoff, 0, 12*time.Hour)
-	}},
-
-	{key: "shutdown.grace", check: func(c *Config) error { return durationBetween(c.Shutdown.Grace, 0, time.Hour) }},
 
 	{
 		key:   "admin.listen",
 		when:  func(c *Config) bool { return c.Admin.Listen != "" },
 		check: func(c *Config) error { return hostPort(c.Admin.Listen) },
 	},
+}
+
+// workerKeys names the file's key for each field of worker.Config that the
+// file sets. The worker owns these settings: their defaults, their limits
+// and the meaning of their zero are its own, and Validate reports its
+// problems under these keys.
+var workerKeys = map[string]string{
+	"QueueURL":          "queue.url",
+	"WaitTime":          "queue.wait_time",
+	"MaxMessages":       "queue.max_messages",
+	"VisibilityTimeout": "queue.visibility_timeout",
+	"Pollers":           "queue.pollers",
+	"Key.From":          "key.from",
+	"Key.Pointer":       "key.pointer",
+	"Key.Attribute":     "key.attribute",
+	"Key.Prefix":        "key.prefix",
+	"HandlerTimeout":    "handler.timeout",
+	"Concurrency":       "handler.concurrency",
+	"MinBackoff":        "retry.min_backoff",
+	"MaxBackoff":        "retry.max_backoff",
+	"Grace":             "shutdown.grace",
+	"Retention":         "ledger.retention",
 }
 
 // hostPort accepts host:port with a numeric port, the host possibly empty
@@ -630,20 +618,67 @@ func hostPort(s string) error {
 	return nil
 }
 
-// Validate checks every rule and returns nil or all problems joined with
-// errors.Join. Each problem reads "<key>: <problem>: invalid configuration"
-// and wraps ErrInvalidConfig.
+// Validate checks every rule, and the worker's settings with the worker's
+// own validation, and returns nil or all problems joined with errors.Join,
+// in the order of the file. Each problem reads "<key>: <problem>: invalid
+// configuration" and wraps ErrInvalidConfig.
 func (c Config) Validate() error {
-	var errs []error
+	type problem struct {
+		key string
+		err error
+	}
+	var problems []problem
 	for _, r := range rules {
 		if r.when != nil && !r.when(&c) {
 			continue
 		}
 		if err := r.check(&c); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w: %w", r.key, err, ErrInvalidConfig))
+			problems = append(problems, problem{r.key, err})
 		}
 	}
+	order := map[string]int{}
+	for i, s := range settings() {
+		order[s.key] = i
+	}
+	if err := workerConfig(c, nil).Validate(); err != nil {
+		root := reflect.ValueOf(c)
+		for _, e := range unjoin(err) {
+			var fe *worker.FieldError
+			key, ok := "", errors.As(e, &fe)
+			if ok {
+				key, ok = workerKeys[fe.Field]
+			}
+			if !ok {
+				// A field the file does not set: a defect of this program.
+				panic(fmt.Sprintf("config: the worker refused a setting the file has no key for: %v", e))
+			}
+			got := fe.Got
+			if v := root.FieldByIndex(settings()[order[key]].index); got != "" && v.Kind() != reflect.String && v.IsZero() {
+				// workerConfig passed the file's zero on as a value the
+				// worker refuses: say what the file says.
+				got = fmt.Sprint(v.Interface())
+			}
+			msg := fe.Want
+			if got != "" {
+				msg += ", got " + got
+			}
+			problems = append(problems, problem{key, errors.New(msg)})
+		}
+	}
+	slices.SortStableFunc(problems, func(a, b problem) int { return order[a.key] - order[b.key] })
+	errs := make([]error, len(problems))
+	for i, p := range problems {
+		errs[i] = fmt.Errorf("%s: %w: %w", p.key, p.err, ErrInvalidConfig)
+	}
 	return errors.Join(errs...)
+}
+
+// unjoin returns the errors joined in err, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // required rejects an empty or blank string.
@@ -662,14 +697,6 @@ func httpURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("must be an absolute http or https URL, got %q", s)
-	}
-	return nil
-}
-
-// between requires lo <= v <= hi.
-func between(v, lo, hi int) error {
-	if v < lo || v > hi {
-		return fmt.Errorf("must be between %d and %d, got %d", lo, hi, v)
 	}
 	return nil
 }
@@ -703,65 +730,6 @@ func oneOf(v string, allowed ...string) error {
 func durationBetween(d Duration, lo, hi time.Duration) error {
 	if d.Duration < lo || d.Duration > hi {
 		return fmt.Errorf("must be between %v and %v, got %v", Duration{lo}, Duration{hi}, d)
-	}
-	return nil
-}
-
-// seconds is durationBetween for a duration that must also be whole
-// seconds, as SQS takes them.
-func seconds(d Duration, lo, hi time.Duration) error {
-	if err := durationBetween(d, lo, hi); err != nil {
-		return err
-	}
-	if d.Duration%time.Second != 0 {
-		return fmt.Errorf("must be whole seconds, got %v", d)
-	}
-	return nil
-}
-
-// positiveUpTo requires 0 < d <= hi.
-func positiveUpTo(d Duration, hi time.Duration) error {
-	if d.Duration <= 0 || d.Duration > hi {
-		return fmt.Errorf("must be greater than 0s and at most %v, got %v", Duration{hi}, d)
-	}
-	return nil
-}
-
-// jsonPointer requires a non-empty RFC 6901 JSON pointer: "/" followed by
-// reference tokens separated by "/", with "~" only in the escapes "~0" and
-// "~1".
-func jsonPointer(p string) error {
-	if p == "" {
-		return fmt.Errorf("is required when key.from is %q", KeyFromBody)
-	}
-	if p[0] != '/' {
-		return fmt.Errorf(`must be a JSON pointer starting with "/", got %q`, p)
-	}
-	if !utf8.ValidString(p) {
-		return fmt.Errorf("must be valid UTF-8, got %q", p)
-	}
-	for i := 0; i < len(p); i++ {
-		if p[i] == '~' && (i+1 == len(p) || (p[i+1] != '0' && p[i+1] != '1')) {
-			return fmt.Errorf(`must escape "~" as "~0" and "/" as "~1", got %q`, p)
-		}
-	}
-	return nil
-}
-
-// maxPrefixLen is the longest key.prefix, in bytes.
-const maxPrefixLen = 128
-
-// keyPrefix requires at most maxPrefixLen bytes of valid UTF-8 without
-// control characters (C0, DEL and C1).
-func keyPrefix(p string) error {
-	if len(p) > maxPrefixLen {
-		return fmt.Errorf("must be at most %d bytes, got %d", maxPrefixLen, len(p))
-	}
-	if !utf8.ValidString(p) {
-		return fmt.Errorf("must be valid UTF-8, got %q", p)
-	}
-	if strings.ContainsFunc(p, unicode.IsControl) {
-		return fmt.Errorf("must not contain control characters, got %q", p)
 	}
 	return nil
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 const testQueueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/orders"
@@ -298,19 +300,23 @@ func TestValidateRejects(t *testing.T) {
 		{"queue pollers over", func(c *Config) { c.Queue.Pollers = 65 }, "queue.pollers", "got 65", nil},
 		{"key from unknown", func(c *Config) { c.Key.From = "header" }, "key.from", `must be one of body, attribute, deduplication_id, got "header"`, nil},
 		{"key from empty", func(c *Config) { c.Key.From = "" }, "key.from", `got ""`, nil},
-		{"key pointer empty", func(c *Config) { c.Key.Pointer = "" }, "key.pointer", `is required when key.from is "body"`, nil},
+		{"key pointer empty", func(c *Config) { c.Key.Pointer = "" }, "key.pointer", "is required when keys come from the body", nil},
 		{"key pointer relative", func(c *Config) { c.Key.Pointer = "id" }, "key.pointer", `starting with "/", got "id"`, nil},
 		{"key pointer bad escape", func(c *Config) { c.Key.Pointer = "/a~2b" }, "key.pointer", `must escape "~" as "~0"`, nil},
 		{"key pointer trailing tilde", func(c *Config) { c.Key.Pointer = "/a~" }, "key.pointer", `got "/a~"`, nil},
 		{"key pointer invalid utf-8", func(c *Config) { c.Key.Pointer = "/a\xff" }, "key.pointer", "valid UTF-8", nil},
-		{"key attribute missing", func(c *Config) { c.Key.From = KeyFromAttribute }, "key.attribute", `is required when key.from is "attribute"`, nil},
+		{"key attribute missing", func(c *Config) { c.Key.From = KeyFromAttribute }, "key.attribute", "is required when keys come from a message attribute", nil},
 		{"key on_missing unknown", func(c *Config) { c.Key.OnMissing = "drop" }, "key.on_missing", `must be one of reject, hash, got "drop"`, nil},
 		{"key prefix long", func(c *Config) { c.Key.Prefix = strings.Repeat("a", 129) }, "key.prefix", "must be at most 128 bytes, got 129", nil},
 		{"key prefix invalid utf-8", func(c *Config) { c.Key.Prefix = "a\xffb" }, "key.prefix", "valid UTF-8", nil},
 		{"key prefix newline", func(c *Config) { c.Key.Prefix = "a\nb" }, "key.prefix", "control characters", nil},
 		{"key prefix delete", func(c *Config) { c.Key.Prefix = "a\x7f" }, "key.prefix", "control characters", nil},
 		{"ledger path empty", func(c *Config) { c.Ledger.Path = "" }, "ledger.path", "is required", nil},
-		{"ledger retention short", func(c *Config) { c.Ledger.Retention = Duration{59 * time.Second} }, "ledger.retention", "must be between 1m and 87600h, got 59s", nil},
+		{"ledger retention short", func(c *Config) {
+			c.Ledger.Retention = Duration{59 * time.Second}
+			c.Queue.VisibilityTimeout, c.Handler.Timeout = Duration{20 * time.Second}, Duration{30 * time.Second}
+		}, "ledger.retention", "must be between 1m and 87600h, got 59s", nil},
+		{"ledger retention shorter than a claim", func(c *Config) { c.Ledger.Retention = Duration{80 * time.Second} }, "ledger.retention", "must be at least the visibility timeout plus the handler timeout (1m30s), the longest a claim is held, so that no record expires while its work runs, got 1m20s", nil},
 		{"ledger retention past year 2262", func(c *Config) { c.Ledger.Retention = Duration{2500000 * time.Hour} }, "ledger.retention", "must be between 1m and 87600h", nil},
 		{"ledger complete delay long", func(c *Config) { c.Ledger.CompleteDelay = Duration{time.Second} }, "ledger.complete_delay", "must be between 0s and 100ms, got 1s", nil},
 		{"handler type unknown", func(c *Config) { c.Handler.Type = "grpc" }, "handler.type", `must be one of exec, http, got "grpc"`, nil},
@@ -327,7 +333,7 @@ func TestValidateRejects(t *testing.T) {
 		{"handler retry codes out of range", func(c *Config) { c.Handler.RetryExitCodes = []int{-1, 75, 256} }, "handler.retry_exit_codes", "got -1, 256", nil},
 		{"retry min_backoff negative", func(c *Config) { c.Retry.MinBackoff = Duration{-time.Second} }, "retry.min_backoff", "must be between 0s and 12h, got -1s", nil},
 		{"retry min_backoff over", func(c *Config) { c.Retry.MinBackoff = Duration{13 * time.Hour} }, "retry.min_backoff", "got 13h", []string{"retry.max_backoff"}},
-		{"retry max_backoff below min", func(c *Config) { c.Retry.MaxBackoff = Duration{time.Second} }, "retry.max_backoff", "must be at least retry.min_backoff (5s), got 1s", nil},
+		{"retry max_backoff below min", func(c *Config) { c.Retry.MaxBackoff = Duration{time.Second} }, "retry.max_backoff", "must be at least the minimum back-off (5s), got 1s", nil},
 		{"retry max_backoff over", func(c *Config) { c.Retry.MaxBackoff = Duration{13 * time.Hour} }, "retry.max_backoff", "must be between 0s and 12h, got 13h", nil},
 		{"shutdown grace negative", func(c *Config) { c.Shutdown.Grace = Duration{-time.Second} }, "shutdown.grace", "must be between 0s and 1h, got -1s", nil},
 		{"shutdown grace over", func(c *Config) { c.Shutdown.Grace = Duration{61 * time.Minute} }, "shutdown.grace", "got 1h1m", nil},
@@ -425,7 +431,16 @@ func TestValidateAccepts(t *testing.T) {
 		{"deduplication id, no pointer", func(c *Config) { c.Key.From = KeyFromDeduplicationID; c.Key.Pointer = "bad~" }},
 		{"hash", func(c *Config) { c.Key.OnMissing = OnMissingHash }},
 		{"longest prefix", func(c *Config) { c.Key.Prefix = strings.Repeat("é", 64) }},
-		{"shortest retention", func(c *Config) { c.Ledger.Retention = Duration{time.Minute} }},
+		{"shortest retention", func(c *Config) {
+			c.Ledger.Retention = Duration{time.Minute}
+			c.Queue.VisibilityTimeout = Duration{30 * time.Second}
+			c.Handler.Timeout = Duration{30 * time.Second}
+		}},
+		{"short polling", func(c *Config) { c.Queue.WaitTime = Duration{} }},
+		{"retry at once, then back off", func(c *Config) {
+			c.Retry.MinBackoff = Duration{}
+			c.Retry.MaxBackoff = Duration{2 * time.Second}
+		}},
 		{"no complete delay", func(c *Config) { c.Ledger.CompleteDelay = Duration{} }},
 		{"http handler without command", func(c *Config) {
 			c.Handler.Type = HandlerHTTP
@@ -455,6 +470,32 @@ func TestValidateAccepts(t *testing.T) {
 				t.Errorf("Validate() = %v", err)
 			}
 		})
+	}
+}
+
+// A 0s in the file is zero for the worker too, never its default, and a 0
+// that is not a value for the worker is refused by name, not defaulted.
+func TestWorkerConfig_ZeroIsAValue(t *testing.T) {
+	t.Parallel()
+	c := validConfig()
+	c.Queue.WaitTime, c.Retry.MinBackoff, c.Retry.MaxBackoff, c.Shutdown.Grace = Duration{}, Duration{}, Duration{}, Duration{}
+	w := workerConfig(c, nil)
+	for name, d := range map[string]time.Duration{"WaitTime": w.WaitTime, "MinBackoff": w.MinBackoff, "MaxBackoff": w.MaxBackoff, "Grace": w.Grace} {
+		if d != worker.NoDelay {
+			t.Errorf("%s = %v, want worker.NoDelay (zero, not the default)", name, d)
+		}
+	}
+	if err := w.Validate(); err != nil {
+		t.Errorf("the worker refuses what the file accepts: %v", err)
+	}
+	c = validConfig()
+	c.Handler.Concurrency = 0
+	c.Queue.VisibilityTimeout = Duration{}
+	err := c.Validate()
+	for _, want := range []string{"queue.visibility_timeout: must be between 1s and 12h, got 0s", "handler.concurrency: must be between 1 and 10000, got 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate() = %v, want %q", err, want)
+		}
 	}
 }
 
@@ -794,6 +835,9 @@ func TestEnvVars(t *testing.T) {
 	for _, r := range rules {
 		ruled[r.key] = true
 	}
+	for _, key := range workerKeys {
+		ruled[key] = true
+	}
 	for _, s := range settings() {
 		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" {
 			t.Errorf("no validation rule for %s", s.key)
@@ -816,7 +860,6 @@ func TestDuration(t *testing.T) {
 		{time.Hour + 30*time.Minute, "1h30m"},
 		{time.Hour + time.Second, "1h0m1s"},
 		{10*time.Minute + 500*time.Millisecond, "10m0.5s"},
-		{-time.Minute, "-1m"},
 		{10 * time.Millisecond, "10ms"},
 	}
 	for _, tc := range tests {
@@ -832,7 +875,7 @@ func TestDuration(t *testing.T) {
 			}
 		})
 	}
-	for _, bad := range []string{"", "20", "soon", "1d", " 20s"} {
+	for _, bad := range []string{"", "20", "soon", "1d", " 20s", "-1m"} {
 		var d Duration
 		if err := d.UnmarshalText([]byte(bad)); err == nil {
 			t.Errorf("UnmarshalText(%q) succeeded", bad)

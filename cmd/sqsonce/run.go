@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
@@ -97,20 +98,42 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	return db.Close()
 }
 
-// workerConfig maps the file's configuration onto the worker's.
+// workerConfig maps the file's configuration onto the worker's. A value in
+// the file is always a value: in worker.Config a zero picks the default, so
+// a 0s that means zero (short polling, a retry at once, no grace) goes on
+// as worker.NoDelay, and a 0 that the worker does not take as a value (no
+// handlers, no visibility) goes on as -1, which it refuses by name.
 func workerConfig(cfg Config, log *slog.Logger) worker.Config {
+	explicit := func(d Duration) time.Duration {
+		if d.Duration == 0 {
+			return worker.NoDelay
+		}
+		return d.Duration
+	}
+	refusedZero := func(n int) int {
+		if n == 0 {
+			return -1
+		}
+		return n
+	}
+	refusedZeroDuration := func(d Duration) time.Duration {
+		if d.Duration == 0 {
+			return -time.Second
+		}
+		return d.Duration
+	}
 	return worker.Config{
 		QueueURL:          cfg.Queue.URL,
-		WaitTime:          cfg.Queue.WaitTime.Duration,
-		MaxMessages:       cfg.Queue.MaxMessages,
-		VisibilityTimeout: cfg.Queue.VisibilityTimeout.Duration,
-		Pollers:           cfg.Queue.Pollers,
+		WaitTime:          explicit(cfg.Queue.WaitTime),
+		MaxMessages:       refusedZero(cfg.Queue.MaxMessages),
+		VisibilityTimeout: refusedZeroDuration(cfg.Queue.VisibilityTimeout),
+		Pollers:           refusedZero(cfg.Queue.Pollers),
 		Key:               keyConfig(cfg.Key),
-		Concurrency:       cfg.Handler.Concurrency,
-		HandlerTimeout:    cfg.Handler.Timeout.Duration,
-		MinBackoff:        cfg.Retry.MinBackoff.Duration,
-		MaxBackoff:        cfg.Retry.MaxBackoff.Duration,
-		Grace:             cfg.Shutdown.Grace.Duration,
+		Concurrency:       refusedZero(cfg.Handler.Concurrency),
+		HandlerTimeout:    refusedZeroDuration(cfg.Handler.Timeout),
+		MinBackoff:        explicit(cfg.Retry.MinBackoff),
+		MaxBackoff:        explicit(cfg.Retry.MaxBackoff),
+		Grace:             explicit(cfg.Shutdown.Grace),
 		Retention:         cfg.Ledger.Retention.Duration,
 		Logger:            log,
 	}

@@ -1,0 +1,89 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+func TestConfig_Validate(t *testing.T) {
+	t.Parallel()
+	base := func() worker.Config {
+		return worker.Config{QueueURL: "http://127.0.0.1:1/000000000000/q", Key: worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"}}
+	}
+	t.Run("ZeroIsDefaultNoDelayIsZero", func(t *testing.T) {
+		t.Parallel()
+		c := base()
+		c.WaitTime, c.MinBackoff, c.MaxBackoff, c.Grace = worker.NoDelay, worker.NoDelay, 2*time.Second, worker.NoDelay
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		if err := base().Validate(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	tests := []struct {
+		name   string
+		mutate func(*worker.Config)
+		field  string
+		want   string
+	}{
+		{"negative grace", func(c *worker.Config) { c.Grace = -5 * time.Second }, "Grace", "Grace: must be between 0s and 1h, got -5s"},
+		{"max under min", func(c *worker.Config) { c.MinBackoff, c.MaxBackoff = 5*time.Second, time.Second }, "MaxBackoff", "at least the minimum back-off (5s), got 1s"},
+		{"max under default min", func(c *worker.Config) { c.MaxBackoff = time.Second }, "MaxBackoff", "at least the minimum back-off (5s)"},
+		{"retention under a claim", func(c *worker.Config) { c.Retention = time.Minute }, "Retention", "(1m30s)"},
+		{"too many pollers", func(c *worker.Config) { c.Pollers = 65 }, "Pollers", "between 1 and 64, got 65"},
+		{"relative url", func(c *worker.Config) { c.QueueURL = "queue" }, "QueueURL", "absolute http or https URL"},
+		{"pointer", func(c *worker.Config) { c.Key.Pointer = "id" }, "Key.Pointer", `starting with "/", got "id"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := base()
+			tc.mutate(&c)
+			err := c.Validate()
+			var fe *worker.FieldError
+			if !errors.As(err, &fe) || fe.Field != tc.field || !errors.Is(err, worker.ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want a FieldError for %s wrapping ErrInvalidConfig", err, tc.field)
+			}
+			if got := fe.Error(); !strings.Contains(got, tc.want) {
+				t.Errorf("%q does not contain %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// NoDelay grace: a stop cancels running work at once, rather than letting
+// it run for the default 25 seconds.
+func TestWorker_NoGrace(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	cfg := b.config()
+	cfg.Grace = worker.NoDelay
+	started := make(chan struct{})
+	cancelled := make(chan bool, 1)
+	stop := b.start(cfg, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		close(started)
+		select {
+		case <-ctx.Done():
+			cancelled <- true
+			return ctx.Err()
+		case <-time.After(20 * time.Second):
+			cancelled <- false
+			return nil
+		}
+	}))
+	b.send(`{"id":"slow"}`)
+	<-started
+	s := stop()
+	if !<-cancelled {
+		t.Fatal("the handler ran on after the stop: a grace of NoDelay was not zero")
+	}
+	if s.Completed != 0 || s.Deleted != 0 {
+		t.Errorf("stats %+v: cut-off work was acknowledged", s)
+	}
+}
