@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode"
 )
 
 // Defaults and limits of the exec handler.
@@ -61,13 +62,19 @@ type ExecConfig struct {
 	// has between SIGTERM and SIGKILL. Zero means 5s; it must not be
 	// negative.
 	KillGrace time.Duration
+	// Env lists the variables of the worker's environment that the command
+	// inherits: exact names, or prefixes ending in "*" ("APP_*"; "*" alone
+	// passes everything). Nil passes the whole environment, AWS credentials
+	// included; a non-nil empty list passes none. The SQSONCE_* variables
+	// of the message are set either way.
+	Env []string
 }
 
 // ExecHandler is a Handler that runs a command for each message. It is safe
 // for concurrent use; each call of Handle runs its own process.
 //
 // The command gets the message body on stdin and the worker's environment
-// plus SQSONCE_KEY (Message.Key), SQSONCE_MESSAGE_ID, SQSONCE_ATTEMPT,
+// (or the part of it that ExecConfig.Env lets through) plus SQSONCE_KEY (Message.Key), SQSONCE_MESSAGE_ID, SQSONCE_ATTEMPT,
 // SQSONCE_RECEIVE_COUNT, SQSONCE_QUEUE_URL and, for a message with a group
 // id, SQSONCE_GROUP_ID. These replace inherited variables of the same names;
 // an inherited SQSONCE_GROUP_ID is removed for a message without a group
@@ -112,6 +119,7 @@ type ExecHandler struct {
 	retry     []int
 	log       *slog.Logger
 	killGrace time.Duration
+	env       []string // ExecConfig.Env; nil: everything
 }
 
 // NewExecHandler validates cfg and returns its handler.
@@ -135,11 +143,19 @@ func NewExecHandler(cfg ExecConfig) (*ExecHandler, error) {
 	if cfg.KillGrace < 0 {
 		return nil, fmt.Errorf("exec handler: kill grace %v is negative", cfg.KillGrace)
 	}
+	for _, name := range cfg.Env {
+		if err := CheckEnvPattern(name); err != nil {
+			return nil, fmt.Errorf("exec handler: env: %w", err)
+		}
+	}
 	h := &ExecHandler{
 		argv:      append([]string(nil), cfg.Command...),
 		retry:     append([]int(nil), cfg.RetryExitCodes...),
 		log:       cfg.Logger,
 		killGrace: cfg.KillGrace,
+	}
+	if cfg.Env != nil {
+		h.env = append([]string{}, cfg.Env...)
 	}
 	if len(h.retry) == 0 {
 		h.retry = []int{execDefaultRetryCode}
@@ -159,7 +175,7 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("exec %s: not started: %w", name, handlerContextErr(ctx))
 	}
-	env, err := execEnviron(os.Environ(), m)
+	env, err := execEnviron(allowedEnv(os.Environ(), h.env), m)
 	if err != nil {
 		// The values come from the message, so every delivery fails alike.
 		return Permanent(fmt.Errorf("exec %s: %w", name, err))
@@ -219,6 +235,48 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	default: // killed by a signal Handle did not send
 		return fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail())
 	}
+}
+
+// CheckEnvPattern reports whether p can stand in ExecConfig.Env: a variable
+// name, or a prefix of one followed by "*".
+func CheckEnvPattern(p string) error {
+	name := strings.TrimSuffix(p, "*")
+	switch {
+	case p == "":
+		return errors.New("an empty name")
+	case strings.ContainsAny(name, "=*\x00") || strings.ContainsFunc(name, unicode.IsSpace):
+		return fmt.Errorf("%q is not a variable name, nor a prefix of one followed by *", p)
+	}
+	return nil
+}
+
+// EnvPasses reports whether the patterns of ExecConfig.Env let the variable
+// name through to the command; nil patterns let everything through.
+func EnvPasses(patterns []string, name string) bool {
+	if patterns == nil {
+		return true
+	}
+	for _, p := range patterns {
+		if prefix, ok := strings.CutSuffix(p, "*"); (ok && strings.HasPrefix(name, prefix)) || name == p {
+			return true
+		}
+	}
+	return false
+}
+
+// allowedEnv returns the variables of environ that the patterns let
+// through; all of environ when patterns is nil.
+func allowedEnv(environ, patterns []string) []string {
+	if patterns == nil {
+		return environ
+	}
+	var out []string
+	for _, kv := range environ {
+		if name, _, _ := strings.Cut(kv, "="); EnvPasses(patterns, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // execEnviron returns base without the variables the handler sets, followed

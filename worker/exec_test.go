@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -203,6 +204,52 @@ func TestExecHandler_EnvOverridesInherited(t *testing.T) {
 	} {
 		if !strings.Contains(string(m.Result), want) {
 			t.Errorf("Result does not contain %q:\n%s", want, m.Result)
+		}
+	}
+}
+
+// TestExecHandler_EnvAllowList sets the test process's environment, so it
+// cannot run in parallel with other tests.
+func TestExecHandler_EnvAllowList(t *testing.T) {
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("APP_DSN", "db")
+	t.Setenv("APP_MODE", "live")
+	t.Setenv("LANG", "C.UTF-8")
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		want  []string
+		avoid []string
+	}{
+		{"nil passes everything", nil, []string{"AWS_SECRET_ACCESS_KEY=secret", "APP_DSN=db", "LANG=C.UTF-8"}, nil},
+		{"names and prefixes", []string{"LANG", "APP_*"}, []string{"APP_DSN=db", "APP_MODE=live", "LANG=C.UTF-8"}, []string{"AWS_", "PATH="}},
+		{"none", []string{}, nil, []string{"AWS_", "APP_", "LANG=", "PATH="}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newExecHandler(t, worker.ExecConfig{Command: []string{"env"}, Env: tc.env})
+			m := execMessage()
+			if err := execHandle(t, h, m); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			lines := strings.Split(string(m.Result), "\n")
+			has := func(prefix string) bool {
+				return slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, prefix) })
+			}
+			for _, w := range append(tc.want, "SQSONCE_KEY=orders:42") {
+				if !has(w) {
+					t.Errorf("the command's environment lacks %q:\n%s", w, m.Result)
+				}
+			}
+			for _, a := range tc.avoid {
+				if has(a) {
+					t.Errorf("the command's environment has %q:\n%s", a, m.Result)
+				}
+			}
+		})
+	}
+	for _, bad := range []string{"", "A=B", "A*B", "A B"} {
+		if _, err := worker.NewExecHandler(worker.ExecConfig{Command: []string{"env"}, Env: []string{bad}}); err == nil {
+			t.Errorf("Env %q accepted", bad)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -104,6 +105,15 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 			c.line("fail", "handler", "%v", err)
 		} else {
 			c.line("ok", "handler", "%s is executable", p)
+		}
+		var passed []string
+		for _, name := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE"} {
+			if v, ok := m.LookupEnv(name); ok && v != "" && worker.EnvPasses(cfg.Handler.envPatterns(), name) {
+				passed = append(passed, name)
+			}
+		}
+		if len(passed) > 0 {
+			c.line("warn", "handler env", "the command inherits %s: list what it needs in handler.env", strings.Join(passed, ", "))
 		}
 	case HandlerHTTP:
 		req, err := http.NewRequestWithContext(ctx, http.MethodHead, cfg.Handler.URL, nil)

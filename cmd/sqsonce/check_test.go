@@ -19,7 +19,8 @@ func TestMain_Check(t *testing.T) {
 	t.Run("AllGood", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, "exit 0\n")
-		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_SHUTDOWN_GRACE=30s", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s")
+		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_SHUTDOWN_GRACE=30s", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
+			"AWS_SECRET_ACCESS_KEY=secret", "SQSONCE_HANDLER_ENV=PATH HOME")
 		if code != 0 || strings.Contains(out, "fail") || strings.Contains(out, "warn") {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
@@ -38,11 +39,12 @@ func TestMain_Check(t *testing.T) {
 		e := newEnv(t, false, "exit 0\n")
 		client := sqstest.NewClient(t, nil)
 		bare := sqstest.CreateQueue(t, client, sqstest.QueueOptions{})
-		code, out := e.run("check", "", "SQSONCE_QUEUE_URL="+bare.URL, "SQSONCE_LEDGER_RETENTION=1h", "SQSONCE_HANDLER_TIMEOUT=1m")
+		code, out := e.run("check", "", "SQSONCE_QUEUE_URL="+bare.URL, "SQSONCE_LEDGER_RETENTION=1h", "SQSONCE_HANDLER_TIMEOUT=1m",
+			"AWS_SECRET_ACCESS_KEY=secret")
 		if code != 0 {
 			t.Fatalf("warnings alone must not fail: exit %d:\n%s", code, out)
 		}
-		for _, want := range []string{"warn dead-letter queue", "warn retention", "warn timeouts", "warn shutdown"} {
+		for _, want := range []string{"warn dead-letter queue", "warn retention", "warn timeouts", "warn shutdown", "warn handler env the command inherits", "AWS_SECRET_ACCESS_KEY: list what it needs in handler.env"} {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}

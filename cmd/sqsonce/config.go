@@ -153,6 +153,11 @@ type HandlerConfig struct {
 	// means done and any code not listed means a permanent failure, so each
 	// code must be 1 to 255.
 	RetryExitCodes []int `toml:"retry_exit_codes"`
+	// Env lists the variables of sqsonce's own environment that the exec
+	// handler's command inherits: names, or prefixes ending in "*". The
+	// default ["*"] passes everything, AWS credentials included; [] passes
+	// none. The SQSONCE_* variables of the message are set either way.
+	Env []string `toml:"env"`
 }
 
 // RetryConfig is the back-off after a failed attempt: the message's
@@ -254,6 +259,7 @@ func DefaultConfig() Config {
 			Timeout:        Duration{worker.DefaultHandlerTimeout},
 			Concurrency:    worker.DefaultConcurrency,
 			RetryExitCodes: []int{75},
+			Env:            []string{"*"},
 		},
 		Retry: RetryConfig{
 			MinBackoff: Duration{worker.DefaultMinBackoff},
@@ -575,6 +581,15 @@ var rules = []rule{
 		check: func(c *Config) error { return httpURL(c.Handler.URL) },
 	},
 	{key: "handler.retry_exit_codes", check: func(c *Config) error { return eachBetween(c.Handler.RetryExitCodes, 1, 255) }},
+	{key: "handler.env", check: func(c *Config) error {
+		var errs []error
+		for _, p := range c.Handler.Env {
+			if err := worker.CheckEnvPattern(p); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}},
 
 	{
 		key:   "admin.listen",

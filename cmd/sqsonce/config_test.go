@@ -68,6 +68,7 @@ func fullConfig() Config {
 			Timeout:        Duration{90 * time.Second},
 			Concurrency:    32,
 			RetryExitCodes: []int{75, 111},
+			Env:            []string{"PATH", "APP_*"},
 		},
 		Retry: RetryConfig{
 			MinBackoff: Duration{time.Second},
@@ -137,6 +138,7 @@ func TestDefaultConfig(t *testing.T) {
 			Timeout:        Duration{30 * time.Second},
 			Concurrency:    8,
 			RetryExitCodes: []int{75},
+			Env:            []string{"*"},
 		},
 		Retry: RetryConfig{
 			MinBackoff: Duration{5 * time.Second},
@@ -160,6 +162,7 @@ func TestDefaultConfig(t *testing.T) {
 	a := DefaultConfig()
 	a.Handler.Command[0] = "changed"
 	a.Handler.RetryExitCodes[0] = 1
+	a.Handler.Env[0] = "changed"
 	assertConfig(t, DefaultConfig(), want)
 }
 
@@ -331,6 +334,7 @@ func TestValidateRejects(t *testing.T) {
 		{"handler concurrency over", func(c *Config) { c.Handler.Concurrency = 10001 }, "handler.concurrency", "got 10001", nil},
 		{"handler retry code zero", func(c *Config) { c.Handler.RetryExitCodes = []int{75, 0} }, "handler.retry_exit_codes", "each must be between 1 and 255, got 0", nil},
 		{"handler retry codes out of range", func(c *Config) { c.Handler.RetryExitCodes = []int{-1, 75, 256} }, "handler.retry_exit_codes", "got -1, 256", nil},
+		{"handler env not a name", func(c *Config) { c.Handler.Env = []string{"PATH", "A=B"} }, "handler.env", `"A=B" is not a variable name`, nil},
 		{"retry min_backoff negative", func(c *Config) { c.Retry.MinBackoff = Duration{-time.Second} }, "retry.min_backoff", "must be between 0s and 12h, got -1s", nil},
 		{"retry min_backoff over", func(c *Config) { c.Retry.MinBackoff = Duration{13 * time.Hour} }, "retry.min_backoff", "got 13h", []string{"retry.max_backoff"}},
 		{"retry max_backoff below min", func(c *Config) { c.Retry.MaxBackoff = Duration{time.Second} }, "retry.max_backoff", "must be at least the minimum back-off (5s), got 1s", nil},
@@ -622,6 +626,8 @@ func TestLoadConfigEnvOverrides(t *testing.T) {
 			func(c Config) any { return c.Handler.RetryExitCodes }, []int{}},
 		{"int list empty JSON", map[string]string{"SQSONCE_HANDLER_RETRY_EXIT_CODES": "[]"},
 			func(c Config) any { return c.Handler.RetryExitCodes }, []int{}},
+		{"env list set empty", map[string]string{"SQSONCE_HANDLER_ENV": ""},
+			func(c Config) any { return c.Handler.Env }, []string{}},
 		{"enum", map[string]string{"SQSONCE_KEY_FROM": "body"},
 			func(c Config) any { return c.Key.From }, "body"},
 		{"unrelated variables", map[string]string{"SQSONCE_QUEUE": "x", "SQSONCE_UNKNOWN_KEY": "y"},
@@ -679,6 +685,7 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_HANDLER_TIMEOUT":          "1m30s",
 		"SQSONCE_HANDLER_CONCURRENCY":      "32",
 		"SQSONCE_HANDLER_RETRY_EXIT_CODES": "[75, 111]",
+		"SQSONCE_HANDLER_ENV":              "PATH APP_*",
 		"SQSONCE_RETRY_MIN_BACKOFF":        "1s",
 		"SQSONCE_RETRY_MAX_BACKOFF":        "1h",
 		"SQSONCE_SHUTDOWN_GRACE":           "10s",
@@ -814,6 +821,7 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_HANDLER_TIMEOUT",
 		"SQSONCE_HANDLER_CONCURRENCY",
 		"SQSONCE_HANDLER_RETRY_EXIT_CODES",
+		"SQSONCE_HANDLER_ENV",
 		"SQSONCE_RETRY_MIN_BACKOFF",
 		"SQSONCE_RETRY_MAX_BACKOFF",
 		"SQSONCE_SHUTDOWN_GRACE",
@@ -915,4 +923,21 @@ func FuzzLoadConfig(f *testing.F) {
 			t.Errorf("LoadConfig returned an invalid config: %v", err)
 		}
 	})
+}
+
+// handler.env = [] passes nothing to the command, not everything.
+func TestHandlerEnvEmptyPassesNothing(t *testing.T) {
+	t.Parallel()
+	path := writeConfig(t, "[queue]\nurl = \""+testQueueURL+"\"\n[handler]\nenv = []\n")
+	c, err := LoadConfig(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Handler.envPatterns()
+	if p == nil || len(p) != 0 || worker.EnvPasses(p, "AWS_SECRET_ACCESS_KEY") {
+		t.Errorf("handler.env = [] became %#v", p)
+	}
+	if d := DefaultConfig().Handler.envPatterns(); !worker.EnvPasses(d, "AWS_SECRET_ACCESS_KEY") {
+		t.Errorf("the default %q does not pass everything", d)
+	}
 }

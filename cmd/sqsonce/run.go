@@ -153,9 +153,18 @@ func keyConfig(k KeyConfig) worker.KeyConfig {
 func newHandler(h HandlerConfig, log *slog.Logger) (worker.Handler, error) {
 	switch h.Type {
 	case HandlerExec:
-		return worker.NewExecHandler(worker.ExecConfig{Command: h.Command, RetryExitCodes: h.RetryExitCodes, Logger: log})
+		return worker.NewExecHandler(worker.ExecConfig{Command: h.Command, RetryExitCodes: h.RetryExitCodes, Env: h.envPatterns(), Logger: log})
 	case HandlerHTTP:
 		return worker.NewHTTPHandler(worker.HTTPConfig{URL: h.URL, Logger: log})
 	}
 	return nil, fmt.Errorf("handler.type %q: %w", h.Type, ErrInvalidConfig)
+}
+
+// envPatterns is handler.env for worker.ExecConfig.Env: an empty list in the
+// file passes nothing, where a nil ExecConfig.Env would pass everything.
+func (h HandlerConfig) envPatterns() []string {
+	if h.Env == nil {
+		return []string{}
+	}
+	return h.Env
 }
