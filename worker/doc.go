@@ -10,9 +10,22 @@
 // dead-letter queue. Duplicate deliveries of a completed operation are
 // deleted without running the work.
 //
-// The one window in which an operation can run twice is a crash after the
-// Handler succeeded and before the completion was durable. The key is handed
-// to the Handler (Message.Key, the SQSONCE_KEY variable of the exec handler,
-// the Idempotency-Key header of the http handler) so that the system the work
-// writes to can close that window too.
+// An operation can still run twice in these windows, and in no others:
+//
+//   - the process dies after the Handler's effect and before the completion
+//     is durable (about a millisecond plus one fsync);
+//   - the Handler is stopped (its timeout, the end of the shutdown grace, a
+//     lost lease) or returns an error after its effect happened: the
+//     attempt counts as failed and is retried;
+//   - the ledger cannot commit the completion (a full disk): the message is
+//     left for redelivery (Stats.CompleteFailed);
+//   - the claim's lease lapses while the work runs (the process stopped or
+//     cut off from a shared ledger for longer than the lease) and another
+//     claim takes the operation over;
+//   - the operation's record is gone (expired, forgotten, a new ledger) when
+//     a delivery comes.
+//
+// The key is handed to the Handler (Message.Key, the SQSONCE_KEY variable
+// of the exec handler, the Idempotency-Key header of the http handler) so
+// that the system the work writes to can close these windows too.
 package worker
