@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 	"unicode"
+
+	"github.com/sqsonce/sqsonce/internal/textcut"
 )
 
 // Defaults and limits of the exec handler.
@@ -544,7 +546,7 @@ func (w *execStderr) tail() string {
 	if w.last == "" {
 		return ""
 	}
-	return fmt.Sprintf("; last stderr line: %q", handlerCutText(w.last, execMaxErrorTail))
+	return fmt.Sprintf("; last stderr line: %q", textcut.Mark(w.last, execMaxErrorTail, "..."))
 }
 
 // execValidText returns b as a string with invalid UTF-8 replaced.

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sqsonce/sqsonce/internal/textcut"
 )
 
 // Limits of the http handler.
@@ -167,7 +169,7 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 	}
 	if code >= 300 && code <= 399 {
 		if loc := resp.Header.Get("Location"); loc != "" {
-			status += " to " + strconv.Quote(handlerCutText(loc, httpMaxErrorBody))
+			status += " to " + strconv.Quote(textcut.Mark(loc, httpMaxErrorBody, "..."))
 		}
 		status += " (redirects are not followed)"
 	}
@@ -226,7 +228,7 @@ func httpBodyText(b []byte) string {
 	if s == "" {
 		return ""
 	}
-	return fmt.Sprintf(": body %q", handlerCutText(s, httpMaxErrorBody))
+	return fmt.Sprintf(": body %q", textcut.Mark(s, httpMaxErrorBody, "..."))
 }
 
 // handlerContextErr returns ctx.Err(), joined with the context's cause when
@@ -237,18 +239,6 @@ func handlerContextErr(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", err, cause)
 	}
 	return err
-}
-
-// handlerCutText cuts s to at most n bytes without splitting a rune, and
-// marks the cut with "...".
-func handlerCutText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n] + "..."
 }
 
 // httpValidHeaderValue reports whether s can be sent as a header value.

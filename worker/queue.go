@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/internal/textcut"
 )
 
 // queueInfo is what the worker learns about its queue at start.
@@ -243,6 +245,7 @@ const (
 	AttrReason          = "SqsonceReason"
 	AttrSourceMessageID = "SqsonceSourceMessageId"
 	maxMessageAttrs     = 10
+	maxReasonLen        = 1024 // bytes of the reason attribute
 )
 
 // deadLetter moves a message that must not run (again) to the dead-letter
@@ -262,7 +265,7 @@ func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
 	}
 	// The reason first, then the source id: each replaces an earlier value
 	// (a message dead-lettered before) or takes a free place; SQS allows ten.
-	for _, a := range [...]struct{ k, v string }{{AttrReason, truncate(reason, 1024)}, {AttrSourceMessageID, j.id()}} {
+	for _, a := range [...]struct{ k, v string }{{AttrReason, textcut.Cut(reason, maxReasonLen)}, {AttrSourceMessageID, j.id()}} {
 		if _, ok := attrs[a.k]; ok || len(attrs) < maxMessageAttrs {
 			attrs[a.k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(a.v)}
 		}
@@ -289,11 +292,4 @@ func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
 	log.Warn("moved to the dead-letter queue", "reason", reason, "dead_letter_queue", w.queue.dlqURL)
 	w.delete(j.msg)
 	return true
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }

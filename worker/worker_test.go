@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -737,5 +738,26 @@ func TestWorker_DeadLetterReplacesReasonAtTheAttributeLimit(t *testing.T) {
 	}
 	if len(m.MessageAttributes) != 10 {
 		t.Fatalf("%d attributes", len(m.MessageAttributes))
+	}
+}
+
+// The reason a message was dead-lettered is cut to 1 KiB without splitting
+// a character: a reason cut inside one is not valid UTF-8.
+func TestWorker_DeadLetterReasonCutWhole(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	stop := b.start(b.config(), worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		return worker.Permanent(errors.New("xy" + strings.Repeat("é", 600))) // an odd number of bytes before the é: a cut at 1024 falls inside one
+	}))
+	b.send(`{"id":"long-reason"}`)
+	b.waitEmpty(20 * time.Second)
+	stop()
+	dlq := sqstest.Drain(t, b.client, b.queue.DLQURL, 1, 5*time.Second)
+	if len(dlq) != 1 {
+		t.Fatalf("DLQ %v", dlq)
+	}
+	reason := attr(dlq[0], worker.AttrReason)
+	if !utf8.ValidString(reason) || len(reason) > 1024 || len(reason) < 1000 || !strings.HasPrefix(reason, "failed permanently: permanent: xy") {
+		t.Errorf("reason of %d bytes, valid UTF-8 %v: %q", len(reason), utf8.ValidString(reason), reason)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sqsonce/sqsonce/internal/textcut"
 	"github.com/sqsonce/sqsonce/ledger"
 )
 
@@ -241,12 +242,9 @@ func printRecord(w io.Writer, r ledger.Record) {
 	tw.Flush()
 }
 
+// oneLine puts s on one line and cuts it to n bytes, marking the cut.
 func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		s = s[:n] + "…"
-	}
-	return s
+	return textcut.Mark(strings.Join(strings.Fields(s), " "), n, "…")
 }
 
 // isTerminal reports whether the reader or writer v is a terminal.
