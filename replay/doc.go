@@ -33,11 +33,21 @@
 //
 // # FIFO targets
 //
-// On a FIFO target a copy keeps the message group of the message it copies,
-// and its MessageDeduplicationId is the operation key. SQS drops a send
-// whose deduplication id it has seen on that queue in the last five
-// minutes: a copy that SQS answers with the id of the original message is
-// left in the source and counted as failed.
+// On a FIFO target a copy keeps the message group of the message it copies
+// (a message from a standard queue gets the group of its operation key, or
+// one of its own when it has no key), so that one group's messages arrive in
+// their order. Its MessageDeduplicationId identifies the message copied,
+// never the operation: it is worker.CopyDeduplicationID of the source
+// message's MessageId. SQS drops, for five minutes, every send whose
+// deduplication id it has seen on that queue, and answers it with success
+// all the same. Named by the operation, the second of two dead letters of
+// one key (two conflicting payloads, or a second failure soon after a
+// replay) would be dropped and then deleted from the source: lost. Named by
+// the message copied, a copy is dropped only when an earlier copy of the
+// same message was accepted (an earlier delete from the source failed, or
+// the answer to the send was lost), and that copy is in the target:
+// deleting the message from the source loses nothing. A message can
+// therefore be replayed however soon after it was sent.
 //
 // # Holding
 //

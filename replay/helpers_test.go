@@ -299,3 +299,33 @@ func attr(m types.Message, name string) string {
 func (b *bundle) logged(msg string) bool {
 	return strings.Contains(b.log.String(), `"msg":"`+msg)
 }
+
+// unhideAll receives from a queue until it has n messages (waiting up to
+// 30 s for held ones to come back) and makes them visible again at once.
+func (b *bundle) unhideAll(url string, n int) {
+	b.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var got []types.Message
+	for len(got) < n {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("%d of %d messages came back to %s", len(got), n, url)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		out, err := b.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: int32(min(n-len(got), 10)), WaitTimeSeconds: 1, VisibilityTimeout: 60,
+		})
+		cancel()
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		got = append(got, out.Messages...)
+	}
+	for _, m := range got {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		_, err := b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle})
+		cancel()
+		if err != nil {
+			b.t.Fatal(err)
+		}
+	}
+}

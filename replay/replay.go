@@ -503,17 +503,16 @@ func (r *Replayer) entry(i int, it *item) types.SendMessageBatchRequestEntry {
 		MessageAttributes: attrs,
 	}
 	if r.cfg.ToFIFO {
-		var dedup string
-		switch {
-		case it.keyErr == nil:
-			dedup = worker.DeduplicationID(it.key)
-		case it.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)] != "":
-			dedup = it.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)]
-		default:
-			dedup = worker.DeduplicationID(it.id)
-		}
+		// Named by the message copied, never by the operation: see the
+		// package documentation.
+		dedup := worker.CopyDeduplicationID(it.id)
 		group := it.msg.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)]
-		if group == "" {
+		switch {
+		case group != "":
+		case it.keyErr == nil:
+			// From a standard queue: one operation's copies in order.
+			group = worker.DeduplicationID(it.key)
+		default:
 			group = dedup
 		}
 		e.MessageGroupId, e.MessageDeduplicationId = aws.String(group), aws.String(dedup)
@@ -547,16 +546,10 @@ func (r *Replayer) send(ctx context.Context, items []*item) []*item {
 		if err != nil || i < 0 || i >= len(items) || answered[i] {
 			continue
 		}
+		// On a FIFO target SQS may have dropped the copy as a duplicate;
+		// then an earlier copy of this very message is in the target.
 		answered[i] = true
-		it := items[i]
-		if r.cfg.ToFIFO && deduplicatedAsOriginal(it, aws.ToString(s.MessageId)) {
-			r.n.failed.Add(1)
-			r.log.Error("SQS dropped the copy as a duplicate of the original message (FIFO deduplication within 5 minutes of its send): left in the source queue; replay it later",
-				"message_id", it.id, "key", it.key)
-			refused = append(refused, it)
-			continue
-		}
-		sent = append(sent, it)
+		sent = append(sent, items[i])
 	}
 	for _, f := range out.Failed {
 		i, err := strconv.Atoi(aws.ToString(f.Id))
@@ -583,20 +576,6 @@ func (r *Replayer) send(ctx context.Context, items []*item) []*item {
 		r.moveTime()
 	}
 	return sent
-}
-
-// deduplicatedAsOriginal reports whether a FIFO send was answered with the
-// id of the message it copies (the original send, whose deduplication id
-// SQS still remembers), so that nothing was enqueued.
-func deduplicatedAsOriginal(it *item, sentID string) bool {
-	if sentID == "" {
-		return false
-	}
-	if sentID == it.id {
-		return true
-	}
-	v, ok := it.msg.MessageAttributes[worker.AttrSourceMessageID]
-	return ok && aws.ToString(v.StringValue) == sentID
 }
 
 // deleteItems deletes moved and dropped messages from the source.

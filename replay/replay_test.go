@@ -145,47 +145,113 @@ func TestReplayer_Run(t *testing.T) {
 		}
 	})
 
-	// On a FIFO target the group stays and the deduplication id is the key;
-	// a copy SQS drops as a duplicate of its original within 5 minutes is
-	// not deleted from the DLQ.
+	// On a FIFO target the group stays and the deduplication id names the
+	// message copied: a message dead-lettered moments after its operation
+	// was sent (with the key as deduplication id) moves all the same.
 	t.Run("FIFO", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, true)
-		// k9 was sent (deduplication id = its key, as sqsonce send does)
-		// and taken from the queue moments ago.
 		b.put(b.queue.URL, []seed{{body: `{"id":"k9"}`, group: "g9", dedup: "k9"}})
-		orig := b.take(b.queue.URL)
-		if len(orig) != 1 {
+		if orig := b.take(b.queue.URL); len(orig) != 1 {
 			t.Fatalf("%d originals", len(orig))
 		}
-		b.put(b.queue.DLQURL, []seed{
+		dlq := b.put(b.queue.DLQURL, []seed{
 			{body: `{"id":"k1","n":1}`, group: "g1", dedup: "d1"},
 			{body: `{"id":"k2","n":2}`, group: "g1", dedup: "d2"},
 			{body: `{"id":"k3"}`, group: "g2", dedup: "d3", attrs: map[string]types.MessageAttributeValue{"x": str("y")}},
-			{body: `{"id":"k9"}`, group: "g9", dedup: "d9", attrs: map[string]types.MessageAttributeValue{
-				worker.AttrSourceMessageID: str(aws.ToString(orig[0].MessageId)),
-			}},
+			{body: `{"id":"k9"}`, group: "g9", dedup: "d9"},
 		})
+		copyOf := map[string]string{"k1": dlq[0], "k2": dlq[1], "k3": dlq[2], "k9": dlq[3]}
 
 		sum, err := b.run(b.config())
-		if !errors.Is(err, replay.ErrNotMoved) || !strings.Contains(b.log.String(), "deduplication within 5 minutes") {
-			t.Fatalf("%v, want ErrNotMoved for the copy SQS dropped:\n%s", err, b.log)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.log)
 		}
-		b.want(sum, replay.Summary{Moved: 3, Failed: 1})
+		b.want(sum, replay.Summary{Moved: 4})
 		var order []string
 		for _, m := range b.take(b.queue.URL) {
 			k := id(m)
 			order = append(order, k)
 			group, dedup := m.Attributes["MessageGroupId"], m.Attributes["MessageDeduplicationId"]
-			if want := map[string]string{"k1": "g1", "k2": "g1", "k3": "g2"}[k]; group != want || dedup != k {
-				t.Errorf("%s: group %q, deduplication id %q; want %q and the key", k, group, dedup, want)
+			if want := map[string]string{"k1": "g1", "k2": "g1", "k3": "g2", "k9": "g9"}[k]; group != want || dedup != worker.CopyDeduplicationID(copyOf[k]) {
+				t.Errorf("%s: group %q, deduplication id %q; want %q and the copy id of %s", k, group, dedup, want, copyOf[k])
 			}
 		}
-		if len(order) != 3 || slices.Index(order, "k1") > slices.Index(order, "k2") || !slices.Contains(order, "k3") {
-			t.Fatalf("target received %v, want k1 before k2, and k3", order)
+		if len(order) != 4 || slices.Index(order, "k1") > slices.Index(order, "k2") {
+			t.Fatalf("target received %v, want k1 before k2, k3 and k9", order)
 		}
-		if left := b.take(b.queue.DLQURL); len(left) != 1 || id(left[0]) != "k9" {
-			t.Fatalf("left in the DLQ: %d messages, want k9", len(left))
+		if left := b.take(b.queue.DLQURL); len(left) != 0 {
+			t.Fatalf("left in the DLQ: %d messages", len(left))
+		}
+	})
+
+	// Two dead letters of one operation with different bodies (a conflict,
+	// or a second failure after a replay) both arrive: SQS must not take the
+	// second copy for a duplicate of the first.
+	t.Run("FIFOOneKeyTwoMessages", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, true)
+		b.prepare(map[string]string{"k": "failed"})
+		b.put(b.queue.DLQURL, []seed{
+			{body: `{"id":"k","v":1}`, group: "g", dedup: "d1"},
+			{body: `{"id":"k","v":2}`, group: "g", dedup: "d2"},
+		})
+		sum, err := b.run(b.config())
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 2, Reset: 2})
+		var got []string
+		for _, m := range b.take(b.queue.URL) {
+			got = append(got, aws.ToString(m.Body))
+		}
+		if want := []string{`{"id":"k","v":1}`, `{"id":"k","v":2}`}; !slices.Equal(got, want) {
+			t.Fatalf("the target received %q, want %q", got, want)
+		}
+		if left := b.take(b.queue.DLQURL); len(left) != 0 {
+			t.Fatalf("left in the DLQ: %d messages", len(left))
+		}
+	})
+
+	// A second copy of one dead letter, after a run whose delete from the
+	// source failed, is dropped by SQS as a duplicate of the first: the
+	// target holds one copy, and the dead letter is deleted.
+	t.Run("FIFOCopyAgain", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, true)
+		b.put(b.queue.DLQURL, []seed{{body: `{"id":"k"}`, group: "g", dedup: "d"}})
+		faults := sqstest.NewFaults(1, nil)
+		faults.Set("DeleteMessageBatch", sqstest.Rates{ServerError: 1})
+		cfg := b.config()
+		cfg.Hold = time.Second
+		r, err := replay.New(cfg, sqstest.NewClient(t, faults), b.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := r.Run(t.Context())
+		if !errors.Is(err, replay.ErrNotDeleted) {
+			t.Fatalf("%v, want ErrNotDeleted\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 1, DeleteFailed: 1})
+
+		// The dead letter comes back once its hold runs out; the next run
+		// sends it again.
+		b.unhideAll(b.queue.DLQURL, 1)
+		faults.SetEnabled(false)
+		r, err = replay.New(cfg, sqstest.NewClient(t, faults), b.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err = r.Run(t.Context())
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 1})
+		if got := b.take(b.queue.URL); len(got) != 1 || id(got[0]) != "k" {
+			t.Fatalf("the target received %d copies, want 1", len(got))
+		}
+		if left := b.take(b.queue.DLQURL); len(left) != 0 {
+			t.Fatalf("left in the DLQ: %d messages", len(left))
 		}
 	})
 

@@ -41,12 +41,14 @@ while replay runs (--hold), so that none is received twice, and made
 visible again at the end. On a FIFO source such a message holds back the
 rest of its message group until then.
 
-On a FIFO target, MessageGroupId is kept and MessageDeduplicationId is the
-operation key. SQS drops a send whose deduplication id was used on that
-queue in the last 5 minutes: a message dead-lettered less than 5 minutes
-after it was sent cannot be replayed yet. Replay notices when SQS answers
-with the original message's id, leaves the message in place and counts it
-as failed; run replay again later.
+On a FIFO target, MessageGroupId is kept, and MessageDeduplicationId names
+the message copied (its MessageId in the source), never the operation. SQS
+drops a send whose deduplication id it saw on that queue in the last 5
+minutes, and answers it with success: named by the operation, the second
+of two dead letters with one key would be dropped and deleted, lost. Named
+by the message copied, a copy is dropped only when an earlier copy of the
+same message was accepted (its delete failed, or the send's answer was
+lost), and that copy is in the target.
 
 The first SIGINT or SIGTERM stops receiving, finishes the moves in hand,
 makes every other message visible again, prints the summary and exits 1. A

@@ -250,7 +250,7 @@ func TestReplay_Usage(t *testing.T) {
 		code int
 		want string
 	}{
-		{"replay --help", exitOK, "5 minutes"},
+		{"replay --help", exitOK, "never the operation"},
 		{"replay --max -1", exitUsage, "--max -1"},
 		{"replay --max-replays 0", exitUsage, "--max-replays 0"},
 		{"replay --rate -1", exitUsage, "--rate -1"},
