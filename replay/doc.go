@@ -29,7 +29,10 @@
 // replays. SQS allows ten message attributes per message: to make room for
 // SqsonceReplays, SqsonceReason is dropped first, then
 // SqsonceSourceMessageId. A message with ten attributes of its own besides
-// those is sent without SqsonceReplays, with a warning in the log.
+// those is not moved (Summary.NoRoom): sent without its count, every copy
+// that came back to the dead-letter queue would look new, and MaxReplays
+// could never stop it from going round for ever. It is left in the source
+// for someone to move by hand.
 //
 // # FIFO targets
 //

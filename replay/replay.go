@@ -35,8 +35,8 @@ var (
 	// ErrInterrupted: Stop was called or the context ended before the
 	// source ran dry; the messages not moved are in the source.
 	ErrInterrupted = errors.New("interrupted")
-	// ErrNotMoved: some messages could not be moved (Summary.Failed) and
-	// are still in the source.
+	// ErrNotMoved: some messages could not be moved (Summary.Failed and
+	// Summary.NoRoom) and are still in the source.
 	ErrNotMoved = errors.New("messages could not be moved")
 	// ErrNotDeleted: some messages were moved but could not be deleted
 	// from the source (Summary.DeleteFailed): they are in both queues.
@@ -159,8 +159,8 @@ func (r *Replayer) Run(ctx context.Context) (Summary, error) {
 	case err != nil:
 	case s.Interrupted:
 		err = fmt.Errorf("%w: %d messages moved; the others are still in %s", ErrInterrupted, s.Moved, r.cfg.From)
-	case s.Failed > 0:
-		err = fmt.Errorf("%d %w and are still in %s (see the log)", s.Failed, ErrNotMoved, r.cfg.From)
+	case s.Failed+s.NoRoom > 0:
+		err = fmt.Errorf("%d %w and are still in %s (see the log)", s.Failed+s.NoRoom, ErrNotMoved, r.cfg.From)
 	case s.DeleteFailed > 0:
 		err = fmt.Errorf("%d %w from %s after they were sent to %s: they are in both (the ledger answers the second copy as a duplicate)",
 			s.DeleteFailed, ErrNotDeleted, r.cfg.From, r.cfg.To)
@@ -287,6 +287,7 @@ type item struct {
 	key     string
 	keyErr  error
 	replays int
+	attrs   map[string]types.MessageAttributeValue // of the copy
 }
 
 // handle takes one receive's messages: it recognises those seen before in
@@ -380,9 +381,9 @@ const (
 	leaveIt
 )
 
-// decide applies the filters, the ledger and MaxReplays to a message,
-// counts and reports what it leaves, and resets a failed record of a
-// message it sends.
+// decide applies the filters, the ledger, MaxReplays and the room for
+// SqsonceReplays to a message, counts and reports what it leaves, and
+// resets a failed record of a message it sends.
 func (r *Replayer) decide(ctx context.Context, it *item) decision {
 	it.key, it.keyErr = r.cfg.KeyOf(it.msg)
 	it.replays = replayCount(it.msg)
@@ -425,6 +426,14 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 	}
 	if it.replays >= r.cfg.MaxReplays {
 		return leave(&r.n.skippedMaxReplays, "replayed too often", "replays", it.replays, "max_replays", r.cfg.MaxReplays)
+	}
+	var room bool
+	if it.attrs, room = copyAttributes(it.msg, it.replays); !room {
+		// Sent without its count, each copy that came back would look new.
+		r.n.noRoom.Add(1)
+		r.log.Error("left in the source queue: 10 message attributes of its own: no room for "+AttrReplays+", which bounds replays; move it by hand",
+			"message_id", it.id, "key", it.key)
+		return leaveIt
 	}
 	if needsReset {
 		if r.cfg.DryRun {
@@ -477,11 +486,15 @@ func replayCount(m types.Message) int {
 	return n
 }
 
-// entry makes the copy of a message that goes to the target.
-func (r *Replayer) entry(i int, it *item) types.SendMessageBatchRequestEntry {
+// copyAttributes returns the message attributes of m's copy: m's own,
+// with SqsonceReplays set to replays+1. SQS allows ten: to make room for
+// SqsonceReplays, SqsonceReason goes first, then SqsonceSourceMessageId. It
+// returns false when m has ten attributes besides these and no
+// SqsonceReplays to replace.
+func copyAttributes(m types.Message, replays int) (map[string]types.MessageAttributeValue, bool) {
 	// The attributes as they came, without the list fields SQS reserves.
-	attrs := make(map[string]types.MessageAttributeValue, len(it.msg.MessageAttributes)+1)
-	for name, v := range it.msg.MessageAttributes {
+	attrs := make(map[string]types.MessageAttributeValue, len(m.MessageAttributes)+1)
+	for name, v := range m.MessageAttributes {
 		attrs[name] = types.MessageAttributeValue{DataType: v.DataType, StringValue: v.StringValue, BinaryValue: v.BinaryValue}
 	}
 	if _, ok := attrs[AttrReplays]; !ok {
@@ -491,16 +504,20 @@ func (r *Replayer) entry(i int, it *item) types.SendMessageBatchRequestEntry {
 			}
 			delete(attrs, name)
 		}
+		if len(attrs) >= maxAttributes {
+			return nil, false
+		}
 	}
-	if _, ok := attrs[AttrReplays]; ok || len(attrs) < maxAttributes {
-		attrs[AttrReplays] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(it.replays + 1))}
-	} else {
-		r.log.Warn("no room for the SqsonceReplays attribute (the message has 10 of its own): sent without it, so --max-replays cannot count its replays", "message_id", it.id, "key", it.key)
-	}
+	attrs[AttrReplays] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(replays + 1))}
+	return attrs, true
+}
+
+// entry makes the copy of a message that goes to the target.
+func (r *Replayer) entry(i int, it *item) types.SendMessageBatchRequestEntry {
 	e := types.SendMessageBatchRequestEntry{
 		Id:                aws.String(strconv.Itoa(i)),
 		MessageBody:       it.msg.Body,
-		MessageAttributes: attrs,
+		MessageAttributes: it.attrs,
 	}
 	if r.cfg.ToFIFO {
 		// Named by the message copied, never by the operation: see the

@@ -145,6 +145,57 @@ func TestReplayer_Run(t *testing.T) {
 		}
 	})
 
+	// A message with ten attributes of its own has no room for
+	// SqsonceReplays: it is left, counted and reported, and its failed
+	// record is not reset. One that carries SqsonceReplays among its ten
+	// moves with the count raised.
+	t.Run("NoRoom", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, false)
+		b.prepare(map[string]string{"full": "permanent"})
+		full := map[string]types.MessageAttributeValue{}
+		counted := map[string]types.MessageAttributeValue{replay.AttrReplays: num(1)}
+		for i := range 10 {
+			full[fmt.Sprintf("a%d", i)] = str(strconv.Itoa(i))
+			if i < 9 {
+				counted[fmt.Sprintf("a%d", i)] = str(strconv.Itoa(i))
+			}
+		}
+		b.put(b.queue.DLQURL, []seed{
+			{body: `{"id":"full"}`, attrs: full},
+			{body: `{"id":"counted"}`, attrs: counted},
+			{body: `{"id":"plain"}`},
+		})
+		sum, err := b.run(b.config())
+		if !errors.Is(err, replay.ErrNotMoved) || !strings.Contains(err.Error(), "1 messages could not be moved") {
+			t.Fatalf("%v, want ErrNotMoved for one message\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 2, NoRoom: 1})
+		if !b.logged("left in the source queue: 10 message attributes of its own: no room for SqsonceReplays, which bounds replays; move it by hand") {
+			t.Errorf("the message without room was not reported:\n%s", b.log)
+		}
+		if left := b.visible(b.queue.DLQURL, "the DLQ"); !slices.Equal(ids(left), []string{"full"}) || len(left["full"].MessageAttributes) != 10 {
+			t.Fatalf("left in the DLQ: %v, want full, as it was", ids(left))
+		}
+		got := b.visible(b.queue.URL, "the queue")
+		if !slices.Equal(ids(got), []string{"counted", "plain"}) || attr(got["counted"], replay.AttrReplays) != "2" ||
+			len(got["counted"].MessageAttributes) != 10 || attr(got["plain"], replay.AttrReplays) != "1" {
+			t.Fatalf("moved %v: %+v", ids(got), got)
+		}
+		if rec, err := b.db.Get(context.Background(), "full"); err != nil || !rec.Permanent {
+			t.Fatalf("the record of the message left was reset: %+v, %v", rec, err)
+		}
+
+		// A dry run says the same.
+		cfg := b.config()
+		cfg.DryRun = true
+		sum, err = b.run(cfg)
+		if !errors.Is(err, replay.ErrNotMoved) {
+			t.Fatalf("dry run: %v, want ErrNotMoved", err)
+		}
+		b.want(sum, replay.Summary{NoRoom: 1, DryRun: true})
+	})
+
 	// On a FIFO target the group stays and the deduplication id names the
 	// message copied: a message dead-lettered moments after its operation
 	// was sent (with the key as deduplication id) moves all the same.

@@ -18,7 +18,11 @@ type Summary struct {
 	Reset             int64 `json:"reset"`               // failed operations reset in the ledger
 	// Failed counts messages left in the source because a ledger call, a
 	// send or a delete of a complete one failed (see the log).
-	Failed       int64 `json:"failed"`
+	Failed int64 `json:"failed"`
+	// NoRoom counts messages left in the source because they carry ten
+	// message attributes of their own, which leaves no room for
+	// SqsonceReplays (see the package documentation).
+	NoRoom       int64 `json:"no_room"`
 	DeleteFailed int64 `json:"delete_failed"` // moved, but still in the source too
 
 	Seconds     float64 `json:"seconds"` // since Run started
@@ -36,13 +40,13 @@ func (s Summary) Skipped() int64 {
 // the source on purpose or not. Messages sent but not deleted are among
 // the moved.
 func (s Summary) Handled() int64 {
-	return s.Moved + s.DroppedComplete + s.Skipped() + s.Failed
+	return s.Moved + s.DroppedComplete + s.Skipped() + s.Failed + s.NoRoom
 }
 
 // counters are a run's counts, updated by its movers.
 type counters struct {
 	moved, droppedComplete, skippedComplete, skippedKeyless, skippedMaxReplays,
-	skippedFiltered, reset, failed, deleteFailed atomic.Int64
+	skippedFiltered, reset, failed, noRoom, deleteFailed atomic.Int64
 }
 
 func (n *counters) summary() Summary {
@@ -50,7 +54,7 @@ func (n *counters) summary() Summary {
 		Moved: n.moved.Load(), DroppedComplete: n.droppedComplete.Load(), SkippedComplete: n.skippedComplete.Load(),
 		SkippedKeyless: n.skippedKeyless.Load(), SkippedMaxReplays: n.skippedMaxReplays.Load(),
 		SkippedFiltered: n.skippedFiltered.Load(), Reset: n.reset.Load(), Failed: n.failed.Load(),
-		DeleteFailed: n.deleteFailed.Load(),
+		NoRoom: n.noRoom.Load(), DeleteFailed: n.deleteFailed.Load(),
 	}
 }
 

@@ -25,7 +25,10 @@ worker runs their operations again. Each message is received, sent to the
 target, and deleted from the source only after the send succeeded. Its body
 and message attributes are kept, and the numeric attribute SqsonceReplays
 counts its replays (SQS allows 10 message attributes: to make room for it,
-SqsonceReason is dropped first, then SqsonceSourceMessageId).
+SqsonceReason is dropped first, then SqsonceSourceMessageId). A message
+with 10 attributes of its own besides those is left in the source and
+counted as no_room: without the count, --max-replays could not stop it
+going round for ever. Move it by hand.
 
 The ledger decides what moves; while a worker runs, replay reaches the
 ledger through the worker's socket (otherwise it opens the file, and a
@@ -245,6 +248,9 @@ func (m *Main) printReplaySummary(s replay.Summary, rc replay.Config, asJSON boo
 	line := fmt.Sprintf("%s %d messages from %s to %s in %.1fs (%.0f/s); left %d (complete %d, keyless %d, max replays %d, filtered %d); %s %d complete; %s %d; failed %d",
 		verb, s.Moved, rc.From, rc.To, s.Seconds, s.Rate, s.Skipped(), s.SkippedComplete, s.SkippedKeyless, s.SkippedMaxReplays,
 		s.SkippedFiltered, dropVerb, s.DroppedComplete, resetVerb, s.Reset, s.Failed)
+	if s.NoRoom > 0 {
+		line += fmt.Sprintf("; %d without room for SqsonceReplays", s.NoRoom)
+	}
 	if s.DeleteFailed > 0 {
 		line += fmt.Sprintf("; %d sent but not deleted", s.DeleteFailed)
 	}
@@ -278,8 +284,8 @@ func replayProgress(w io.Writer, r *replay.Replayer, backlog int, done <-chan st
 		if s.DryRun {
 			verb = "would move"
 		}
-		fmt.Fprintf(w, "\rreplay: %s %d, left %d (complete %d, keyless %d, max replays %d, filtered %d), dropped %d, failed %d, %.0f/s, ETA %s\x1b[K",
+		fmt.Fprintf(w, "\rreplay: %s %d, left %d (complete %d, keyless %d, max replays %d, filtered %d), dropped %d, failed %d, no room %d, %.0f/s, ETA %s\x1b[K",
 			verb, s.Moved, s.Skipped(), s.SkippedComplete, s.SkippedKeyless, s.SkippedMaxReplays, s.SkippedFiltered,
-			s.DroppedComplete, s.Failed, s.Rate, eta)
+			s.DroppedComplete, s.Failed, s.NoRoom, s.Rate, eta)
 	}
 }

@@ -39,6 +39,10 @@ func replayTestClient(c *sqs.Client) *sqs.Client {
 	return sqs.New(c.Options(), func(o *sqs.Options) { o.RetryMaxAttempts = 1 })
 }
 
+func replayStr(v string) types.MessageAttributeValue {
+	return types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+}
+
 // replayBodies makes one seed per id, with the body {"id":ID}.
 func replayBodies(ids ...string) []replaySeed {
 	seeds := make([]replaySeed, len(ids))
@@ -301,6 +305,26 @@ func TestReplay_Text(t *testing.T) {
 	}
 	if got := replayVisible(t, e, e.queue.URL, "the queue"); !slices.Equal(replayIDs(got), []string{"new", "perm"}) {
 		t.Fatalf("moved %v", replayIDs(got))
+	}
+}
+
+// A message without room for SqsonceReplays is left and counted, and the
+// exit status says that not everything moved.
+func TestReplay_NoRoom(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "exit 0\n")
+	full := map[string]types.MessageAttributeValue{}
+	for i := range 10 {
+		full[fmt.Sprintf("a%d", i)] = replayStr(strconv.Itoa(i))
+	}
+	replayPut(t, e.client, e.queue.DLQURL, append(replayBodies("plain"), replaySeed{body: `{"id":"full"}`, attrs: full}))
+	code, out, sum := e.replay("")
+	if code != exitFailure || !strings.Contains(out, "1 messages could not be moved") || !strings.Contains(out, `"no_room":1`) {
+		t.Fatalf("exit %d, want 1:\n%s", code, out)
+	}
+	replayWant(t, sum, replay.Summary{Moved: 1, NoRoom: 1}, out)
+	if left := replayVisible(t, e, e.queue.DLQURL, "the DLQ"); !slices.Equal(replayIDs(left), []string{"full"}) {
+		t.Fatalf("left in the DLQ: %v", replayIDs(left))
 	}
 }
 
