@@ -64,6 +64,7 @@ type Replayer struct {
 	outstanding int // moves reserved by movers and not settled yet
 
 	start    atomic.Pointer[time.Time] // when Run started
+	end      atomic.Pointer[time.Time] // when Run ended
 	lastMove atomic.Int64              // nanoseconds after start
 	n        counters
 }
@@ -108,12 +109,17 @@ func (r *Replayer) Stop() {
 func (r *Replayer) stopReceiving() { r.haltOnce.Do(func() { close(r.halt) }) }
 
 // Progress returns what the run has done so far, with Seconds and Rate as
-// of now. Before Run starts every count is zero.
+// of now; once Run has returned, its summary. Before Run starts every count
+// is zero.
 func (r *Replayer) Progress() Summary {
 	s := r.n.summary()
 	s.DryRun, s.Interrupted = r.cfg.DryRun, r.interrupted.Load()
 	if start := r.start.Load(); start != nil {
-		s.Seconds = seconds(time.Since(*start))
+		now := time.Now()
+		if end := r.end.Load(); end != nil {
+			now = *end
+		}
+		s.Seconds = seconds(now.Sub(*start))
 	}
 	if active := time.Duration(r.lastMove.Load()).Seconds(); active > 0 {
 		s.Rate = round3(float64(s.Moved) / active)
@@ -148,6 +154,8 @@ func (r *Replayer) Run(ctx context.Context) (Summary, error) {
 	if ctx.Err() != nil {
 		r.interrupted.Store(true)
 	}
+	end := time.Now()
+	r.end.Store(&end)
 	s := r.Progress()
 	if unhidden > 0 {
 		r.log.Info("made the messages left in the source visible again", "messages", unhidden)

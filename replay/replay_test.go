@@ -506,8 +506,33 @@ func TestReplayer_Run(t *testing.T) {
 				t.Errorf("%s: in the DLQ %v, in the queue %v; want exactly one", name, inLeft, inGot)
 			}
 		}
-		if p := r.Progress(); p.Moved != res.sum.Moved || !p.Interrupted {
-			t.Errorf("Progress after Run: %+v", p)
+		if p := r.Progress(); p != res.sum {
+			t.Errorf("Progress after Run: %+v, want the summary %+v", p, res.sum)
+		}
+		if _, err := r.Run(context.Background()); err == nil {
+			t.Error("a second Run did not fail")
+		}
+	})
+
+	// A receive that keeps failing ends the run with its error; the
+	// messages stay in the source.
+	t.Run("ReceiveFails", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, false)
+		b.put(b.queue.DLQURL, bodies("r1", "r2"))
+		faults := sqstest.NewFaults(1, nil)
+		faults.Set("ReceiveMessage", sqstest.Rates{ServerError: 1})
+		r, err := replay.New(b.config(), sqstest.NewClient(t, faults, func(o *sqs.Options) { o.RetryMaxAttempts = 1 }), b.db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := r.Run(t.Context())
+		if err == nil || !strings.Contains(err.Error(), "receive from "+b.queue.DLQURL) || errors.Is(err, replay.ErrInterrupted) {
+			t.Fatalf("%v, want the receive's error\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{})
+		if left := b.visible(b.queue.DLQURL, "the DLQ"); len(left) != 2 {
+			t.Fatalf("%d messages visible in the DLQ, want 2", len(left))
 		}
 	})
 

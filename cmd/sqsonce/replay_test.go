@@ -33,8 +33,8 @@ type replaySeed struct {
 
 // replayTestClient is c (whose request bodies are in memory, see
 // sqsclient.InMemoryBodies) without retries: a call whose answer was lost
-// fails the test instead of being retried, so that a helper never receives
-// or sends a batch twice unnoticed.
+// fails the test instead of being retried, so that the test's own calls
+// never receive or send a batch twice unnoticed.
 func replayTestClient(c *sqs.Client) *sqs.Client {
 	return sqs.New(c.Options(), func(o *sqs.Options) { o.RetryMaxAttempts = 1 })
 }

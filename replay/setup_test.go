@@ -38,7 +38,8 @@ type bundle struct {
 func setup(t *testing.T, fifo bool) *bundle {
 	t.Helper()
 	// A call whose answer was lost fails the test instead of being retried,
-	// so that a helper never receives or sends a batch twice unnoticed.
+	// so that the test's own calls never receive or send a batch twice
+	// unnoticed.
 	client := sqstest.NewClient(t, nil, func(o *sqs.Options) { o.RetryMaxAttempts = 1 })
 	q := sqstest.CreateQueue(t, client, sqstest.QueueOptions{FIFO: fifo, MaxReceiveCount: 5, VisibilityTimeout: 5 * time.Second})
 	db, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{})
