@@ -45,13 +45,12 @@ visible again at the end. On a FIFO source such a message holds back the
 rest of its message group until then.
 
 On a FIFO target, MessageGroupId is kept, and MessageDeduplicationId names
-the message copied (its MessageId in the source), never the operation. SQS
+the message copied (its MessageId in the source), never the operation: SQS
 drops a send whose deduplication id it saw on that queue in the last 5
-minutes, and answers it with success: named by the operation, the second
-of two dead letters with one key would be dropped and deleted, lost. Named
-by the message copied, a copy is dropped only when an earlier copy of the
-same message was accepted (its delete failed, or the send's answer was
-lost), and that copy is in the target.
+minutes, and answers it with success all the same, so two dead letters of
+one key must not share one. A copy is dropped only when an earlier copy of
+the same message was accepted (its delete failed, or the answer to its
+send was lost), and that copy is in the target.
 
 The first SIGINT or SIGTERM stops receiving, finishes the moves in hand,
 makes every other message visible again, prints the summary and exits 1. A
