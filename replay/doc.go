@@ -26,13 +26,16 @@
 //
 // A copy keeps the body and the message attributes of the message it
 // copies, and the numeric attribute SqsonceReplays (AttrReplays) counts its
-// replays. SQS allows ten message attributes per message: to make room for
-// SqsonceReplays, SqsonceReason is dropped first, then
-// SqsonceSourceMessageId. A message with ten attributes of its own besides
-// those is not moved (Summary.NoRoom): sent without its count, every copy
-// that came back to the dead-letter queue would look new, and MaxReplays
-// could never stop it from going round for ever. It is left in the source
-// for someone to move by hand.
+// replays. A copy to a FIFO target also carries, in the attribute
+// SqsonceDeduplicationId (worker.AttrDeduplicationID), the deduplication id
+// of the message it stands for, since it gets one of its own (below): a key
+// taken from the deduplication id stays the same. SQS allows ten message
+// attributes per message: to make room for these, SqsonceReason is dropped
+// first, then SqsonceSourceMessageId. A message without room for them is
+// not moved (Summary.NoRoom): sent without its count, every copy that came
+// back to the dead-letter queue would look new, and MaxReplays could never
+// stop it from going round for ever. It is left in the source for someone
+// to move by hand.
 //
 // # FIFO targets
 //

@@ -436,10 +436,11 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 		return leave(&r.n.skippedMaxReplays, "replayed too often", "replays", it.replays, "max_replays", r.cfg.MaxReplays)
 	}
 	var room bool
-	if it.attrs, room = copyAttributes(it.msg, it.replays); !room {
+	if it.attrs, room = copyAttributes(it.msg, it.replays, r.cfg.ToFIFO); !room {
 		// Sent without its count, each copy that came back would look new.
 		r.n.noRoom.Add(1)
-		r.log.Error("left in the source queue: 10 message attributes of its own: no room for "+AttrReplays+", which bounds replays; move it by hand",
+		r.log.Error("left in the source queue: too many message attributes of its own: no room for "+AttrReplays+", which bounds replays"+
+			" (and on a FIFO target "+worker.AttrDeduplicationID+"); move it by hand",
 			"message_id", it.id, "key", it.key)
 		return leaveIt
 	}
@@ -495,28 +496,40 @@ func replayCount(m types.Message) int {
 }
 
 // copyAttributes returns the message attributes of m's copy: m's own,
-// with SqsonceReplays set to replays+1. SQS allows ten: to make room for
-// SqsonceReplays, SqsonceReason goes first, then SqsonceSourceMessageId. It
-// returns false when m has ten attributes besides these and no
-// SqsonceReplays to replace.
-func copyAttributes(m types.Message, replays int) (map[string]types.MessageAttributeValue, bool) {
+// with SqsonceReplays set to replays+1 and, for a FIFO target, the
+// deduplication id m stands for in worker.AttrDeduplicationID (the copy
+// gets one of its own). SQS allows ten: to make room for these,
+// SqsonceReason goes first, then SqsonceSourceMessageId. It returns false
+// when there is no room for them.
+func copyAttributes(m types.Message, replays int, toFIFO bool) (map[string]types.MessageAttributeValue, bool) {
 	// The attributes as they came, without the list fields SQS reserves.
-	attrs := make(map[string]types.MessageAttributeValue, len(m.MessageAttributes)+1)
+	attrs := make(map[string]types.MessageAttributeValue, len(m.MessageAttributes)+2)
 	for name, v := range m.MessageAttributes {
 		attrs[name] = types.MessageAttributeValue{DataType: v.DataType, StringValue: v.StringValue, BinaryValue: v.BinaryValue}
 	}
-	if _, ok := attrs[AttrReplays]; !ok {
-		for _, name := range []string{worker.AttrReason, worker.AttrSourceMessageID} {
-			if len(attrs) < maxAttributes {
-				break
-			}
-			delete(attrs, name)
-		}
-		if len(attrs) >= maxAttributes {
-			return nil, false
+	need := map[string]string{AttrReplays: strconv.Itoa(replays + 1)}
+	if dedup := worker.OriginalDeduplicationID(m.Attributes, m.MessageAttributes); toFIFO && dedup != "" {
+		need[worker.AttrDeduplicationID] = dedup
+	}
+	missing := 0
+	for name := range need {
+		if _, ok := attrs[name]; !ok {
+			missing++
 		}
 	}
-	attrs[AttrReplays] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(replays + 1))}
+	for _, name := range []string{worker.AttrReason, worker.AttrSourceMessageID} {
+		if len(attrs)+missing <= maxAttributes {
+			break
+		}
+		delete(attrs, name)
+	}
+	if len(attrs)+missing > maxAttributes {
+		return nil, false
+	}
+	attrs[AttrReplays] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(need[AttrReplays])}
+	if v, ok := need[worker.AttrDeduplicationID]; ok {
+		attrs[worker.AttrDeduplicationID] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+	}
 	return attrs, true
 }
 

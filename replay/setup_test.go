@@ -62,8 +62,13 @@ func (b *bundle) config() replay.Config {
 	cfg.From, cfg.To, cfg.ToFIFO = b.queue.DLQURL, b.queue.URL, b.fifo
 	cfg.KeyOf = keyOf
 	cfg.Concurrency = 4
-	cfg.Logger = slog.New(slog.NewJSONHandler(b.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	cfg.Logger = b.cfgLogger()
 	return cfg
+}
+
+// cfgLogger logs to b.log.
+func (b *bundle) cfgLogger() *slog.Logger {
+	return slog.New(slog.NewJSONHandler(b.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 // run replays with cfg to its end, with a client of its own (the SDK's

@@ -138,9 +138,12 @@ func (k *keyer) derive(body []byte, attrs map[string]types.MessageAttributeValue
 		case KeyFromAttribute:
 			raw, err = attributeKey(attrs, k.cfg.Attribute)
 		case KeyFromDeduplicationID:
-			raw = system[string(types.MessageSystemAttributeNameMessageDeduplicationId)]
-			if raw == "" {
+			raw = OriginalDeduplicationID(system, attrs)
+			switch dedup := system[string(types.MessageSystemAttributeNameMessageDeduplicationId)]; {
+			case dedup == "":
 				err = errors.New("message has no MessageDeduplicationId (not a FIFO queue?)")
+			case raw == "":
+				err = fmt.Errorf("a copy made by sqsonce (deduplication id %s) without its original deduplication id in the attribute %s", dedup, AttrDeduplicationID)
 			}
 		}
 	}
@@ -356,8 +359,39 @@ func DeduplicationID(key string) string {
 // same message was accepted (its delete after the send failed, or the send's
 // answer was lost): that copy is in the target, so deleting the original
 // loses nothing.
+//
+// A copy carries the deduplication id of the message it stands for in the
+// attribute AttrDeduplicationID, so that a key taken from the deduplication
+// id (KeyFromDeduplicationID) stays the same on every copy.
 func CopyDeduplicationID(messageID string) string {
-	return DeduplicationID("sqsonce-copy-" + messageID)
+	id := copyPrefix + messageID
+	if DeduplicationID(id) != id {
+		sum := sha256.Sum256([]byte(messageID))
+		id = copyPrefix + "sha256-" + hex.EncodeToString(sum[:])
+	}
+	return id
+}
+
+// copyPrefix starts every deduplication id made by CopyDeduplicationID.
+const copyPrefix = "sqsonce-copy-"
+
+// AttrDeduplicationID is the message attribute in which a copy made by
+// sqsonce carries the MessageDeduplicationId of the message it stands for.
+const AttrDeduplicationID = "SqsonceDeduplicationId"
+
+// OriginalDeduplicationID returns the deduplication id that a message with
+// these system and message attributes stands for: its own, or, on a copy
+// made by sqsonce, the one in AttrDeduplicationID ("" when that is
+// missing).
+func OriginalDeduplicationID(system map[string]string, attrs map[string]types.MessageAttributeValue) string {
+	dedup := system[string(types.MessageSystemAttributeNameMessageDeduplicationId)]
+	if !strings.HasPrefix(dedup, copyPrefix) {
+		return dedup
+	}
+	if v, ok := attrs[AttrDeduplicationID]; ok && v.StringValue != nil {
+		return *v.StringValue
+	}
+	return ""
 }
 
 // BodyKeyFunc returns the key derivation of cfg for a bare body, as a

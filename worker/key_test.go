@@ -50,6 +50,14 @@ func TestKeyer_Derive(t *testing.T) {
 			map[string]types.MessageAttributeValue{"EventId": {DataType: aws.String("Binary"), BinaryValue: []byte{1}}}, nil, "", "no string value"},
 		{"DeduplicationID", KeyConfig{From: KeyFromDeduplicationID}, `x`, nil, map[string]string{"MessageDeduplicationId": "d-1"}, "d-1", ""},
 		{"DeduplicationIDMissing", KeyConfig{From: KeyFromDeduplicationID}, `x`, nil, nil, "", "no MessageDeduplicationId"},
+		{"DeduplicationIDOfACopy", KeyConfig{From: KeyFromDeduplicationID}, `x`,
+			map[string]types.MessageAttributeValue{AttrDeduplicationID: {DataType: aws.String("String"), StringValue: aws.String("d-1")}},
+			map[string]string{"MessageDeduplicationId": CopyDeduplicationID("m-9")}, "d-1", ""},
+		{"DeduplicationIDOfACopyLost", KeyConfig{From: KeyFromDeduplicationID}, `x`, nil,
+			map[string]string{"MessageDeduplicationId": CopyDeduplicationID("m-9")}, "", "without its original deduplication id"},
+		{"DeduplicationIDAttributeIgnoredOnAnOriginal", KeyConfig{From: KeyFromDeduplicationID}, `x`,
+			map[string]types.MessageAttributeValue{AttrDeduplicationID: {DataType: aws.String("String"), StringValue: aws.String("forged")}},
+			map[string]string{"MessageDeduplicationId": "d-2"}, "d-2", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,6 +158,19 @@ func TestDeduplicationID(t *testing.T) {
 		if !strings.HasPrefix(got, "sha256-") || len(got) > 128 || got != DeduplicationID(key) {
 			t.Fatalf("DeduplicationID(%q) = %q", key, got)
 		}
+	}
+}
+
+func TestCopyDeduplicationID(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{"2f6b3c1e-9a3d-4c1a-8f57-1d2e3f4a5b6c", strings.Repeat("m", 200), "with space"} {
+		got := CopyDeduplicationID(id)
+		if !strings.HasPrefix(got, "sqsonce-copy-") || DeduplicationID(got) != got || got != CopyDeduplicationID(id) {
+			t.Errorf("CopyDeduplicationID(%q) = %q", id, got)
+		}
+	}
+	if CopyDeduplicationID("a") == CopyDeduplicationID("b") {
+		t.Error("two messages, one deduplication id")
 	}
 }
 

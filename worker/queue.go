@@ -263,9 +263,17 @@ func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
 	for k, v := range j.msg.MessageAttributes {
 		attrs[k] = v
 	}
-	// The reason first, then the source id: each replaces an earlier value
-	// (a message dead-lettered before) or takes a free place; SQS allows ten.
-	for _, a := range [...]struct{ k, v string }{{AttrReason, textcut.Cut(reason, maxReasonLen)}, {AttrSourceMessageID, j.id()}} {
+	// On a FIFO queue the original deduplication id first (the copy has one
+	// of its own, and a key may be read from it), then the reason, then
+	// the source id: each replaces an earlier value (a message
+	// dead-lettered before) or takes a free place; SQS allows ten.
+	add := []struct{ k, v string }{{AttrReason, textcut.Cut(reason, maxReasonLen)}, {AttrSourceMessageID, j.id()}}
+	if w.queue.fifo {
+		if dedup := OriginalDeduplicationID(j.msg.Attributes, j.msg.MessageAttributes); dedup != "" {
+			add = append([]struct{ k, v string }{{AttrDeduplicationID, dedup}}, add...)
+		}
+	}
+	for _, a := range add {
 		if _, ok := attrs[a.k]; ok || len(attrs) < maxMessageAttrs {
 			attrs[a.k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(a.v)}
 		}

@@ -50,7 +50,9 @@ drops a send whose deduplication id it saw on that queue in the last 5
 minutes, and answers it with success all the same, so two dead letters of
 one key must not share one. A copy is dropped only when an earlier copy of
 the same message was accepted (its delete failed, or the answer to its
-send was lost), and that copy is in the target.
+send was lost), and that copy is in the target. The original
+deduplication id travels in the attribute SqsonceDeduplicationId, so a key
+taken from it (key.from = "deduplication_id") stays the same.
 
 The first SIGINT or SIGTERM stops receiving, finishes the moves in hand,
 makes every other message visible again, prints the summary and exits 1. A
