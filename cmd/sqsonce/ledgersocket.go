@@ -134,7 +134,24 @@ type ledgerSocket struct {
 	done chan struct{}
 }
 
+// socketWriteTimeout is how long the worker waits for a client of its ledger
+// socket to take the next part of an answer. A client that stops reading for
+// longer (a listing piped into a pager left open, say) is cut off, so that it
+// holds no goroutine or connection of the worker's for good.
+const socketWriteTimeout = time.Minute
+
+// socketOptions are the settings of a ledger socket; tests change them.
+type socketOptions struct {
+	// writeTimeout bounds each write to a client (socketWriteTimeout).
+	writeTimeout time.Duration
+}
+
+// serveLedgerSocket serves db on a unix socket at path until Close.
 func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSocket, error) {
+	return listenLedgerSocket(db, path, log, socketOptions{writeTimeout: socketWriteTimeout})
+}
+
+func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socketOptions) (*ledgerSocket, error) {
 	// The worker holds the ledger's lock, so a socket left here is stale.
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("ledger socket %s: %w", path, err)
@@ -179,9 +196,31 @@ func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSoc
 			f.State = st
 		}
 		f.Prefix = r.URL.Query().Get("prefix")
+		// ForEach holds no read transaction while a record is written, so
+		// a slow client delays no ledger write; the deadline, renewed for
+		// each record, ends the listing of a client that stopped reading.
+		rc := http.NewResponseController(w)
 		enc := json.NewEncoder(w)
-		err := db.ForEach(r.Context(), f, func(rec ledger.Record) error { return enc.Encode(toJSON(rec)) })
-		if err != nil {
+		var werr error
+		written := 0
+		err := db.ForEach(r.Context(), f, func(rec ledger.Record) error {
+			if werr = rc.SetWriteDeadline(time.Now().Add(opts.writeTimeout)); werr == nil {
+				werr = enc.Encode(toJSON(rec))
+			}
+			if werr == nil {
+				written++
+			}
+			return werr
+		})
+		switch {
+		case werr != nil:
+			// The connection is broken; net/http closes it when we return.
+			// A client that stopped listening early (--limit) is normal.
+			if errors.Is(werr, os.ErrDeadlineExceeded) {
+				log.Warn("ledger socket: a listing's client stopped reading; closed its connection",
+					"records_written", written, "write_timeout", opts.writeTimeout)
+			}
+		case err != nil:
 			// Mid-stream: the client sees a line it cannot decode as a record.
 			enc.Encode(errorJSON{Error: err.Error(), Kind: errorKind(err)})
 		}
@@ -210,7 +249,12 @@ func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSoc
 			w.WriteHeader(http.StatusNoContent)
 		})
 	}
-	s := &ledgerSocket{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, path: path, done: make(chan struct{})}
+	// Every answer gets a write deadline; a listing renews it per record.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(opts.writeTimeout))
+		mux.ServeHTTP(w, r)
+	})
+	s := &ledgerSocket{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}, path: path, done: make(chan struct{})}
 	go func() { s.srv.Serve(ln); close(s.done) }()
 	return s, nil
 }
@@ -303,9 +347,17 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
+	n := 0
+	brokeOff := func(err error) error {
+		return fmt.Errorf("worker socket: the listing broke off after %d records (the worker closes a listing that is not read for %v): %w",
+			n, socketWriteTimeout, err)
+	}
+	for ; sc.Scan(); n++ {
 		var j recordJSON
 		if err := json.Unmarshal(sc.Bytes(), &j); err != nil || j.State == "" {
+			if err := sc.Err(); err != nil {
+				return brokeOff(err) // the last line, cut short
+			}
 			var e errorJSON
 			if json.Unmarshal(sc.Bytes(), &e) == nil && e.Error != "" {
 				return fmt.Errorf("worker socket: %s", e.Error)
@@ -320,7 +372,10 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 			return err
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return brokeOff(err)
+	}
+	return nil
 }
 
 func (c *socketLedger) Stats(ctx context.Context) (ledger.Stats, error) {
