@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -154,7 +153,7 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
-	if fi, err := os.Stat(db.path); err == nil {
+	if fi, err := db.file.Stat(); err == nil {
 		st.FileSize = fi.Size()
 	}
 	st.Commits = db.Commits()
