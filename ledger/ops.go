@@ -71,6 +71,11 @@ type Claim struct {
 	Outcome  Outcome
 	Record   Record // after the claim when Claimed; as found otherwise
 	Takeover bool   // Claimed over an in-progress claim whose lease lapsed
+	// Err is non-nil, wrapping ErrCorrupt, when this request's stored
+	// record could not be read. Outcome is then 0 and nothing was written
+	// for this request; the other requests of the batch are decided and
+	// written as usual. The record stays as it is until it is forgotten.
+	Err error
 }
 
 func (r *ClaimRequest) validate() error {
@@ -90,18 +95,24 @@ func (r *ClaimRequest) validate() error {
 
 // Claim takes the operation named by req.Key if it is free, in one atomic
 // conditional write. See Outcome for the answers. When Claim returns
-// Claimed, the claim is durable.
+// Claimed, the claim is durable. A stored record that cannot be read is
+// its error (Claim.Err), wrapping ErrCorrupt.
 func (db *DB) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 	cs, err := db.ClaimBatch(ctx, []ClaimRequest{req})
 	if err != nil {
 		return Claim{}, err
+	}
+	if cs[0].Err != nil {
+		return Claim{}, cs[0].Err
 	}
 	return cs[0], nil
 }
 
 // ClaimBatch claims many operations in one commit. Requests are applied in
 // order, so a key that appears twice is Claimed once and then InProgress.
-// An invalid request fails the whole batch before anything is written.
+// An invalid request fails the whole batch before anything is written. A
+// request whose stored record cannot be read gets that as its Claim.Err and
+// does not hold up the others.
 func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, error) {
 	for i := range reqs {
 		if err := reqs[i].validate(); err != nil {
@@ -127,6 +138,9 @@ func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, err
 
 func (s *store) claim(req *ClaimRequest) (Claim, error) {
 	cur, old, err := s.live(req.Key)
+	if isUnreadable(err) {
+		return Claim{Err: fmt.Errorf("claim %q: %w", req.Key, err)}, nil
+	}
 	if err != nil {
 		return Claim{}, err
 	}
@@ -351,8 +365,9 @@ func (db *DB) Forget(ctx context.Context, key string) error {
 }
 
 // transitionBatch validates n keys, runs fn for each in one commit and
-// returns one error per item. fn's errors are answers for its item; a failed
-// commit is every item's error.
+// returns one error per item. fn's answers (see isAnswer) are its item's
+// error, among them a stored record that cannot be read (wrapping
+// ErrCorrupt); a failed commit is every item's error.
 func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(int) string, fn func(s *store, i int) error) []error {
 	errs := make([]error, n)
 	valid := make([]bool, n)
@@ -376,6 +391,9 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 				continue
 			}
 			if err := fn(s, i); err != nil {
+				if isUnreadable(err) {
+					err = fmt.Errorf("%s %q: %w", op, key(i), err)
+				}
 				if isAnswer(err) {
 					answers[i] = err
 					continue
@@ -400,8 +418,12 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 }
 
 // isAnswer reports whether err is an outcome for the caller (wrong owner,
-// wrong state, no such record) rather than a failure of the transaction.
+// wrong state, no such record, a record that cannot be read) rather than a
+// failure of the transaction.
 func isAnswer(err error) bool {
+	if isUnreadable(err) {
+		return true
+	}
 	for _, target := range []error{ErrNotOwner, ErrState, ErrNotFound, ErrInvalidArgument} {
 		if errors.Is(err, target) {
 			return true
