@@ -222,8 +222,10 @@ type Failure struct {
 
 // Complete records the claim's work as done. It returns only after the
 // commit is durable (fsynced); only then may the message be acknowledged.
-// It fails with ErrNotOwner when another claim took the operation over, and
-// succeeds again for the same owner once complete.
+// The record must be in progress under c.Owner: Complete fails with
+// ErrNotOwner when another claim took the operation over and with ErrState
+// when the record is failed (the owner reported a failure first). Once
+// complete, it succeeds again for the same owner and changes nothing.
 func (db *DB) Complete(ctx context.Context, c Completion) error {
 	return db.CompleteBatch(ctx, []Completion{c})[0]
 }
@@ -234,8 +236,12 @@ func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
 	return db.transitionBatch(ctx, "complete", len(cs), func(i int) string { return cs[i].Key }, func(s *store, i int) error {
 		c := &cs[i]
 		return s.transition(c.Key, c.Owner, "complete", func(rec *Record) (bool, error) {
-			if rec.State == StateComplete {
-				return false, nil
+			switch rec.State {
+			case StateComplete:
+				return false, nil // already done by this owner: idempotent
+			case StateInProgress:
+			default:
+				return false, fmt.Errorf("complete %q: record is %s: %w", c.Key, rec.State, ErrState)
 			}
 			rec.State = StateComplete
 			rec.Completed = s.now

@@ -286,6 +286,40 @@ func Run(t *testing.T, open Open) {
 		}
 	})
 
+	// Complete needs the record in progress under the owner: a failed
+	// record (retryable or permanent) is not made complete by a late
+	// report of success. Completing a complete record again is a success
+	// that changes nothing.
+	t.Run("CompleteNeedsInProgress", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		for _, permanent := range []bool{false, true} {
+			key := fmt.Sprintf("failed-%v", permanent)
+			mustClaim(t, l, req(key, "a"), ledger.Claimed)
+			must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: "a", Err: "boom", Permanent: permanent}))
+			if err := l.Complete(ctx, ledger.Completion{Key: key, Owner: "a", Result: []byte("late")}); !errors.Is(err, ledger.ErrState) {
+				t.Errorf("complete of a failed record (permanent %v): err %v, want ErrState", permanent, err)
+			}
+			errs := l.CompleteBatch(ctx, []ledger.Completion{{Key: key, Owner: "a", Result: []byte("late")}})
+			if !errors.Is(errs[0], ledger.ErrState) {
+				t.Errorf("complete batch of a failed record (permanent %v): err %v, want ErrState", permanent, errs[0])
+			}
+			rec, err := l.Get(ctx, key)
+			must(t, err)
+			if rec.State != ledger.StateFailed || rec.Permanent != permanent || rec.LastError != "boom" || len(rec.Result) != 0 {
+				t.Fatalf("failed record after refused completions: %+v", rec)
+			}
+		}
+		mustClaim(t, l, req("done", "a"), ledger.Claimed)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "done", Owner: "a", Result: []byte("first")}))
+		must(t, l.Complete(ctx, ledger.Completion{Key: "done", Owner: "a", Result: []byte("second")}))
+		rec, err := l.Get(ctx, "done")
+		must(t, err)
+		if rec.State != ledger.StateComplete || string(rec.Result) != "first" {
+			t.Fatalf("record completed twice: %+v, want complete with the first result", rec)
+		}
+	})
+
 	t.Run("LeaseExtend", func(t *testing.T) {
 		t.Parallel()
 		l, clock := setup(t)
