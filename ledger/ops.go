@@ -60,7 +60,8 @@ type ClaimRequest struct {
 	// that a later transition can tell this claim from a takeover.
 	Owner string
 	// Lease is how long the claim holds before another claim may take the
-	// operation over. Extend renews it.
+	// operation over. Extend renews it. It must be positive and no longer
+	// than the ledger's retention (ErrInvalidArgument otherwise).
 	Lease time.Duration
 	// MessageID is recorded for support.
 	MessageID string
@@ -93,6 +94,17 @@ func (r *ClaimRequest) validate() error {
 	return nil
 }
 
+// checkLease refuses a lease longer than the retention: the in-progress
+// record would expire (and the next delivery would take the operation as
+// new) while its owner still holds the lease and runs the work.
+func (db *DB) checkLease(op, key string, lease time.Duration) error {
+	if lease > db.retention {
+		return fmt.Errorf("%s %q: lease %v is longer than the ledger's retention %v: the record would expire while the work runs: %w",
+			op, key, lease, db.retention, ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Claim takes the operation named by req.Key if it is free, in one atomic
 // conditional write. See Outcome for the answers. When Claim returns
 // Claimed, the claim is durable. A stored record that cannot be read is
@@ -116,6 +128,9 @@ func (db *DB) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, error) {
 	for i := range reqs {
 		if err := reqs[i].validate(); err != nil {
+			return nil, err
+		}
+		if err := db.checkLease("claim", reqs[i].Key, reqs[i].Lease); err != nil {
 			return nil, err
 		}
 	}
@@ -307,13 +322,17 @@ func (db *DB) Release(ctx context.Context, key, owner string) error {
 }
 
 // Extend renews the claim's lease to now+lease (the heartbeat) and returns
-// the new expiry, or the zero time with an error. It fails with ErrNotOwner
+// the new expiry, or the zero time with an error. A lease longer than the
+// ledger's retention fails with ErrInvalidArgument. It fails with ErrNotOwner
 // after a takeover: the caller has lost the operation and should stop its
 // work. When ctx ends first it returns ctx's error, and the extension may
 // still take effect.
 func (db *DB) Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error) {
 	if lease <= 0 {
 		return time.Time{}, fmt.Errorf("extend %q: lease must be positive: %w", key, ErrInvalidArgument)
+	}
+	if err := db.checkLease("extend", key, lease); err != nil {
+		return time.Time{}, err
 	}
 	var expiry time.Time
 	errs := db.transitionBatch(ctx, "extend", 1, func(int) string { return key }, func(s *store, _ int) error {

@@ -338,6 +338,44 @@ func Run(t *testing.T, open Open) {
 		mustClaim(t, l, req("k", "b"), ledger.Claimed)
 	})
 
+	// A lease longer than the retention would let an in-progress record
+	// expire while its owner still runs the work, and another delivery
+	// would run it again: such a claim or extension is refused.
+	t.Run("LeaseWithinRetention", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		long := req("k", "a")
+		long.Lease = Retention + time.Second
+		if _, err := l.Claim(ctx, long); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Fatalf("claim with a lease longer than the retention: err %v, want ErrInvalidArgument", err)
+		}
+		if _, err := l.ClaimBatch(ctx, []ledger.ClaimRequest{req("other", "a"), long}); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Fatalf("batch with a lease longer than the retention: err %v, want ErrInvalidArgument", err)
+		}
+		for _, key := range []string{"k", "other"} {
+			if _, err := l.Get(ctx, key); !errors.Is(err, ledger.ErrNotFound) {
+				t.Fatalf("a refused claim wrote %q: err %v", key, err)
+			}
+		}
+		longest := req("k", "a")
+		longest.Lease = Retention
+		c := mustClaim(t, l, longest, ledger.Claimed)
+		clock.Advance(time.Minute)
+		if _, err := l.Extend(ctx, "k", "a", Retention+time.Second); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Fatalf("extend beyond the retention: err %v, want ErrInvalidArgument", err)
+		}
+		rec, err := l.Get(ctx, "k")
+		must(t, err)
+		if !rec.LeaseExpiry.Equal(c.Record.LeaseExpiry) {
+			t.Fatalf("a refused extension moved the lease from %v to %v", c.Record.LeaseExpiry, rec.LeaseExpiry)
+		}
+		exp, err := l.Extend(ctx, "k", "a", Retention)
+		must(t, err)
+		if !exp.Equal(clock.Now().Add(Retention)) {
+			t.Fatalf("extended to %v, want %v", exp, clock.Now().Add(Retention))
+		}
+	})
+
 	t.Run("ReleaseFirstClaimForgets", func(t *testing.T) {
 		t.Parallel()
 		l, _ := setup(t)
