@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 	"unicode/utf8"
 
@@ -144,7 +145,14 @@ const socketWriteTimeout = time.Minute
 type socketOptions struct {
 	// writeTimeout bounds each write to a client (socketWriteTimeout).
 	writeTimeout time.Duration
+	// listening, when set, is called as soon as the socket listens, before
+	// it has its final mode and path.
+	listening func()
 }
+
+// maxSocketPath is the longest path a unix socket can be bound to or
+// reached at on Linux: 108 bytes with the terminating NUL.
+const maxSocketPath = 107
 
 // serveLedgerSocket serves db on a unix socket at path until Close.
 func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSocket, error) {
@@ -152,17 +160,9 @@ func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSoc
 }
 
 func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socketOptions) (*ledgerSocket, error) {
-	// The worker holds the ledger's lock, so a socket left here is stale.
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("ledger socket %s: %w", path, err)
-	}
-	ln, err := net.Listen("unix", path)
+	ln, err := listenPrivate(path, opts.listening)
 	if err != nil {
-		return nil, fmt.Errorf("ledger socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("ledger socket: %w", err)
+		return nil, fmt.Errorf("ledger socket %s: %w", path, err)
 	}
 	mux := http.NewServeMux()
 	fail := func(w http.ResponseWriter, err error) {
@@ -257,6 +257,50 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 	s := &ledgerSocket{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}, path: path, done: make(chan struct{})}
 	go func() { s.srv.Serve(ln); close(s.done) }()
 	return s, nil
+}
+
+// listenPrivate listens on a unix socket at path that only this user can
+// reach from the moment it has that name. A socket is created with the
+// mode the umask leaves, and changing the process-wide umask would race
+// with every other file the process creates; so the socket is made in a
+// fresh directory of mode 0700 beside path, where no one else can reach it,
+// set to mode 0600 there and then renamed to path (replacing a socket left
+// by a worker that died: the caller holds the ledger's lock, so no live
+// worker serves there). The listener does not remove the socket when it
+// closes; its owner removes path.
+func listenPrivate(path string, listening func()) (*net.UnixListener, error) {
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("path of %d bytes, over the %d a unix socket allows: use a shorter ledger path", len(path), maxSocketPath)
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(dir) // empty once the socket has moved out
+	tmp := filepath.Join(dir, "s")
+	if len(tmp) > maxSocketPath {
+		return nil, fmt.Errorf("the socket is made at %s first, %d bytes, over the %d a unix socket allows: use a shorter ledger path",
+			tmp, len(tmp), maxSocketPath)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	if listening != nil {
+		listening()
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return ln, nil
 }
 
 // Close stops serving and removes the socket file.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -200,6 +201,51 @@ func TestLedgerSocket(t *testing.T) {
 		}
 	})
 
+	// A socket left by a worker that died is replaced.
+	t.Run("StaleSocketReplaced", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		db, err := ledger.Open(filepath.Join(dir, "ledger.db"), ledger.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		path := socketPath(filepath.Join(dir, "ledger.db"))
+		stale, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale.(*net.UnixListener).SetUnlinkOnClose(false)
+		stale.Close()
+		sock, err := listenLedgerSocket(db, path, slog.New(slog.DiscardHandler), socketOptions{writeTimeout: socketWriteTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sock.Close()
+		c, err := dialLedgerSocket(ctx, path)
+		if err != nil {
+			t.Fatalf("dial the socket that replaced a stale one: %v", err)
+		}
+		c.Close()
+	})
+
+	t.Run("PathTooLong", func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), strings.Repeat("d", 100))
+		db, err := ledger.Open(filepath.Join(dir, "ledger.db"), ledger.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		_, err = listenLedgerSocket(db, socketPath(filepath.Join(dir, "ledger.db")), slog.New(slog.DiscardHandler), socketOptions{writeTimeout: socketWriteTimeout})
+		if err == nil || !strings.Contains(err.Error(), "unix socket allows") {
+			t.Fatalf("socket at a path over the limit: %v, want an error naming the limit", err)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+			t.Fatalf("left behind in the ledger's directory: %v", entries)
+		}
+	})
+
 	// A listing read at an ordinary pace is complete, and the deadline
 	// (renewed per record) does not cut it.
 	t.Run("ListReadToTheEnd", func(t *testing.T) {
@@ -218,4 +264,66 @@ func TestLedgerSocket(t *testing.T) {
 			t.Fatalf("listed %d records", len(keys))
 		}
 	})
+}
+
+// TestLedgerSocket_PrivateFromTheStart serves the socket under a umask of 0
+// and looks at its final path as soon as the socket listens: nobody but the
+// worker's user may ever be able to connect, not even for a moment.
+// Not parallel: the umask belongs to the whole process.
+func TestLedgerSocket_PrivateFromTheStart(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	db, err := ledger.Open(filepath.Join(dir, "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	path := socketPath(filepath.Join(dir, "ledger.db"))
+	listened := false
+	var early os.FileInfo
+	opts := socketOptions{writeTimeout: socketWriteTimeout, listening: func() {
+		listened = true
+		early, _ = os.Lstat(path)
+	}}
+	sock, err := listenLedgerSocket(db, path, slog.New(slog.DiscardHandler), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sock.Close()
+	if !listened {
+		t.Fatal("the listening hook was not called")
+	}
+	if early != nil && early.Mode().Perm()&0o077 != 0 {
+		t.Fatalf("%s existed with mode %v while the socket was being set up", path, early.Mode())
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v, want a socket of mode 0600", fi.Mode())
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != "ledger.db ledger.db.sock" {
+		t.Fatalf("the ledger's directory holds %v, want the ledger and its socket only", names)
+	}
+	c, err := dialLedgerSocket(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := sock.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket after Close: %v, want it removed", err)
+	}
 }
