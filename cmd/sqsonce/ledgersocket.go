@@ -393,6 +393,9 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 	sc.Buffer(nil, 1<<20)
 	n := 0
 	brokeOff := func(err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("worker socket: listing stopped after %d records: %w", n, ctx.Err())
+		}
 		return fmt.Errorf("worker socket: the listing broke off after %d records (the worker closes a listing that is not read for %v): %w",
 			n, socketWriteTimeout, err)
 	}
