@@ -8,23 +8,15 @@ import (
 	"os"
 )
 
-// checkFile looks at the meta pages of an existing bbolt file before bbolt
-// maps it: a file cut shorter than the pages its newest meta page claims
-// would make bbolt read past the end of the mapping, which crashes the
-// process instead of returning an error. A missing or empty file passes; a
-// file whose meta pages are both unreadable is left for bbolt to refuse.
-func checkFile(path string) error {
-	f, err := os.Open(path)
-	if os.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return nil // bbolt's open reports it with the right wording
-	}
-	defer f.Close()
+// checkFile looks at the meta pages of f, an existing bbolt file just opened,
+// before bbolt maps it: a file cut shorter than the pages its newest meta page
+// claims would make bbolt read past the end of the mapping, which crashes the
+// process instead of returning an error. An empty file passes; a file whose
+// meta pages are both unreadable is left for bbolt to refuse.
+func checkFile(f *os.File) error {
 	fi, err := f.Stat()
 	if err != nil || fi.Size() == 0 {
-		return nil
+		return nil // bbolt's open reports it with the right wording
 	}
 	m0, ok0 := readMeta(f, 0)
 	var m1 meta

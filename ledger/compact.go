@@ -14,13 +14,25 @@ import (
 // deleted records. It needs the file to itself: when another process holds
 // it, it fails with ErrLocked after lockTimeout. Nothing changes when it
 // fails; the new file is fsynced before it replaces the old one.
+//
+// Compact holds the old file's lock until the new file has its name, and an
+// Open that was waiting for that lock then opens the new file (see Open): a
+// worker restarted during a compaction writes to the compacted ledger.
 func Compact(path string, lockTimeout time.Duration) (before, after int64, err error) {
+	return compact(path, lockTimeout, nil)
+}
+
+// compact is Compact. beforeRename, when set, is called once the new file is
+// complete, before it replaces the old one, while the old file's lock is
+// held: tests start an Open there that waits for that lock.
+func compact(path string, lockTimeout time.Duration, beforeRename func()) (before, after int64, err error) {
 	db, err := Open(path, Options{LockTimeout: lockTimeout})
 	if err != nil {
 		return 0, 0, err
 	}
+	// Closing lets go of the lock: only after the rename below.
 	defer db.Close()
-	fi, err := os.Stat(path)
+	fi, err := db.file.Stat()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -37,6 +49,9 @@ func Compact(path string, lockTimeout time.Duration) (before, after int64, err e
 	if err != nil {
 		os.Remove(tmp)
 		return 0, 0, fmt.Errorf("compact %s: %w", path, err)
+	}
+	if beforeRename != nil {
+		beforeRename()
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)

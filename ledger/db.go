@@ -72,6 +72,11 @@ type Options struct {
 	// with the number of write requests it carried, how long it took
 	// (fsync included) and its error. It must be quick: commits wait for it.
 	OnCommit func(requests int, took time.Duration, err error)
+
+	// openFile opens the file for bbolt (os.OpenFile when nil). Tests use
+	// it to learn when an Open has the file and is about to wait for its
+	// lock.
+	openFile func(name string, flag int, perm os.FileMode) (*os.File, error)
 }
 
 // DB is a ledger on a bbolt file. It is safe for concurrent use by many
@@ -84,6 +89,7 @@ type Options struct {
 // waits up to Options.CompleteDelay for company.
 type DB struct {
 	bolt      *bolt.DB
+	file      *os.File // the file bbolt opened and locked, while open
 	path      string
 	retention time.Duration
 	now       func() time.Time
@@ -119,6 +125,11 @@ type request struct {
 // process holds the file for longer than Options.LockTimeout, with ErrCorrupt
 // when the file is not a readable ledger and with ErrSchema when it was
 // written by a newer version.
+//
+// The returned ledger is on the file that path names once the lock is held:
+// when the file is replaced while Open waits for its lock (Compact renames
+// a new file over the path, then lets go of the old one), Open opens the new
+// file, so that nothing is written to a file that no longer has a name.
 func Open(path string, opts Options) (db *DB, err error) {
 	if path == "" {
 		return nil, fmt.Errorf("open ledger: empty path: %w", ErrInvalidArgument)
@@ -151,20 +162,13 @@ func Open(path string, opts Options) (db *DB, err error) {
 		return nil, fmt.Errorf("open ledger %s: is a directory: %w", path, ErrInvalidArgument)
 	}
 
-	if err := checkFile(path); err != nil {
-		return nil, openError(path, err, 0)
-	}
-	var bdb *bolt.DB
-	err = guard(func() error {
-		var err error
-		bdb, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
-		return err
-	})
+	bdb, file, err := openLocked(path, opts)
 	if err != nil {
-		return nil, openError(path, err, opts.LockTimeout)
+		return nil, err
 	}
 	db = &DB{
 		bolt:      bdb,
+		file:      file,
 		path:      path,
 		retention: opts.Retention,
 		now:       opts.Now,
@@ -183,6 +187,82 @@ func Open(path string, opts Options) (db *DB, err error) {
 	return db, nil
 }
 
+// maxReopen bounds how often Open opens the file again because it was
+// replaced while Open waited for its lock.
+const maxReopen = 5
+
+// openLocked opens path with bbolt and takes its lock. A lock is held on an
+// open file, not on a name: a process that opened the file and then waited
+// for the lock may get it on a file that has since been replaced (Compact
+// renames a new file over the path) or removed, and whatever it wrote there
+// would be lost. So once it holds the lock, openLocked checks that path
+// still names the locked file, and otherwise opens path again, within
+// Options.LockTimeout.
+func openLocked(path string, opts Options) (*bolt.DB, *os.File, error) {
+	openFile := opts.openFile
+	if openFile == nil {
+		openFile = os.OpenFile
+	}
+	deadline := time.Now().Add(opts.LockTimeout)
+	for attempt := 1; ; attempt++ {
+		var file *os.File
+		bopts := &bolt.Options{
+			// At least one try, also when the time is up: zero waits forever.
+			Timeout: max(time.Until(deadline), time.Millisecond),
+			OpenFile: func(name string, flag int, perm os.FileMode) (*os.File, error) {
+				f, err := openFile(name, flag, perm)
+				if err != nil {
+					return nil, err
+				}
+				if err := checkFile(f); err != nil {
+					f.Close()
+					return nil, err
+				}
+				file = f
+				return f, nil
+			},
+		}
+		var bdb *bolt.DB
+		err := guard(func() error {
+			var err error
+			bdb, err = bolt.Open(path, 0o600, bopts)
+			return err
+		})
+		if err != nil {
+			return nil, nil, openError(path, err, opts.LockTimeout)
+		}
+		same, err := names(path, file)
+		if err != nil {
+			bdb.Close()
+			return nil, nil, fmt.Errorf("open ledger %s: %w", path, err)
+		}
+		if same {
+			return bdb, file, nil
+		}
+		bdb.Close()
+		if attempt == maxReopen || time.Now().After(deadline) {
+			return nil, nil, fmt.Errorf("open ledger %s: the file was replaced %d times while this open waited for its lock (a compaction?): %w",
+				path, attempt, ErrLocked)
+		}
+	}
+}
+
+// names reports whether path names f: the same device and inode.
+func names(path string, f *os.File) (bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	pi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(fi, pi), nil
+}
+
 // openError turns an error of bolt.Open into one that says what is wrong.
 func openError(path string, err error, timeout time.Duration) error {
 	switch {
@@ -199,7 +279,7 @@ func openError(path string, err error, timeout time.Duration) error {
 
 // init checks the file's size and schema and creates missing buckets.
 func (db *DB) init() error {
-	fi, err := os.Stat(db.path)
+	fi, err := db.file.Stat()
 	if err != nil {
 		return fmt.Errorf("open ledger %s: %w", db.path, err)
 	}

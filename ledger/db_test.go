@@ -627,3 +627,26 @@ func TestOpen_RetentionPastTheNanosecondRange(t *testing.T) {
 		t.Fatalf("open with a 285-year retention: %v", err)
 	}
 }
+
+// TestDB_LeaseLongerThanRetention checks that the refusal names both
+// durations, so that the operator sees which setting to change.
+func TestDB_LeaseLongerThanRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := ledger.Open(filepath.Join(t.TempDir(), "l.db"), ledger.Options{Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, err = db.Claim(ctx, ledger.ClaimRequest{Key: "k", Owner: "o", Lease: 90 * time.Minute})
+	if !errors.Is(err, ledger.ErrInvalidArgument) || !strings.Contains(err.Error(), "1h30m0s") || !strings.Contains(err.Error(), "1h0m0s") {
+		t.Fatalf("claim with a lease of 90m and a retention of 1h: %v", err)
+	}
+	if _, err := db.Claim(ctx, ledger.ClaimRequest{Key: "k", Owner: "o", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Extend(ctx, "k", "o", 2*time.Hour)
+	if !errors.Is(err, ledger.ErrInvalidArgument) || !strings.Contains(err.Error(), "2h0m0s") || !strings.Contains(err.Error(), "1h0m0s") {
+		t.Fatalf("extend by 2h with a retention of 1h: %v", err)
+	}
+}

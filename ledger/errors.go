@@ -10,7 +10,8 @@ var (
 	ErrInvalidKey = errors.New("invalid operation key")
 
 	// ErrInvalidArgument is returned for other bad arguments: an empty
-	// owner, a non-positive lease, an oversized fingerprint.
+	// owner, a non-positive lease or one longer than the retention, an
+	// oversized fingerprint.
 	ErrInvalidArgument = errors.New("invalid argument")
 
 	// ErrNotFound is returned when no live record exists for a key. An

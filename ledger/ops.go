@@ -60,7 +60,8 @@ type ClaimRequest struct {
 	// that a later transition can tell this claim from a takeover.
 	Owner string
 	// Lease is how long the claim holds before another claim may take the
-	// operation over. Extend renews it.
+	// operation over. Extend renews it. It must be positive and no longer
+	// than the ledger's retention (ErrInvalidArgument otherwise).
 	Lease time.Duration
 	// MessageID is recorded for support.
 	MessageID string
@@ -71,6 +72,11 @@ type Claim struct {
 	Outcome  Outcome
 	Record   Record // after the claim when Claimed; as found otherwise
 	Takeover bool   // Claimed over an in-progress claim whose lease lapsed
+	// Err is non-nil, wrapping ErrCorrupt, when this request's stored
+	// record could not be read. Outcome is then 0 and nothing was written
+	// for this request; the other requests of the batch are decided and
+	// written as usual. The record stays as it is until it is forgotten.
+	Err error
 }
 
 func (r *ClaimRequest) validate() error {
@@ -88,23 +94,43 @@ func (r *ClaimRequest) validate() error {
 	return nil
 }
 
+// checkLease refuses a lease longer than the retention: the in-progress
+// record would expire (and the next delivery would take the operation as
+// new) while its owner still holds the lease and runs the work.
+func (db *DB) checkLease(op, key string, lease time.Duration) error {
+	if lease > db.retention {
+		return fmt.Errorf("%s %q: lease %v is longer than the ledger's retention %v: the record would expire while the work runs: %w",
+			op, key, lease, db.retention, ErrInvalidArgument)
+	}
+	return nil
+}
+
 // Claim takes the operation named by req.Key if it is free, in one atomic
 // conditional write. See Outcome for the answers. When Claim returns
-// Claimed, the claim is durable.
+// Claimed, the claim is durable. A stored record that cannot be read is
+// its error (Claim.Err), wrapping ErrCorrupt.
 func (db *DB) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 	cs, err := db.ClaimBatch(ctx, []ClaimRequest{req})
 	if err != nil {
 		return Claim{}, err
+	}
+	if cs[0].Err != nil {
+		return Claim{}, cs[0].Err
 	}
 	return cs[0], nil
 }
 
 // ClaimBatch claims many operations in one commit. Requests are applied in
 // order, so a key that appears twice is Claimed once and then InProgress.
-// An invalid request fails the whole batch before anything is written.
+// An invalid request fails the whole batch before anything is written. A
+// request whose stored record cannot be read gets that as its Claim.Err and
+// does not hold up the others.
 func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, error) {
 	for i := range reqs {
 		if err := reqs[i].validate(); err != nil {
+			return nil, err
+		}
+		if err := db.checkLease("claim", reqs[i].Key, reqs[i].Lease); err != nil {
 			return nil, err
 		}
 	}
@@ -127,6 +153,9 @@ func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, err
 
 func (s *store) claim(req *ClaimRequest) (Claim, error) {
 	cur, old, err := s.live(req.Key)
+	if isUnreadable(err) {
+		return Claim{Err: fmt.Errorf("claim %q: %w", req.Key, err)}, nil
+	}
 	if err != nil {
 		return Claim{}, err
 	}
@@ -208,8 +237,10 @@ type Failure struct {
 
 // Complete records the claim's work as done. It returns only after the
 // commit is durable (fsynced); only then may the message be acknowledged.
-// It fails with ErrNotOwner when another claim took the operation over, and
-// succeeds again for the same owner once complete.
+// The record must be in progress under c.Owner: Complete fails with
+// ErrNotOwner when another claim took the operation over and with ErrState
+// when the record is failed (the owner reported a failure first). Once
+// complete, it succeeds again for the same owner and changes nothing.
 func (db *DB) Complete(ctx context.Context, c Completion) error {
 	return db.CompleteBatch(ctx, []Completion{c})[0]
 }
@@ -220,8 +251,12 @@ func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
 	return db.transitionBatch(ctx, "complete", len(cs), func(i int) string { return cs[i].Key }, func(s *store, i int) error {
 		c := &cs[i]
 		return s.transition(c.Key, c.Owner, "complete", func(rec *Record) (bool, error) {
-			if rec.State == StateComplete {
-				return false, nil
+			switch rec.State {
+			case StateComplete:
+				return false, nil // already done by this owner: idempotent
+			case StateInProgress:
+			default:
+				return false, fmt.Errorf("complete %q: record is %s: %w", c.Key, rec.State, ErrState)
 			}
 			rec.State = StateComplete
 			rec.Completed = s.now
@@ -287,13 +322,17 @@ func (db *DB) Release(ctx context.Context, key, owner string) error {
 }
 
 // Extend renews the claim's lease to now+lease (the heartbeat) and returns
-// the new expiry, or the zero time with an error. It fails with ErrNotOwner
+// the new expiry, or the zero time with an error. A lease longer than the
+// ledger's retention fails with ErrInvalidArgument. It fails with ErrNotOwner
 // after a takeover: the caller has lost the operation and should stop its
 // work. When ctx ends first it returns ctx's error, and the extension may
 // still take effect.
 func (db *DB) Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error) {
 	if lease <= 0 {
 		return time.Time{}, fmt.Errorf("extend %q: lease must be positive: %w", key, ErrInvalidArgument)
+	}
+	if err := db.checkLease("extend", key, lease); err != nil {
+		return time.Time{}, err
 	}
 	var expiry time.Time
 	errs := db.transitionBatch(ctx, "extend", 1, func(int) string { return key }, func(s *store, _ int) error {
@@ -351,8 +390,9 @@ func (db *DB) Forget(ctx context.Context, key string) error {
 }
 
 // transitionBatch validates n keys, runs fn for each in one commit and
-// returns one error per item. fn's errors are answers for its item; a failed
-// commit is every item's error.
+// returns one error per item. fn's answers (see isAnswer) are its item's
+// error, among them a stored record that cannot be read (wrapping
+// ErrCorrupt); a failed commit is every item's error.
 func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(int) string, fn func(s *store, i int) error) []error {
 	errs := make([]error, n)
 	valid := make([]bool, n)
@@ -376,6 +416,9 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 				continue
 			}
 			if err := fn(s, i); err != nil {
+				if isUnreadable(err) {
+					err = fmt.Errorf("%s %q: %w", op, key(i), err)
+				}
 				if isAnswer(err) {
 					answers[i] = err
 					continue
@@ -400,8 +443,12 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 }
 
 // isAnswer reports whether err is an outcome for the caller (wrong owner,
-// wrong state, no such record) rather than a failure of the transaction.
+// wrong state, no such record, a record that cannot be read) rather than a
+// failure of the transaction.
 func isAnswer(err error) bool {
+	if isUnreadable(err) {
+		return true
+	}
 	for _, target := range []error{ErrNotOwner, ErrState, ErrNotFound, ErrInvalidArgument} {
 		if errors.Is(err, target) {
 			return true

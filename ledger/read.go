@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -45,31 +44,77 @@ type Filter struct {
 	Prefix string // only keys that start with Prefix
 }
 
-// ForEach calls fn for each live record that matches f, in key order, inside
-// one read transaction (a consistent snapshot; writes go on meanwhile). It
+// forEachPage bounds how many records ForEach copies out of one read
+// transaction, and forEachScan how many it looks at, so that a transaction
+// stays short whatever the filter.
+const (
+	forEachPage = 256
+	forEachScan = 8 * forEachPage
+)
+
+// ForEach calls fn for each live record that matches f, in key order. It
 // stops at the first error fn returns and returns it, or when ctx ends.
+//
+// The walk is not one snapshot: it reads the records a page at a time, each
+// page in a short read transaction that has ended before fn is called, so
+// however slowly fn runs (a client that stops reading, say), it holds no
+// transaction and delays no write. Each live record that exists for the
+// whole walk is seen exactly once; a record written or removed during the
+// walk may or may not be seen, and never twice. Liveness is judged at the
+// time the walk starts.
 func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) error {
 	now := db.now()
 	prefix := []byte(f.Prefix)
-	return db.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketRecords).Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+	var after []byte // the last key read; nil before the first page
+	page := make([]Record, 0, forEachPage)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		page = page[:0]
+		end := false
+		err := db.view(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketRecords).Cursor()
+			k, v := c.Seek(prefix)
+			if after != nil {
+				k, v = c.Seek(after)
+				if k != nil && bytes.Equal(k, after) {
+					k, v = c.Next()
+				}
+			}
+			for scanned := 0; len(page) < forEachPage && scanned < forEachScan; k, v = c.Next() {
+				if k == nil || !bytes.HasPrefix(k, prefix) {
+					end = true
+					return nil
+				}
+				scanned++
+				after = append(after[:0], k...)
+				r, err := decodeRecord(string(k), v)
+				if err != nil {
+					return err
+				}
+				if !r.Expires.After(now) || (f.State != 0 && r.State != f.State) {
+					continue
+				}
+				page = append(page, r)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range page {
 			if err := ctx.Err(); err != nil {
 				return err
-			}
-			r, err := decodeRecord(string(k), v)
-			if err != nil {
-				return err
-			}
-			if !r.Expires.After(now) || (f.State != 0 && r.State != f.State) {
-				continue
 			}
 			if err := fn(r); err != nil {
 				return err
 			}
 		}
-		return nil
-	})
+		if end {
+			return nil
+		}
+	}
 }
 
 // Stats describes the ledger at one moment.
@@ -108,7 +153,7 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("stats: %w", err)
 	}
-	if fi, err := os.Stat(db.path); err == nil {
+	if fi, err := db.file.Stat(); err == nil {
 		st.FileSize = fi.Size()
 	}
 	st.Commits = db.Commits()

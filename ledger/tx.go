@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,9 +51,24 @@ func (s *store) get(key string) (*Record, error) {
 	}
 	r, err := decodeRecord(key, v)
 	if err != nil {
-		return nil, err
+		return nil, &unreadableError{err: err}
 	}
 	return &r, nil
+}
+
+// unreadableError is a stored record that could not be decoded. It is the
+// answer for the request that read the record, not a failure of the
+// transaction: the other requests sharing the commit go on. It wraps
+// ErrCorrupt, and ErrSchema too when the record is of a newer version.
+type unreadableError struct{ err error }
+
+func (e *unreadableError) Error() string { return e.err.Error() }
+
+func (e *unreadableError) Unwrap() []error { return []error{e.err, ErrCorrupt} }
+
+func isUnreadable(err error) bool {
+	var u *unreadableError
+	return errors.As(err, &u)
 }
 
 // live is get with expired records treated as absent. The expired record is

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"time"
 	"unicode/utf8"
 
@@ -134,18 +135,34 @@ type ledgerSocket struct {
 	done chan struct{}
 }
 
+// socketWriteTimeout is how long the worker waits for a client of its ledger
+// socket to take the next part of an answer. A client that stops reading for
+// longer (a listing piped into a pager left open, say) is cut off, so that it
+// holds no goroutine or connection of the worker's for good.
+const socketWriteTimeout = time.Minute
+
+// socketOptions are the settings of a ledger socket; tests change them.
+type socketOptions struct {
+	// writeTimeout bounds each write to a client (socketWriteTimeout).
+	writeTimeout time.Duration
+	// listening, when set, is called as soon as the socket listens, before
+	// it has its final mode and path.
+	listening func()
+}
+
+// maxSocketPath is the longest path a unix socket can be bound to or
+// reached at on Linux: 108 bytes with the terminating NUL.
+const maxSocketPath = 107
+
+// serveLedgerSocket serves db on a unix socket at path until Close.
 func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSocket, error) {
-	// The worker holds the ledger's lock, so a socket left here is stale.
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("ledger socket %s: %w", path, err)
-	}
-	ln, err := net.Listen("unix", path)
+	return listenLedgerSocket(db, path, log, socketOptions{writeTimeout: socketWriteTimeout})
+}
+
+func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socketOptions) (*ledgerSocket, error) {
+	ln, err := listenPrivate(path, opts.listening)
 	if err != nil {
-		return nil, fmt.Errorf("ledger socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("ledger socket: %w", err)
+		return nil, fmt.Errorf("ledger socket %s: %w", path, err)
 	}
 	mux := http.NewServeMux()
 	fail := func(w http.ResponseWriter, err error) {
@@ -179,9 +196,31 @@ func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSoc
 			f.State = st
 		}
 		f.Prefix = r.URL.Query().Get("prefix")
+		// ForEach holds no read transaction while a record is written, so
+		// a slow client delays no ledger write; the deadline, renewed for
+		// each record, ends the listing of a client that stopped reading.
+		rc := http.NewResponseController(w)
 		enc := json.NewEncoder(w)
-		err := db.ForEach(r.Context(), f, func(rec ledger.Record) error { return enc.Encode(toJSON(rec)) })
-		if err != nil {
+		var werr error
+		written := 0
+		err := db.ForEach(r.Context(), f, func(rec ledger.Record) error {
+			if werr = rc.SetWriteDeadline(time.Now().Add(opts.writeTimeout)); werr == nil {
+				werr = enc.Encode(toJSON(rec))
+			}
+			if werr == nil {
+				written++
+			}
+			return werr
+		})
+		switch {
+		case werr != nil:
+			// The connection is broken; net/http closes it when we return.
+			// A client that stopped listening early (--limit) is normal.
+			if errors.Is(werr, os.ErrDeadlineExceeded) {
+				log.Warn("ledger socket: a listing's client stopped reading; closed its connection",
+					"records_written", written, "write_timeout", opts.writeTimeout)
+			}
+		case err != nil:
 			// Mid-stream: the client sees a line it cannot decode as a record.
 			enc.Encode(errorJSON{Error: err.Error(), Kind: errorKind(err)})
 		}
@@ -210,9 +249,58 @@ func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSoc
 			w.WriteHeader(http.StatusNoContent)
 		})
 	}
-	s := &ledgerSocket{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, path: path, done: make(chan struct{})}
+	// Every answer gets a write deadline; a listing renews it per record.
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(opts.writeTimeout))
+		mux.ServeHTTP(w, r)
+	})
+	s := &ledgerSocket{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}, path: path, done: make(chan struct{})}
 	go func() { s.srv.Serve(ln); close(s.done) }()
 	return s, nil
+}
+
+// listenPrivate listens on a unix socket at path that only this user can
+// reach from the moment it has that name. A socket is created with the
+// mode the umask leaves, and changing the process-wide umask would race
+// with every other file the process creates; so the socket is made in a
+// fresh directory of mode 0700 beside path, where no one else can reach it,
+// set to mode 0600 there and then renamed to path (replacing a socket left
+// by a worker that died: the caller holds the ledger's lock, so no live
+// worker serves there). The listener does not remove the socket when it
+// closes; its owner removes path.
+func listenPrivate(path string, listening func()) (*net.UnixListener, error) {
+	if len(path) > maxSocketPath {
+		return nil, fmt.Errorf("path of %d bytes, over the %d a unix socket allows: use a shorter ledger path", len(path), maxSocketPath)
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(path), ".")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(dir) // empty once the socket has moved out
+	tmp := filepath.Join(dir, "s")
+	if len(tmp) > maxSocketPath {
+		return nil, fmt.Errorf("the socket is made at %s first, %d bytes, over the %d a unix socket allows: use a shorter ledger path",
+			tmp, len(tmp), maxSocketPath)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	if listening != nil {
+		listening()
+	}
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		ln.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return ln, nil
 }
 
 // Close stops serving and removes the socket file.
@@ -303,9 +391,20 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
+	n := 0
+	brokeOff := func(err error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("worker socket: listing stopped after %d records: %w", n, ctx.Err())
+		}
+		return fmt.Errorf("worker socket: the listing broke off after %d records (the worker closes a listing that is not read for %v): %w",
+			n, socketWriteTimeout, err)
+	}
+	for ; sc.Scan(); n++ {
 		var j recordJSON
 		if err := json.Unmarshal(sc.Bytes(), &j); err != nil || j.State == "" {
+			if err := sc.Err(); err != nil {
+				return brokeOff(err) // the last line, cut short
+			}
 			var e errorJSON
 			if json.Unmarshal(sc.Bytes(), &e) == nil && e.Error != "" {
 				return fmt.Errorf("worker socket: %s", e.Error)
@@ -320,7 +419,10 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 			return err
 		}
 	}
-	return sc.Err()
+	if err := sc.Err(); err != nil {
+		return brokeOff(err)
+	}
+	return nil
 }
 
 func (c *socketLedger) Stats(ctx context.Context) (ledger.Stats, error) {

@@ -286,6 +286,40 @@ func Run(t *testing.T, open Open) {
 		}
 	})
 
+	// Complete needs the record in progress under the owner: a failed
+	// record (retryable or permanent) is not made complete by a late
+	// report of success. Completing a complete record again is a success
+	// that changes nothing.
+	t.Run("CompleteNeedsInProgress", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		for _, permanent := range []bool{false, true} {
+			key := fmt.Sprintf("failed-%v", permanent)
+			mustClaim(t, l, req(key, "a"), ledger.Claimed)
+			must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: "a", Err: "boom", Permanent: permanent}))
+			if err := l.Complete(ctx, ledger.Completion{Key: key, Owner: "a", Result: []byte("late")}); !errors.Is(err, ledger.ErrState) {
+				t.Errorf("complete of a failed record (permanent %v): err %v, want ErrState", permanent, err)
+			}
+			errs := l.CompleteBatch(ctx, []ledger.Completion{{Key: key, Owner: "a", Result: []byte("late")}})
+			if !errors.Is(errs[0], ledger.ErrState) {
+				t.Errorf("complete batch of a failed record (permanent %v): err %v, want ErrState", permanent, errs[0])
+			}
+			rec, err := l.Get(ctx, key)
+			must(t, err)
+			if rec.State != ledger.StateFailed || rec.Permanent != permanent || rec.LastError != "boom" || len(rec.Result) != 0 {
+				t.Fatalf("failed record after refused completions: %+v", rec)
+			}
+		}
+		mustClaim(t, l, req("done", "a"), ledger.Claimed)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "done", Owner: "a", Result: []byte("first")}))
+		must(t, l.Complete(ctx, ledger.Completion{Key: "done", Owner: "a", Result: []byte("second")}))
+		rec, err := l.Get(ctx, "done")
+		must(t, err)
+		if rec.State != ledger.StateComplete || string(rec.Result) != "first" {
+			t.Fatalf("record completed twice: %+v, want complete with the first result", rec)
+		}
+	})
+
 	t.Run("LeaseExtend", func(t *testing.T) {
 		t.Parallel()
 		l, clock := setup(t)
@@ -302,6 +336,44 @@ func Run(t *testing.T, open Open) {
 		mustClaim(t, l, req("k", "b"), ledger.InProgress)
 		clock.Advance(lease)
 		mustClaim(t, l, req("k", "b"), ledger.Claimed)
+	})
+
+	// A lease longer than the retention would let an in-progress record
+	// expire while its owner still runs the work, and another delivery
+	// would run it again: such a claim or extension is refused.
+	t.Run("LeaseWithinRetention", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		long := req("k", "a")
+		long.Lease = Retention + time.Second
+		if _, err := l.Claim(ctx, long); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Fatalf("claim with a lease longer than the retention: err %v, want ErrInvalidArgument", err)
+		}
+		if _, err := l.ClaimBatch(ctx, []ledger.ClaimRequest{req("other", "a"), long}); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Fatalf("batch with a lease longer than the retention: err %v, want ErrInvalidArgument", err)
+		}
+		for _, key := range []string{"k", "other"} {
+			if _, err := l.Get(ctx, key); !errors.Is(err, ledger.ErrNotFound) {
+				t.Fatalf("a refused claim wrote %q: err %v", key, err)
+			}
+		}
+		longest := req("k", "a")
+		longest.Lease = Retention
+		c := mustClaim(t, l, longest, ledger.Claimed)
+		clock.Advance(time.Minute)
+		if _, err := l.Extend(ctx, "k", "a", Retention+time.Second); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Fatalf("extend beyond the retention: err %v, want ErrInvalidArgument", err)
+		}
+		rec, err := l.Get(ctx, "k")
+		must(t, err)
+		if !rec.LeaseExpiry.Equal(c.Record.LeaseExpiry) {
+			t.Fatalf("a refused extension moved the lease from %v to %v", c.Record.LeaseExpiry, rec.LeaseExpiry)
+		}
+		exp, err := l.Extend(ctx, "k", "a", Retention)
+		must(t, err)
+		if !exp.Equal(clock.Now().Add(Retention)) {
+			t.Fatalf("extended to %v, want %v", exp, clock.Now().Add(Retention))
+		}
 	})
 
 	t.Run("ReleaseFirstClaimForgets", func(t *testing.T) {
