@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/ledgertest"
 )
 
 // TestDB_CorruptRecord damages one stored record on a real file and checks
@@ -134,4 +136,49 @@ func TestDB_CorruptRecord(t *testing.T) {
 			t.Fatalf("h2 after reopening: %+v, %v; want failed", rec, err)
 		}
 	})
+
+	// Walks, sweeps and forget go past the damaged record: one damaged
+	// record must not hide the rest, stop sweeping for good, or stay
+	// forever.
+	t.Run("WalkSweepForget", func(t *testing.T) {
+		t.Parallel()
+		clock := ledgertest.NewClock()
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		db := openTest(t, path, clock)
+		for _, key := range []string{"a", "bad", "c"} {
+			if _, err := db.Claim(ctx, ledger.ClaimRequest{Key: key, Owner: "o", Lease: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		db.Close()
+		rawUpdate(t, path, func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("records")).Put([]byte("bad"), garbage)
+		})
+		db = openTest(t, path, clock)
+		var seen []string
+		err := db.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error { seen = append(seen, r.Key); return nil })
+		if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), `1 record(s) could not be read and were left out, the first "bad"`) || strings.Join(seen, ",") != "a,c" {
+			t.Fatalf("ForEach saw %q and returned %v; want a and c, then ErrCorrupt naming bad", seen, err)
+		}
+		// Everything expires: the sweep removes the readable records and
+		// goes on past the damaged one.
+		clock.Advance(ledgertest.Retention + time.Hour)
+		if n, err := db.Sweep(ctx); err != nil || n != 2 {
+			t.Fatalf("Sweep = %d, %v; want the 2 readable records removed", n, err)
+		}
+		if n, err := db.Sweep(ctx); err != nil || n != 0 {
+			t.Fatalf("second Sweep = %d, %v", n, err)
+		}
+		if err := db.Forget(ctx, "bad"); err != nil {
+			t.Fatalf("Forget of the damaged record: %v", err)
+		}
+		st, err := db.Stats(ctx)
+		if err != nil || !st.OldestInProgress.IsZero() {
+			t.Fatalf("Stats after forgetting: %+v, %v: the in-flight index still names the damaged record", st, err)
+		}
+		if c, err := db.Claim(ctx, ledger.ClaimRequest{Key: "bad", Owner: "p", Lease: time.Hour}); err != nil || c.Outcome != ledger.Claimed {
+			t.Fatalf("claim after forgetting: %+v, %v", c, err)
+		}
+	})
+
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sqsonce/sqsonce/internal/textcut"
 )
 
 // Outcome is the answer of a claim: what the caller should do with the
@@ -183,7 +185,7 @@ func decideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 			LeaseExpiry: now.Add(req.Lease),
 			FirstSeen:   now,
 			Claimed:     now,
-			MessageID:   truncateUTF8(req.MessageID, maxMessageIDLen),
+			MessageID:   textcut.Cut(req.MessageID, maxMessageIDLen),
 		}
 		return Claim{Outcome: Claimed, Record: *rec}, rec
 	}
@@ -215,7 +217,7 @@ func decideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 		rec.Fingerprint = req.Fingerprint
 	}
 	if req.MessageID != "" {
-		rec.MessageID = truncateUTF8(req.MessageID, maxMessageIDLen)
+		rec.MessageID = textcut.Cut(req.MessageID, maxMessageIDLen)
 	}
 	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover}, &rec
 }
@@ -290,7 +292,7 @@ func (db *DB) FailBatch(ctx context.Context, fs []Failure) []error {
 			rec.State = StateFailed
 			rec.Permanent = f.Permanent
 			rec.LeaseExpiry = time.Time{}
-			rec.LastError = truncateUTF8(f.Err, MaxErrorLen)
+			rec.LastError = textcut.Cut(f.Err, MaxErrorLen)
 			return true, nil
 		})
 	})
@@ -377,10 +379,14 @@ func (db *DB) Reset(ctx context.Context, key string) error {
 
 // Forget deletes the record of key whatever its state, so that the next
 // delivery runs the operation again. Forgetting an absent key is not an
-// error.
+// error. A record that cannot be read (ErrCorrupt) is forgotten too: it is
+// the way out for an operation whose record was damaged.
 func (db *DB) Forget(ctx context.Context, key string) error {
 	errs := db.transitionBatch(ctx, "forget", 1, func(int) string { return key }, func(s *store, _ int) error {
 		old, err := s.get(key)
+		if isUnreadable(err) {
+			return s.removeUnreadable(key)
+		}
 		if err != nil || old == nil {
 			return err
 		}

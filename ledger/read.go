@@ -62,11 +62,17 @@ const (
 // whole walk is seen exactly once; a record written or removed during the
 // walk may or may not be seen, and never twice. Liveness is judged at the
 // time the walk starts.
+//
+// A record that cannot be read (a damaged file) does not stop the walk: the
+// others are all passed to fn, and ForEach then returns an error wrapping
+// ErrCorrupt that counts the unreadable records and names the first.
 func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) error {
 	now := db.now()
 	prefix := []byte(f.Prefix)
 	var after []byte // the last key read; nil before the first page
 	page := make([]Record, 0, forEachPage)
+	unreadable, firstUnreadable := 0, ""
+	var firstErr error
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -91,7 +97,11 @@ func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) erro
 				after = append(after[:0], k...)
 				r, err := decodeRecord(string(k), v)
 				if err != nil {
-					return err
+					if unreadable == 0 {
+						firstUnreadable, firstErr = string(k), err
+					}
+					unreadable++
+					continue
 				}
 				if !r.Expires.After(now) || (f.State != 0 && r.State != f.State) {
 					continue
@@ -112,6 +122,10 @@ func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) erro
 			}
 		}
 		if end {
+			if unreadable > 0 {
+				return fmt.Errorf("%d record(s) could not be read and were left out, the first %q (%v); `forget` removes one: %w",
+					unreadable, firstUnreadable, firstErr, ErrCorrupt)
+			}
 			return nil
 		}
 	}
@@ -252,7 +266,7 @@ func (db *DB) sweepByKey(ctx context.Context) (int, error) {
 				}
 				r, err := decodeRecord(string(k), v)
 				if err != nil {
-					return err
+					continue // unreadable: it stays until it is forgotten
 				}
 				if !r.Expires.After(s.now) {
 					expired = append(expired, &r)
@@ -303,6 +317,14 @@ func (db *DB) sweepByIndex(ctx context.Context) (int, error) {
 			for _, k := range keys {
 				t, key, _ := splitIndexKey(k)
 				old, err := s.get(key)
+				if isUnreadable(err) {
+					// The record stays until it is forgotten; its entry
+					// goes, or every sweep would stop at it.
+					if err := s.expiry.Delete(k); err != nil {
+						return err
+					}
+					continue
+				}
 				if err != nil {
 					return err
 				}

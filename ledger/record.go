@@ -258,14 +258,3 @@ func fromUnixNano(n int64) time.Time {
 	}
 	return time.Unix(0, n)
 }
-
-// truncateUTF8 cuts s to at most max bytes without splitting a character.
-func truncateUTF8(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	for max > 0 && !utf8.RuneStart(s[max]) {
-		max--
-	}
-	return s[:max]
-}

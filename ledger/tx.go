@@ -115,6 +115,30 @@ func (s *store) remove(old *Record) error {
 	return s.records.Delete([]byte(old.Key))
 }
 
+// removeUnreadable deletes the record of key, which cannot be decoded, and
+// its entry in the in-flight index, found by its key. Its expiry index
+// entry cannot be found without the record's time: the sweep drops it as an
+// entry without a record. The per-state counters still count the record,
+// whose state is unknown.
+func (s *store) removeUnreadable(key string) error {
+	if err := s.records.Delete([]byte(key)); err != nil {
+		return err
+	}
+	var stale [][]byte
+	c := s.inflight.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		if len(k) >= 8 && string(k[8:]) == key {
+			stale = append(stale, append([]byte(nil), k...))
+		}
+	}
+	for _, k := range stale {
+		if err := s.inflight.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (s *store) unindex(old *Record) error {
 	if old == nil {
 		return nil

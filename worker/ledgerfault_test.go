@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
@@ -137,5 +143,50 @@ func TestWorker_StopDuringClaimGivesBatchBack(t *testing.T) {
 	}
 	if visible, inflight := sqstest.Count(t, b.client, b.queue.URL); visible != 3 || inflight != 0 {
 		t.Errorf("queue: %d visible, %d in flight; want all 3 back at once", visible, inflight)
+	}
+}
+
+// A message whose operation's ledger record cannot be read is dead-lettered
+// with the reason; the messages received with it run as usual.
+func TestWorker_UnreadableRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	path := b.db.Path()
+	if _, err := b.db.Claim(context.Background(), ledger.ClaimRequest{Key: "bad", Owner: "o", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	b.db.Close()
+	raw, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Update(func(tx *bolt.Tx) error { return tx.Bucket([]byte("records")).Put([]byte("bad"), []byte{1, 9, 9}) }); err != nil {
+		t.Fatal(err)
+	}
+	raw.Close()
+	if b.db, err = ledger.Open(path, ledger.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.db.Close() })
+
+	stop := b.start(b.config(), worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return nil
+	}))
+	in := &sqs.SendMessageBatchInput{QueueUrl: &b.queue.URL}
+	for i, key := range []string{"ok-1", "bad", "ok-2"} {
+		in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String(fmt.Sprintf(`{"id":%q}`, key))})
+	}
+	if _, err := b.client.SendMessageBatch(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	b.waitEmpty(20 * time.Second)
+	s := stop()
+	if b.runs.count("ok-1") != 1 || b.runs.count("ok-2") != 1 || b.runs.count("bad") != 0 || s.Unreadable != 1 || s.DeadLettered != 1 {
+		t.Fatalf("runs %v, stats %+v", b.runs.counts(), s)
+	}
+	dlq := sqstest.Drain(t, b.client, b.queue.DLQURL, 1, 5*time.Second)
+	if len(dlq) != 1 || !strings.Contains(attr(dlq[0], worker.AttrReason), "ledger record unreadable") {
+		t.Fatalf("DLQ %v", dlq)
 	}
 }

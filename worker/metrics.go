@@ -56,6 +56,7 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		counter("duplicates_suppressed_total", "Deliveries not run because of the ledger, by reason.", c.redeliveredFailed.Load, prometheus.Labels{"reason": "failed_permanently"}),
 		counter("messages_keyless_total", "Messages without a usable operation key.", c.keyless.Load, nil),
 		counter("messages_conflicting_total", "Messages whose key was seen before with a different payload.", c.conflicts.Load, nil),
+		counter("messages_unreadable_record_total", "Messages dead-lettered because their operation's ledger record could not be read.", c.unreadable.Load, nil),
 		counter("messages_given_back_total", "Messages given back unstarted (FIFO order, shutdown).", c.givenBack.Load, nil),
 		counter("lease_takeovers_total", "Operations taken over after another claim's lease lapsed.", c.takeovers.Load, nil),
 		counter("lease_lost_total", "Attempts cut off because another claim took the operation over.", c.leaseLost.Load, nil),

@@ -15,6 +15,7 @@ type Stats struct {
 	DeadLettered        int64 // messages moved to the dead-letter queue
 	Keyless             int64 // messages without a usable operation key
 	Conflicts           int64 // keys seen again with a different payload
+	Unreadable          int64 // messages whose operation's ledger record could not be read, dead-lettered
 	GivenBack           int64 // messages given back unstarted (FIFO order, shutdown): their claims released, visible at once
 	Takeovers           int64 // claims taken over after a lapsed lease
 	LeaseLost           int64 // attempts cut off because another claim took over
@@ -26,7 +27,7 @@ type Stats struct {
 
 type counters struct {
 	received, claimed, completed, duplicates, redeliveredFailed, inProgressElsewhere, retried,
-	failedPermanently, deadLettered, keyless, conflicts, givenBack, takeovers,
+	failedPermanently, deadLettered, keyless, conflicts, unreadable, givenBack, takeovers,
 	leaseLost, completeFailed, deleted, deleteFailed, heartbeats atomic.Int64
 }
 
@@ -37,7 +38,7 @@ func (w *Worker) Stats() Stats {
 		Received: c.received.Load(), Claimed: c.claimed.Load(), Completed: c.completed.Load(),
 		Duplicates: c.duplicates.Load(), RedeliveredFailed: c.redeliveredFailed.Load(), InProgressElsewhere: c.inProgressElsewhere.Load(),
 		Retried: c.retried.Load(), FailedPermanently: c.failedPermanently.Load(),
-		DeadLettered: c.deadLettered.Load(), Keyless: c.keyless.Load(), Conflicts: c.conflicts.Load(),
+		DeadLettered: c.deadLettered.Load(), Keyless: c.keyless.Load(), Conflicts: c.conflicts.Load(), Unreadable: c.unreadable.Load(),
 		GivenBack: c.givenBack.Load(), Takeovers: c.takeovers.Load(), LeaseLost: c.leaseLost.Load(),
 		CompleteFailed: c.completeFailed.Load(), Deleted: c.deleted.Load(),
 		DeleteFailed: c.deleteFailed.Load(), Heartbeats: c.heartbeats.Load(),
@@ -49,7 +50,7 @@ func (s Stats) logAttrs() []any {
 		"received", s.Received, "claimed", s.Claimed, "completed", s.Completed,
 		"duplicates", s.Duplicates, "redelivered_failed", s.RedeliveredFailed, "in_progress_elsewhere", s.InProgressElsewhere,
 		"retried", s.Retried, "failed_permanently", s.FailedPermanently,
-		"dead_lettered", s.DeadLettered, "keyless", s.Keyless, "conflicts", s.Conflicts,
+		"dead_lettered", s.DeadLettered, "keyless", s.Keyless, "conflicts", s.Conflicts, "unreadable", s.Unreadable,
 		"given_back", s.GivenBack, "takeovers", s.Takeovers, "lease_lost", s.LeaseLost,
 		"complete_failed", s.CompleteFailed, "deleted", s.Deleted, "delete_failed", s.DeleteFailed,
 	}

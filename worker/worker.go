@@ -599,6 +599,15 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 		log.Warn("message has no usable operation key: rejected", "reason", j.keyErr)
 		return w.deadLetter(j, "no operation key: "+j.keyErr.Error(), log)
 	}
+	if j.claim.Err != nil {
+		// The ledger cannot tell what became of the operation: running it
+		// might run it twice, leaving it would bring it back until SQS's
+		// redrive. It waits in the dead-letter queue for an operator.
+		w.stats.unreadable.Add(1)
+		log.Error("the operation's ledger record cannot be read: dead-lettering the message; `sqsonce ledger forget` the key, then replay it",
+			"key", j.key.key, "error", j.claim.Err)
+		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), log)
+	}
 	log = log.With("key", j.key.key, "attempt", j.claim.Record.Attempts)
 	switch j.claim.Outcome {
 	case ledger.Claimed:

@@ -113,14 +113,21 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 	case "forget":
 		key := fs.Arg(0)
 		rec, err := l.Get(ctx, key)
-		if err != nil {
+		was := ""
+		switch {
+		case errors.Is(err, ledger.ErrCorrupt):
+			// Forgetting is the way out for a damaged record.
+			was = "unreadable"
+		case err != nil:
 			return err
+		default:
+			was = fmt.Sprintf("%s after %d attempt(s)", rec.State, rec.Attempts)
 		}
 		if !*yes {
 			if !isTerminal(m.Stdin) {
 				return fmt.Errorf("forget %q: not a terminal to ask on; pass --yes: %w", key, errUsage)
 			}
-			fmt.Fprintf(m.Stdout, "%q is %s after %d attempt(s); forgetting it lets its next delivery run the work again. Forget it? [y/N] ", key, rec.State, rec.Attempts)
+			fmt.Fprintf(m.Stdout, "%q is %s; forgetting it lets its next delivery run the work again. Forget it? [y/N] ", key, was)
 			answer, _ := bufio.NewReader(m.Stdin).ReadString('\n')
 			if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 				return errors.New("not forgotten")
@@ -129,7 +136,7 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 		if err := l.Forget(ctx, key); err != nil {
 			return err
 		}
-		fmt.Fprintf(m.Stdout, "forgot %q (was %s) via the %s\n", key, rec.State, l.Via())
+		fmt.Fprintf(m.Stdout, "forgot %q (was %s) via the %s\n", key, was, l.Via())
 	}
 	return nil
 }
