@@ -39,6 +39,15 @@ var (
 	// sqsonce with a schema this one does not know.
 	ErrSchema = errors.New("ledger schema too new")
 
+	// ErrNoSchema is returned by a shared ledger's Open when its table
+	// does not exist yet: `sqsonce ledger init` creates it.
+	ErrNoSchema = errors.New("ledger schema missing")
+
+	// ErrUnavailable is wrapped by the errors of a shared ledger whose
+	// store cannot be reached (connection refused or lost, a timeout):
+	// the call may succeed later.
+	ErrUnavailable = errors.New("ledger store unavailable")
+
 	// ErrClosed is returned by calls on a closed ledger.
 	ErrClosed = errors.New("ledger closed")
 )
