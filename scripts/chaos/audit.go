@@ -88,19 +88,7 @@ type Report struct {
 
 // OK reports whether every must-be-zero figure is zero and every check
 // passed.
-func (r *Report) OK() bool {
-	if r.Lost != 0 || r.AckNotDone != 0 || r.Extra[causeUnexplained] != 0 || r.Extra[causeTakenOver] != 0 || r.EffectsTwice != 0 ||
-		r.ConflictRan != 0 || r.KeylessRan != 0 || r.DLQWrongReason != 0 || r.FoundDLQ != r.ExpectDLQ ||
-		len(r.Notes) != 0 || !r.Quiet {
-		return false
-	}
-	for _, p := range r.Phases {
-		if !p.ok {
-			return false
-		}
-	}
-	return true
-}
+func (r *Report) OK() bool { return len(r.failed()) == 0 }
 
 func (c *campaign) drainDLQ(ctx context.Context) ([]dlqMsg, error) {
 	var out []dlqMsg
@@ -660,6 +648,9 @@ func (r *Report) print(out io.Writer) {
 	must("other findings", len(r.Notes))
 	for _, n := range r.Notes {
 		row("  finding", strings.SplitN(n, "\n", 2)[0])
+	}
+	if f := r.failed(); len(f) > 0 {
+		row("FAILED", strings.Join(f, "; "))
 	}
 	tw.Flush()
 }

@@ -195,6 +195,9 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	if u, err := url.Parse(cfg.Endpoint); err != nil || u.Scheme != "http" || !isLoopback(u.Hostname()) {
 		return nil, fmt.Errorf("SQS endpoint %q: the campaign only talks to a server on a loopback address", cfg.Endpoint)
 	}
+	if cfg.Duration <= phaseBudget+time.Second {
+		return nil, fmt.Errorf("duration %v: want more than the %v that the ledger phases take", cfg.Duration, phaseBudget+time.Second)
+	}
 	c := &campaign{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inHand: map[string]int{}, started: time.Now(), tl: &timeline{total: cfg.Duration}}
 	dir := cfg.Dir
 	if dir == "" {
@@ -204,6 +207,16 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 		}
 	}
 	c.dir = dir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	progress, err := os.OpenFile(filepath.Join(dir, progressFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer progress.Close()
+	lw := &logWriter{dst: log, file: progress}
+	c.log = lw
 	c.runsDir = filepath.Join(dir, "runs")
 	c.crashLog = filepath.Join(dir, "crash.log")
 	c.ledger = filepath.Join(dir, "ledger", "ledger.db")
@@ -219,9 +232,15 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	}
 	if err == nil && rep != nil && rep.OK() && !cfg.Keep && cfg.Dir == "" {
 		os.RemoveAll(dir)
-	} else {
-		fmt.Fprintf(log, "chaos: work directory kept: %s\n", dir)
+		return rep, nil
 	}
+	c.mu.Lock()
+	notes := append([]string(nil), c.notes...)
+	c.mu.Unlock()
+	if werr := writeReport(dir, rep, err, notes); werr != nil {
+		fmt.Fprintf(lw, "chaos: write the report into %s: %v\n", dir, werr)
+	}
+	fmt.Fprintln(lw, keptLine(dir, rep, err))
 	return rep, err
 }
 
@@ -562,7 +581,9 @@ func (c *campaign) startSide(ledgerPath string) (*proc, error) {
 func (c *campaign) stopRun(ctx context.Context, p *proc) {
 	p.term()
 	if !p.wait(ctx, termTimeout) {
-		c.note("run %d did not exit within %v of SIGTERM; killed", p.id, termTimeout)
+		if ctx.Err() == nil {
+			c.note("run %d did not exit within %v of SIGTERM; killed", p.id, termTimeout)
+		}
 		p.kill(endKill, "")
 		p.wait(ctx, 10*time.Second)
 		return

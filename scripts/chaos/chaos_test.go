@@ -20,8 +20,10 @@ var raceEnabled bool
 func TestChaosShort(t *testing.T) {
 	cfg := ShortConfig()
 	cfg.Endpoint = sqstest.Endpoint(t)
-	cfg.Dir = t.TempDir()
 	cfg.Race = raceEnabled
+	// cfg.Dir stays empty: the campaign makes a work directory of its own,
+	// removes it when it passes and keeps it with its report when it fails
+	// (the log's last line names it), which t.TempDir would not.
 	var table bytes.Buffer
 	rep, err := Run(t.Context(), cfg, &table, testLog{t})
 	t.Logf("\n%s", table.String())
@@ -29,7 +31,7 @@ func TestChaosShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !rep.OK() {
-		t.Fatal("the campaign found a broken promise or a failed check: see the table and the findings above")
+		t.Fatal("the campaign found a broken promise or a failed check: see the table, the findings above and the work directory named in the log's last line")
 	}
 }
 

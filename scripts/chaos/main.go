@@ -21,6 +21,14 @@
 // crash in the documented window (or a kill that is equivalent to one), and
 // every check passed; 1 otherwise.
 //
+// It writes its progress to standard error and, as it goes, to progress.log
+// in its work directory. When the campaign fails or ends early, or with
+// -keep or -dir, it keeps that directory and writes the report into it too:
+// report.txt (the table, the checks that failed, the findings and the
+// per-operation details) and report.json (the same for a program to read);
+// its last line names them. runs/ holds every worker run's output, events
+// and counters.
+//
 // Run it through `make chaos` (full) or `go test ./scripts/chaos` (short),
 // which start the local server. Mounting the tmpfs of the ledger phases
 // needs root.
@@ -47,7 +55,7 @@ func main() {
 	kills := flag.Int("kills", 0, "SIGKILLs of the worker (default 32, short 8)")
 	terms := flag.Int("terms", 0, "SIGTERM drains of the worker (default 6, short 2)")
 	pauses := flag.Int("pauses", -1, "SIGSTOPs of a worker run, longer than its leases (default 6, short 1)")
-	dir := flag.String("dir", "", "work directory (default: a temporary one, removed when the campaign passes)")
+	dir := flag.String("dir", "", "work directory, kept (default: a temporary one, removed when the campaign passes)")
 	keep := flag.Bool("keep", false, "keep the work directory")
 	race := flag.Bool("race", false, "build the worker with the race detector")
 	flag.Parse()
