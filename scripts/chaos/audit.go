@@ -39,6 +39,7 @@ const (
 
 // dlqMsg is one message found in the dead-letter queue.
 type dlqMsg struct {
+	id     string
 	body   string
 	reason string // SqsonceReason; "" when SQS's redrive moved it
 }
@@ -119,7 +120,7 @@ func (c *campaign) drainDLQ(ctx context.Context) ([]dlqMsg, error) {
 				continue
 			}
 			seen[id] = true
-			d := dlqMsg{body: aws.ToString(m.Body)}
+			d := dlqMsg{id: id, body: aws.ToString(m.Body)}
 			if a, ok := m.MessageAttributes[worker.AttrReason]; ok {
 				d.reason = aws.ToString(a.StringValue)
 			}
@@ -141,6 +142,89 @@ type runEvents struct {
 	fail     map[string][]event.WorkerEvent
 }
 
+// runLogs is what a campaign's worker runs left behind.
+type runLogs struct {
+	runs, kills int
+	endCounts   map[string]int            // runs by how they ended
+	faults      map[string]int            // by kind
+	faultsByOp  map[string]map[string]int // by SQS operation, then kind
+	stats       worker.Stats              // summed over runs
+	windows     []time.Duration           // handler success to durable completion
+	sent        []event.WorkerEvent       // copies SQS accepted from the worker (EvSent)
+	hist        *history
+}
+
+// readRuns reads how every worker run of c ended, its counters, its event
+// log and the crash log.
+func (c *campaign) readRuns() (*runLogs, error) {
+	c.mu.Lock()
+	procs := append([]*proc(nil), c.procs...)
+	inHand := c.inHand
+	c.mu.Unlock()
+	rl := &runLogs{endCounts: map[string]int{}, faults: map[string]int{}, faultsByOp: map[string]map[string]int{}}
+	hist := &history{inHand: inHand, ends: map[int]string{}, endedAt: map[int]time.Time{}, events: map[int]*runEvents{}}
+	for _, p := range procs {
+		end := c.endOf(p)
+		hist.ends[p.id] = end
+		p.mu.Lock()
+		hist.endedAt[p.id] = p.ended
+		p.mu.Unlock()
+		rl.runs++
+		rl.endCounts[end]++
+		switch end {
+		case endWindowA, endWindowB, endKill, endInHandler:
+			rl.kills++
+		}
+		cnt := c.counts(p.id)
+		for op, byKind := range cnt.Faults {
+			if rl.faultsByOp[op] == nil {
+				rl.faultsByOp[op] = map[string]int{}
+			}
+			for k, n := range byKind {
+				rl.faults[k] += n
+				rl.faultsByOp[op][k] += n
+			}
+		}
+		addStats(&rl.stats, cnt.Stats)
+		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}}
+		okAt := map[string]int64{} // key -> when its handler last succeeded
+		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
+			switch e.Ev {
+			case event.EvHandled:
+				ev.handled[e.Key] = append(ev.handled[e.Key], e)
+				if e.Err == "" {
+					okAt[e.Key] = e.T
+				}
+			case event.EvComplete:
+				if t, ok := okAt[e.Key]; ok && e.Err == "" {
+					rl.windows = append(rl.windows, time.Duration(e.T-t))
+					delete(okAt, e.Key)
+				}
+				ev.complete[e.Key] = append(ev.complete[e.Key], e)
+			case event.EvFail:
+				ev.fail[e.Key] = append(ev.fail[e.Key], e)
+			case event.EvSent:
+				rl.sent = append(rl.sent, e)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		hist.events[p.id] = ev
+	}
+	hist.crashes = map[string]map[int]string{} // key -> run -> window
+	if err := event.ReadLines(c.crashLog, func(cr event.Crash) {
+		if hist.crashes[cr.Key] == nil {
+			hist.crashes[cr.Key] = map[int]string{}
+		}
+		hist.crashes[cr.Key][cr.Run] = cr.Window
+	}); err != nil {
+		return nil, err
+	}
+	rl.hist = hist
+	return rl, nil
+}
+
 func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed time.Duration, quiet bool) (*Report, error) {
 	r := &Report{
 		Elapsed:          elapsed,
@@ -151,9 +235,6 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 		Ops:              map[opClass]int{},
 		DLQBeforeByClass: map[opClass]int{},
 		Keyless:          len(wl.keyless),
-		Faults:           map[string]int{},
-		FaultsByOp:       map[string]map[string]int{},
-		Ends:             map[string]int{},
 		Extra:            map[string]int{},
 		ExtraSamples:     map[string][]string{},
 		Quiet:            quiet,
@@ -174,82 +255,21 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 
 	// Runs: how they ended, their faults and stats.
 	c.mu.Lock()
-	procs := append([]*proc(nil), c.procs...)
-	inHand := c.inHand
 	r.Phases = append(r.Phases, c.phases...)
+	r.Pauses, r.DoubleTerm = c.pauses, c.doubleTerms
 	c.mu.Unlock()
-	ends := map[int]string{}
-	events := map[int]*runEvents{}
-	var windows []time.Duration // handler success to durable completion
-	for _, p := range procs {
-		end := c.endOf(p)
-		ends[p.id] = end
-		r.Runs++
-		r.Ends[end]++
-		switch end {
-		case endWindowA, endWindowB, endKill, endInHandler:
-			r.Kills++
-		}
-		cnt := c.counts(p.id)
-		for op, byKind := range cnt.Faults {
-			if r.FaultsByOp[op] == nil {
-				r.FaultsByOp[op] = map[string]int{}
-			}
-			for k, n := range byKind {
-				r.Faults[k] += n
-				r.FaultsByOp[op][k] += n
-			}
-		}
-		addStats(&r.Stats, cnt.Stats)
-		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}}
-		okAt := map[string]int64{} // key -> when its handler last succeeded
-		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
-			switch e.Ev {
-			case event.EvHandled:
-				ev.handled[e.Key] = append(ev.handled[e.Key], e)
-				if e.Err == "" {
-					okAt[e.Key] = e.T
-				}
-			case event.EvComplete:
-				if t, ok := okAt[e.Key]; ok && e.Err == "" {
-					windows = append(windows, time.Duration(e.T-t))
-					delete(okAt, e.Key)
-				}
-				ev.complete[e.Key] = append(ev.complete[e.Key], e)
-			case event.EvFail:
-				ev.fail[e.Key] = append(ev.fail[e.Key], e)
-			}
-		})
-		if err != nil {
-			return nil, err
-		}
-		events[p.id] = ev
+	rl, err := c.readRuns()
+	if err != nil {
+		return nil, err
 	}
-	r.InHandlerKills = len(inHand)
-	if len(windows) > 0 {
+	r.Runs, r.Kills, r.Ends, r.Faults, r.FaultsByOp, r.Stats = rl.runs, rl.kills, rl.endCounts, rl.faults, rl.faultsByOp, rl.stats
+	r.InHandlerKills = len(rl.hist.inHand)
+	if windows := rl.windows; len(windows) > 0 {
 		sort.Slice(windows, func(i, j int) bool { return windows[i] < windows[j] })
 		q := func(f float64) time.Duration { return windows[min(len(windows)-1, int(f*float64(len(windows))))] }
 		r.Window = [3]time.Duration{q(0.5), q(0.99), windows[len(windows)-1]}
 	}
-	c.mu.Lock()
-	r.Pauses, r.DoubleTerm = c.pauses, c.doubleTerms
-	c.mu.Unlock()
-	hist := &history{inHand: inHand, ends: ends, endedAt: map[int]time.Time{}, events: events}
-	for _, p := range procs {
-		p.mu.Lock()
-		hist.endedAt[p.id] = p.ended
-		p.mu.Unlock()
-	}
-	crashes := map[string]map[int]string{} // key -> run -> window
-	if err := event.ReadLines(c.crashLog, func(cr event.Crash) {
-		if crashes[cr.Key] == nil {
-			crashes[cr.Key] = map[int]string{}
-		}
-		crashes[cr.Key][cr.Run] = cr.Window
-	}); err != nil {
-		return nil, err
-	}
-	hist.crashes = crashes
+	hist := rl.hist
 
 	// Executions at the downstream.
 	execs := map[string][]event.Execution{} // by key
@@ -275,11 +295,27 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 	}
 
 	// The dead-letter queue.
+	dv, df, err := c.queueCounts(ctx, c.dlq)
+	if err != nil {
+		return nil, err
+	}
 	dlq, err := c.drainDLQ(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r.DLQMessages = len(dlq)
+	c.logf("dead-letter queue: %d messages received for the audit; before, it read %d visible, %d in flight", len(dlq), dv, df)
+	if err := c.saveQueue("dlq.jsonl", dlq); err != nil {
+		return nil, err
+	}
+	c.missingCopies(rl.sent, c.dlq, func(id string) bool {
+		for _, d := range dlq {
+			if d.id == id {
+				return true
+			}
+		}
+		return false
+	})
 	dlqByID := map[string][]dlqMsg{}
 	dlqByBody := map[string][]dlqMsg{}
 	for _, d := range dlq {
@@ -444,6 +480,56 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 		}
 	}
 	return r, nil
+}
+
+// missingCopies notes every copy that SQS accepted from a worker for
+// queue url (its dead-letter queue) and that the audit did not find there:
+// the worker deleted the original, so such a copy is a lost message.
+func (c *campaign) missingCopies(sent []event.WorkerEvent, url string, found func(id string) bool) {
+	n := 0
+	var samples []string
+	for _, e := range sent {
+		if e.Queue != url || e.Copy == "" || found(e.Copy) {
+			continue
+		}
+		n++
+		if len(samples) < 10 {
+			samples = append(samples, fmt.Sprintf("copy %s of message %s, accepted at %s", e.Copy, e.MessageID, time.Unix(0, e.T).UTC().Format("15:04:05.000")))
+		}
+	}
+	if n > 0 {
+		c.note("%d copies that SQS accepted for the dead-letter queue are not in it: %s", n, strings.Join(samples, "; "))
+	}
+}
+
+// saveQueue writes the messages found in a queue at the end into the work
+// directory, one JSON line each.
+func (c *campaign) saveQueue(name string, msgs []dlqMsg) error {
+	lines := make([]any, len(msgs))
+	for i, m := range msgs {
+		lines[i] = struct {
+			ID     string `json:"id"`
+			Body   string `json:"body"`
+			Reason string `json:"reason,omitempty"`
+		}{m.id, m.body, m.reason}
+	}
+	return c.saveLines(name, lines)
+}
+
+// saveLines writes lines into the file name of the work directory, one
+// JSON line each.
+func (c *campaign) saveLines(name string, lines []any) error {
+	a, err := event.OpenAppender(filepath.Join(c.dir, name), false)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	for _, l := range lines {
+		if err := a.Append(l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // faultOps are the SQS operations the chaos worker injects faults into.

@@ -26,9 +26,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -167,7 +170,7 @@ func run(o options) (code int) {
 	}
 	defer crashes.Close()
 
-	faults := sqstest.NewFaults(o.seed, nil)
+	faults := sqstest.NewFaults(o.seed, sendLog{base: http.DefaultTransport, events: events})
 	for _, op := range FaultOps {
 		faults.Set(op, o.rates)
 	}
@@ -412,6 +415,51 @@ func (t runHeader) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set("X-Chaos-Run", t.run)
 	return t.base.RoundTrip(req)
+}
+
+// sendLog sits under the fault injection and logs every message that SQS
+// accepted from a SendMessage (the worker sends only its dead-letter
+// copies): the id SQS gave the copy and the message it copies, also when
+// the answer is then lost on its way to the worker.
+type sendLog struct {
+	base   http.RoundTripper
+	events *event.Appender
+}
+
+func (t sendLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	if sqstest.Operation(req) != "SendMessage" || req.Body == nil {
+		return t.base.RoundTrip(req)
+	}
+	in, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(in))
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	out, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	if rerr != nil {
+		return resp, nil
+	}
+	var sent struct {
+		QueueURL          string `json:"QueueUrl"`
+		MessageAttributes map[string]struct {
+			StringValue string
+		}
+	}
+	var answer struct{ MessageId string }
+	_ = json.Unmarshal(in, &sent)
+	_ = json.Unmarshal(out, &answer)
+	_ = t.events.Append(event.WorkerEvent{
+		Ev: event.EvSent, MessageID: sent.MessageAttributes[worker.AttrSourceMessageID].StringValue,
+		Copy: answer.MessageId, Queue: sent.QueueURL, T: time.Now().UnixNano(),
+	})
+	return resp, nil
 }
 
 // countingTransport counts the requests that reach it.

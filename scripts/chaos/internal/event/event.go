@@ -44,6 +44,7 @@ const (
 	EvHandled  = "handled"  // the handler returned (Err empty: success)
 	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
 	EvFail     = "fail"     // Ledger.Fail returned
+	EvSent     = "sent"     // SQS accepted a copy that the worker sent (to the dead-letter queue)
 )
 
 // WorkerEvent is a line of a worker run's event log.
@@ -55,6 +56,10 @@ type WorkerEvent struct {
 	Perm      bool   `json:"perm,omitempty"`
 	Err       string `json:"err,omitempty"`
 	T         int64  `json:"t"` // Unix nanoseconds
+	// EvSent: the id SQS gave the copy, and the queue it went to.
+	// MessageID is then the message copied.
+	Copy  string `json:"copy,omitempty"`
+	Queue string `json:"queue,omitempty"`
 }
 
 // Execution is a line of the downstream's log: one POST it served.
