@@ -383,8 +383,12 @@ type eventHandler struct {
 	events *event.Appender
 }
 
+// messageKey is the context key under which eventHandler hands the message
+// to runHeader.
+type messageKey struct{}
+
 func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
-	err := e.h.Handle(ctx, m)
+	err := e.h.Handle(context.WithValue(ctx, messageKey{}, m), m)
 	if aerr := e.events.Append(event.WorkerEvent{
 		Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID,
 		Err: errText(err), T: time.Now().UnixNano(),
@@ -405,7 +409,11 @@ func errText(err error) string {
 }
 
 // runHeader adds X-Chaos-Run to every request, so that the downstream knows
-// which worker run it serves.
+// which worker run it serves, and from the message being handled
+// X-Chaos-Sent-At (when the delivery entered its queue, Unix milliseconds)
+// and X-Chaos-Send (the sender's event.AttrSend attribute, which every copy
+// of a message keeps), so that the downstream can record which delivery it
+// served.
 type runHeader struct {
 	base http.RoundTripper
 	run  string
@@ -414,6 +422,14 @@ type runHeader struct {
 func (t runHeader) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set("X-Chaos-Run", t.run)
+	if m, ok := req.Context().Value(messageKey{}).(*worker.Message); ok {
+		if !m.SentAt.IsZero() {
+			req.Header.Set("X-Chaos-Sent-At", strconv.FormatInt(m.SentAt.UnixMilli(), 10))
+		}
+		if v := m.Attributes[event.AttrSend]; v != "" {
+			req.Header.Set("X-Chaos-Send", v)
+		}
+	}
 	return t.base.RoundTrip(req)
 }
 

@@ -39,6 +39,11 @@ type Crash struct {
 	Nth    int64  `json:"nth"` // the how-manyth Complete call of the run
 }
 
+// AttrSend is the message attribute with which the FIFO campaign's sender
+// names each message it sends. The worker's dead-letter copies and replay
+// keep message attributes, so every copy of a message carries it.
+const AttrSend = "ChaosSend"
+
 // Worker event kinds.
 const (
 	EvHandled  = "handled"  // the handler returned (Err empty: success)
@@ -79,6 +84,12 @@ type Execution struct {
 	// Repeat is true when the answer is the stored answer of an earlier
 	// execution of the key.
 	Repeat bool `json:"repeat"`
+	// Group is the delivery's message group (X-Sqsonce-Group-Id), SentAt
+	// when it entered its queue (Unix milliseconds) and Send its AttrSend
+	// attribute: set on FIFO queues only.
+	Group  string `json:"group,omitempty"`
+	SentAt int64  `json:"sent_at,omitempty"`
+	Send   string `json:"send,omitempty"`
 }
 
 // Counts is a worker run's counters, written every few hundred
