@@ -46,6 +46,9 @@ type dlqMsg struct {
 
 // Report is what a campaign found.
 type Report struct {
+	Standard bool        // the standard campaign ran: the fields below are its findings
+	FIFO     *fifoReport // the FIFO campaign's findings, nil when it did not run
+
 	Elapsed time.Duration
 
 	Planned, Sent, Accepted int64
@@ -227,6 +230,7 @@ func (c *campaign) readRuns() (*runLogs, error) {
 
 func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed time.Duration, quiet bool) (*Report, error) {
 	r := &Report{
+		Standard:         true,
 		Elapsed:          elapsed,
 		Planned:          int64(wl.planned()),
 		Sent:             snd.sent.Load(),
@@ -661,6 +665,20 @@ func (r *Report) print(out io.Writer) {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(tw, "sqsonce chaos campaign: %s\n", verdict)
+	if r.Standard {
+		r.printStandard(row, must)
+	}
+	if r.FIFO != nil {
+		r.FIFO.print(row, must)
+	}
+	if f := r.failed(); len(f) > 0 {
+		row("FAILED", strings.Join(f, "; "))
+	}
+	tw.Flush()
+}
+
+// printStandard writes the standard campaign's rows of the report table.
+func (r *Report) printStandard(row func(name, value string), must func(name string, n int)) {
 	row("time taken", r.Elapsed.Round(time.Second).String())
 	row("deliveries sent", fmt.Sprintf("%d acknowledged to the sender (%d planned), %d accepted by the server: %d extra copies from %d lost send acknowledgements",
 		r.Sent, r.Planned, r.Accepted, r.Accepted-r.Sent, r.SenderLostAcks))
@@ -735,10 +753,6 @@ func (r *Report) print(out io.Writer) {
 	for _, n := range r.Notes {
 		row("  finding", strings.SplitN(n, "\n", 2)[0])
 	}
-	if f := r.failed(); len(f) > 0 {
-		row("FAILED", strings.Join(f, "; "))
-	}
-	tw.Flush()
 }
 
 func kindList(m map[string]int) string {

@@ -44,6 +44,8 @@ type Config struct {
 	BinDir      string        // the chaosworker and downstream binaries; built when empty
 	Race        bool          // build the binaries with the race detector
 	Concurrency int           // worker handler concurrency
+	FIFO        FIFOConfig    // the FIFO campaign beside the standard one
+	FIFOOnly    bool          // run the FIFO campaign alone
 }
 
 // FullConfig is `make chaos`.
@@ -60,6 +62,7 @@ func FullConfig() Config {
 		SendLost:    0.03,
 		Quiesce:     3 * time.Minute,
 		Concurrency: 32,
+		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 200 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
 	}
 }
 
@@ -77,6 +80,7 @@ func ShortConfig() Config {
 		SendLost:    0.05,
 		Quiesce:     90 * time.Second,
 		Concurrency: 16,
+		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 24 * time.Second, Replays: 2, Kills: 3, Terms: 1},
 	}
 }
 
@@ -134,9 +138,12 @@ func (t *timeline) fraction() float64 {
 	return float64(e) / float64(t.total)
 }
 
-// campaign is one run of the harness.
+// campaign is one run of the harness: the standard campaign, or the FIFO
+// campaign that runs beside it (name "fifo") on queues, a ledger, a
+// downstream and worker runs of its own.
 type campaign struct {
 	cfg      Config
+	name     string // "" for the standard campaign; prefixes its log lines
 	log      io.Writer
 	rng      *rand.Rand
 	dir      string
@@ -150,11 +157,14 @@ type campaign struct {
 	dlq        string
 	workerBin  string
 	downBin    string
+	cliBin     string // sqsonce, for replay; built for the FIFO campaign only
 	downURL    string
 	control    string
 	downstream *proc
 
 	tl *timeline // how far the chaos has come: the sending follows it
+
+	fifo *campaign // the FIFO campaign beside this one, or nil
 
 	pauses, doubleTerms int // done, for the report
 
@@ -176,7 +186,11 @@ type phaseResult struct {
 }
 
 func (c *campaign) logf(format string, args ...any) {
-	fmt.Fprintf(c.log, "%7.1fs  %s\n", time.Since(c.started).Seconds(), fmt.Sprintf(format, args...))
+	prefix := ""
+	if c.name != "" {
+		prefix = c.name + ": "
+	}
+	fmt.Fprintf(c.log, "%7.1fs  %s%s\n", time.Since(c.started).Seconds(), prefix, fmt.Sprintf(format, args...))
 }
 
 func (c *campaign) note(format string, args ...any) {
@@ -195,7 +209,13 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	if u, err := url.Parse(cfg.Endpoint); err != nil || u.Scheme != "http" || !isLoopback(u.Hostname()) {
 		return nil, fmt.Errorf("SQS endpoint %q: the campaign only talks to a server on a loopback address", cfg.Endpoint)
 	}
-	if cfg.Duration <= phaseBudget+time.Second {
+	if cfg.FIFOOnly && cfg.FIFO.Ops == 0 {
+		return nil, errors.New("the FIFO campaign alone, with no operations")
+	}
+	if cfg.FIFOOnly && cfg.FIFO.Duration <= 0 {
+		return nil, errors.New("the FIFO campaign needs a duration")
+	}
+	if !cfg.FIFOOnly && cfg.Duration <= phaseBudget+time.Second {
 		return nil, fmt.Errorf("duration %v: want more than the %v that the ledger phases take", cfg.Duration, phaseBudget+time.Second)
 	}
 	c := &campaign{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inHand: map[string]int{}, started: time.Now(), tl: &timeline{total: cfg.Duration}}
@@ -236,7 +256,15 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	}
 	c.mu.Lock()
 	notes := append([]string(nil), c.notes...)
+	fifo := c.fifo
 	c.mu.Unlock()
+	if fifo != nil {
+		fifo.mu.Lock()
+		for _, n := range fifo.notes {
+			notes = append(notes, "FIFO: "+n)
+		}
+		fifo.mu.Unlock()
+	}
 	if werr := writeReport(dir, rep, err, notes); werr != nil {
 		fmt.Fprintf(lw, "chaos: write the report into %s: %v\n", dir, werr)
 	}
@@ -247,7 +275,11 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 func (c *campaign) cleanup() {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
+	fifo := c.fifo
 	c.mu.Unlock()
+	if fifo != nil {
+		fifo.cleanup()
+	}
 	for _, p := range procs {
 		if p.alive() {
 			p.kill(endKill, "")
@@ -272,22 +304,76 @@ func (c *campaign) cleanup() {
 	}
 }
 
+// run runs the standard campaign and, beside it, the FIFO campaign, and
+// returns their report. A report may come with an error: then it is the
+// part that was done.
 func (c *campaign) run(ctx context.Context) (*Report, error) {
 	cfg := c.cfg
-	c.logf("campaign: %d operations, about %d deliveries over %v, %d kills, %d drains, seed %d", cfg.Ops, cfg.Deliveries, cfg.Duration, cfg.Kills, cfg.Terms, cfg.Seed)
+	withFIFO := cfg.FIFO.Ops > 0
+	if withFIFO && cfg.FIFO.Duration <= 0 {
+		return nil, errors.New("the FIFO campaign needs a duration")
+	}
 
 	// Binaries.
 	if cfg.BinDir == "" {
 		bin := filepath.Join(c.dir, "bin")
-		c.logf("building the chaos worker and the downstream (race detector: %v)", cfg.Race)
-		w, d, err := buildBinaries(ctx, bin, cfg.Race, c.log)
+		c.logf("building the chaos worker, the downstream and sqsonce (race detector: %v)", cfg.Race)
+		w, d, cli, err := buildBinaries(ctx, bin, cfg.Race, withFIFO, c.log)
 		if err != nil {
 			return nil, err
 		}
-		c.workerBin, c.downBin = w, d
+		c.workerBin, c.downBin, c.cliBin = w, d, cli
 	} else {
-		c.workerBin, c.downBin = filepath.Join(cfg.BinDir, "chaosworker"), filepath.Join(cfg.BinDir, "downstream")
+		c.workerBin, c.downBin, c.cliBin = filepath.Join(cfg.BinDir, "chaosworker"), filepath.Join(cfg.BinDir, "downstream"), filepath.Join(cfg.BinDir, "sqsonce")
 	}
+	c.admin = newSQSClient(cfg.Endpoint, &http.Client{Transport: loopbackTransport(), Timeout: 30 * time.Second})
+
+	type fifoOutcome struct {
+		rep *fifoReport
+		err error
+	}
+	var fifoDone chan fifoOutcome
+	fifoCtx, stopFIFO := context.WithCancel(ctx)
+	defer stopFIFO()
+	if withFIFO {
+		f, err := c.fifoCampaign()
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.fifo = f
+		c.mu.Unlock()
+		fifoDone = make(chan fifoOutcome, 1)
+		go func() {
+			r, err := f.runFIFO(fifoCtx)
+			fifoDone <- fifoOutcome{r, err}
+		}()
+	}
+
+	rep := &Report{}
+	var err error
+	if !cfg.FIFOOnly {
+		rep, err = c.standard(ctx)
+	}
+	if withFIFO {
+		if err != nil {
+			stopFIFO()
+		}
+		fo := <-fifoDone
+		if fo.err != nil && err == nil {
+			err = fmt.Errorf("the FIFO campaign: %w", fo.err)
+		}
+		if rep != nil {
+			rep.FIFO = fo.rep
+		}
+	}
+	return rep, err
+}
+
+// standard runs the standard campaign.
+func (c *campaign) standard(ctx context.Context) (*Report, error) {
+	cfg := c.cfg
+	c.logf("campaign: %d operations, about %d deliveries over %v, %d kills, %d drains, seed %d", cfg.Ops, cfg.Deliveries, cfg.Duration, cfg.Kills, cfg.Terms, cfg.Seed)
 
 	// The tmpfs first: without root there is no campaign.
 	tmp, err := mountTmpfs(filepath.Join(c.dir, "tmpfs"), 64)
@@ -297,7 +383,6 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	c.tmp = tmp
 
 	// Queues.
-	c.admin = newSQSClient(cfg.Endpoint, &http.Client{Transport: loopbackTransport(), Timeout: 30 * time.Second})
 	if err := c.createQueues(ctx); err != nil {
 		return nil, err
 	}

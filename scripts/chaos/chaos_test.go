@@ -15,8 +15,10 @@ var raceEnabled bool
 // TestChaosShort runs the chaos campaign in its short form: about 1,500
 // deliveries, 8 kills (two in each window, two while the downstream serves
 // a request, two at random), 2 drains, every fault kind, and the ledger
-// fault phases, held to the same zeros as `make chaos`. It needs the local
-// SQS-compatible server and root (for the tmpfs of the ledger phases).
+// fault phases; beside it the FIFO campaign with 150 operations in 4
+// groups, 3 kills, a drain and 2 replay rounds; held to the same zeros as
+// `make chaos`. It needs the local SQS-compatible server and root (for the
+// tmpfs of the ledger phases).
 func TestChaosShort(t *testing.T) {
 	cfg := ShortConfig()
 	cfg.Endpoint = sqstest.Endpoint(t)

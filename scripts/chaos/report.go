@@ -32,6 +32,17 @@ type check struct {
 // table. OK is their conjunction.
 func (r *Report) checks() []check {
 	var cs []check
+	if r.Standard {
+		cs = r.standardChecks()
+	}
+	if r.FIFO != nil {
+		cs = append(cs, r.FIFO.checks()...)
+	}
+	return cs
+}
+
+func (r *Report) standardChecks() []check {
+	var cs []check
 	zero := func(name string, n int) {
 		cs = append(cs, check{Name: name, Value: strconv.Itoa(n), OK: n == 0})
 	}
@@ -70,20 +81,37 @@ func (r *Report) failed() []string {
 // reportJSON is report.json: the verdict, the checks and the details, for
 // a program to read.
 type reportJSON struct {
-	Verdict        string   `json:"verdict"` // PASS, FAIL or ERROR
-	Error          string   `json:"error,omitempty"`
-	ElapsedSeconds float64  `json:"elapsed_seconds"`
-	Failed         []string `json:"failed"`
-	Checks         []check  `json:"checks"`
-	Notes          []string `json:"notes"`
-	Details        []string `json:"details"`
-	Executions     int      `json:"executions"`
-	Effects        int      `json:"effects"`
-	Completed      int      `json:"completed"`
-	ExpectComplete int      `json:"expect_complete"`
-	DLQMessages    int      `json:"dlq_messages"`
-	Runs           int      `json:"runs"`
-	Kills          int      `json:"kills"`
+	Verdict        string    `json:"verdict"` // PASS, FAIL or ERROR
+	Error          string    `json:"error,omitempty"`
+	ElapsedSeconds float64   `json:"elapsed_seconds"`
+	Failed         []string  `json:"failed"`
+	Checks         []check   `json:"checks"`
+	Notes          []string  `json:"notes"`
+	Details        []string  `json:"details"`
+	Executions     int       `json:"executions"`
+	Effects        int       `json:"effects"`
+	Completed      int       `json:"completed"`
+	ExpectComplete int       `json:"expect_complete"`
+	DLQMessages    int       `json:"dlq_messages"`
+	Runs           int       `json:"runs"`
+	Kills          int       `json:"kills"`
+	FIFO           *fifoJSON `json:"fifo,omitempty"`
+}
+
+// fifoJSON is the FIFO campaign's part of report.json.
+type fifoJSON struct {
+	Sent            int            `json:"sent"`
+	Dropped         int            `json:"dropped_at_send"`
+	Done            int            `json:"done"`
+	InDLQ           int            `json:"in_dlq"`
+	InQueue         int            `json:"in_queue"`
+	Lost            int            `json:"lost"`
+	LostBy          map[string]int `json:"lost_by"`
+	OrderChecked    int            `json:"order_checked"`
+	OrderViolations int            `json:"order_violations"`
+	Executions      int            `json:"executions"`
+	Effects         int            `json:"effects"`
+	Replays         []replayRound  `json:"replays"`
 }
 
 // writeReport writes report.txt and report.json into dir: the table (or
@@ -117,12 +145,18 @@ func writeReport(dir string, rep *Report, runErr error, notes []string) error {
 		j.Details = append(j.Details, rep.Details...)
 		j.Executions, j.Effects, j.Completed, j.ExpectComplete = rep.Executions, rep.Effects, rep.Completed, rep.ExpectComplete
 		j.DLQMessages, j.Runs, j.Kills = rep.DLQMessages, rep.Runs, rep.Kills
-		if len(rep.Details) > 0 || len(rep.Notes) > 0 {
+		if f := rep.FIFO; f != nil {
+			j.FIFO = &fifoJSON{Sent: f.Sent, Dropped: f.Dropped, Done: f.Done, InDLQ: f.InDLQ, InQueue: f.InQueue, Lost: f.Lost, LostBy: f.LostBy,
+				OrderChecked: f.OrderChecked, OrderViolations: f.OrderViolations, Executions: f.Executions, Effects: f.Effects, Replays: f.Rounds}
+			j.Notes = append(j.Notes, f.Notes...)
+			j.Details = append(j.Details, f.Details...)
+		}
+		if len(j.Details) > 0 || len(j.Notes) > 0 {
 			fmt.Fprintln(&txt, "\nfindings and details:")
-			for _, n := range rep.Notes {
+			for _, n := range j.Notes {
 				fmt.Fprintln(&txt, "finding:", n)
 			}
-			for _, d := range rep.Details {
+			for _, d := range j.Details {
 				fmt.Fprintln(&txt, "detail:", d)
 			}
 		}
