@@ -9,12 +9,14 @@ import (
 	"io"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
@@ -36,13 +38,6 @@ const (
 	// while the work ran and another claim ran it too.
 	causeTakenOver = "UNEXPLAINED: lease lapsed while the work ran, another claim ran it too"
 )
-
-// dlqMsg is one message found in the dead-letter queue.
-type dlqMsg struct {
-	id     string
-	body   string
-	reason string // SqsonceReason; "" when SQS's redrive moved it
-}
 
 // Report is what a campaign found.
 type Report struct {
@@ -94,43 +89,82 @@ type Report struct {
 // passed.
 func (r *Report) OK() bool { return len(r.failed()) == 0 }
 
-func (c *campaign) drainDLQ(ctx context.Context) ([]dlqMsg, error) {
-	var out []dlqMsg
+// queuedMsg is a message found in a queue at the end.
+type queuedMsg struct {
+	id      string
+	body    string
+	tag     string // event.AttrSend
+	reason  string // worker.AttrReason: set when sqsonce dead-lettered it
+	replays string // the replay count attribute, "" when never replayed
+}
+
+// How the audit empties a queue: each receive hides its messages for
+// drainVisibility only, so that a receive whose answer is lost on the way
+// (its messages hidden all the same) costs a short wait, not a message;
+// the drain waits up to drainWait for such messages, and for those a
+// stopped worker had in flight, to come back.
+const (
+	drainVisibility = 10 * time.Second
+	drainWait       = workerVisibility + 3*drainVisibility
+)
+
+// drainQueue receives every message of url and deletes it (a FIFO queue
+// hands out the rest of a group only once its head is gone) until the
+// queue reads empty, waiting up to wait for messages in flight to come
+// back. It returns the messages and how many it could not get.
+func (c *campaign) drainQueue(ctx context.Context, url string, wait time.Duration) ([]queuedMsg, int, error) {
+	var out []queuedMsg
 	seen := map[string]bool{}
-	empty := 0
-	for range 100000 {
+	deadline := time.Now().Add(wait)
+	for ctx.Err() == nil {
 		res, err := c.admin.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:              aws.String(c.dlq),
+			QueueUrl:              aws.String(url),
 			MaxNumberOfMessages:   10,
 			WaitTimeSeconds:       1,
-			VisibilityTimeout:     600,
+			VisibilityTimeout:     int32(drainVisibility / time.Second),
 			MessageAttributeNames: []string{"All"},
 		})
 		if err != nil {
-			return nil, fmt.Errorf("drain the dead-letter queue: %w", err)
+			return nil, 0, fmt.Errorf("drain %s: %w", url, err)
 		}
 		if len(res.Messages) == 0 {
-			empty++
-			if empty == 3 {
-				return out, nil
+			v, f, err := c.queueCounts(ctx, url)
+			if err != nil {
+				return nil, 0, err
+			}
+			if v+f == 0 {
+				return out, 0, nil
+			}
+			if time.Now().After(deadline) {
+				return out, v + f, nil
 			}
 			continue
 		}
-		empty = 0
-		for _, m := range res.Messages {
+		var del []types.DeleteMessageBatchRequestEntry
+		for i, m := range res.Messages {
+			del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 			id := aws.ToString(m.MessageId)
 			if seen[id] {
 				continue
 			}
 			seen[id] = true
-			d := dlqMsg{id: id, body: aws.ToString(m.Body)}
-			if a, ok := m.MessageAttributes[worker.AttrReason]; ok {
-				d.reason = aws.ToString(a.StringValue)
+			q := queuedMsg{id: id, body: aws.ToString(m.Body)}
+			attr := func(name string) string {
+				if a, ok := m.MessageAttributes[name]; ok {
+					return aws.ToString(a.StringValue)
+				}
+				return ""
 			}
-			out = append(out, d)
+			// SqsonceReplays: the attribute in which sqsonce replay counts a
+			// message's replays.
+			q.tag, q.reason, q.replays = attr(event.AttrSend), attr(worker.AttrReason), attr("SqsonceReplays")
+			out = append(out, q)
+		}
+		if _, err := c.admin.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del}); err != nil {
+			return nil, 0, fmt.Errorf("drain %s: delete: %w", url, err)
 		}
 	}
-	return nil, errors.New("drain the dead-letter queue: it never ran dry")
+	return nil, 0, ctx.Err()
 }
 
 func hash8(s string) string {
@@ -303,9 +337,12 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 	if err != nil {
 		return nil, err
 	}
-	dlq, err := c.drainDLQ(ctx)
+	dlq, left, err := c.drainQueue(ctx, c.dlq, drainWait)
 	if err != nil {
 		return nil, err
+	}
+	if left > 0 {
+		c.note("%d messages of the dead-letter queue could not be drained for the audit within %v", left, drainWait)
 	}
 	r.DLQMessages = len(dlq)
 	c.logf("dead-letter queue: %d messages received for the audit; before, it read %d visible, %d in flight", len(dlq), dv, df)
@@ -320,8 +357,8 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 		}
 		return false
 	})
-	dlqByID := map[string][]dlqMsg{}
-	dlqByBody := map[string][]dlqMsg{}
+	dlqByID := map[string][]queuedMsg{}
+	dlqByBody := map[string][]queuedMsg{}
 	for _, d := range dlq {
 		dlqByBody[d.body] = append(dlqByBody[d.body], d)
 		if id := idOf(d.body); id != "" {
@@ -336,7 +373,7 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 	}
 	defer db.Close()
 
-	hasReason := func(ms []dlqMsg, prefix string) bool {
+	hasReason := func(ms []queuedMsg, prefix string) bool {
 		for _, m := range ms {
 			if strings.HasPrefix(m.reason, prefix) {
 				return true
@@ -508,14 +545,16 @@ func (c *campaign) missingCopies(sent []event.WorkerEvent, url string, found fun
 
 // saveQueue writes the messages found in a queue at the end into the work
 // directory, one JSON line each.
-func (c *campaign) saveQueue(name string, msgs []dlqMsg) error {
+func (c *campaign) saveQueue(name string, msgs []queuedMsg) error {
 	lines := make([]any, len(msgs))
 	for i, m := range msgs {
 		lines[i] = struct {
-			ID     string `json:"id"`
-			Body   string `json:"body"`
-			Reason string `json:"reason,omitempty"`
-		}{m.id, m.body, m.reason}
+			ID      string `json:"id"`
+			Send    string `json:"send,omitempty"`
+			Body    string `json:"body"`
+			Reason  string `json:"reason,omitempty"`
+			Replays string `json:"replays,omitempty"`
+		}{m.id, m.tag, m.body, m.reason, m.replays}
 	}
 	return c.saveLines(name, lines)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 )
@@ -456,13 +457,18 @@ func (c *campaign) standard(ctx context.Context) (*Report, error) {
 	return c.audit(ctx, wl, snd, elapsed, quiet)
 }
 
+// newSQSClient makes the campaign's SQS clients, with the fix every SQS
+// client of this module needs (sqsclient.InMemoryBodies): without it an
+// answer can be lost to a race in net/http, and the SDK retries a call
+// that took effect (a receive's messages stay hidden for its visibility
+// timeout).
 func newSQSClient(endpoint string, hc *http.Client) *sqs.Client {
 	return sqs.New(sqs.Options{
 		Region:       sqstest.Region,
 		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   hc,
-	})
+	}, sqsclient.InMemoryBodies)
 }
 
 func loopbackTransport() *http.Transport {

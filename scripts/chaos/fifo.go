@@ -19,7 +19,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
-	"github.com/sqsonce/sqsonce/worker"
 )
 
 // FIFOConfig sizes the FIFO campaign, which runs beside the standard one
@@ -415,70 +414,4 @@ func cliEnv() []string {
 		env = append(env, kv)
 	}
 	return append(env, "AWS_ACCESS_KEY_ID=chaos", "AWS_SECRET_ACCESS_KEY=chaos", "AWS_EC2_METADATA_DISABLED=true")
-}
-
-// queuedMsg is a message found in a queue at the end.
-type queuedMsg struct {
-	id      string
-	body    string
-	tag     string // event.AttrSend
-	reason  string // worker.AttrReason: set when sqsonce dead-lettered it
-	replays string // the replay count attribute, "" when never replayed
-}
-
-// drainQueue receives every message of url and deletes it (a FIFO queue
-// hands out the rest of a group only once its head is gone) until the
-// queue reads empty, waiting up to wait for messages in flight to come
-// back. It returns the messages and how many it could not get.
-func (c *campaign) drainQueue(ctx context.Context, url string, wait time.Duration) ([]queuedMsg, int, error) {
-	var out []queuedMsg
-	seen := map[string]bool{}
-	deadline := time.Now().Add(wait)
-	for ctx.Err() == nil {
-		res, err := c.admin.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:              aws.String(url),
-			MaxNumberOfMessages:   10,
-			WaitTimeSeconds:       1,
-			VisibilityTimeout:     60,
-			MessageAttributeNames: []string{"All"},
-		})
-		if err != nil {
-			return nil, 0, fmt.Errorf("drain %s: %w", url, err)
-		}
-		if len(res.Messages) == 0 {
-			v, f, err := c.queueCounts(ctx, url)
-			if err != nil {
-				return nil, 0, err
-			}
-			if v+f == 0 {
-				return out, 0, nil
-			}
-			if time.Now().After(deadline) {
-				return out, v + f, nil
-			}
-			continue
-		}
-		var del []types.DeleteMessageBatchRequestEntry
-		for i, m := range res.Messages {
-			del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
-			id := aws.ToString(m.MessageId)
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			q := queuedMsg{id: id, body: aws.ToString(m.Body)}
-			attr := func(name string) string {
-				if a, ok := m.MessageAttributes[name]; ok {
-					return aws.ToString(a.StringValue)
-				}
-				return ""
-			}
-			q.tag, q.reason, q.replays = attr("ChaosSend"), attr(worker.AttrReason), attr("SqsonceReplays")
-			out = append(out, q)
-		}
-		if _, err := c.admin.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del}); err != nil {
-			return nil, 0, fmt.Errorf("drain %s: delete: %w", url, err)
-		}
-	}
-	return nil, 0, ctx.Err()
 }

@@ -97,7 +97,6 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 
 	// Both queues, emptied. The worker is stopped: what is in flight comes
 	// back within its visibility timeout.
-	drainWait := workerVisibility + 15*time.Second
 	dlq, left, err := c.drainQueue(ctx, c.dlq, drainWait)
 	if err != nil {
 		return nil, err
@@ -110,17 +109,7 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	r.Undrained += left
 	r.DLQMessages, r.QueueMessages = len(dlq), len(queued)
 	for name, msgs := range map[string][]queuedMsg{"dlq.jsonl": dlq, "queue.jsonl": queued} {
-		lines := make([]any, len(msgs))
-		for i, m := range msgs {
-			lines[i] = struct {
-				ID      string `json:"id"`
-				Send    string `json:"send"`
-				Body    string `json:"body"`
-				Reason  string `json:"reason,omitempty"`
-				Replays string `json:"replays,omitempty"`
-			}{m.id, m.tag, m.body, m.reason, m.replays}
-		}
-		if err := c.saveLines(name, lines); err != nil {
+		if err := c.saveQueue(name, msgs); err != nil {
 			return nil, err
 		}
 	}

@@ -48,6 +48,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
@@ -182,7 +183,7 @@ func run(o options) (code int) {
 			Timeout:   o.sqsTimeout,
 			Transport: countingTransport{base: faults, n: &sqsRequests},
 		},
-	})
+	}, sqsclient.InMemoryBodies) // as sqsonce run builds its client
 
 	h, err := worker.NewHTTPHandler(worker.HTTPConfig{
 		URL:    o.downstream,
