@@ -375,7 +375,10 @@ func (c *campaign) replayRound(ctx context.Context, snd *fifoSender, k int, fix 
 	t0 := time.Now()
 	err = cmd.Run()
 	r.Took = time.Since(t0)
-	r.Exit = cmd.ProcessState.ExitCode()
+	r.Exit = -1
+	if cmd.ProcessState != nil {
+		r.Exit = cmd.ProcessState.ExitCode()
+	}
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
 		r.Err = err.Error()
