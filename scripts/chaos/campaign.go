@@ -63,7 +63,7 @@ func FullConfig() Config {
 		SendLost:    0.03,
 		Quiesce:     3 * time.Minute,
 		Concurrency: 32,
-		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 200 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
+		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
 	}
 }
 
@@ -81,7 +81,7 @@ func ShortConfig() Config {
 		SendLost:    0.05,
 		Quiesce:     90 * time.Second,
 		Concurrency: 16,
-		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 24 * time.Second, Replays: 2, Kills: 3, Terms: 1},
+		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 20 * time.Second, Replays: 2, Kills: 3, Terms: 1},
 	}
 }
 
@@ -166,6 +166,11 @@ type campaign struct {
 	tl *timeline // how far the chaos has come: the sending follows it
 
 	fifo *campaign // the FIFO campaign beside this one, or nil
+	// phasesDone is closed once the ledger fault phases are over (or will
+	// not come): the FIFO campaign starts then, so that its load does not
+	// weigh on the phases' waits.
+	phasesDone chan struct{}
+	phasesOver func()
 
 	pauses, doubleTerms int // done, for the report
 
@@ -318,7 +323,11 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	// Binaries.
 	if cfg.BinDir == "" {
 		bin := filepath.Join(c.dir, "bin")
-		c.logf("building the chaos worker, the downstream and sqsonce (race detector: %v)", cfg.Race)
+		what := "the chaos worker and the downstream"
+		if withFIFO {
+			what = "the chaos worker, the downstream and sqsonce"
+		}
+		c.logf("building %s (race detector: %v)", what, cfg.Race)
 		w, d, cli, err := buildBinaries(ctx, bin, cfg.Race, withFIFO, c.log)
 		if err != nil {
 			return nil, err
@@ -336,6 +345,11 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	var fifoDone chan fifoOutcome
 	fifoCtx, stopFIFO := context.WithCancel(ctx)
 	defer stopFIFO()
+	c.phasesDone = make(chan struct{})
+	c.phasesOver = sync.OnceFunc(func() { close(c.phasesDone) })
+	if cfg.FIFOOnly {
+		c.phasesOver()
+	}
 	if withFIFO {
 		f, err := c.fifoCampaign()
 		if err != nil {
@@ -346,6 +360,12 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		c.mu.Unlock()
 		fifoDone = make(chan fifoOutcome, 1)
 		go func() {
+			select {
+			case <-c.phasesDone:
+			case <-fifoCtx.Done():
+				fifoDone <- fifoOutcome{nil, fifoCtx.Err()}
+				return
+			}
 			r, err := f.runFIFO(fifoCtx)
 			fifoDone <- fifoOutcome{r, err}
 		}()
@@ -373,6 +393,7 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 
 // standard runs the standard campaign.
 func (c *campaign) standard(ctx context.Context) (*Report, error) {
+	defer c.phasesOver()
 	cfg := c.cfg
 	c.logf("campaign: %d operations, about %d deliveries over %v, %d kills, %d drains, seed %d", cfg.Ops, cfg.Deliveries, cfg.Duration, cfg.Kills, cfg.Terms, cfg.Seed)
 
@@ -814,6 +835,7 @@ func (c *campaign) chaos(ctx context.Context) error {
 			if err := c.ledgerPhases(ctx); err != nil {
 				return err
 			}
+			c.phasesOver()
 		}
 		if s.pauseAt > 0 {
 			c.tl.segment(s.pauseAt + pauseFor + s.dur)

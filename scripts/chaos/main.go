@@ -16,26 +16,26 @@
 // process. Once the queue is empty it audits every operation against the
 // ledger, the downstream's log and the dead-letter queue.
 //
-// Beside it runs the FIFO campaign (fifo/ in the work directory): a FIFO
-// queue with a FIFO dead-letter queue (maxReceiveCount 4), several message
-// groups, its own ledger, downstream and worker runs, killed and drained
-// too. Its workload has duplicates (some deduplicated by SQS at the send,
-// as sqsonce ingest sends them), transient failures, operations that fail
-// permanently (also after every replay) or until the downstream is fixed,
-// a conflicting payload right behind its original (also behind one that
-// failed permanently, so that two messages of one failed key are
+// Beside it, from the end of the ledger fault phases (whose waits it would
+// otherwise lengthen), runs the FIFO campaign (fifo/ in the work directory):
+// a FIFO queue with a FIFO dead-letter queue (maxReceiveCount 4), several
+// message groups, its own ledger, downstream and worker runs, killed and
+// drained too. Its workload has duplicates (some deduplicated by SQS at the
+// send, as sqsonce ingest sends them), transient failures, operations that
+// fail permanently (also after every replay) or until the downstream is
+// fixed, a conflicting payload right behind its original (also behind one
+// that failed permanently, so that two messages of one failed key are
 // dead-lettered) and two more conflicting payloads after their key
 // completed, and keyless messages. Between worker runs it replays the
 // dead-letter queue through the real `sqsonce replay`, built from the same
 // tree, within SQS's five-minute deduplication window. Every message sent
-// carries an attribute of its own, which every copy keeps, so that the
-// audit accounts for each one: done (its payload applied, its key
-// complete), in the queue, in the dead-letter queue, dropped by SQS at the
-// send, or lost; a dead-letter copy or a replayed copy dropped by FIFO
-// deduplication shows as lost. The downstream records which delivery
-// applied each effect and when it entered its queue, and the audit counts
-// every effect of a group applied before one that entered the queue
-// earlier.
+// carries an attribute of its own, which every copy keeps, so that the audit
+// accounts for each one: done (its payload applied, its key complete), in
+// the queue, in the dead-letter queue, dropped by SQS at the send, or lost;
+// a dead-letter copy or a replayed copy dropped by FIFO deduplication shows
+// as lost. The downstream records which delivery applied each effect and
+// when it entered its queue, and the audit counts every effect of a group
+// applied before one that entered the queue earlier.
 //
 // The exit status is 0 when no operation or message was lost, nothing was
 // acknowledged that was not done, every execution beyond the first is
@@ -81,7 +81,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the work directory")
 	race := flag.Bool("race", false, "build the worker with the race detector")
 	fifoOps := flag.Int("fifo-ops", -1, "operations of the FIFO campaign beside the standard one, 0 for none (default 1500, short 150)")
-	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 200s, short 24s)")
+	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 20s)")
 	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone")
 	flag.Parse()
 	if *short {
