@@ -412,7 +412,7 @@ func (r *fifoReport) checks() []check {
 
 // print writes the FIFO campaign's rows of the report table.
 func (r *fifoReport) print(row func(name, value string), must func(name string, n int)) {
-	row("FIFO campaign", fmt.Sprintf("time taken %v; a FIFO queue (maxReceiveCount %d) and a FIFO dead-letter queue, %d message groups (+ groups of their own for late conflicts and keyless messages)",
+	row("FIFO campaign", fmt.Sprintf("time taken %v; a FIFO queue (maxReceiveCount %d) and a FIFO dead-letter queue, %d message groups (+ groups of their own for the conflicts whose key completes and for keyless messages)",
 		r.Elapsed.Round(time.Second), fifoMaxReceiveCount, r.Groups))
 	var classes []string
 	total := 0

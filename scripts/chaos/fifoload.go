@@ -81,12 +81,14 @@ type fifoWorkload struct {
 }
 
 // newFIFOWorkload makes ops operations spread over groups message groups,
-// plus groups of their own for the late conflicts and the keyless
-// messages, so that what replay must leave in the dead-letter queue does
-// not hold back the groups it replays.
+// plus groups of their own for the conflicts whose key completes and for
+// the keyless messages: replay leaves their dead letters in place, and on
+// a FIFO queue a message left holds back the rest of its group, so they
+// would keep replay from the groups it has work in.
 func newFIFOWorkload(rng *rand.Rand, ops, groups int) *fifoWorkload {
 	w := &fifoWorkload{byID: map[string]*fifoOp{}, tags: map[string]*fifoSend{}}
-	lateGroups := max(1, groups/4)
+	conflictGroups := max(1, groups/4)
+	conflictGroup := func() string { return fmt.Sprintf("conflict%d", rng.IntN(conflictGroups)) }
 	for i := range ops {
 		o := &fifoOp{id: fmt.Sprintf("f-%d", i), group: fmt.Sprintf("g%d", rng.IntN(groups))}
 		amount := rng.IntN(100000)
@@ -107,13 +109,16 @@ func newFIFOWorkload(rng *rand.Rand, ops, groups int) *fifoWorkload {
 		case r < 0.19:
 			o.class = fifoConflictEarly
 			o.aPermanent = rng.IntN(2) == 0
+			if !o.aPermanent {
+				o.group = conflictGroup()
+			}
 			a := fmt.Sprintf(`{"id":%q,"variant":"a","amount":%d}`, o.id, amount)
 			if o.aPermanent {
 				a = fmt.Sprintf(`{"id":%q,"variant":"a","permanent":true}`, o.id)
 			}
 			o.bodies = []string{a, fmt.Sprintf(`{"id":%q,"variant":"b","amount":%d}`, o.id, 100000+amount)}
 		case r < 0.24:
-			o.class, o.group = fifoConflictLate, fmt.Sprintf("late%d", rng.IntN(lateGroups))
+			o.class, o.group = fifoConflictLate, conflictGroup()
 			o.bodies = []string{
 				fmt.Sprintf(`{"id":%q,"variant":"a","amount":%d}`, o.id, amount),
 				fmt.Sprintf(`{"id":%q,"variant":"b","amount":%d}`, o.id, 100000+amount),
