@@ -1,42 +1,57 @@
 package main
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 )
 
 func TestOrderViolations(t *testing.T) {
-	// Messages the campaign sent, by id: their place among their group's
-	// sends. "r1" and "r2" are copies sent by replay.
-	order := map[string]int{"m1": 1, "m2": 2, "m3": 3, "m4": 4}
-	sendOrder := func(id string) (int, bool) { n, ok := order[id]; return n, ok }
-	eff := func(seq int64, group, msg string, sentAt int64) event.Execution {
-		return event.Execution{Seq: seq, Group: group, Key: msg, MessageID: msg, SentAt: sentAt, Effect: true}
+	// The campaign sent m1 and m2, then replay round 1 ran (at 1000 ms),
+	// then it sent m3 and m4; round 2 ran at 2000 ms.
+	t0 := time.UnixMilli(0)
+	byTag := map[string]*fifoSend{}
+	for i, at := range []int64{100, 200, 1100, 1200} {
+		tag := fmt.Sprintf("m%d", i+1)
+		byTag[tag] = &fifoSend{tag: tag, n: i + 1, sentAt: t0.Add(time.Duration(at) * time.Millisecond)}
+	}
+	rounds := []replayRound{{Round: 1, Start: time.UnixMilli(1000)}, {Round: 2, Start: time.UnixMilli(2000)}}
+	place := func(e event.Execution) (fifoPlace, bool) { return placeOf(e, byTag, rounds) }
+	// eff is an effect in group g of a delivery of send tag that entered
+	// the queue at sentAt and was replayed replays times.
+	eff := func(seq int64, group, tag string, sentAt int64, replays int) event.Execution {
+		return event.Execution{Seq: seq, Group: group, Key: tag, Send: tag, SentAt: sentAt, Replays: replays, Effect: true}
 	}
 	for _, tc := range []struct {
 		name    string
 		effects []event.Execution
 		want    int
 	}{
-		{"in order", []event.Execution{eff(1, "g", "m1", 100), eff(2, "g", "m2", 100), eff(3, "g", "m3", 101)}, 0},
-		{"log order does not matter, apply order does", []event.Execution{eff(3, "g", "m3", 101), eff(1, "g", "m1", 100), eff(2, "g", "m2", 100)}, 0},
-		{"a later message first", []event.Execution{eff(1, "g", "m2", 101), eff(2, "g", "m1", 100)}, 1},
-		{"same millisecond, sent later, applied first", []event.Execution{eff(1, "g", "m2", 100), eff(2, "g", "m1", 100)}, 1},
-		{"groups are apart", []event.Execution{eff(1, "g", "m2", 101), eff(2, "h", "m1", 100)}, 0},
-		{"a replayed copy enters at the end", []event.Execution{eff(1, "g", "m1", 100), eff(2, "g", "m2", 101), eff(3, "g", "r1", 500), eff(4, "g", "m3", 600)}, 0},
-		{"replayed copies in one millisecond are not ordered", []event.Execution{eff(1, "g", "r2", 500), eff(2, "g", "r1", 500)}, 0},
-		{"a message sent before a replayed copy, applied after it", []event.Execution{eff(1, "g", "r1", 500), eff(2, "g", "m4", 400)}, 1},
-		{"every step back counts", []event.Execution{eff(1, "g", "m3", 300), eff(2, "g", "m1", 100), eff(3, "g", "m4", 400), eff(4, "g", "m2", 200)}, 2},
+		{"in order", []event.Execution{eff(1, "g", "m1", 100, 0), eff(2, "g", "m2", 200, 0), eff(3, "g", "m3", 1100, 0)}, 0},
+		{"log order does not matter, apply order does", []event.Execution{eff(3, "g", "m3", 1100, 0), eff(1, "g", "m1", 100, 0), eff(2, "g", "m2", 200, 0)}, 0},
+		{"a later message first", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "g", "m1", 100, 0)}, 1},
+		{"groups are apart", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "h", "m1", 100, 0)}, 0},
+		{"a replayed copy after what was sent before its round", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "g", "m1", 1010, 1), eff(3, "g", "m3", 1100, 0)}, 0},
+		{"a replayed copy before what was sent before its round", []event.Execution{eff(1, "g", "m1", 1010, 1), eff(2, "g", "m2", 200, 0)}, 1},
+		{"a replayed copy after what was sent after its round", []event.Execution{eff(1, "g", "m3", 1100, 0), eff(2, "g", "m1", 1010, 1)}, 1},
+		{"copies of one round are not ordered", []event.Execution{eff(1, "g", "m2", 1020, 1), eff(2, "g", "m1", 1030, 1)}, 0},
+		{"copies of two rounds are", []event.Execution{eff(1, "g", "m1", 2010, 2), eff(2, "g", "m2", 1010, 1)}, 1},
+		{"a copy the worker made keeps the place of the message it copies", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "g", "m1", 900, 0)}, 1},
+		{"every step back counts", []event.Execution{eff(1, "g", "m3", 1100, 0), eff(2, "g", "m1", 100, 0), eff(3, "g", "m4", 1200, 0), eff(4, "g", "m2", 200, 0)}, 2},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			checked, got := orderViolations(tc.effects, sendOrder)
+			checked, got := orderViolations(tc.effects, place)
 			if checked != len(tc.effects) || len(got) != tc.want {
 				t.Fatalf("checked %d of %d, violations %d, want %d: %q", checked, len(tc.effects), len(got), tc.want, got)
 			}
 		})
+	}
+	if _, ok := place(eff(1, "g", "nobody", 100, 0)); ok {
+		t.Fatal("placed a delivery of a send the campaign did not make")
 	}
 }
 

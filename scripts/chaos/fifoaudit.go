@@ -223,34 +223,30 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	}
 
 	// Group order.
-	byMsg := map[string]*fifoSend{}
+	byTag := map[string]*fifoSend{}
 	for _, s := range snd.sent {
-		if !s.dropped {
-			byMsg[s.msgID] = s
-		}
+		byTag[s.tag] = s
 	}
 	var effects []event.Execution
-	untimed := 0
 	for _, es := range execs {
 		for _, e := range es {
 			if e.Effect && e.Group != "" {
 				effects = append(effects, e)
-				if e.SentAt == 0 {
-					untimed++
-				}
 			}
 		}
 	}
-	if untimed > 0 {
-		c.note("%d effects without the time their delivery entered the queue (X-Chaos-Sent-At): the order check cannot place them", untimed)
-	}
+	unplaced := 0
 	var order []string
-	r.OrderChecked, order = orderViolations(effects, func(msgID string) (int, bool) {
-		if s, ok := byMsg[msgID]; ok {
-			return s.n, true
+	r.OrderChecked, order = orderViolations(effects, func(e event.Execution) (fifoPlace, bool) {
+		p, ok := placeOf(e, byTag, rounds)
+		if !ok {
+			unplaced++
 		}
-		return 0, false
+		return p, ok
 	})
+	if unplaced > 0 {
+		c.note("%d effects whose delivery the order check cannot place (no send attribute, or a replayed copy without the time it entered the queue)", unplaced)
+	}
 	r.OrderViolations = len(order)
 	r.Details = append(r.Details, order...)
 
@@ -297,31 +293,81 @@ func account(s *fifoSend, state, applied string, inQueue, inDLQ bool) string {
 	return whereLost
 }
 
+// fifoPlace is where a delivery belongs in its group: the messages the
+// campaign sent, in the order it sent them, and between them, after every
+// message sent before replay round k, the copies round k sent, in no order
+// among themselves (replay moves messages in batches).
+type fifoPlace struct {
+	epoch int  // replay rounds begun before the message was sent
+	sent  bool // a message the campaign sent (else a copy replay sent)
+	n     int  // sent: its place among its group's sends
+}
+
+// before reports whether a delivery at p must be applied before one at q.
+func (p fifoPlace) before(q fifoPlace) bool {
+	switch {
+	case p.epoch != q.epoch:
+		return p.epoch < q.epoch
+	case p.sent != q.sent:
+		return !p.sent // the round's copies come before what is sent after it
+	}
+	return p.sent && p.n < q.n
+}
+
+// placeOf places the delivery that made execution e. A delivery that
+// replay never moved belongs where the message it copies was sent (a copy
+// that the worker made of it, by mistake, keeps that place); one that
+// replay moved belongs to the last round begun before it entered the
+// queue.
+func placeOf(e event.Execution, byTag map[string]*fifoSend, rounds []replayRound) (fifoPlace, bool) {
+	s, ok := byTag[e.Send]
+	if !ok {
+		return fifoPlace{}, false
+	}
+	if e.Replays == 0 {
+		p := fifoPlace{sent: true, n: s.n}
+		for _, r := range rounds {
+			if !r.Start.IsZero() && r.Start.Before(s.sentAt) {
+				p.epoch++
+			}
+		}
+		return p, true
+	}
+	if e.SentAt == 0 {
+		return fifoPlace{}, false
+	}
+	var p fifoPlace
+	for _, r := range rounds {
+		if !r.Start.IsZero() && r.Start.UnixMilli() <= e.SentAt {
+			p.epoch++
+		}
+	}
+	return p, true
+}
+
 // orderViolations checks that within each group, effects (executions that
-// applied an operation) were applied in the order their deliveries entered
-// the queue: by the time a delivery entered the queue (SentTimestamp, in
-// milliseconds) and, for two messages that the campaign sent in one
-// millisecond, by the order it sent them (sendOrder: the place among its
-// group's sends of a message the campaign sent, not known for the copies
-// that replay sent, which are not ordered among themselves within a
-// millisecond). It returns how many effects it checked and one line per
-// effect applied before one that entered the queue after it.
-func orderViolations(effects []event.Execution, sendOrder func(msgID string) (int, bool)) (int, []string) {
+// applied an operation) were applied in the order their deliveries belong
+// in (place). It returns how many effects it checked and one line for
+// every effect applied after one whose delivery belongs after it.
+func orderViolations(effects []event.Execution, place func(event.Execution) (fifoPlace, bool)) (int, []string) {
 	effects = append([]event.Execution(nil), effects...)
 	sort.Slice(effects, func(i, j int) bool { return effects[i].Seq < effects[j].Seq })
+	type placed struct {
+		e event.Execution
+		p fifoPlace
+	}
 	var out []string
-	last := map[string]event.Execution{}
+	last := map[string]placed{}
 	for _, e := range effects {
-		prev, ok := last[e.Group]
-		last[e.Group] = e
+		p, ok := place(e)
 		if !ok {
 			continue
 		}
-		pn, pok := sendOrder(prev.MessageID)
-		en, eok := sendOrder(e.MessageID)
-		if e.SentAt < prev.SentAt || (e.SentAt == prev.SentAt && pok && eok && en < pn) {
-			out = append(out, fmt.Sprintf("group %s: %s (execution %d, its delivery entered the queue at %d) applied after %s (execution %d, entered at %d)",
-				e.Group, e.Key, e.Seq, e.SentAt, prev.Key, prev.Seq, prev.SentAt))
+		prev, seen := last[e.Group]
+		last[e.Group] = placed{e, p}
+		if seen && p.before(prev.p) {
+			out = append(out, fmt.Sprintf("group %s: %s (execution %d, send %s, replayed %d times) applied after %s (execution %d, send %s, replayed %d times), which belongs after it",
+				e.Group, e.Key, e.Seq, e.Send, e.Replays, prev.e.Key, prev.e.Seq, prev.e.Send, prev.e.Replays))
 		}
 	}
 	return len(effects), out

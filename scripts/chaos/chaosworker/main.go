@@ -412,9 +412,10 @@ func errText(err error) string {
 // runHeader adds X-Chaos-Run to every request, so that the downstream knows
 // which worker run it serves, and from the message being handled
 // X-Chaos-Sent-At (when the delivery entered its queue, Unix milliseconds)
-// and X-Chaos-Send (the sender's event.AttrSend attribute, which every copy
-// of a message keeps), so that the downstream can record which delivery it
-// served.
+// X-Chaos-Send (the sender's event.AttrSend attribute, which every copy of
+// a message keeps) and X-Chaos-Replays (how often sqsonce replay moved it,
+// its SqsonceReplays attribute), so that the downstream can record which
+// delivery it served.
 type runHeader struct {
 	base http.RoundTripper
 	run  string
@@ -429,6 +430,9 @@ func (t runHeader) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if v := m.Attributes[event.AttrSend]; v != "" {
 			req.Header.Set("X-Chaos-Send", v)
+		}
+		if v := m.Attributes["SqsonceReplays"]; v != "" {
+			req.Header.Set("X-Chaos-Replays", v)
 		}
 	}
 	return t.base.RoundTrip(req)

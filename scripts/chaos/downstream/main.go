@@ -171,6 +171,7 @@ func (s *server) op(w http.ResponseWriter, r *http.Request) {
 		Send:      r.Header.Get("X-Chaos-Send"),
 	}
 	e.SentAt, _ = strconv.ParseInt(r.Header.Get("X-Chaos-Sent-At"), 10, 64)
+	e.Replays, _ = strconv.Atoi(r.Header.Get("X-Chaos-Replays"))
 
 	s.mu.Lock()
 	_, settled := s.stored[key]

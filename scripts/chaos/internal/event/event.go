@@ -85,11 +85,13 @@ type Execution struct {
 	// execution of the key.
 	Repeat bool `json:"repeat"`
 	// Group is the delivery's message group (X-Sqsonce-Group-Id), SentAt
-	// when it entered its queue (Unix milliseconds) and Send its AttrSend
-	// attribute: set on FIFO queues only.
-	Group  string `json:"group,omitempty"`
-	SentAt int64  `json:"sent_at,omitempty"`
-	Send   string `json:"send,omitempty"`
+	// when it entered its queue (Unix milliseconds), Send its AttrSend
+	// attribute and Replays how often sqsonce replay moved it: set on FIFO
+	// queues only.
+	Group   string `json:"group,omitempty"`
+	SentAt  int64  `json:"sent_at,omitempty"`
+	Send    string `json:"send,omitempty"`
+	Replays int    `json:"replays,omitempty"`
 }
 
 // Counts is a worker run's counters, written every few hundred
