@@ -33,9 +33,11 @@
 // accounts for each one: done (its payload applied, its key complete), in
 // the queue, in the dead-letter queue, dropped by SQS at the send, or lost;
 // a dead-letter copy or a replayed copy dropped by FIFO deduplication shows
-// as lost. The downstream records which delivery applied each effect and
-// when it entered its queue, and the audit counts every effect of a group
-// applied before one that entered the queue earlier.
+// as lost. The downstream records which delivery applied each effect, and
+// the audit counts every effect of a group applied after one whose
+// delivery belongs after it: a delivery belongs where the campaign sent the
+// message it copies, or, when sqsonce replay moved it, after everything
+// sent before that replay round and before everything sent after it.
 //
 // The exit status is 0 when no operation or message was lost, nothing was
 // acknowledged that was not done, every execution beyond the first is
