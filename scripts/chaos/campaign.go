@@ -81,7 +81,7 @@ func ShortConfig() Config {
 		SendLost:    0.05,
 		Quiesce:     90 * time.Second,
 		Concurrency: 16,
-		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 20 * time.Second, Replays: 2, Kills: 3, Terms: 1},
+		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1},
 	}
 }
 

@@ -87,7 +87,7 @@ type fifoWorkload struct {
 // would keep replay from the groups it has work in.
 func newFIFOWorkload(rng *rand.Rand, ops, groups int) *fifoWorkload {
 	w := &fifoWorkload{byID: map[string]*fifoOp{}, tags: map[string]*fifoSend{}}
-	conflictGroups := max(1, groups/4)
+	conflictGroups := max(2, groups/4)
 	conflictGroup := func() string { return fmt.Sprintf("conflict%d", rng.IntN(conflictGroups)) }
 	for i := range ops {
 		o := &fifoOp{id: fmt.Sprintf("f-%d", i), group: fmt.Sprintf("g%d", rng.IntN(groups))}

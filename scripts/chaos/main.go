@@ -83,7 +83,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the work directory")
 	race := flag.Bool("race", false, "build the worker with the race detector")
 	fifoOps := flag.Int("fifo-ops", -1, "operations of the FIFO campaign beside the standard one, 0 for none (default 1500, short 150)")
-	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 20s)")
+	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 16s)")
 	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone")
 	flag.Parse()
 	if *short {
