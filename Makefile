@@ -74,7 +74,7 @@ bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer on a loc
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
-chaos: ## Kill, fault and fill the worker's world and audit every operation (one table; ~5 min; root).
+chaos: ## Kill, fault and fill the worker's world, standard and FIFO, and audit every operation (one table; ~5 min; root).
 	$(WITH_SQS) go run ./scripts/chaos $(CHAOS_FLAGS)
 
 .PHONY: demo

@@ -9,12 +9,14 @@ import (
 	"io"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
@@ -37,14 +39,11 @@ const (
 	causeTakenOver = "UNEXPLAINED: lease lapsed while the work ran, another claim ran it too"
 )
 
-// dlqMsg is one message found in the dead-letter queue.
-type dlqMsg struct {
-	body   string
-	reason string // SqsonceReason; "" when SQS's redrive moved it
-}
-
 // Report is what a campaign found.
 type Report struct {
+	Standard bool        // the standard campaign ran: the fields below are its findings
+	FIFO     *fifoReport // the FIFO campaign's findings, nil when it did not run
+
 	Elapsed time.Duration
 
 	Planned, Sent, Accepted int64
@@ -88,57 +87,84 @@ type Report struct {
 
 // OK reports whether every must-be-zero figure is zero and every check
 // passed.
-func (r *Report) OK() bool {
-	if r.Lost != 0 || r.AckNotDone != 0 || r.Extra[causeUnexplained] != 0 || r.Extra[causeTakenOver] != 0 || r.EffectsTwice != 0 ||
-		r.ConflictRan != 0 || r.KeylessRan != 0 || r.DLQWrongReason != 0 || r.FoundDLQ != r.ExpectDLQ ||
-		len(r.Notes) != 0 || !r.Quiet {
-		return false
-	}
-	for _, p := range r.Phases {
-		if !p.ok {
-			return false
-		}
-	}
-	return true
+func (r *Report) OK() bool { return len(r.failed()) == 0 }
+
+// queuedMsg is a message found in a queue at the end.
+type queuedMsg struct {
+	id      string
+	body    string
+	tag     string // event.AttrSend
+	reason  string // worker.AttrReason: set when sqsonce dead-lettered it
+	replays string // the replay count attribute, "" when never replayed
 }
 
-func (c *campaign) drainDLQ(ctx context.Context) ([]dlqMsg, error) {
-	var out []dlqMsg
+// How the audit empties a queue: each receive hides its messages for
+// drainVisibility only, so that a receive whose answer is lost on the way
+// (its messages hidden all the same) costs a short wait, not a message;
+// the drain waits up to drainWait for such messages, and for those a
+// stopped worker had in flight, to come back.
+const (
+	drainVisibility = 10 * time.Second
+	drainWait       = workerVisibility + 3*drainVisibility
+)
+
+// drainQueue receives every message of url and deletes it (a FIFO queue
+// hands out the rest of a group only once its head is gone) until the
+// queue reads empty, waiting up to wait for messages in flight to come
+// back. It returns the messages and how many it could not get.
+func (c *campaign) drainQueue(ctx context.Context, url string, wait time.Duration) ([]queuedMsg, int, error) {
+	var out []queuedMsg
 	seen := map[string]bool{}
-	empty := 0
-	for range 100000 {
+	deadline := time.Now().Add(wait)
+	for ctx.Err() == nil {
 		res, err := c.admin.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:              aws.String(c.dlq),
+			QueueUrl:              aws.String(url),
 			MaxNumberOfMessages:   10,
 			WaitTimeSeconds:       1,
-			VisibilityTimeout:     600,
+			VisibilityTimeout:     int32(drainVisibility / time.Second),
 			MessageAttributeNames: []string{"All"},
 		})
 		if err != nil {
-			return nil, fmt.Errorf("drain the dead-letter queue: %w", err)
+			return nil, 0, fmt.Errorf("drain %s: %w", url, err)
 		}
 		if len(res.Messages) == 0 {
-			empty++
-			if empty == 3 {
-				return out, nil
+			v, f, err := c.queueCounts(ctx, url)
+			if err != nil {
+				return nil, 0, err
+			}
+			if v+f == 0 {
+				return out, 0, nil
+			}
+			if time.Now().After(deadline) {
+				return out, v + f, nil
 			}
 			continue
 		}
-		empty = 0
-		for _, m := range res.Messages {
+		var del []types.DeleteMessageBatchRequestEntry
+		for i, m := range res.Messages {
+			del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 			id := aws.ToString(m.MessageId)
 			if seen[id] {
 				continue
 			}
 			seen[id] = true
-			d := dlqMsg{body: aws.ToString(m.Body)}
-			if a, ok := m.MessageAttributes[worker.AttrReason]; ok {
-				d.reason = aws.ToString(a.StringValue)
+			q := queuedMsg{id: id, body: aws.ToString(m.Body)}
+			attr := func(name string) string {
+				if a, ok := m.MessageAttributes[name]; ok {
+					return aws.ToString(a.StringValue)
+				}
+				return ""
 			}
-			out = append(out, d)
+			// SqsonceReplays: the attribute in which sqsonce replay counts a
+			// message's replays.
+			q.tag, q.reason, q.replays = attr(event.AttrSend), attr(worker.AttrReason), attr("SqsonceReplays")
+			out = append(out, q)
+		}
+		if _, err := c.admin.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del}); err != nil {
+			return nil, 0, fmt.Errorf("drain %s: delete: %w", url, err)
 		}
 	}
-	return nil, errors.New("drain the dead-letter queue: it never ran dry")
+	return nil, 0, ctx.Err()
 }
 
 func hash8(s string) string {
@@ -153,8 +179,92 @@ type runEvents struct {
 	fail     map[string][]event.WorkerEvent
 }
 
+// runLogs is what a campaign's worker runs left behind.
+type runLogs struct {
+	runs, kills int
+	endCounts   map[string]int            // runs by how they ended
+	faults      map[string]int            // by kind
+	faultsByOp  map[string]map[string]int // by SQS operation, then kind
+	stats       worker.Stats              // summed over runs
+	windows     []time.Duration           // handler success to durable completion
+	sent        []event.WorkerEvent       // copies SQS accepted from the worker (EvSent)
+	hist        *history
+}
+
+// readRuns reads how every worker run of c ended, its counters, its event
+// log and the crash log.
+func (c *campaign) readRuns() (*runLogs, error) {
+	c.mu.Lock()
+	procs := append([]*proc(nil), c.procs...)
+	inHand := c.inHand
+	c.mu.Unlock()
+	rl := &runLogs{endCounts: map[string]int{}, faults: map[string]int{}, faultsByOp: map[string]map[string]int{}}
+	hist := &history{inHand: inHand, ends: map[int]string{}, endedAt: map[int]time.Time{}, events: map[int]*runEvents{}}
+	for _, p := range procs {
+		end := c.endOf(p)
+		hist.ends[p.id] = end
+		p.mu.Lock()
+		hist.endedAt[p.id] = p.ended
+		p.mu.Unlock()
+		rl.runs++
+		rl.endCounts[end]++
+		switch end {
+		case endWindowA, endWindowB, endKill, endInHandler:
+			rl.kills++
+		}
+		cnt := c.counts(p.id)
+		for op, byKind := range cnt.Faults {
+			if rl.faultsByOp[op] == nil {
+				rl.faultsByOp[op] = map[string]int{}
+			}
+			for k, n := range byKind {
+				rl.faults[k] += n
+				rl.faultsByOp[op][k] += n
+			}
+		}
+		addStats(&rl.stats, cnt.Stats)
+		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}}
+		okAt := map[string]int64{} // key -> when its handler last succeeded
+		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
+			switch e.Ev {
+			case event.EvHandled:
+				ev.handled[e.Key] = append(ev.handled[e.Key], e)
+				if e.Err == "" {
+					okAt[e.Key] = e.T
+				}
+			case event.EvComplete:
+				if t, ok := okAt[e.Key]; ok && e.Err == "" {
+					rl.windows = append(rl.windows, time.Duration(e.T-t))
+					delete(okAt, e.Key)
+				}
+				ev.complete[e.Key] = append(ev.complete[e.Key], e)
+			case event.EvFail:
+				ev.fail[e.Key] = append(ev.fail[e.Key], e)
+			case event.EvSent:
+				rl.sent = append(rl.sent, e)
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		hist.events[p.id] = ev
+	}
+	hist.crashes = map[string]map[int]string{} // key -> run -> window
+	if err := event.ReadLines(c.crashLog, func(cr event.Crash) {
+		if hist.crashes[cr.Key] == nil {
+			hist.crashes[cr.Key] = map[int]string{}
+		}
+		hist.crashes[cr.Key][cr.Run] = cr.Window
+	}); err != nil {
+		return nil, err
+	}
+	rl.hist = hist
+	return rl, nil
+}
+
 func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed time.Duration, quiet bool) (*Report, error) {
 	r := &Report{
+		Standard:         true,
 		Elapsed:          elapsed,
 		Planned:          int64(wl.planned()),
 		Sent:             snd.sent.Load(),
@@ -163,9 +273,6 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 		Ops:              map[opClass]int{},
 		DLQBeforeByClass: map[opClass]int{},
 		Keyless:          len(wl.keyless),
-		Faults:           map[string]int{},
-		FaultsByOp:       map[string]map[string]int{},
-		Ends:             map[string]int{},
 		Extra:            map[string]int{},
 		ExtraSamples:     map[string][]string{},
 		Quiet:            quiet,
@@ -186,82 +293,21 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 
 	// Runs: how they ended, their faults and stats.
 	c.mu.Lock()
-	procs := append([]*proc(nil), c.procs...)
-	inHand := c.inHand
 	r.Phases = append(r.Phases, c.phases...)
+	r.Pauses, r.DoubleTerm = c.pauses, c.doubleTerms
 	c.mu.Unlock()
-	ends := map[int]string{}
-	events := map[int]*runEvents{}
-	var windows []time.Duration // handler success to durable completion
-	for _, p := range procs {
-		end := c.endOf(p)
-		ends[p.id] = end
-		r.Runs++
-		r.Ends[end]++
-		switch end {
-		case endWindowA, endWindowB, endKill, endInHandler:
-			r.Kills++
-		}
-		cnt := c.counts(p.id)
-		for op, byKind := range cnt.Faults {
-			if r.FaultsByOp[op] == nil {
-				r.FaultsByOp[op] = map[string]int{}
-			}
-			for k, n := range byKind {
-				r.Faults[k] += n
-				r.FaultsByOp[op][k] += n
-			}
-		}
-		addStats(&r.Stats, cnt.Stats)
-		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}}
-		okAt := map[string]int64{} // key -> when its handler last succeeded
-		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
-			switch e.Ev {
-			case event.EvHandled:
-				ev.handled[e.Key] = append(ev.handled[e.Key], e)
-				if e.Err == "" {
-					okAt[e.Key] = e.T
-				}
-			case event.EvComplete:
-				if t, ok := okAt[e.Key]; ok && e.Err == "" {
-					windows = append(windows, time.Duration(e.T-t))
-					delete(okAt, e.Key)
-				}
-				ev.complete[e.Key] = append(ev.complete[e.Key], e)
-			case event.EvFail:
-				ev.fail[e.Key] = append(ev.fail[e.Key], e)
-			}
-		})
-		if err != nil {
-			return nil, err
-		}
-		events[p.id] = ev
+	rl, err := c.readRuns()
+	if err != nil {
+		return nil, err
 	}
-	r.InHandlerKills = len(inHand)
-	if len(windows) > 0 {
+	r.Runs, r.Kills, r.Ends, r.Faults, r.FaultsByOp, r.Stats = rl.runs, rl.kills, rl.endCounts, rl.faults, rl.faultsByOp, rl.stats
+	r.InHandlerKills = len(rl.hist.inHand)
+	if windows := rl.windows; len(windows) > 0 {
 		sort.Slice(windows, func(i, j int) bool { return windows[i] < windows[j] })
 		q := func(f float64) time.Duration { return windows[min(len(windows)-1, int(f*float64(len(windows))))] }
 		r.Window = [3]time.Duration{q(0.5), q(0.99), windows[len(windows)-1]}
 	}
-	c.mu.Lock()
-	r.Pauses, r.DoubleTerm = c.pauses, c.doubleTerms
-	c.mu.Unlock()
-	hist := &history{inHand: inHand, ends: ends, endedAt: map[int]time.Time{}, events: events}
-	for _, p := range procs {
-		p.mu.Lock()
-		hist.endedAt[p.id] = p.ended
-		p.mu.Unlock()
-	}
-	crashes := map[string]map[int]string{} // key -> run -> window
-	if err := event.ReadLines(c.crashLog, func(cr event.Crash) {
-		if crashes[cr.Key] == nil {
-			crashes[cr.Key] = map[int]string{}
-		}
-		crashes[cr.Key][cr.Run] = cr.Window
-	}); err != nil {
-		return nil, err
-	}
-	hist.crashes = crashes
+	hist := rl.hist
 
 	// Executions at the downstream.
 	execs := map[string][]event.Execution{} // by key
@@ -287,13 +333,32 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 	}
 
 	// The dead-letter queue.
-	dlq, err := c.drainDLQ(ctx)
+	dv, df, err := c.queueCounts(ctx, c.dlq)
 	if err != nil {
 		return nil, err
 	}
+	dlq, left, err := c.drainQueue(ctx, c.dlq, drainWait)
+	if err != nil {
+		return nil, err
+	}
+	if left > 0 {
+		c.note("%d messages of the dead-letter queue could not be drained for the audit within %v", left, drainWait)
+	}
 	r.DLQMessages = len(dlq)
-	dlqByID := map[string][]dlqMsg{}
-	dlqByBody := map[string][]dlqMsg{}
+	c.logf("dead-letter queue: %d messages received for the audit; before, it read %d visible, %d in flight", len(dlq), dv, df)
+	if err := c.saveQueue("dlq.jsonl", dlq); err != nil {
+		return nil, err
+	}
+	c.missingCopies(rl.sent, c.dlq, func(id string) bool {
+		for _, d := range dlq {
+			if d.id == id {
+				return true
+			}
+		}
+		return false
+	})
+	dlqByID := map[string][]queuedMsg{}
+	dlqByBody := map[string][]queuedMsg{}
 	for _, d := range dlq {
 		dlqByBody[d.body] = append(dlqByBody[d.body], d)
 		if id := idOf(d.body); id != "" {
@@ -308,7 +373,7 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 	}
 	defer db.Close()
 
-	hasReason := func(ms []dlqMsg, prefix string) bool {
+	hasReason := func(ms []queuedMsg, prefix string) bool {
 		for _, m := range ms {
 			if strings.HasPrefix(m.reason, prefix) {
 				return true
@@ -458,6 +523,58 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 	return r, nil
 }
 
+// missingCopies notes every copy that SQS accepted from a worker for
+// queue url (its dead-letter queue) and that the audit did not find there:
+// the worker deleted the original, so such a copy is a lost message.
+func (c *campaign) missingCopies(sent []event.WorkerEvent, url string, found func(id string) bool) {
+	n := 0
+	var samples []string
+	for _, e := range sent {
+		if e.Queue != url || e.Copy == "" || found(e.Copy) {
+			continue
+		}
+		n++
+		if len(samples) < 10 {
+			samples = append(samples, fmt.Sprintf("copy %s of message %s, accepted at %s", e.Copy, e.MessageID, time.Unix(0, e.T).UTC().Format("15:04:05.000")))
+		}
+	}
+	if n > 0 {
+		c.note("%d copies that SQS accepted for the dead-letter queue are not in it: %s", n, strings.Join(samples, "; "))
+	}
+}
+
+// saveQueue writes the messages found in a queue at the end into the work
+// directory, one JSON line each.
+func (c *campaign) saveQueue(name string, msgs []queuedMsg) error {
+	lines := make([]any, len(msgs))
+	for i, m := range msgs {
+		lines[i] = struct {
+			ID      string `json:"id"`
+			Send    string `json:"send,omitempty"`
+			Body    string `json:"body"`
+			Reason  string `json:"reason,omitempty"`
+			Replays string `json:"replays,omitempty"`
+		}{m.id, m.tag, m.body, m.reason, m.replays}
+	}
+	return c.saveLines(name, lines)
+}
+
+// saveLines writes lines into the file name of the work directory, one
+// JSON line each.
+func (c *campaign) saveLines(name string, lines []any) error {
+	a, err := event.OpenAppender(filepath.Join(c.dir, name), false)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	for _, l := range lines {
+		if err := a.Append(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // faultOps are the SQS operations the chaos worker injects faults into.
 var faultOps = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "SendMessage"}
 
@@ -587,6 +704,20 @@ func (r *Report) print(out io.Writer) {
 		verdict = "FAIL"
 	}
 	fmt.Fprintf(tw, "sqsonce chaos campaign: %s\n", verdict)
+	if r.Standard {
+		r.printStandard(row, must)
+	}
+	if r.FIFO != nil {
+		r.FIFO.print(row, must)
+	}
+	if f := r.failed(); len(f) > 0 {
+		row("FAILED", strings.Join(f, "; "))
+	}
+	tw.Flush()
+}
+
+// printStandard writes the standard campaign's rows of the report table.
+func (r *Report) printStandard(row func(name, value string), must func(name string, n int)) {
 	row("time taken", r.Elapsed.Round(time.Second).String())
 	row("deliveries sent", fmt.Sprintf("%d acknowledged to the sender (%d planned), %d accepted by the server: %d extra copies from %d lost send acknowledgements",
 		r.Sent, r.Planned, r.Accepted, r.Accepted-r.Sent, r.SenderLostAcks))
@@ -661,7 +792,6 @@ func (r *Report) print(out io.Writer) {
 	for _, n := range r.Notes {
 		row("  finding", strings.SplitN(n, "\n", 2)[0])
 	}
-	tw.Flush()
 }
 
 func kindList(m map[string]int) string {

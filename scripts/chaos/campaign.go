@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 )
@@ -44,6 +45,8 @@ type Config struct {
 	BinDir      string        // the chaosworker and downstream binaries; built when empty
 	Race        bool          // build the binaries with the race detector
 	Concurrency int           // worker handler concurrency
+	FIFO        FIFOConfig    // the FIFO campaign beside the standard one
+	FIFOOnly    bool          // run the FIFO campaign alone
 }
 
 // FullConfig is `make chaos`.
@@ -60,6 +63,7 @@ func FullConfig() Config {
 		SendLost:    0.03,
 		Quiesce:     3 * time.Minute,
 		Concurrency: 32,
+		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
 	}
 }
 
@@ -77,6 +81,7 @@ func ShortConfig() Config {
 		SendLost:    0.05,
 		Quiesce:     90 * time.Second,
 		Concurrency: 16,
+		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1},
 	}
 }
 
@@ -134,9 +139,12 @@ func (t *timeline) fraction() float64 {
 	return float64(e) / float64(t.total)
 }
 
-// campaign is one run of the harness.
+// campaign is one run of the harness: the standard campaign, or the FIFO
+// campaign that runs beside it (name "fifo") on queues, a ledger, a
+// downstream and worker runs of its own.
 type campaign struct {
 	cfg      Config
+	name     string // "" for the standard campaign; prefixes its log lines
 	log      io.Writer
 	rng      *rand.Rand
 	dir      string
@@ -150,11 +158,19 @@ type campaign struct {
 	dlq        string
 	workerBin  string
 	downBin    string
+	cliBin     string // sqsonce, for replay; built for the FIFO campaign only
 	downURL    string
 	control    string
 	downstream *proc
 
 	tl *timeline // how far the chaos has come: the sending follows it
+
+	fifo *campaign // the FIFO campaign beside this one, or nil
+	// phasesDone is closed once the ledger fault phases are over (or will
+	// not come): the FIFO campaign starts then, so that its load does not
+	// weigh on the phases' waits.
+	phasesDone chan struct{}
+	phasesOver func()
 
 	pauses, doubleTerms int // done, for the report
 
@@ -176,7 +192,11 @@ type phaseResult struct {
 }
 
 func (c *campaign) logf(format string, args ...any) {
-	fmt.Fprintf(c.log, "%7.1fs  %s\n", time.Since(c.started).Seconds(), fmt.Sprintf(format, args...))
+	prefix := ""
+	if c.name != "" {
+		prefix = c.name + ": "
+	}
+	fmt.Fprintf(c.log, "%7.1fs  %s%s\n", time.Since(c.started).Seconds(), prefix, fmt.Sprintf(format, args...))
 }
 
 func (c *campaign) note(format string, args ...any) {
@@ -195,6 +215,15 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	if u, err := url.Parse(cfg.Endpoint); err != nil || u.Scheme != "http" || !isLoopback(u.Hostname()) {
 		return nil, fmt.Errorf("SQS endpoint %q: the campaign only talks to a server on a loopback address", cfg.Endpoint)
 	}
+	if cfg.FIFOOnly && cfg.FIFO.Ops == 0 {
+		return nil, errors.New("the FIFO campaign alone, with no operations")
+	}
+	if cfg.FIFOOnly && cfg.FIFO.Duration <= 0 {
+		return nil, errors.New("the FIFO campaign needs a duration")
+	}
+	if !cfg.FIFOOnly && cfg.Duration <= phaseBudget+time.Second {
+		return nil, fmt.Errorf("duration %v: want more than the %v that the ledger phases take", cfg.Duration, phaseBudget+time.Second)
+	}
 	c := &campaign{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inHand: map[string]int{}, started: time.Now(), tl: &timeline{total: cfg.Duration}}
 	dir := cfg.Dir
 	if dir == "" {
@@ -204,6 +233,16 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 		}
 	}
 	c.dir = dir
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	progress, err := os.OpenFile(filepath.Join(dir, progressFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer progress.Close()
+	lw := &logWriter{dst: log, file: progress}
+	c.log = lw
 	c.runsDir = filepath.Join(dir, "runs")
 	c.crashLog = filepath.Join(dir, "crash.log")
 	c.ledger = filepath.Join(dir, "ledger", "ledger.db")
@@ -219,16 +258,34 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	}
 	if err == nil && rep != nil && rep.OK() && !cfg.Keep && cfg.Dir == "" {
 		os.RemoveAll(dir)
-	} else {
-		fmt.Fprintf(log, "chaos: work directory kept: %s\n", dir)
+		return rep, nil
 	}
+	c.mu.Lock()
+	notes := append([]string(nil), c.notes...)
+	fifo := c.fifo
+	c.mu.Unlock()
+	if fifo != nil {
+		fifo.mu.Lock()
+		for _, n := range fifo.notes {
+			notes = append(notes, "FIFO: "+n)
+		}
+		fifo.mu.Unlock()
+	}
+	if werr := writeReport(dir, rep, err, notes); werr != nil {
+		fmt.Fprintf(lw, "chaos: write the report into %s: %v\n", dir, werr)
+	}
+	fmt.Fprintln(lw, keptLine(dir, rep, err))
 	return rep, err
 }
 
 func (c *campaign) cleanup() {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
+	fifo := c.fifo
 	c.mu.Unlock()
+	if fifo != nil {
+		fifo.cleanup()
+	}
 	for _, p := range procs {
 		if p.alive() {
 			p.kill(endKill, "")
@@ -253,22 +310,92 @@ func (c *campaign) cleanup() {
 	}
 }
 
+// run runs the standard campaign and, beside it, the FIFO campaign, and
+// returns their report. A report may come with an error: then it is the
+// part that was done.
 func (c *campaign) run(ctx context.Context) (*Report, error) {
 	cfg := c.cfg
-	c.logf("campaign: %d operations, about %d deliveries over %v, %d kills, %d drains, seed %d", cfg.Ops, cfg.Deliveries, cfg.Duration, cfg.Kills, cfg.Terms, cfg.Seed)
+	withFIFO := cfg.FIFO.Ops > 0
+	if withFIFO && cfg.FIFO.Duration <= 0 {
+		return nil, errors.New("the FIFO campaign needs a duration")
+	}
 
 	// Binaries.
 	if cfg.BinDir == "" {
 		bin := filepath.Join(c.dir, "bin")
-		c.logf("building the chaos worker and the downstream (race detector: %v)", cfg.Race)
-		w, d, err := buildBinaries(ctx, bin, cfg.Race, c.log)
+		what := "the chaos worker and the downstream"
+		if withFIFO {
+			what = "the chaos worker, the downstream and sqsonce"
+		}
+		c.logf("building %s (race detector: %v)", what, cfg.Race)
+		w, d, cli, err := buildBinaries(ctx, bin, cfg.Race, withFIFO, c.log)
 		if err != nil {
 			return nil, err
 		}
-		c.workerBin, c.downBin = w, d
+		c.workerBin, c.downBin, c.cliBin = w, d, cli
 	} else {
-		c.workerBin, c.downBin = filepath.Join(cfg.BinDir, "chaosworker"), filepath.Join(cfg.BinDir, "downstream")
+		c.workerBin, c.downBin, c.cliBin = filepath.Join(cfg.BinDir, "chaosworker"), filepath.Join(cfg.BinDir, "downstream"), filepath.Join(cfg.BinDir, "sqsonce")
 	}
+	c.admin = newSQSClient(cfg.Endpoint, &http.Client{Transport: loopbackTransport(), Timeout: 30 * time.Second})
+
+	type fifoOutcome struct {
+		rep *fifoReport
+		err error
+	}
+	var fifoDone chan fifoOutcome
+	fifoCtx, stopFIFO := context.WithCancel(ctx)
+	defer stopFIFO()
+	c.phasesDone = make(chan struct{})
+	c.phasesOver = sync.OnceFunc(func() { close(c.phasesDone) })
+	if cfg.FIFOOnly {
+		c.phasesOver()
+	}
+	if withFIFO {
+		f, err := c.fifoCampaign()
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.fifo = f
+		c.mu.Unlock()
+		fifoDone = make(chan fifoOutcome, 1)
+		go func() {
+			select {
+			case <-c.phasesDone:
+			case <-fifoCtx.Done():
+				fifoDone <- fifoOutcome{nil, fifoCtx.Err()}
+				return
+			}
+			r, err := f.runFIFO(fifoCtx)
+			fifoDone <- fifoOutcome{r, err}
+		}()
+	}
+
+	rep := &Report{}
+	var err error
+	if !cfg.FIFOOnly {
+		rep, err = c.standard(ctx)
+	}
+	if withFIFO {
+		if err != nil {
+			stopFIFO()
+		}
+		fo := <-fifoDone
+		if fo.err != nil && err == nil {
+			err = fmt.Errorf("the FIFO campaign: %w", fo.err)
+		}
+		if rep != nil {
+			rep.FIFO = fo.rep
+		}
+	}
+	return rep, err
+}
+
+// standard runs the standard campaign.
+func (c *campaign) standard(ctx context.Context) (*Report, error) {
+	defer c.phasesOver()
+	cfg := c.cfg
+	c.logf("campaign: %d operations, about %d deliveries over %v, %d kills, %d drains, seed %d", cfg.Ops, cfg.Deliveries, cfg.Duration, cfg.Kills, cfg.Terms, cfg.Seed)
 
 	// The tmpfs first: without root there is no campaign.
 	tmp, err := mountTmpfs(filepath.Join(c.dir, "tmpfs"), 64)
@@ -278,7 +405,6 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	c.tmp = tmp
 
 	// Queues.
-	c.admin = newSQSClient(cfg.Endpoint, &http.Client{Transport: loopbackTransport(), Timeout: 30 * time.Second})
 	if err := c.createQueues(ctx); err != nil {
 		return nil, err
 	}
@@ -352,13 +478,18 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	return c.audit(ctx, wl, snd, elapsed, quiet)
 }
 
+// newSQSClient makes the campaign's SQS clients, with the fix every SQS
+// client of this module needs (sqsclient.InMemoryBodies): without it an
+// answer can be lost to a race in net/http, and the SDK retries a call
+// that took effect (a receive's messages stay hidden for its visibility
+// timeout).
 func newSQSClient(endpoint string, hc *http.Client) *sqs.Client {
 	return sqs.New(sqs.Options{
 		Region:       sqstest.Region,
 		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   hc,
-	})
+	}, sqsclient.InMemoryBodies)
 }
 
 func loopbackTransport() *http.Transport {
@@ -562,7 +693,9 @@ func (c *campaign) startSide(ledgerPath string) (*proc, error) {
 func (c *campaign) stopRun(ctx context.Context, p *proc) {
 	p.term()
 	if !p.wait(ctx, termTimeout) {
-		c.note("run %d did not exit within %v of SIGTERM; killed", p.id, termTimeout)
+		if ctx.Err() == nil {
+			c.note("run %d did not exit within %v of SIGTERM; killed", p.id, termTimeout)
+		}
 		p.kill(endKill, "")
 		p.wait(ctx, 10*time.Second)
 		return
@@ -702,6 +835,7 @@ func (c *campaign) chaos(ctx context.Context) error {
 			if err := c.ledgerPhases(ctx); err != nil {
 				return err
 			}
+			c.phasesOver()
 		}
 		if s.pauseAt > 0 {
 			c.tl.segment(s.pauseAt + pauseFor + s.dur)

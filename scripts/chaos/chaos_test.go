@@ -15,13 +15,17 @@ var raceEnabled bool
 // TestChaosShort runs the chaos campaign in its short form: about 1,500
 // deliveries, 8 kills (two in each window, two while the downstream serves
 // a request, two at random), 2 drains, every fault kind, and the ledger
-// fault phases, held to the same zeros as `make chaos`. It needs the local
-// SQS-compatible server and root (for the tmpfs of the ledger phases).
+// fault phases; beside it the FIFO campaign with 150 operations in 4
+// groups, 3 kills, a drain and 2 replay rounds; held to the same zeros as
+// `make chaos`. It needs the local SQS-compatible server and root (for the
+// tmpfs of the ledger phases).
 func TestChaosShort(t *testing.T) {
 	cfg := ShortConfig()
 	cfg.Endpoint = sqstest.Endpoint(t)
-	cfg.Dir = t.TempDir()
 	cfg.Race = raceEnabled
+	// cfg.Dir stays empty: the campaign makes a work directory of its own,
+	// removes it when it passes and keeps it with its report when it fails
+	// (the log's last line names it), which t.TempDir would not.
 	var table bytes.Buffer
 	rep, err := Run(t.Context(), cfg, &table, testLog{t})
 	t.Logf("\n%s", table.String())
@@ -29,7 +33,7 @@ func TestChaosShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !rep.OK() {
-		t.Fatal("the campaign found a broken promise or a failed check: see the table and the findings above")
+		t.Fatal("the campaign found a broken promise or a failed check: see the table, the findings above and the work directory named in the log's last line")
 	}
 }
 

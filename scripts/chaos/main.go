@@ -16,10 +16,42 @@
 // process. Once the queue is empty it audits every operation against the
 // ledger, the downstream's log and the dead-letter queue.
 //
-// The exit status is 0 when no operation was lost, nothing was acknowledged
-// that was not done, every execution beyond the first is explained by a
-// crash in the documented window (or a kill that is equivalent to one), and
-// every check passed; 1 otherwise.
+// Beside it, from the end of the ledger fault phases (whose waits it would
+// otherwise lengthen), runs the FIFO campaign (fifo/ in the work directory):
+// a FIFO queue with a FIFO dead-letter queue (maxReceiveCount 4), several
+// message groups, its own ledger, downstream and worker runs, killed and
+// drained too. Its workload has duplicates (some deduplicated by SQS at the
+// send, as sqsonce ingest sends them), transient failures, operations that
+// fail permanently (also after every replay) or until the downstream is
+// fixed, a conflicting payload right behind its original (also behind one
+// that failed permanently, so that two messages of one failed key are
+// dead-lettered) and two more conflicting payloads after their key
+// completed, and keyless messages. Between worker runs it replays the
+// dead-letter queue through the real `sqsonce replay`, built from the same
+// tree, within SQS's five-minute deduplication window. Every message sent
+// carries an attribute of its own, which every copy keeps, so that the audit
+// accounts for each one: done (its payload applied, its key complete), in
+// the queue, in the dead-letter queue, dropped by SQS at the send, or lost;
+// a dead-letter copy or a replayed copy dropped by FIFO deduplication shows
+// as lost. The downstream records which delivery applied each effect, and
+// the audit counts every effect of a group applied after one whose
+// delivery belongs after it: a delivery belongs where the campaign sent the
+// message it copies, or, when sqsonce replay moved it, after everything
+// sent before that replay round and before everything sent after it.
+//
+// The exit status is 0 when no operation or message was lost, nothing was
+// acknowledged that was not done, every execution beyond the first is
+// explained by a crash in the documented window (or a kill that is
+// equivalent to one), no group ran out of order, and every check passed; 1
+// otherwise.
+//
+// It writes its progress to standard error and, as it goes, to progress.log
+// in its work directory. When the campaign fails or ends early, or with
+// -keep or -dir, it keeps that directory and writes the report into it too:
+// report.txt (the table, the checks that failed, the findings and the
+// per-operation details) and report.json (the same for a program to read);
+// its last line names them. runs/ holds every worker run's output, events
+// and counters.
 //
 // Run it through `make chaos` (full) or `go test ./scripts/chaos` (short),
 // which start the local server. Mounting the tmpfs of the ledger phases
@@ -47,9 +79,12 @@ func main() {
 	kills := flag.Int("kills", 0, "SIGKILLs of the worker (default 32, short 8)")
 	terms := flag.Int("terms", 0, "SIGTERM drains of the worker (default 6, short 2)")
 	pauses := flag.Int("pauses", -1, "SIGSTOPs of a worker run, longer than its leases (default 6, short 1)")
-	dir := flag.String("dir", "", "work directory (default: a temporary one, removed when the campaign passes)")
+	dir := flag.String("dir", "", "work directory, kept (default: a temporary one, removed when the campaign passes)")
 	keep := flag.Bool("keep", false, "keep the work directory")
 	race := flag.Bool("race", false, "build the worker with the race detector")
+	fifoOps := flag.Int("fifo-ops", -1, "operations of the FIFO campaign beside the standard one, 0 for none (default 1500, short 150)")
+	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 16s)")
+	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone")
 	flag.Parse()
 	if *short {
 		cfg = ShortConfig()
@@ -72,6 +107,13 @@ func main() {
 	if *duration > 0 {
 		cfg.Duration = *duration
 	}
+	if *fifoOps >= 0 {
+		cfg.FIFO.Ops = *fifoOps
+	}
+	if *fifoDuration > 0 {
+		cfg.FIFO.Duration = *fifoDuration
+	}
+	cfg.FIFOOnly = *fifoOnly
 	cfg.Dir, cfg.Keep, cfg.Race = *dir, *keep, *race
 	cfg.Endpoint = os.Getenv(sqstest.EndpointEnv)
 

@@ -159,29 +159,38 @@ func (p *proc) outputHas(s string) bool {
 	return err == nil && strings.Contains(string(b), s)
 }
 
-// buildBinaries builds the chaos worker and the downstream into dir.
-func buildBinaries(ctx context.Context, dir string, race bool, log io.Writer) (worker, downstream string, err error) {
+// buildBinaries builds the chaos worker and the downstream into dir, and
+// with cli the sqsonce command from the same tree.
+func buildBinaries(ctx context.Context, dir string, race, cli bool, log io.Writer) (worker, downstream, sqsonce string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
+		return "", "", "", err
 	}
 	args := []string{"build", "-o", dir + "/"}
 	if race {
 		args = append(args, "-race")
 	}
 	args = append(args, "github.com/sqsonce/sqsonce/scripts/chaos/chaosworker", "github.com/sqsonce/sqsonce/scripts/chaos/downstream")
+	if cli {
+		args = append(args, "github.com/sqsonce/sqsonce/cmd/sqsonce")
+	}
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Stdout = log
 	cmd.Stderr = log
 	if err := cmd.Run(); err != nil {
-		return "", "", fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
+		return "", "", "", fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
 	}
 	worker, downstream = filepath.Join(dir, "chaosworker"), filepath.Join(dir, "downstream")
-	for _, b := range []string{worker, downstream} {
+	bins := []string{worker, downstream}
+	if cli {
+		sqsonce = filepath.Join(dir, "sqsonce")
+		bins = append(bins, sqsonce)
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(b); err != nil {
-			return "", "", err
+			return "", "", "", err
 		}
 	}
-	return worker, downstream, nil
+	return worker, downstream, sqsonce, nil
 }
 
 // startDownstream starts the downstream and returns its URL once it

@@ -26,9 +26,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -45,6 +48,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
@@ -167,7 +171,7 @@ func run(o options) (code int) {
 	}
 	defer crashes.Close()
 
-	faults := sqstest.NewFaults(o.seed, nil)
+	faults := sqstest.NewFaults(o.seed, sendLog{base: http.DefaultTransport, events: events})
 	for _, op := range FaultOps {
 		faults.Set(op, o.rates)
 	}
@@ -179,7 +183,7 @@ func run(o options) (code int) {
 			Timeout:   o.sqsTimeout,
 			Transport: countingTransport{base: faults, n: &sqsRequests},
 		},
-	})
+	}, sqsclient.InMemoryBodies) // as sqsonce run builds its client
 
 	h, err := worker.NewHTTPHandler(worker.HTTPConfig{
 		URL:    o.downstream,
@@ -380,8 +384,12 @@ type eventHandler struct {
 	events *event.Appender
 }
 
+// messageKey is the context key under which eventHandler hands the message
+// to runHeader.
+type messageKey struct{}
+
 func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
-	err := e.h.Handle(ctx, m)
+	err := e.h.Handle(context.WithValue(ctx, messageKey{}, m), m)
 	if aerr := e.events.Append(event.WorkerEvent{
 		Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID,
 		Err: errText(err), T: time.Now().UnixNano(),
@@ -402,7 +410,12 @@ func errText(err error) string {
 }
 
 // runHeader adds X-Chaos-Run to every request, so that the downstream knows
-// which worker run it serves.
+// which worker run it serves, and from the message being handled
+// X-Chaos-Sent-At (when the delivery entered its queue, Unix milliseconds)
+// X-Chaos-Send (the sender's event.AttrSend attribute, which every copy of
+// a message keeps) and X-Chaos-Replays (how often sqsonce replay moved it,
+// its SqsonceReplays attribute), so that the downstream can record which
+// delivery it served.
 type runHeader struct {
 	base http.RoundTripper
 	run  string
@@ -411,7 +424,63 @@ type runHeader struct {
 func (t runHeader) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set("X-Chaos-Run", t.run)
+	if m, ok := req.Context().Value(messageKey{}).(*worker.Message); ok {
+		if !m.SentAt.IsZero() {
+			req.Header.Set("X-Chaos-Sent-At", strconv.FormatInt(m.SentAt.UnixMilli(), 10))
+		}
+		if v := m.Attributes[event.AttrSend]; v != "" {
+			req.Header.Set("X-Chaos-Send", v)
+		}
+		if v := m.Attributes["SqsonceReplays"]; v != "" {
+			req.Header.Set("X-Chaos-Replays", v)
+		}
+	}
 	return t.base.RoundTrip(req)
+}
+
+// sendLog sits under the fault injection and logs every message that SQS
+// accepted from a SendMessage (the worker sends only its dead-letter
+// copies): the id SQS gave the copy and the message it copies, also when
+// the answer is then lost on its way to the worker.
+type sendLog struct {
+	base   http.RoundTripper
+	events *event.Appender
+}
+
+func (t sendLog) RoundTrip(req *http.Request) (*http.Response, error) {
+	if sqstest.Operation(req) != "SendMessage" || req.Body == nil {
+		return t.base.RoundTrip(req)
+	}
+	in, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(in))
+	resp, err := t.base.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	out, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(out))
+	if rerr != nil {
+		return resp, nil
+	}
+	var sent struct {
+		QueueURL          string `json:"QueueUrl"`
+		MessageAttributes map[string]struct {
+			StringValue string
+		}
+	}
+	var answer struct{ MessageId string }
+	_ = json.Unmarshal(in, &sent)
+	_ = json.Unmarshal(out, &answer)
+	_ = t.events.Append(event.WorkerEvent{
+		Ev: event.EvSent, MessageID: sent.MessageAttributes[worker.AttrSourceMessageID].StringValue,
+		Copy: answer.MessageId, Queue: sent.QueueURL, T: time.Now().UnixNano(),
+	})
+	return resp, nil
 }
 
 // countingTransport counts the requests that reach it.

@@ -12,7 +12,9 @@
 // permanent failure), anything else 200. {"id":"op-5","slow_ms":6000} takes
 // that long before it is done (a repeat of a settled key is answered at
 // once); if the client goes away meanwhile, the work is abandoned undone
-// (recorded with status 499).
+// (recorded with status 499). {"id":"f-3","broken":true} is answered 422,
+// without storing the answer, until the campaign says the bug is fixed
+// (POST /fix); from then on it is handled like any other body.
 //
 // The campaign can arm a kill for a worker run (POST /arm?run=N): the next
 // execution of that run that applies an effect is recorded, then the
@@ -77,6 +79,7 @@ func run(dir, control string) error {
 	mux.HandleFunc("POST /op", s.op)
 	mux.HandleFunc("POST /arm", s.arm)
 	mux.HandleFunc("POST /disarm", s.arm)
+	mux.HandleFunc("POST /fix", s.fix)
 	mux.HandleFunc("GET /applied", s.applied)
 	mux.HandleFunc("GET /stats", s.stats)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -128,6 +131,7 @@ type server struct {
 	stored     map[string]answer // the answer that settled a key
 	appliedOps []appliedOp
 	armed      map[int]bool
+	fixed      bool // POST /fix came: broken bodies are handled
 	effects    int64
 	executions int64
 }
@@ -146,6 +150,7 @@ func (s *server) op(w http.ResponseWriter, r *http.Request) {
 		Permanent  bool            `json:"permanent"`
 		RetryAfter int             `json:"retry_after"`
 		SlowMS     int             `json:"slow_ms"`
+		Broken     bool            `json:"broken"`
 	}
 	_ = json.Unmarshal(body, &b)
 	bodyID := ""
@@ -162,7 +167,11 @@ func (s *server) op(w http.ResponseWriter, r *http.Request) {
 		BodyHash:  hex.EncodeToString(sum[:8]),
 		Attempt:   r.Header.Get("X-Sqsonce-Attempt"),
 		MessageID: r.Header.Get("X-Sqsonce-Message-Id"),
+		Group:     r.Header.Get("X-Sqsonce-Group-Id"),
+		Send:      r.Header.Get("X-Chaos-Send"),
 	}
+	e.SentAt, _ = strconv.ParseInt(r.Header.Get("X-Chaos-Sent-At"), 10, 64)
+	e.Replays, _ = strconv.Atoi(r.Header.Get("X-Chaos-Replays"))
 
 	s.mu.Lock()
 	_, settled := s.stored[key]
@@ -208,6 +217,8 @@ func (s *server) op(w http.ResponseWriter, r *http.Request) {
 		case b.Permanent:
 			a = answer{status: http.StatusUnprocessableEntity, body: []byte(`{"error":"permanent"}`)}
 			s.stored[key] = a
+		case b.Broken && !s.fixed:
+			a = answer{status: http.StatusUnprocessableEntity, body: []byte(`{"error":"broken until fixed"}`)}
 		case n <= b.Fail:
 			a = answer{status: http.StatusServiceUnavailable, body: fmt.Appendf(nil, `{"error":"transient","n":%d}`, n)}
 			if b.RetryAfter > 0 {
@@ -274,6 +285,12 @@ func (s *server) arm(w http.ResponseWriter, r *http.Request) {
 	} else {
 		delete(s.armed, run)
 	}
+	s.mu.Unlock()
+}
+
+func (s *server) fix(http.ResponseWriter, *http.Request) {
+	s.mu.Lock()
+	s.fixed = true
 	s.mu.Unlock()
 }
 

@@ -39,11 +39,17 @@ type Crash struct {
 	Nth    int64  `json:"nth"` // the how-manyth Complete call of the run
 }
 
+// AttrSend is the message attribute with which the FIFO campaign's sender
+// names each message it sends. The worker's dead-letter copies and replay
+// keep message attributes, so every copy of a message carries it.
+const AttrSend = "ChaosSend"
+
 // Worker event kinds.
 const (
 	EvHandled  = "handled"  // the handler returned (Err empty: success)
 	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
 	EvFail     = "fail"     // Ledger.Fail returned
+	EvSent     = "sent"     // SQS accepted a copy that the worker sent (to the dead-letter queue)
 )
 
 // WorkerEvent is a line of a worker run's event log.
@@ -55,6 +61,10 @@ type WorkerEvent struct {
 	Perm      bool   `json:"perm,omitempty"`
 	Err       string `json:"err,omitempty"`
 	T         int64  `json:"t"` // Unix nanoseconds
+	// EvSent: the id SQS gave the copy, and the queue it went to.
+	// MessageID is then the message copied.
+	Copy  string `json:"copy,omitempty"`
+	Queue string `json:"queue,omitempty"`
 }
 
 // Execution is a line of the downstream's log: one POST it served.
@@ -74,6 +84,14 @@ type Execution struct {
 	// Repeat is true when the answer is the stored answer of an earlier
 	// execution of the key.
 	Repeat bool `json:"repeat"`
+	// Group is the delivery's message group (X-Sqsonce-Group-Id), SentAt
+	// when it entered its queue (Unix milliseconds), Send its AttrSend
+	// attribute and Replays how often sqsonce replay moved it: set on FIFO
+	// queues only.
+	Group   string `json:"group,omitempty"`
+	SentAt  int64  `json:"sent_at,omitempty"`
+	Send    string `json:"send,omitempty"`
+	Replays int    `json:"replays,omitempty"`
 }
 
 // Counts is a worker run's counters, written every few hundred

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
+)
+
+func TestOrderViolations(t *testing.T) {
+	// The campaign sent m1 and m2, then replay round 1 ran (at 1000 ms),
+	// then it sent m3 and m4; round 2 ran at 2000 ms.
+	t0 := time.UnixMilli(0)
+	byTag := map[string]*fifoSend{}
+	for i, at := range []int64{100, 200, 1100, 1200} {
+		tag := fmt.Sprintf("m%d", i+1)
+		byTag[tag] = &fifoSend{tag: tag, n: i + 1, sentAt: t0.Add(time.Duration(at) * time.Millisecond)}
+	}
+	rounds := []replayRound{{Round: 1, Start: time.UnixMilli(1000)}, {Round: 2, Start: time.UnixMilli(2000)}}
+	place := func(e event.Execution) (fifoPlace, bool) { return placeOf(e, byTag, rounds) }
+	// eff is an effect in group g of a delivery of send tag that entered
+	// the queue at sentAt and was replayed replays times.
+	eff := func(seq int64, group, tag string, sentAt int64, replays int) event.Execution {
+		return event.Execution{Seq: seq, Group: group, Key: tag, Send: tag, SentAt: sentAt, Replays: replays, Effect: true}
+	}
+	for _, tc := range []struct {
+		name    string
+		effects []event.Execution
+		want    int
+	}{
+		{"in order", []event.Execution{eff(1, "g", "m1", 100, 0), eff(2, "g", "m2", 200, 0), eff(3, "g", "m3", 1100, 0)}, 0},
+		{"log order does not matter, apply order does", []event.Execution{eff(3, "g", "m3", 1100, 0), eff(1, "g", "m1", 100, 0), eff(2, "g", "m2", 200, 0)}, 0},
+		{"a later message first", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "g", "m1", 100, 0)}, 1},
+		{"groups are apart", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "h", "m1", 100, 0)}, 0},
+		{"a replayed copy after what was sent before its round", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "g", "m1", 1010, 1), eff(3, "g", "m3", 1100, 0)}, 0},
+		{"a replayed copy before what was sent before its round", []event.Execution{eff(1, "g", "m1", 1010, 1), eff(2, "g", "m2", 200, 0)}, 1},
+		{"a replayed copy after what was sent after its round", []event.Execution{eff(1, "g", "m3", 1100, 0), eff(2, "g", "m1", 1010, 1)}, 1},
+		{"copies of one round are not ordered", []event.Execution{eff(1, "g", "m2", 1020, 1), eff(2, "g", "m1", 1030, 1)}, 0},
+		{"copies of two rounds are", []event.Execution{eff(1, "g", "m1", 2010, 2), eff(2, "g", "m2", 1010, 1)}, 1},
+		{"a copy the worker made keeps the place of the message it copies", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "g", "m1", 900, 0)}, 1},
+		{"every step back counts", []event.Execution{eff(1, "g", "m3", 1100, 0), eff(2, "g", "m1", 100, 0), eff(3, "g", "m4", 1200, 0), eff(4, "g", "m2", 200, 0)}, 2},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			checked, got := orderViolations(tc.effects, place)
+			if checked != len(tc.effects) || len(got) != tc.want {
+				t.Fatalf("checked %d of %d, violations %d, want %d: %q", checked, len(tc.effects), len(got), tc.want, got)
+			}
+		})
+	}
+	if _, ok := place(eff(1, "g", "nobody", 100, 0)); ok {
+		t.Fatal("placed a delivery of a send the campaign did not make")
+	}
+}
+
+func TestAccount(t *testing.T) {
+	o := &fifoOp{id: "f-1", class: fifoConflictLate, bodies: []string{`{"id":"f-1","variant":"a"}`, `{"id":"f-1","variant":"b"}`}}
+	a, b := &fifoSend{tag: "s-1", op: o}, &fifoSend{tag: "s-2", op: o, variant: 1}
+	keyless := &fifoSend{tag: "s-3", op: &fifoOp{id: "f-2", class: fifoKeyless, bodies: []string{"not json"}}}
+	for _, tc := range []struct {
+		name           string
+		s              *fifoSend
+		state, applied string
+		inQueue, inDLQ bool
+		dropped        bool
+		want           string
+	}{
+		{"its payload applied", a, "complete", hash8(o.bodies[0]), false, false, false, whereDone},
+		{"applied, and a copy in the dead-letter queue", a, "complete", hash8(o.bodies[0]), false, true, false, whereDone},
+		{"applied but the key not complete", a, "failed", hash8(o.bodies[0]), false, false, false, whereLost},
+		{"the conflicting payload of a completed key", b, "complete", hash8(o.bodies[0]), false, false, false, whereLost},
+		{"the conflicting payload, dead-lettered", b, "complete", hash8(o.bodies[0]), false, true, false, whereDLQ},
+		{"still in the queue", b, "failed", "", true, true, false, whereQueue},
+		{"dropped at the send", b, "complete", hash8(o.bodies[0]), false, false, true, whereDropped},
+		{"keyless, dead-lettered", keyless, "", "", false, true, false, whereDLQ},
+		{"keyless, gone", keyless, "", "", false, false, false, whereLost},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
+			s := *tc.s
+			s.dropped = tc.dropped
+			if got := account(&s, tc.state, tc.applied, tc.inQueue, tc.inDLQ); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestFIFOWorkload checks the shapes the FIFO campaign relies on.
+func TestFIFOWorkload(t *testing.T) {
+	w := newFIFOWorkload(rand.New(rand.NewPCG(1, 3)), 2000, 8)
+	counts := map[fifoClass]int{}
+	for _, o := range w.ops {
+		counts[o.class]++
+	}
+	for cl := range fifoClasses {
+		if counts[cl] == 0 {
+			t.Errorf("no operation of class %s", cl)
+		}
+	}
+	seen := map[string]bool{}
+	for i, s := range w.main {
+		if seen[s.tag] {
+			t.Fatalf("tag %s twice", s.tag)
+		}
+		seen[s.tag] = true
+		if s.variant == 1 {
+			if s.op.class != fifoConflictEarly {
+				t.Fatalf("%s: payload b in the main part of a %s operation", s.tag, s.op.class)
+			}
+			if prev := w.main[i-1]; prev.op != s.op || prev.variant != 0 {
+				t.Fatalf("%s: payload b of %s not right behind its payload a", s.tag, s.op.id)
+			}
+		}
+	}
+	for _, s := range w.late {
+		if s.op.class != fifoConflictLate || s.variant == 0 || !s.late || seen[s.tag] {
+			t.Fatalf("late send %s: %s payload %d", s.tag, s.op.class, s.variant)
+		}
+	}
+	if len(w.tags) != len(w.main)+len(w.late) {
+		t.Fatalf("%d tags for %d sends", len(w.tags), len(w.main)+len(w.late))
+	}
+}

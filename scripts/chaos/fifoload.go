@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/internal/sqstest"
+	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// fifoClass is what an operation of the FIFO campaign is expected to do.
+type fifoClass int
+
+const (
+	fifoNormal        fifoClass = iota // succeeds at once
+	fifoTransient                      // fails 1-2 times (503), then succeeds
+	fifoSlow                           // takes 1-6.5 s, some longer than the visibility timeout
+	fifoPermanent                      // 422 for ever: dead-lettered, and again after every replay
+	fifoBroken                         // 422 until the downstream is fixed: a replay after the fix completes it
+	fifoConflictEarly                  // payload b sent right behind payload a; a fails permanently for half of them
+	fifoConflictLate                   // payload a completes; payloads b and c are sent after it completed
+	fifoKeyless                        // no operation key: dead-lettered, never replayed
+	fifoClasses
+)
+
+func (c fifoClass) String() string {
+	return [...]string{"normal", "transient", "slow", "permanent", "broken until fixed", "conflict (b right behind a)",
+		"conflict (b and c after a completed)", "keyless"}[c]
+}
+
+// fifoOp is one operation of the FIFO campaign.
+type fifoOp struct {
+	id     string
+	class  fifoClass
+	group  string
+	bodies []string // payload a, then the conflicting payloads
+	// byKey: every send's deduplication id is the operation key, as
+	// sqsonce ingest sends; otherwise each send has its own (a retry of a
+	// send keeps it).
+	byKey bool
+	// aPermanent: fifoConflictEarly whose payload a fails permanently, so
+	// that both payloads end up in the dead-letter queue under one failed
+	// key.
+	aPermanent bool
+}
+
+// fifoSend is one message the FIFO campaign sends.
+type fifoSend struct {
+	tag     string // its event.AttrSend attribute, unique
+	op      *fifoOp
+	variant int  // index into op.bodies
+	late    bool // sent once payload a was applied
+
+	// Set by the sender.
+	dedup   string
+	n       int // its place among its group's sends, from 1
+	msgID   string
+	dropped bool // SQS answered with an earlier message's id: nothing was enqueued
+	sentAt  time.Time
+}
+
+func (s *fifoSend) body() string { return s.op.bodies[s.variant] }
+
+// fifoWorkload is everything the FIFO campaign sends.
+type fifoWorkload struct {
+	ops  []*fifoOp
+	byID map[string]*fifoOp
+	main []*fifoSend // in sending order
+	late []*fifoSend // conflicting payloads sent after their key completed
+	tags map[string]*fifoSend
+}
+
+// newFIFOWorkload makes ops operations spread over groups message groups,
+// plus groups of their own for the conflicts whose key completes and for
+// the keyless messages: replay leaves their dead letters in place, and on
+// a FIFO queue a message left holds back the rest of its group, so they
+// would keep replay from the groups it has work in.
+func newFIFOWorkload(rng *rand.Rand, ops, groups int) *fifoWorkload {
+	w := &fifoWorkload{byID: map[string]*fifoOp{}, tags: map[string]*fifoSend{}}
+	conflictGroups := max(2, groups/4)
+	conflictGroup := func() string { return fmt.Sprintf("conflict%d", rng.IntN(conflictGroups)) }
+	for i := range ops {
+		o := &fifoOp{id: fmt.Sprintf("f-%d", i), group: fmt.Sprintf("g%d", rng.IntN(groups))}
+		amount := rng.IntN(100000)
+		switch r := rng.Float64(); {
+		case r < 0.02:
+			o.class, o.group = fifoKeyless, "keyless"
+			if i%2 == 0 {
+				o.bodies = []string{fmt.Sprintf(`{"no_id":%d}`, i)}
+			} else {
+				o.bodies = []string{fmt.Sprintf("not json #%d", i)}
+			}
+		case r < 0.08:
+			o.class = fifoPermanent
+			o.bodies = []string{fmt.Sprintf(`{"id":%q,"permanent":true}`, o.id)}
+		case r < 0.13:
+			o.class = fifoBroken
+			o.bodies = []string{fmt.Sprintf(`{"id":%q,"broken":true,"amount":%d}`, o.id, amount)}
+		case r < 0.19:
+			o.class = fifoConflictEarly
+			o.aPermanent = rng.IntN(2) == 0
+			if !o.aPermanent {
+				o.group = conflictGroup()
+			}
+			a := fmt.Sprintf(`{"id":%q,"variant":"a","amount":%d}`, o.id, amount)
+			if o.aPermanent {
+				a = fmt.Sprintf(`{"id":%q,"variant":"a","permanent":true}`, o.id)
+			}
+			o.bodies = []string{a, fmt.Sprintf(`{"id":%q,"variant":"b","amount":%d}`, o.id, 100000+amount)}
+		case r < 0.24:
+			o.class, o.group = fifoConflictLate, conflictGroup()
+			o.bodies = []string{
+				fmt.Sprintf(`{"id":%q,"variant":"a","amount":%d}`, o.id, amount),
+				fmt.Sprintf(`{"id":%q,"variant":"b","amount":%d}`, o.id, 100000+amount),
+				fmt.Sprintf(`{"id":%q,"variant":"c","amount":%d}`, o.id, 200000+amount),
+			}
+		case r < 0.27:
+			o.class = fifoSlow
+			o.bodies = []string{fmt.Sprintf(`{"id":%q,"slow_ms":%d}`, o.id, 1000+rng.IntN(5500))}
+		case r < 0.39:
+			o.class = fifoTransient
+			if rng.IntN(2) == 0 {
+				o.bodies = []string{fmt.Sprintf(`{"id":%q,"fail":%d,"retry_after":1}`, o.id, 1+rng.IntN(2))}
+			} else {
+				o.bodies = []string{fmt.Sprintf(`{"id":%q,"fail":%d}`, o.id, 1+rng.IntN(2))}
+			}
+		default:
+			o.class = fifoNormal
+			o.bodies = []string{fmt.Sprintf(`{"id":%q,"amount":%d}`, o.id, amount)}
+		}
+		switch o.class {
+		case fifoNormal, fifoTransient, fifoSlow, fifoPermanent, fifoBroken:
+			o.byKey = rng.IntN(4) == 0
+		}
+		w.ops = append(w.ops, o)
+		w.byID[o.id] = o
+	}
+
+	newSend := func(o *fifoOp, variant int) *fifoSend {
+		s := &fifoSend{tag: fmt.Sprintf("s-%d", len(w.tags)), op: o, variant: variant}
+		w.tags[s.tag] = s
+		return s
+	}
+	// The first sends in a random order; a conflicting payload b right
+	// behind its payload a; more copies of payload a: right behind it when
+	// deduplicated by key (SQS drops them), at later places otherwise (the
+	// ledger suppresses them, or dead-letters them as a failed operation).
+	order := rng.Perm(len(w.ops))
+	var seq [][]*fifoSend // per place: sends in order
+	first := map[*fifoOp]int{}
+	for _, i := range order {
+		o := w.ops[i]
+		place := []*fifoSend{newSend(o, 0)}
+		if o.class == fifoConflictEarly {
+			place = append(place, newSend(o, 1))
+		}
+		if o.byKey && rng.IntN(3) == 0 {
+			place = append(place, newSend(o, 0))
+		}
+		first[o] = len(seq)
+		seq = append(seq, place)
+	}
+	extra := map[int][]*fifoSend{}
+	for _, o := range w.ops {
+		if o.byKey || o.class == fifoKeyless || o.class == fifoConflictLate || rng.IntN(4) != 0 {
+			continue
+		}
+		for range 1 + rng.IntN(2) {
+			at := first[o] + rng.IntN(len(seq)-first[o])
+			extra[at] = append(extra[at], newSend(o, 0))
+		}
+	}
+	for i, place := range seq {
+		w.main = append(w.main, place...)
+		w.main = append(w.main, extra[i]...)
+	}
+	for _, o := range w.ops {
+		if o.class == fifoConflictLate {
+			for v := 1; v < len(o.bodies); v++ {
+				s := newSend(o, v)
+				s.late = true
+				w.late = append(w.late, s)
+			}
+		}
+	}
+	return w
+}
+
+// fifoSender sends the FIFO campaign's messages one at a time, through a
+// client that loses acknowledgements, and records what SQS answered.
+type fifoSender struct {
+	client   *sqs.Client
+	queueURL string
+	faults   *sqstest.Faults
+
+	// mu is held for each send; a replay round holds it so that nothing is
+	// sent while replay sends its copies.
+	mu       sync.Mutex
+	seq      map[string]int       // per group: sends so far
+	ids      map[string]*fifoSend // message id -> the send that got it first
+	sent     []*fifoSend          // in the order sent
+	failures atomic.Int64         // send calls that failed and were retried
+}
+
+func newFIFOSender(endpoint, queueURL string, seed uint64, lostAck float64) *fifoSender {
+	faults := sqstest.NewFaults(seed, loopbackTransport())
+	faults.Set("SendMessage", sqstest.Rates{LostAck: lostAck, Throttle: lostAck / 4})
+	return &fifoSender{
+		client:   newSQSClient(endpoint, &http.Client{Transport: faults, Timeout: 15 * time.Second}),
+		queueURL: queueURL,
+		faults:   faults,
+		seq:      map[string]int{},
+		ids:      map[string]*fifoSend{},
+	}
+}
+
+// send sends s, again with the same deduplication id until SQS answers,
+// up to a bound. An answer naming a message that an earlier send got means
+// SQS dropped s as a duplicate (same deduplication id within five minutes).
+func (f *fifoSender) send(ctx context.Context, s *fifoSend) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.dedup = s.tag
+	if s.op.byKey {
+		s.dedup = worker.DeduplicationID(s.op.id)
+	}
+	in := &sqs.SendMessageInput{
+		QueueUrl:               &f.queueURL,
+		MessageBody:            aws.String(s.body()),
+		MessageGroupId:         aws.String(s.op.group),
+		MessageDeduplicationId: aws.String(s.dedup),
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			event.AttrSend: {DataType: aws.String("String"), StringValue: aws.String(s.tag)},
+		},
+	}
+	for attempt := 1; ; attempt++ {
+		out, err := f.client.SendMessage(ctx, in)
+		if err == nil {
+			s.msgID = aws.ToString(out.MessageId)
+			if _, seen := f.ids[s.msgID]; seen {
+				s.dropped = true
+			} else {
+				f.ids[s.msgID] = s
+			}
+			f.seq[s.op.group]++
+			s.n = f.seq[s.op.group]
+			s.sentAt = time.Now()
+			f.sent = append(f.sent, s)
+			return nil
+		}
+		f.failures.Add(1)
+		if attempt == 20 || ctx.Err() != nil {
+			return fmt.Errorf("send %s: gave up after %d attempts: %v", s.tag, attempt, err)
+		}
+		sleepCtx(ctx, 100*time.Millisecond*time.Duration(min(attempt, 10)))
+	}
+}

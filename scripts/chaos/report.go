@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Files the campaign writes into its work directory. The progress log is
+// written as the campaign goes, so that it survives a campaign that dies;
+// the report files are written at the end whenever the directory is kept.
+const (
+	progressFile   = "progress.log"
+	reportFile     = "report.txt"
+	reportJSONFile = "report.json"
+)
+
+// check is one figure that decides the verdict.
+type check struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	OK    bool   `json:"ok"`
+}
+
+// checks lists every figure that decides the verdict, in the order of the
+// table. OK is their conjunction.
+func (r *Report) checks() []check {
+	var cs []check
+	if r.Standard {
+		cs = r.standardChecks()
+	}
+	if r.FIFO != nil {
+		cs = append(cs, r.FIFO.checks()...)
+	}
+	return cs
+}
+
+func (r *Report) standardChecks() []check {
+	var cs []check
+	zero := func(name string, n int) {
+		cs = append(cs, check{Name: name, Value: strconv.Itoa(n), OK: n == 0})
+	}
+	zero("operations lost", r.Lost)
+	zero("acknowledged but not done", r.AckNotDone)
+	zero("dead-lettered with a reason, expected to complete", r.DLQWrongReason)
+	cs = append(cs, check{Name: "in the dead-letter queue as expected", Value: fmt.Sprintf("%d of %d", r.FoundDLQ, r.ExpectDLQ), OK: r.FoundDLQ == r.ExpectDLQ})
+	zero(causeTakenOver, r.Extra[causeTakenOver])
+	zero(causeUnexplained, r.Extra[causeUnexplained])
+	zero("effects applied twice", r.EffectsTwice)
+	zero("conflicting payloads run", r.ConflictRan)
+	zero("keyless messages run", r.KeylessRan)
+	for _, p := range r.Phases {
+		v := "ok"
+		if !p.ok {
+			v = "failed: " + p.detail
+		}
+		cs = append(cs, check{Name: "ledger phase: " + p.name, Value: v, OK: p.ok})
+	}
+	cs = append(cs, check{Name: "queue empty at the end", Value: strconv.FormatBool(r.Quiet), OK: r.Quiet})
+	zero("other findings", len(r.Notes))
+	return cs
+}
+
+// failed returns the checks that did not pass, as "name: value".
+func (r *Report) failed() []string {
+	var out []string
+	for _, c := range r.checks() {
+		if !c.OK {
+			out = append(out, c.Name+": "+c.Value)
+		}
+	}
+	return out
+}
+
+// reportJSON is report.json: the verdict, the checks and the details, for
+// a program to read.
+type reportJSON struct {
+	Verdict        string    `json:"verdict"` // PASS, FAIL or ERROR
+	Error          string    `json:"error,omitempty"`
+	ElapsedSeconds float64   `json:"elapsed_seconds"`
+	Failed         []string  `json:"failed"`
+	Checks         []check   `json:"checks"`
+	Notes          []string  `json:"notes"`
+	Details        []string  `json:"details"`
+	Executions     int       `json:"executions"`
+	Effects        int       `json:"effects"`
+	Completed      int       `json:"completed"`
+	ExpectComplete int       `json:"expect_complete"`
+	DLQMessages    int       `json:"dlq_messages"`
+	Runs           int       `json:"runs"`
+	Kills          int       `json:"kills"`
+	FIFO           *fifoJSON `json:"fifo,omitempty"`
+}
+
+// fifoJSON is the FIFO campaign's part of report.json.
+type fifoJSON struct {
+	Sent            int            `json:"sent"`
+	Dropped         int            `json:"dropped_at_send"`
+	Done            int            `json:"done"`
+	InDLQ           int            `json:"in_dlq"`
+	InQueue         int            `json:"in_queue"`
+	Lost            int            `json:"lost"`
+	LostBy          map[string]int `json:"lost_by"`
+	OrderChecked    int            `json:"order_checked"`
+	OrderViolations int            `json:"order_violations"`
+	Executions      int            `json:"executions"`
+	Effects         int            `json:"effects"`
+	Replays         []replayRound  `json:"replays"`
+}
+
+// writeReport writes report.txt and report.json into dir: the table (or
+// the error that ended the campaign early, with the findings made until
+// then), the checks that failed and the per-operation details.
+func writeReport(dir string, rep *Report, runErr error, notes []string) error {
+	var txt bytes.Buffer
+	j := reportJSON{Verdict: "ERROR", Failed: []string{}, Checks: []check{}, Notes: []string{}, Details: []string{}}
+	if runErr != nil {
+		j.Error = runErr.Error()
+		fmt.Fprintf(&txt, "sqsonce chaos campaign: ERROR: %v\n", runErr)
+	}
+	if rep == nil {
+		j.Notes = append(j.Notes, notes...)
+		for _, n := range notes {
+			fmt.Fprintln(&txt, "finding:", n)
+		}
+	}
+	if rep != nil {
+		if runErr == nil {
+			j.Verdict = "PASS"
+			if !rep.OK() {
+				j.Verdict = "FAIL"
+			}
+		}
+		rep.print(&txt)
+		j.ElapsedSeconds = rep.Elapsed.Seconds()
+		j.Checks = rep.checks()
+		j.Failed = append(j.Failed, rep.failed()...)
+		j.Notes = append(j.Notes, rep.Notes...)
+		j.Details = append(j.Details, rep.Details...)
+		j.Executions, j.Effects, j.Completed, j.ExpectComplete = rep.Executions, rep.Effects, rep.Completed, rep.ExpectComplete
+		j.DLQMessages, j.Runs, j.Kills = rep.DLQMessages, rep.Runs, rep.Kills
+		if f := rep.FIFO; f != nil {
+			j.FIFO = &fifoJSON{Sent: f.Sent, Dropped: f.Dropped, Done: f.Done, InDLQ: f.InDLQ, InQueue: f.InQueue, Lost: f.Lost, LostBy: f.LostBy,
+				OrderChecked: f.OrderChecked, OrderViolations: f.OrderViolations, Executions: f.Executions, Effects: f.Effects, Replays: f.Rounds}
+			j.Notes = append(j.Notes, f.Notes...)
+			j.Details = append(j.Details, f.Details...)
+		}
+		if len(j.Details) > 0 || len(j.Notes) > 0 {
+			fmt.Fprintln(&txt, "\nfindings and details:")
+			for _, n := range j.Notes {
+				fmt.Fprintln(&txt, "finding:", n)
+			}
+			for _, d := range j.Details {
+				fmt.Fprintln(&txt, "detail:", d)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, reportFile), txt.Bytes(), 0o644); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(j, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, reportJSONFile), append(b, '\n'), 0o644)
+}
+
+// logWriter writes the campaign's progress both to its destination and to
+// the progress log in the work directory, one whole write at a time.
+type logWriter struct {
+	mu   sync.Mutex
+	dst  io.Writer
+	file *os.File
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.file != nil {
+		_, _ = w.file.Write(p)
+	}
+	_, _ = w.dst.Write(p)
+	return len(p), nil
+}
+
+// keptLine is the last line of a campaign that keeps its work directory:
+// the verdict, what failed, and where to look.
+func keptLine(dir string, rep *Report, runErr error) string {
+	var verdict string
+	switch {
+	case runErr != nil:
+		verdict = "ERROR (" + runErr.Error() + ")"
+	case rep == nil:
+		verdict = "ERROR"
+	case rep.OK():
+		verdict = "PASS"
+	default:
+		verdict = "FAIL (" + strings.Join(rep.failed(), "; ") + ")"
+	}
+	return fmt.Sprintf("chaos: %s; work directory kept: %s: %s (the progress), %s and %s (the report), runs/ (each worker run's output, events and counters)",
+		verdict, dir, progressFile, reportFile, reportJSONFile)
+}
