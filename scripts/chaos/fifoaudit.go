@@ -472,7 +472,7 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 	row("  worker runs", fmt.Sprintf("%d: %d kills (%d window a, %d window b, %d random), %d SIGTERM drains (%d with a second SIGTERM), %d failed; %d paused",
 		r.Runs, r.Kills, r.Ends[endWindowA], r.Ends[endWindowB], r.Ends[endKill], r.Ends[endTerm], r.DoubleTerm, r.Ends[endFailed], r.Pauses))
 	row("  faults injected (worker SQS calls)", fmt.Sprintf("%s  (total %d)", kindList(r.Faults), sum(r.Faults)))
-	row("  worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, conflicts %d, failed permanently again %d, dead-lettered %d, released unstarted %d, takeovers %d",
+	row("  worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, conflicts %d, failed permanently again %d, dead-lettered %d, given back unstarted %d, takeovers %d",
 		r.Stats.Received, r.Stats.Claimed, r.Stats.Completed, r.Stats.Duplicates, r.Stats.Conflicts, r.Stats.RedeliveredFailed, r.Stats.DeadLettered, r.Stats.GivenBack, r.Stats.Takeovers))
 	for _, rr := range r.Rounds {
 		fixed := ""
