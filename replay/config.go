@@ -57,10 +57,11 @@ type Config struct {
 	// and a deduplication id (see the package documentation).
 	ToFIFO bool
 
-	// KeyOf derives a message's operation key exactly as the worker that
-	// consumes To derives it (worker.MessageKeyFunc); an error means the
+	// KeyOf derives a message's operation key and payload fingerprint
+	// exactly as the worker that consumes To derives them
+	// (worker.MessageKeyFunc); an error means the
 	// message has no key. Required; called from several goroutines at once.
-	KeyOf func(types.Message) (string, error)
+	KeyOf func(types.Message) (key string, fingerprint []byte, err error)
 
 	Max        int     // move at most Max messages; 0: no limit
 	MaxReplays int     // leave a message whose SqsonceReplays is MaxReplays or more; 1 or more

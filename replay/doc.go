@@ -18,7 +18,10 @@
 //	in_progress  moved: the worker waits for the running claim's lease
 //	absent       moved
 //
-// Messages without an operation key are left unless Config.IncludeKeyless.
+// A message whose payload differs from the one its key was claimed with (a
+// conflict) is left, whatever the ledger says: it is another operation
+// under the same key (Summary.SkippedConflict). Messages without an
+// operation key are left unless Config.IncludeKeyless.
 // Config.KeyGlob, Since and Until leave messages outside them, and
 // Config.MaxReplays leaves a message replayed that often already.
 //

@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -293,6 +294,7 @@ type item struct {
 	msg     types.Message
 	id      string
 	key     string
+	fp      []byte // the payload's fingerprint
 	keyErr  error
 	replays int
 	attrs   map[string]types.MessageAttributeValue // of the copy
@@ -393,7 +395,7 @@ const (
 // SqsonceReplays to a message, counts and reports what it leaves, and
 // resets a failed record of a message it sends.
 func (r *Replayer) decide(ctx context.Context, it *item) decision {
-	it.key, it.keyErr = r.cfg.KeyOf(it.msg)
+	it.key, it.fp, it.keyErr = r.cfg.KeyOf(it.msg)
 	it.replays = replayCount(it.msg)
 	leave := func(counter *atomic.Int64, reason string, args ...any) decision {
 		counter.Add(1)
@@ -424,6 +426,11 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 			r.n.failed.Add(1)
 			r.log.Error("ledger lookup failed: message left in the source queue", "message_id", it.id, "key", it.key, "error", err)
 			return leaveIt
+		case len(rec.Fingerprint) > 0 && len(it.fp) > 0 && !bytes.Equal(rec.Fingerprint, it.fp):
+			// Not the operation the record is about: dropped as complete
+			// it would be lost, sent it would only be dead-lettered again.
+			return leave(&r.n.skippedConflict, "a conflict: its payload differs from the one its key was claimed with; forget the key to run this payload instead",
+				"state", rec.State.String())
 		case rec.State == ledger.StateComplete && r.cfg.DropComplete:
 			return dropIt
 		case rec.State == ledger.StateComplete:

@@ -28,7 +28,7 @@ var (
 
 func TestConfig_Validate(t *testing.T) {
 	t.Parallel()
-	keyOf := func(types.Message) (string, error) { return "", nil }
+	keyOf := func(types.Message) (string, []byte, error) { return "", nil, nil }
 	valid := replay.DefaultConfig()
 	valid.From, valid.To, valid.KeyOf = "http://q/dlq", "http://q/main", keyOf
 	if err := valid.Validate(); err != nil {
@@ -344,6 +344,55 @@ func TestReplayer_Run(t *testing.T) {
 			if err != nil || rec.State != want || rec.Permanent {
 				t.Errorf("%s: %+v, %v; want %s, not permanent", key, rec, err, want)
 			}
+		}
+	})
+
+	// A dead letter whose payload differs from the one its key's record
+	// was claimed with is a different operation under the same key: it is
+	// neither dropped as complete (it would be lost) nor sent (it would
+	// only be dead-lettered again as a conflict).
+	t.Run("Conflicts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, false)
+		keyOf := b.config().KeyOf
+		for key, fate := range map[string]string{"paid": "complete", "declined": "failed"} {
+			body := fmt.Sprintf(`{"id":%q,"amount":10}`, key)
+			_, fp, err := keyOf(types.Message{Body: &body})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.db.Claim(context.Background(), ledger.ClaimRequest{Key: key, Owner: "test", Lease: time.Hour, Fingerprint: fp}); err != nil {
+				t.Fatal(err)
+			}
+			if fate == "complete" {
+				err = b.db.Complete(context.Background(), ledger.Completion{Key: key, Owner: "test"})
+			} else {
+				err = b.db.Fail(context.Background(), ledger.Failure{Key: key, Owner: "test", Err: "boom"})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.put(b.queue.DLQURL, []seed{
+			{body: `{"id":"paid","amount":99}`},     // a conflict with the completed payload
+			{body: `{"id":"paid","amount":10}`},     // the completed payload itself
+			{body: `{"id":"declined","amount":99}`}, // a conflict with the failed payload
+			{body: `{"id":"declined","amount":10}`}, // the failed payload itself
+		})
+		cfg := b.config()
+		cfg.DropComplete = true
+		sum, err := b.run(cfg)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 1, DroppedComplete: 1, SkippedConflict: 2, Reset: 1})
+		var left []string
+		for _, m := range b.visible(b.queue.DLQURL, "the DLQ") {
+			left = append(left, aws.ToString(m.Body))
+		}
+		slices.Sort(left)
+		if want := []string{`{"id":"declined","amount":99}`, `{"id":"paid","amount":99}`}; !slices.Equal(left, want) {
+			t.Fatalf("left in the DLQ: %q, want the two conflicts", left)
 		}
 	})
 

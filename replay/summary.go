@@ -15,6 +15,7 @@ type Summary struct {
 	SkippedKeyless    int64 `json:"skipped_keyless"`     // left: no operation key
 	SkippedMaxReplays int64 `json:"skipped_max_replays"` // left: replayed MaxReplays times already
 	SkippedFiltered   int64 `json:"skipped_filtered"`    // left: outside KeyGlob, Since or Until
+	SkippedConflict   int64 `json:"skipped_conflict"`    // left: its payload differs from the one its key's record was claimed with
 	Reset             int64 `json:"reset"`               // failed operations reset in the ledger
 	// Failed counts messages left in the source because a ledger call, a
 	// send or a delete of a complete one failed (see the log).
@@ -33,7 +34,7 @@ type Summary struct {
 
 // Skipped is how many messages were left in the source on purpose.
 func (s Summary) Skipped() int64 {
-	return s.SkippedComplete + s.SkippedKeyless + s.SkippedMaxReplays + s.SkippedFiltered
+	return s.SkippedComplete + s.SkippedKeyless + s.SkippedMaxReplays + s.SkippedFiltered + s.SkippedConflict
 }
 
 // Handled is how many messages were decided: moved, dropped, or left in
@@ -46,14 +47,14 @@ func (s Summary) Handled() int64 {
 // counters are a run's counts, updated by its movers.
 type counters struct {
 	moved, droppedComplete, skippedComplete, skippedKeyless, skippedMaxReplays,
-	skippedFiltered, reset, failed, noRoom, deleteFailed atomic.Int64
+	skippedFiltered, skippedConflict, reset, failed, noRoom, deleteFailed atomic.Int64
 }
 
 func (n *counters) summary() Summary {
 	return Summary{
 		Moved: n.moved.Load(), DroppedComplete: n.droppedComplete.Load(), SkippedComplete: n.skippedComplete.Load(),
 		SkippedKeyless: n.skippedKeyless.Load(), SkippedMaxReplays: n.skippedMaxReplays.Load(),
-		SkippedFiltered: n.skippedFiltered.Load(), Reset: n.reset.Load(), Failed: n.failed.Load(),
+		SkippedFiltered: n.skippedFiltered.Load(), SkippedConflict: n.skippedConflict.Load(), Reset: n.reset.Load(), Failed: n.failed.Load(),
 		NoRoom: n.noRoom.Load(), DeleteFailed: n.deleteFailed.Load(),
 	}
 }

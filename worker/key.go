@@ -412,19 +412,20 @@ func BodyKeyFunc(cfg KeyConfig) (func(body []byte) (string, error), error) {
 }
 
 // MessageKeyFunc returns the key derivation of cfg for a received message,
-// exactly as the worker derives it: for tools that handle the same messages
-// elsewhere, such as a dead-letter replay.
-func MessageKeyFunc(cfg KeyConfig) (func(m types.Message) (string, error), error) {
+// as the worker derives it: the operation key and the fingerprint of the
+// payload that the ledger compares to tell a conflict, or an error wrapping
+// ErrNoKey. It is safe for concurrent use.
+func MessageKeyFunc(cfg KeyConfig) (func(m types.Message) (key string, fingerprint []byte, err error), error) {
 	k, err := newKeyer(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return func(m types.Message) (string, error) {
+	return func(m types.Message) (string, []byte, error) {
 		body := ""
 		if m.Body != nil {
 			body = *m.Body
 		}
 		d, err := k.derive([]byte(body), m.MessageAttributes, m.Attributes)
-		return d.key, err
+		return d.key, d.fingerprint, err
 	}, nil
 }

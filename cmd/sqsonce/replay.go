@@ -37,6 +37,8 @@ worker that starts meanwhile cannot until replay ends):
   failed       reset, permanent or not, so that the worker takes it again; moved
   in_progress  moved: the worker waits for the running claim's lease
   absent       moved
+A message whose payload differs from the one its key was claimed with (a
+conflict) is left, whatever the ledger says: it is another operation.
 Messages without an operation key are left unless --include-keyless.
 
 Messages that are not moved stay in the source. They are held invisible
@@ -246,9 +248,9 @@ func (m *Main) printReplaySummary(s replay.Summary, rc replay.Config, asJSON boo
 	if s.DryRun {
 		verb, dropVerb, resetVerb = "dry run: would move", "would drop", "would reset"
 	}
-	line := fmt.Sprintf("%s %d messages from %s to %s in %.1fs (%.0f/s); left %d (complete %d, keyless %d, max replays %d, filtered %d); %s %d complete; %s %d; failed %d",
+	line := fmt.Sprintf("%s %d messages from %s to %s in %.1fs (%.0f/s); left %d (complete %d, keyless %d, max replays %d, filtered %d, conflicts %d); %s %d complete; %s %d; failed %d",
 		verb, s.Moved, rc.From, rc.To, s.Seconds, s.Rate, s.Skipped(), s.SkippedComplete, s.SkippedKeyless, s.SkippedMaxReplays,
-		s.SkippedFiltered, dropVerb, s.DroppedComplete, resetVerb, s.Reset, s.Failed)
+		s.SkippedFiltered, s.SkippedConflict, dropVerb, s.DroppedComplete, resetVerb, s.Reset, s.Failed)
 	if s.NoRoom > 0 {
 		line += fmt.Sprintf("; %d without room for SqsonceReplays", s.NoRoom)
 	}
@@ -285,8 +287,8 @@ func replayProgress(w io.Writer, r *replay.Replayer, backlog int, done <-chan st
 		if s.DryRun {
 			verb = "would move"
 		}
-		fmt.Fprintf(w, "\rreplay: %s %d, left %d (complete %d, keyless %d, max replays %d, filtered %d), dropped %d, failed %d, no room %d, %.0f/s, ETA %s\x1b[K",
-			verb, s.Moved, s.Skipped(), s.SkippedComplete, s.SkippedKeyless, s.SkippedMaxReplays, s.SkippedFiltered,
+		fmt.Fprintf(w, "\rreplay: %s %d, left %d (complete %d, keyless %d, max replays %d, filtered %d, conflicts %d), dropped %d, failed %d, no room %d, %.0f/s, ETA %s\x1b[K",
+			verb, s.Moved, s.Skipped(), s.SkippedComplete, s.SkippedKeyless, s.SkippedMaxReplays, s.SkippedFiltered, s.SkippedConflict,
 			s.DroppedComplete, s.Failed, s.NoRoom, s.Rate, eta)
 	}
 }

@@ -300,7 +300,7 @@ func TestReplay_Text(t *testing.T) {
 	code, out := e.run("replay", "")
 	want := fmt.Sprintf("moved 2 messages from %s to %s in ", e.queue.DLQURL, e.queue.URL)
 	if code != exitOK || !strings.Contains(out, want) || !strings.Contains(out, `"ledger":"file"`) ||
-		!strings.Contains(out, "left 2 (complete 1, keyless 1, max replays 0, filtered 0); dropped 0 complete; reset 1; failed 0\n") {
+		!strings.Contains(out, "left 2 (complete 1, keyless 1, max replays 0, filtered 0, conflicts 0); dropped 0 complete; reset 1; failed 0\n") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	if got := replayVisible(t, e, e.queue.URL, "the queue"); !slices.Equal(replayIDs(got), []string{"new", "perm"}) {
