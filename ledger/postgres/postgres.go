@@ -237,8 +237,10 @@ func ddl(c *config) []string {
 		// Sweep walks this index, oldest expiry first.
 		fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (expires)`, pgx.Identifier{c.indexes[0]}.Sanitize(), t),
 		// The records that are not complete, few next to the complete
-		// ones: Stats counts them and finds the oldest claim here.
-		fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (state, permanent, claimed) WHERE state <> 2`, pgx.Identifier{c.indexes[1]}.Sanitize(), t),
+		// ones: Stats counts them and finds the oldest claim here. state
+		// is carried, not searchable, so that no write statement looking
+		// for in-progress records by key is drawn to this index.
+		fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (claimed) INCLUDE (state, permanent) WHERE state <> 2`, pgx.Identifier{c.indexes[1]}.Sanitize(), t),
 		fmt.Sprintf(`CREATE TABLE IF NOT EXISTS %s (
 	one     boolean PRIMARY KEY DEFAULT true CHECK (one),
 	version integer NOT NULL

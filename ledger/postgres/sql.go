@@ -152,11 +152,12 @@ FROM ` + t + ` WHERE state <> 2`,
 		// One chunk of a sweep: the oldest expired records that no
 		// other transaction holds (another host's sweep, a claim taking
 		// an expired record over), locked, then deleted.
+		// The keys go through an array so that the planner finds them by
+		// the primary key, whatever it guesses of the chunk's size.
 		sweep: `
-WITH doomed AS (
+DELETE FROM ` + t + ` WHERE key = ANY(ARRAY(
 	SELECT key FROM ` + t + ` WHERE expires <= ` + nowExpr + `
-	ORDER BY expires LIMIT $2::int FOR UPDATE SKIP LOCKED)
-DELETE FROM ` + t + ` AS o USING doomed WHERE o.key = doomed.key`,
+	ORDER BY expires LIMIT $2::int FOR UPDATE SKIP LOCKED))`,
 	}
 	return q
 }
