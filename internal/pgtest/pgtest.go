@@ -71,13 +71,16 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// Connect opens a connection to the server at [URL] for a test's own
-// statements, closed when the test ends.
-func Connect(t testing.TB) *pgx.Conn {
+// Connect opens a connection with the connection string raw (the server at
+// [URL] when empty) for a test's own statements, closed when the test ends.
+func Connect(t testing.TB, raw string) *pgx.Conn {
 	t.Helper()
+	if raw == "" {
+		raw = URL(t)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, URL(t))
+	conn, err := pgx.Connect(ctx, raw)
 	if err != nil {
 		t.Fatalf("connect to the test server: %v", err)
 	}
@@ -87,19 +90,19 @@ func Connect(t testing.TB) *pgx.Conn {
 
 // Schema creates a schema of the test's own and returns a connection string
 // to the server at [URL] whose sessions use it (search_path), so that tables
-// created without a schema name go there. The schema and all in it are
-// dropped when the test ends.
-func Schema(t testing.TB) string {
+// created without a schema name go there, and the schema's name. The schema
+// and all in it are dropped when the test ends.
+func Schema(t testing.TB) (url, name string) {
 	t.Helper()
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		t.Fatal(err)
 	}
-	name := "t_" + hex.EncodeToString(b[:])
+	name = "t_" + hex.EncodeToString(b[:])
 	raw := URL(t)
 	exec(t, raw, "CREATE SCHEMA "+name)
 	t.Cleanup(func() { exec(t, raw, "DROP SCHEMA "+name+" CASCADE") })
-	return WithParam(t, raw, "search_path", name)
+	return WithParam(t, raw, "search_path", name), name
 }
 
 // WithParam returns the connection string raw with the parameter name set

@@ -14,20 +14,24 @@ type Proxy struct {
 	ln     net.Listener
 	target string
 
-	mu        sync.Mutex
-	conns     map[*pair]struct{}
-	dropReply bool // lose the server's next answer and cut its connection
-	refuse    bool // close new connections at once
+	mu          sync.Mutex
+	conns       map[*pair]struct{}
+	dropReply   int // > 0: lose the answer to the next request of at least this many bytes, and cut
+	dropRequest int // > 0: lose the next request of at least this many bytes, and cut
+	refuse      bool
 
 	roundTrips atomic.Int64
+	drops      atomic.Int64
 	wg         sync.WaitGroup
 }
 
 // pair is one proxied connection. last is the direction that last carried
-// data: 1 client to server, 2 server to client.
+// data: 1 client to server, 2 server to client; sent counts the bytes of the
+// client's request since the server last answered.
 type pair struct {
 	client, server net.Conn
 	last           atomic.Int32
+	sent           atomic.Int64
 }
 
 // NewProxy starts a proxy to the server at target (host:port).
@@ -51,6 +55,10 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // after the server last sent to it (or first sends) is one.
 func (p *Proxy) RoundTrips() int64 { return p.roundTrips.Load() }
 
+// Drops counts the requests and replies lost so far through DropNextReply
+// and DropNextRequest.
+func (p *Proxy) Drops() int64 { return p.drops.Load() }
+
 // Cut closes every connection carried now, as a network failure or a
 // server restart would. New connections are carried as before.
 func (p *Proxy) Cut() {
@@ -62,12 +70,23 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// DropNextReply makes the proxy lose the next bytes a server sends on any
-// connection and cut that connection: the client's request reached the
-// server and took effect, and its answer is lost.
-func (p *Proxy) DropNextReply() {
+// DropNextReply makes the proxy lose the server's answer to the next request
+// of at least min bytes (on any connection) and cut that connection: the
+// request reached the server and took effect, and its answer is lost. min
+// tells a call's request from the small ones a client makes on its own
+// (pgxpool pings a connection that was idle for a second).
+func (p *Proxy) DropNextReply(min int) {
 	p.mu.Lock()
-	p.dropReply = true
+	p.dropReply = min
+	p.mu.Unlock()
+}
+
+// DropNextRequest makes the proxy lose the next request of at least min
+// bytes before the server sees it, and cut that connection: the client
+// sent it and cannot know that nothing took effect.
+func (p *Proxy) DropNextRequest(min int) {
+	p.mu.Lock()
+	p.dropRequest = min
 	p.mu.Unlock()
 }
 
@@ -122,16 +141,17 @@ func (p *Proxy) carry(pr *pair, src, dst net.Conn, dir int32) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			if dir == 1 && pr.last.Swap(1) != 1 {
-				p.roundTrips.Add(1)
-			}
-			if dir == 2 {
+			if dir == 1 {
+				if pr.last.Swap(1) != 1 {
+					p.roundTrips.Add(1)
+					pr.sent.Store(0)
+				}
+				if p.take(&p.dropRequest, pr.sent.Add(int64(n))) {
+					return
+				}
+			} else {
 				pr.last.Store(2)
-				p.mu.Lock()
-				drop := p.dropReply
-				p.dropReply = false
-				p.mu.Unlock()
-				if drop {
+				if p.take(&p.dropReply, pr.sent.Load()) {
 					return
 				}
 			}
@@ -143,6 +163,19 @@ func (p *Proxy) carry(pr *pair, src, dst net.Conn, dir int32) {
 			return
 		}
 	}
+}
+
+// take reports whether a drop armed in *min applies to a request of size
+// bytes, and disarms it if so.
+func (p *Proxy) take(min *int, size int64) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if *min > 0 && size >= int64(*min) {
+		*min = 0
+		p.drops.Add(1)
+		return true
+	}
+	return false
 }
 
 func (p *Proxy) close() {

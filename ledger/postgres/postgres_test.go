@@ -13,7 +13,8 @@ import (
 // the options that open it.
 func setup(t testing.TB, clock *ledgertest.Clock) postgres.Options {
 	t.Helper()
-	opts := postgres.Options{URL: pgtest.Schema(t), Retention: ledgertest.Retention}
+	url, _ := pgtest.Schema(t)
+	opts := postgres.Options{URL: url, Retention: ledgertest.Retention}
 	if clock != nil {
 		opts.Now = clock.Now
 	}
