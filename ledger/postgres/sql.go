@@ -76,22 +76,29 @@ RETURNING ` + columns,
 		readMany: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = ANY($1::bytea[])`,
 
 		// Completions and failures of a batch, in one statement each.
-		// The records are found through the primary key (key = ANY),
-		// whatever the planner thinks of the unnest.
+		// The records are first locked in key order, as claims lock them
+		// (see ClaimBatch), so that a completion and a claim batch never
+		// wait for each other in a cycle; they are found through the
+		// primary key (key = ANY), whatever the planner thinks of the
+		// unnest.
 		complete: `
+WITH locked AS MATERIALIZED (
+	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
 UPDATE ` + t + ` AS o SET state = 2, completed = c.now, lease_expiry = NULL, last_error = NULL,
 	result = u.result, updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
-FROM unnest($3::bytea[], $4::bytea[], $5::bytea[]) AS u(key, owner, result),
+FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[]) AS u(key, owner, result),
 	(SELECT ` + nowExpr + ` AS now) c
-WHERE o.key = ANY($3::bytea[]) AND o.key = u.key AND o.owner = u.owner
+WHERE o.key = ANY($3::bytea[]) AND o.key = locked.key AND o.key = u.key AND o.owner = u.owner
 	AND o.state = 1 AND o.expires > c.now
 RETURNING o.key, o.owner`,
 		fail: `
+WITH locked AS MATERIALIZED (
+	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
 UPDATE ` + t + ` AS o SET state = 3, permanent = u.permanent, lease_expiry = NULL, last_error = u.err,
 	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
-FROM unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[]) AS u(key, owner, err, permanent),
+FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[]) AS u(key, owner, err, permanent),
 	(SELECT ` + nowExpr + ` AS now) c
-WHERE o.key = ANY($3::bytea[]) AND o.key = u.key AND o.owner = u.owner
+WHERE o.key = ANY($3::bytea[]) AND o.key = locked.key AND o.key = u.key AND o.owner = u.owner
 	AND o.state = 1 AND o.expires > c.now
 RETURNING o.key, o.owner`,
 		// What a transition that changed nothing found: the live records.
