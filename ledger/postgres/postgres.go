@@ -58,8 +58,10 @@ type Options struct {
 	// and so how long it holds their locks; DefaultSweepChunk when zero.
 	SweepChunk int
 	// Timeout bounds connecting (in Open and Init) and each attempt of a
-	// call; DefaultTimeout when zero. A call that runs out of it fails
-	// with an error wrapping ledger.ErrUnavailable.
+	// call; DefaultTimeout when zero. A call makes a second attempt only
+	// when the first lost its connection (see the package documentation),
+	// not when it ran out of time: an attempt that runs out of it fails the
+	// call with an error wrapping ledger.ErrUnavailable.
 	Timeout time.Duration
 	// Now, when set, replaces the database server's clock: for tests only.
 	// In production every host must use the server's clock, so that a
