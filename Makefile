@@ -7,6 +7,10 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # it installs the server from the npm registry on first use, starts it on a
 # free loopback port and stops it afterwards.
 WITH_SQS    := scripts/with-sqs.sh
+# The same for the tests of the shared ledger on PostgreSQL: a throwaway
+# cluster on a free loopback port (Debian's postgresql package, installed
+# with apt-get when missing), stopped and removed afterwards.
+WITH_PG     := scripts/with-postgres.sh
 
 .DEFAULT_GOAL := help
 
@@ -24,12 +28,12 @@ deps: ## Install the local SQS-compatible server (npm) and Go modules.
 	go mod download
 
 .PHONY: test
-test: ## Run every test, with the race detector, against a local SQS-compatible server.
-	$(WITH_SQS) go test -race -count=1 ./...
+test: ## Run every test, with the race detector, against a local SQS-compatible server and PostgreSQL.
+	$(WITH_SQS) $(WITH_PG) go test -race -count=1 ./...
 
 .PHONY: test-short
 test-short: ## Run the tests without the race detector.
-	$(WITH_SQS) go test -count=1 ./...
+	$(WITH_SQS) $(WITH_PG) go test -count=1 ./...
 
 # How long `make fuzz` runs each fuzz target, e.g. make fuzz FUZZTIME=5m.
 # The targets are found with `go test -list`, so a new Fuzz function needs
@@ -55,8 +59,8 @@ lint: ## gofmt, go vet and staticcheck.
 	go run $(STATICCHECK) ./...
 
 .PHONY: bench-go
-bench-go: ## Go benchmarks: ledger throughput, Get on 1M records, sweeping, the worker's drain (needs the local server).
-	$(WITH_SQS) go test -run '^$$' -bench . -benchmem -timeout 30m ./...
+bench-go: ## Go benchmarks: ledger throughput (bbolt and PostgreSQL), Get on 1M records, sweeping, the worker's drain (needs the local servers).
+	$(WITH_SQS) $(WITH_PG) go test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 # bench's size and rounds, and any other flag of scripts/bench
 # (`go run ./scripts/bench -h`), e.g. make bench BENCH_MESSAGES=5000 BENCH_ROUNDS=5

@@ -1,0 +1,198 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqsonce/sqsonce/internal/textcut"
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// Limits that package ledger keeps unexported, the same here.
+const (
+	maxOwnerLen     = 256
+	maxMessageIDLen = 256
+)
+
+// validate checks req as the embedded ledger does, the lease against the
+// retention included.
+func (l *Ledger) validate(req *ledger.ClaimRequest) error {
+	if err := ledger.ValidateKey(req.Key); err != nil {
+		return err
+	}
+	switch {
+	case req.Owner == "" || len(req.Owner) > maxOwnerLen:
+		return fmt.Errorf("claim %q: owner must be 1 to %d bytes: %w", req.Key, maxOwnerLen, ledger.ErrInvalidArgument)
+	case req.Lease <= 0:
+		return fmt.Errorf("claim %q: lease must be positive, got %v: %w", req.Key, req.Lease, ledger.ErrInvalidArgument)
+	case len(req.Fingerprint) > ledger.MaxFingerprintLen:
+		return fmt.Errorf("claim %q: fingerprint of %d bytes, over %d: %w", req.Key, len(req.Fingerprint), ledger.MaxFingerprintLen, ledger.ErrInvalidArgument)
+	}
+	return l.checkLease("claim", req.Key, req.Lease)
+}
+
+// checkLease refuses a lease longer than the retention: the in-progress
+// record would expire, and the next delivery take the operation as new,
+// while its owner still runs the work.
+func (l *Ledger) checkLease(op, key string, lease time.Duration) error {
+	if lease > l.cfg.retention {
+		return fmt.Errorf("%s %q: lease %v is longer than the ledger's retention %v: the record would expire while the work runs: %w",
+			op, key, lease, l.cfg.retention, ledger.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Claim takes the operation named by req.Key if it is free, in one
+// conditional write. See ledger.Outcome for the answers. When Claim returns
+// Claimed, the claim is committed.
+func (l *Ledger) Claim(ctx context.Context, req ledger.ClaimRequest) (ledger.Claim, error) {
+	cs, err := l.ClaimBatch(ctx, []ledger.ClaimRequest{req})
+	if err != nil {
+		return ledger.Claim{}, err
+	}
+	return cs[0], nil
+}
+
+// ClaimBatch claims many operations in one transaction and one round trip.
+// Requests for the same key are decided in their order, so a key that
+// appears twice is Claimed once and then InProgress. An invalid request
+// fails the whole batch before anything is sent. The batch is all or
+// nothing: on error no claim of it was made, unless the error wraps
+// ledger.ErrUnavailable, when its outcome is unknown (see the package
+// documentation). Claim.Err is always nil: a row of this table is always
+// readable.
+func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
+	for i := range reqs {
+		if err := l.validate(&reqs[i]); err != nil {
+			return nil, err
+		}
+	}
+	if len(reqs) == 0 {
+		return []ledger.Claim{}, nil
+	}
+	// Key order, so that two batches lock their records in one order
+	// and never wait for each other in a cycle; a stable sort keeps the
+	// requests for one key in their order.
+	order := make([]int, len(reqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(reqs[a].Key, reqs[b].Key) })
+	keys := make([][]byte, 0, len(reqs))
+	for p, i := range order {
+		if p == 0 || reqs[order[p-1]].Key != reqs[i].Key {
+			keys = append(keys, []byte(reqs[i].Key))
+		}
+	}
+
+	out := make([]ledger.Claim, len(reqs))
+	err := l.do(ctx, func(ctx context.Context, again bool) error {
+		now := l.clock()
+		b := &pgx.Batch{}
+		for p, i := range order {
+			r := &reqs[i]
+			b.Queue(l.q.claim, now, micros(l.cfg.retention), []byte(r.Key), nonEmpty(r.Fingerprint),
+				[]byte(r.Owner), micros(r.Lease), bytesOrNil(textcut.Cut(r.MessageID, maxMessageIDLen)))
+			if p+1 < len(order) && reqs[order[p+1]].Key == r.Key {
+				// The next request writes the same record: read what
+				// decided this one first.
+				b.Queue(l.q.readOne, []byte(r.Key))
+			}
+		}
+		b.Queue(l.q.readMany, keys)
+
+		br := l.pool.SendBatch(ctx, b)
+		defer br.Close()
+		taken := make([]*row, len(reqs))
+		found := make([]*row, len(reqs))
+		for p, i := range order {
+			rw, _, err := scanRecord(br.QueryRow())
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				return err
+			default:
+				taken[i] = &rw
+			}
+			if p+1 < len(order) && reqs[order[p+1]].Key == reqs[i].Key {
+				rw, _, err := scanRecord(br.QueryRow())
+				if err != nil {
+					return err
+				}
+				found[i] = &rw
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		last := map[string]*row{}
+		for rows.Next() {
+			rw, _, err := scanRecord(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			last[rw.rec.Key] = &rw
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if err := br.Close(); err != nil {
+			return err
+		}
+		for i := range reqs {
+			if found[i] == nil {
+				found[i] = last[reqs[i].Key]
+			}
+			c, err := decide(&reqs[i], taken[i], found[i], again)
+			if err != nil {
+				return err
+			}
+			out[i] = c
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	return out, nil
+}
+
+// decide turns what a claim's statement wrote (taken, nil when it wrote
+// nothing) and the record it then found into the claim's answer. again is
+// true when an earlier attempt of the call may have committed: a record in
+// progress under the request's own owner token is then that attempt's
+// claim.
+func decide(req *ledger.ClaimRequest, taken, found *row, again bool) (ledger.Claim, error) {
+	if taken != nil {
+		return ledger.Claim{Outcome: ledger.Claimed, Record: taken.rec, Takeover: taken.takeover}, nil
+	}
+	if found == nil {
+		return ledger.Claim{}, fmt.Errorf("claim %q: the statement neither took the record nor found it", req.Key)
+	}
+	cur := found.rec
+	if again && cur.State == ledger.StateInProgress && cur.Owner == req.Owner {
+		return ledger.Claim{Outcome: ledger.Claimed, Record: cur, Takeover: found.takeover}, nil
+	}
+	if len(cur.Fingerprint) > 0 && len(req.Fingerprint) > 0 && !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
+		return ledger.Claim{Outcome: ledger.Conflict, Record: cur}, nil
+	}
+	switch {
+	case cur.State == ledger.StateComplete:
+		return ledger.Claim{Outcome: ledger.AlreadyComplete, Record: cur}, nil
+	case cur.State == ledger.StateFailed && cur.Permanent:
+		return ledger.Claim{Outcome: ledger.FailedPermanently, Record: cur}, nil
+	case cur.State == ledger.StateInProgress:
+		return ledger.Claim{Outcome: ledger.InProgress, Record: cur}, nil
+	}
+	return ledger.Claim{}, fmt.Errorf("claim %q: the statement did not take a record that is %s", req.Key, cur.State)
+}

@@ -1,0 +1,64 @@
+// Package postgres is a ledger shared by several sqsonce processes, on
+// several hosts, in one PostgreSQL table. It keeps the contract of package
+// ledger (the same outcomes, owner checks, errors and limits as the embedded
+// bbolt ledger) and passes the same behaviour suite, ledger/ledgertest.
+//
+// # Setting up
+//
+// Init creates the table, its indexes and a one-row table that records the
+// schema version; `sqsonce ledger init` calls it. Open connects and checks
+// that schema: it does not create anything, so that a worker pointed at the
+// wrong database fails at once (ErrNoSchema) instead of starting a ledger of
+// its own. The connecting role needs SELECT, INSERT, UPDATE and DELETE on the
+// table; Init needs the right to create tables in the schema.
+//
+// # How a claim is decided
+//
+// Each claim is one conditional write, INSERT … ON CONFLICT (key) DO UPDATE …
+// WHERE the record may be taken (there is none, it expired, it failed
+// retryably, or its lease lapsed, and the fingerprints do not differ). The
+// database decides it atomically: of several hosts claiming one key at once,
+// exactly one statement writes. A statement that does not write still locks
+// the record until its transaction ends, so the read that follows it in the
+// same round trip sees the record that decided the claim, and the loser is
+// told who holds it. The claims of one batch are sent together, in key order
+// (so that two batches never wait for each other's rows in a cycle), in one
+// implicit transaction and one round trip; requests of one batch for the same
+// key are decided in their order, as in the embedded ledger.
+//
+// # Clocks
+//
+// Leases and expiry are compared with the database server's clock, now(),
+// never with the calling host's: two hosts whose clocks disagree still agree
+// on whether a lease has lapsed. now() is the start of the statement's
+// transaction; every statement here is short (one round trip, a bounded
+// number of rows), and a clock read a little early only makes a lease look
+// live a little longer. Options.Now replaces the server's clock for tests.
+//
+// PostgreSQL keeps times to the microsecond: every time in a Record is
+// truncated to the microsecond, and so are leases and the retention.
+//
+// # Storage
+//
+// Keys, owners, fingerprints, error texts, message ids and results are stored
+// as bytea: a Go string may hold any bytes, NUL included, which a text column
+// refuses. bytea compares bytewise, so ForEach's key order is the embedded
+// ledger's. Expired records count as absent everywhere until Sweep deletes
+// them.
+//
+// # Lost answers
+//
+// A call whose connection fails after its statements were sent (the server
+// restarted, the network cut the connection) does not know whether its
+// transaction committed. Such a call is tried once more on a fresh connection,
+// in a way that recognises its own earlier write: a claim that finds the
+// record in progress under its own owner token was the first attempt's, and
+// answers Claimed; a completion is idempotent for its owner; a failure that
+// finds the record failed by its owner with its error, and a release that
+// finds the record released, succeed. When the second attempt fails too, or
+// a call runs out of time, the error wraps ledger.ErrUnavailable and the
+// outcome is unknown: a claim may hold the operation (its lease then lapses
+// and a later delivery takes it over; no two owners hold a live lease), a
+// completion may have been recorded (the next delivery then answers
+// AlreadyComplete). Either way the caller must not acknowledge the message.
+package postgres

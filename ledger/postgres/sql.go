@@ -1,0 +1,260 @@
+package postgres
+
+import (
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// The states as stored.
+const (
+	stateInProgress = 1
+	stateComplete   = 2
+	stateFailed     = 3
+)
+
+// columns are the columns of a record, in the order scanRecord reads them.
+const columns = `key, state, permanent, fingerprint, attempts, owner, lease_expiry, first_seen,
+	claimed, updated, completed, expires, last_error, message_id, result, takeover`
+
+// nowExpr is the clock of a statement: the parameter, set only by tests
+// (Options.Now), or else the server's now(). The parameter is always $1.
+const nowExpr = `coalesce($1::timestamptz, now())`
+
+// queries are the statements, with the table's name filled in. Those that
+// read the clock take it as $1 (see nowExpr), and those that write a record
+// the retention in microseconds as $2.
+type queries struct {
+	claim, readOne, readMany string
+	complete, fail, explain  string
+	release, releaseLast     string
+	extend, reset, forget    string
+	get, page, stats, sweep  string
+}
+
+func newQueries(c *config) queries {
+	t := c.table.Sanitize()
+	q := queries{
+		// A claim: insert a new record, or take the existing one over
+		// when it may be taken. The new values are the excluded row's:
+		// excluded.claimed is the statement's clock. An expired record
+		// is taken as if it were absent: its history starts again.
+		claim: `
+INSERT INTO ` + t + ` AS o (key, state, permanent, fingerprint, attempts, owner, lease_expiry,
+	first_seen, claimed, updated, completed, expires, last_error, message_id, result, takeover)
+SELECT $3::bytea, 1, false, $4::bytea, 1, $5::bytea, c.now + $6::bigint * interval '1 microsecond',
+	c.now, c.now, c.now, NULL, c.now + $2::bigint * interval '1 microsecond', NULL, $7::bytea, NULL, false
+FROM (SELECT ` + nowExpr + ` AS now) c
+ON CONFLICT (key) DO UPDATE SET
+	state = 1,
+	permanent = false,
+	fingerprint = CASE WHEN o.expires <= excluded.claimed OR o.fingerprint IS NULL THEN excluded.fingerprint ELSE o.fingerprint END,
+	attempts = CASE WHEN o.expires <= excluded.claimed THEN 1 ELSE o.attempts + 1 END,
+	owner = excluded.owner,
+	lease_expiry = excluded.lease_expiry,
+	first_seen = CASE WHEN o.expires <= excluded.claimed THEN excluded.first_seen ELSE o.first_seen END,
+	claimed = excluded.claimed,
+	updated = excluded.updated,
+	completed = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.completed END,
+	expires = excluded.expires,
+	last_error = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.last_error END,
+	message_id = CASE WHEN o.expires <= excluded.claimed OR excluded.message_id IS NOT NULL THEN excluded.message_id ELSE o.message_id END,
+	result = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.result END,
+	takeover = o.expires > excluded.claimed AND o.state = 1
+WHERE o.expires <= excluded.claimed
+	OR ((o.fingerprint IS NULL OR excluded.fingerprint IS NULL OR o.fingerprint = excluded.fingerprint)
+		AND ((o.state = 3 AND NOT o.permanent) OR (o.state = 1 AND o.lease_expiry <= excluded.claimed)))
+RETURNING ` + columns,
+
+		// The records claims did not take: each is locked by the claim's
+		// statement, so this reads the version that decided it.
+		readOne:  `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1::bytea`,
+		readMany: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = ANY($1::bytea[])`,
+
+		// Completions and failures of a batch, in one statement each.
+		// The records are first locked in key order, as claims lock them
+		// (see ClaimBatch), so that a completion and a claim batch never
+		// wait for each other in a cycle; they are found through the
+		// primary key (key = ANY), whatever the planner thinks of the
+		// unnest.
+		complete: `
+WITH locked AS MATERIALIZED (
+	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
+UPDATE ` + t + ` AS o SET state = 2, completed = c.now, lease_expiry = NULL, last_error = NULL,
+	result = u.result, updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
+FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[]) AS u(key, owner, result),
+	(SELECT ` + nowExpr + ` AS now) c
+WHERE o.key = ANY($3::bytea[]) AND o.key = locked.key AND o.key = u.key AND o.owner = u.owner
+	AND o.state = 1 AND o.expires > c.now
+RETURNING o.key, o.owner`,
+		fail: `
+WITH locked AS MATERIALIZED (
+	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
+UPDATE ` + t + ` AS o SET state = 3, permanent = u.permanent, lease_expiry = NULL, last_error = u.err,
+	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
+FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[]) AS u(key, owner, err, permanent),
+	(SELECT ` + nowExpr + ` AS now) c
+WHERE o.key = ANY($3::bytea[]) AND o.key = locked.key AND o.key = u.key AND o.owner = u.owner
+	AND o.state = 1 AND o.expires > c.now
+RETURNING o.key, o.owner`,
+		// What a transition that changed nothing found: the live records.
+		explain: `SELECT key, state, permanent, owner, last_error FROM ` + t + `
+WHERE key = ANY($2::bytea[]) AND expires > ` + nowExpr,
+
+		// Release: a first claim is deleted, a later one becomes a
+		// retryable failure with one attempt less.
+		releaseLast: `
+DELETE FROM ` + t + ` WHERE key = $2::bytea AND owner = $3::bytea AND state = 1 AND attempts <= 1
+	AND expires > ` + nowExpr + ` RETURNING key`,
+		release: `
+UPDATE ` + t + ` AS o SET attempts = o.attempts - 1, state = 3, permanent = false, lease_expiry = NULL,
+	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
+FROM (SELECT ` + nowExpr + ` AS now) c
+WHERE o.key = $3::bytea AND o.owner = $4::bytea AND o.state = 1 AND o.attempts > 1 AND o.expires > c.now
+RETURNING o.key`,
+		extend: `
+UPDATE ` + t + ` AS o SET lease_expiry = c.now + $5::bigint * interval '1 microsecond',
+	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
+FROM (SELECT ` + nowExpr + ` AS now) c
+WHERE o.key = $3::bytea AND o.owner = $4::bytea AND o.state = 1 AND o.expires > c.now
+RETURNING o.lease_expiry`,
+		reset: `
+UPDATE ` + t + ` AS o SET permanent = false, updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
+FROM (SELECT ` + nowExpr + ` AS now) c
+WHERE o.key = $3::bytea AND o.state = 3 AND o.expires > c.now
+RETURNING o.key`,
+		forget: `DELETE FROM ` + t + ` WHERE key = $1::bytea`,
+
+		get: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $2::bytea AND expires > ` + nowExpr,
+
+		// A page of ForEach: at most $5 records after $2 in key order
+		// within the prefix's range [$3, $4), with the last key looked
+		// at and how many, so that the walk goes on past a page of
+		// records that do not match. One row with NULL record columns
+		// when none matches.
+		page: `
+WITH scan AS MATERIALIZED (
+	SELECT ` + columns + ` FROM ` + t + `
+	WHERE key > $2::bytea AND key >= $3::bytea AND ($4::bytea IS NULL OR key < $4::bytea)
+	ORDER BY key LIMIT $5::int)
+SELECT ` + prefixed("s.", columns) + `, l.last, l.n
+FROM (SELECT (SELECT key FROM scan ORDER BY key DESC LIMIT 1) AS last, (SELECT count(*) FROM scan) AS n) l
+LEFT JOIN scan s ON s.expires > $1::timestamptz AND ($6::smallint = 0 OR s.state = $6::smallint)
+ORDER BY s.key`,
+
+		// Stats in one snapshot: the open records through their partial
+		// index, and every record through the smallest index.
+		stats: `
+SELECT (SELECT count(*) FROM ` + t + `),
+	count(*) FILTER (WHERE state = 1),
+	count(*) FILTER (WHERE state = 3 AND NOT permanent),
+	count(*) FILTER (WHERE state = 3 AND permanent),
+	min(claimed) FILTER (WHERE state = 1)
+FROM ` + t + ` WHERE state <> 2`,
+
+		// One chunk of a sweep: the oldest expired records that no
+		// other transaction holds (another host's sweep, a claim taking
+		// an expired record over), locked, then deleted.
+		// The keys go through an array so that the planner finds them by
+		// the primary key, whatever it guesses of the chunk's size.
+		sweep: `
+DELETE FROM ` + t + ` WHERE key = ANY(ARRAY(
+	SELECT key FROM ` + t + ` WHERE expires <= ` + nowExpr + `
+	ORDER BY expires LIMIT $2::int FOR UPDATE SKIP LOCKED))`,
+	}
+	return q
+}
+
+// prefixed puts p before each name of a comma-separated list.
+func prefixed(p, list string) string {
+	names := strings.Split(list, ",")
+	for i, n := range names {
+		names[i] = p + strings.TrimSpace(n)
+	}
+	return strings.Join(names, ", ")
+}
+
+// row is a record as scanned, with the columns a Record does not hold.
+type row struct {
+	rec      ledger.Record
+	takeover bool
+}
+
+// scanRecord reads the columns of a record (see columns) and then extra.
+// ok is false when the record's columns are NULL (a LEFT JOIN that found
+// none).
+func scanRecord(r pgx.Row, extra ...any) (rw row, ok bool, err error) {
+	var (
+		key, fp, owner, lastErr, msgID, result                []byte
+		state                                                 pgtype.Int2
+		attempts                                              pgtype.Int4
+		permanent, takeover                                   pgtype.Bool
+		lease, firstSeen, claimed, updated, completed, expiry pgtype.Timestamptz
+	)
+	dest := append([]any{&key, &state, &permanent, &fp, &attempts, &owner, &lease, &firstSeen,
+		&claimed, &updated, &completed, &expiry, &lastErr, &msgID, &result, &takeover}, extra...)
+	if err := r.Scan(dest...); err != nil {
+		return row{}, false, err
+	}
+	if key == nil {
+		return row{}, false, nil
+	}
+	return row{
+		rec: ledger.Record{
+			Key:         string(key),
+			State:       ledger.State(state.Int16),
+			Permanent:   permanent.Bool,
+			Fingerprint: nonEmpty(fp),
+			Attempts:    int(attempts.Int32),
+			Owner:       string(owner),
+			LeaseExpiry: timeOf(lease),
+			FirstSeen:   timeOf(firstSeen),
+			Claimed:     timeOf(claimed),
+			Updated:     timeOf(updated),
+			Completed:   timeOf(completed),
+			Expires:     timeOf(expiry),
+			LastError:   string(lastErr),
+			MessageID:   string(msgID),
+			Result:      nonEmpty(result),
+		},
+		takeover: takeover.Bool,
+	}, true, nil
+}
+
+func nonEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func timeOf(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+// bytesOrNil is s as a bytea parameter: NULL when empty.
+func bytesOrNil(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}
+
+// micros is d in whole microseconds, the precision of PostgreSQL's times.
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// clock is the $1 of every statement: the test clock, or NULL for the
+// server's now().
+func (l *Ledger) clock() any {
+	if l.cfg.now == nil {
+		return nil
+	}
+	return l.cfg.now()
+}

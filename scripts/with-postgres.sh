@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# Run a command with a local PostgreSQL server available.
+#
+# Usage: scripts/with-postgres.sh CMD [ARGS...]
+#
+# If SQSONCE_TEST_POSTGRES_URL is set and the server it names answers, CMD
+# runs against that server. Otherwise a throwaway cluster is created in a
+# temporary directory (initdb --no-sync, fsync off: for tests only), started
+# on 127.0.0.1 with a free port and its socket in that directory, exported as
+# SQSONCE_TEST_POSTGRES_URL for CMD, and stopped (immediate) and removed when
+# this script exits, whatever the outcome. The exit status is CMD's.
+#
+# The server binaries are Debian's, under /usr/lib/postgresql/*/bin (the
+# newest version found); when there are none and this runs as root, the
+# `postgresql` package is installed with apt-get, without the cluster that
+# its installation would otherwise create and start. PostgreSQL refuses to
+# run as root: as root, the cluster belongs to the unprivileged user
+# `nobody` (SQSONCE_TEST_POSTGRES_USER names another).
+set -euo pipefail
+
+start_timeout_s=30
+run_as="${SQSONCE_TEST_POSTGRES_USER:-nobody}"
+
+log() { printf 'with-postgres: %s\n' "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+if [[ $# -eq 0 ]]; then
+	printf 'usage: %s CMD [ARGS...]\n' "$0" >&2
+	exit 2
+fi
+
+# newest_bindir prints the bin directory of the newest PostgreSQL server
+# installed by Debian's packages, or nothing.
+newest_bindir() {
+	local d
+	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+		if [[ -x "$d/postgres" && -x "$d/initdb" && -x "$d/pg_ctl" ]]; then
+			printf '%s\n' "$d"
+			return
+		fi
+	done
+}
+
+bindir="$(newest_bindir)"
+
+# answers URL: succeeds if the server at URL accepts a query within 3 s.
+answers() {
+	local psql=""
+	if [[ -n "$bindir" && -x "$bindir/psql" ]]; then
+		psql="$bindir/psql"
+	elif command -v psql >/dev/null 2>&1; then
+		psql="psql"
+	fi
+	if [[ -n "$psql" ]]; then
+		PGCONNECT_TIMEOUT=3 "$psql" -X -A -t -q -c 'select 1' "$1" >/dev/null 2>&1
+	elif [[ -n "$bindir" && -x "$bindir/pg_isready" ]]; then
+		"$bindir/pg_isready" -q -t 3 -d "$1"
+	else
+		return 1
+	fi
+}
+
+if [[ -n "${SQSONCE_TEST_POSTGRES_URL:-}" ]]; then
+	if answers "$SQSONCE_TEST_POSTGRES_URL"; then
+		exec "$@"
+	fi
+	log "SQSONCE_TEST_POSTGRES_URL does not answer; starting a local server instead"
+fi
+
+if [[ -z "$bindir" ]]; then
+	((EUID == 0)) || die "no PostgreSQL server under /usr/lib/postgresql/*/bin; install Debian's postgresql package"
+	log "installing Debian's postgresql package"
+	# Only the binaries: no cluster of the package's own on port 5432.
+	mkdir -p /etc/postgresql-common/createcluster.d
+	printf 'create_main_cluster = false\n' >/etc/postgresql-common/createcluster.d/sqsonce-tests.conf
+	export DEBIAN_FRONTEND=noninteractive
+	if ! apt-get install -y -q --no-install-recommends postgresql >&2; then
+		apt-get update -q >&2 || die "apt-get update failed"
+		apt-get install -y -q --no-install-recommends postgresql >&2 || die "apt-get install postgresql failed"
+	fi
+	bindir="$(newest_bindir)"
+	[[ -n "$bindir" ]] || die "postgresql installed, but no server under /usr/lib/postgresql/*/bin"
+fi
+
+# as_owner CMD...: run CMD as the cluster's owner (unprivileged).
+if ((EUID == 0)); then
+	id "$run_as" >/dev/null 2>&1 || die "user $run_as does not exist (set SQSONCE_TEST_POSTGRES_USER)"
+	owner_group="$(id -gn "$run_as")"
+	as_owner() { setpriv --reuid="$run_as" --regid="$owner_group" --clear-groups -- "$@"; }
+else
+	as_owner() { "$@"; }
+fi
+
+dir="$(mktemp -d "${TMPDIR:-/tmp}/sqsonce-pg.XXXXXX")"
+started=""
+
+stop_server() {
+	if [[ -n "$started" ]]; then
+		as_owner "$bindir/pg_ctl" -D "$dir/data" -m immediate -w -t 10 stop >/dev/null 2>&1 || {
+			# pg_ctl failed: end the postmaster by the PID it recorded.
+			local pid
+			pid="$(head -n 1 "$dir/data/postmaster.pid" 2>/dev/null || true)"
+			[[ "$pid" =~ ^[0-9]+$ ]] && kill -KILL "$pid" 2>/dev/null || true
+		}
+	fi
+	rm -rf "$dir"
+}
+trap stop_server EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if ((EUID == 0)); then
+	chown "$run_as:$owner_group" "$dir"
+fi
+chmod 700 "$dir"
+
+if ! as_owner "$bindir/initdb" --no-sync -D "$dir/data" -U postgres -A trust -E UTF8 --no-locale >"$dir/initdb.log" 2>&1; then
+	cat "$dir/initdb.log" >&2 || true
+	die "initdb failed"
+fi
+
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on now.
+free_port() {
+	local port i
+	for ((i = 0; i < 50; i++)); do
+		port=$((20000 + RANDOM % 40000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			printf '%s\n' "$port"
+			return
+		fi
+	done
+	die "found no free port"
+}
+
+# Another process may take the port between the check and the start: try a
+# few ports.
+for attempt in 1 2 3 4 5; do
+	port="$(free_port)"
+	if as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t "$start_timeout_s" \
+		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+		start >/dev/null 2>&1; then
+		started=1
+		break
+	fi
+	if ! grep -q 'could not bind' "$dir/server.log" 2>/dev/null || ((attempt == 5)); then
+		log "error: the local PostgreSQL server did not start; its log:"
+		cat "$dir/server.log" >&2 || true
+		exit 1
+	fi
+	: >"$dir/server.log"
+done
+
+export SQSONCE_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+answers "$SQSONCE_TEST_POSTGRES_URL" || die "the local PostgreSQL server started but does not answer at $SQSONCE_TEST_POSTGRES_URL"
+
+# Run CMD as a child and wait for it, so that a SIGINT or SIGTERM sent to this
+# script is passed on to CMD and the server is still stopped afterwards. The
+# subshell restores default SIGINT/SIGQUIT handling (bash ignores them in
+# asynchronous commands) and keeps this script's stdin.
+(
+	trap - INT QUIT
+	exec "$@"
+) <&0 &
+cmd_pid=$!
+trap 'kill -INT "$cmd_pid" 2>/dev/null || true' INT
+trap 'kill -TERM "$cmd_pid" 2>/dev/null || true' TERM
+
+# wait also returns (with status > 128) when a trapped signal arrives, so only
+# a finished CMD ends the loop; a last wait then collects CMD's own status.
+status=0
+while kill -0 "$cmd_pid" 2>/dev/null; do
+	wait "$cmd_pid" && status=0 || status=$?
+done
+wait "$cmd_pid" 2>/dev/null && status=0 || {
+	rc=$?
+	((rc == 127)) || status=$rc
+}
+exit "$status"
