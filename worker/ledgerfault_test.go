@@ -190,3 +190,116 @@ func TestWorker_UnreadableRecord(t *testing.T) {
 		t.Fatalf("DLQ %v", dlq)
 	}
 }
+
+// outageLedger is the real ledger behind a switch that makes it fail as a
+// shared store does when it cannot be reached, for claims and pings alike.
+type outageLedger struct {
+	*ledger.DB
+	down  atomic.Bool
+	pings atomic.Int64
+	err   error // what a claim fails with while down; ErrUnavailable when nil
+}
+
+func (l *outageLedger) fail() error {
+	if l.err != nil {
+		return l.err
+	}
+	return fmt.Errorf("connection refused: %w", ledger.ErrUnavailable)
+}
+
+func (l *outageLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
+	if l.down.Load() {
+		return nil, l.fail()
+	}
+	return l.DB.ClaimBatch(ctx, reqs)
+}
+
+func (l *outageLedger) Ping(ctx context.Context) error {
+	l.pings.Add(1)
+	if l.down.Load() {
+		return l.fail()
+	}
+	return nil
+}
+
+// While the ledger cannot record claims, the worker receives nothing,
+// reports itself not ready, pings the ledger, and resumes by itself once
+// it answers: no message climbs towards the dead-letter queue meanwhile.
+func TestWorker_LedgerOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 3})
+	l := &outageLedger{DB: b.db}
+	l.down.Store(true)
+	w, err := worker.New(b.config(), b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	for i := range 5 {
+		b.send(fmt.Sprintf(`{"id":"out-%d"}`, i))
+	}
+	waitUntil(t, "the ledger reported down", 10*time.Second, func() bool { return w.Health().LedgerDown })
+	if h := w.Health(); h.Ready || !h.Alive {
+		t.Errorf("health while the ledger is down: %+v, want alive and not ready", h)
+	}
+	// A receive already on its way when the first claims failed may bring
+	// a batch more; once the worker pings, it receives nothing.
+	waitUntil(t, "a ping", 10*time.Second, func() bool { return l.pings.Load() >= 1 })
+	received := w.Stats().Received
+	waitUntil(t, "pings", 20*time.Second, func() bool { return l.pings.Load() >= 4 })
+	if got := w.Stats().Received; got != received {
+		t.Errorf("received %d more messages while the ledger was down", got-received)
+	}
+	l.down.Store(false)
+	b.waitEmpty(20 * time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if n := b.runs.count(fmt.Sprintf("out-%d", i)); n != 1 {
+			t.Errorf("out-%d ran %d times", i, n)
+		}
+	}
+	if visible, inflight := sqstest.Count(t, b.client, b.queue.DLQURL); visible+inflight != 0 {
+		t.Errorf("%d messages in the dead-letter queue after the outage", visible+inflight)
+	}
+	if s := w.Stats(); s.ClaimFailures == 0 {
+		t.Errorf("stats %+v: no claim failed", s)
+	}
+}
+
+// A ledger whose table is gone will not come back by waiting: Run stops and
+// says so, after giving back what it held.
+func TestWorker_LedgerGone(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	l := &outageLedger{DB: b.db, err: fmt.Errorf("table sqsonce_operations does not exist: run `sqsonce ledger init`: %w", ledger.ErrNoSchema)}
+	l.down.Store(true)
+	w, err := worker.New(b.config(), b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.send(`{"id":"gone-1"}`)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ledger.ErrNoSchema) {
+			t.Fatalf("Run = %v, want ErrNoSchema", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run went on without its ledger's table")
+	}
+	if n := len(b.runs.counts()); n != 0 {
+		t.Errorf("%d operations ran", n)
+	}
+}

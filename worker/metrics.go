@@ -67,6 +67,15 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "sqsonce", Name: "work_in_flight", Help: "Messages being handled now.",
 		}, func() float64 { return float64(w.inFlight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "ledger_up", Help: "1 while the ledger records claims, 0 while new work waits for it.",
+		}, func() float64 {
+			if down, _ := w.ledgerState(); down {
+				return 0
+			}
+			return 1
+		}),
+		counter("ledger_claim_failures_total", "Batches of claims the ledger could not record (the messages were given back).", c.claimFailures.Load, nil),
 	}
 	for _, col := range collectors {
 		if err := r.Register(col); err != nil {
@@ -144,8 +153,12 @@ type Health struct {
 	// receive that never returns).
 	Alive bool
 	// Ready: a receive succeeded recently (or the loops are waiting for
-	// capacity after one did). False before the first successful receive.
-	Ready       bool
+	// capacity after one did), and the ledger records claims. False
+	// before the first successful receive.
+	Ready bool
+	// LedgerDown: the ledger's last claims could not be recorded: no new
+	// work starts until it can.
+	LedgerDown  bool
 	Draining    bool      // shutdown has begun
 	LastReceive time.Time // last successful receive; zero before the first
 	InFlight    int       // messages being handled now
@@ -178,7 +191,9 @@ func (w *Worker) Health() Health {
 		allWaiting = allWaiting && p.waiting
 	}
 	recent := !w.lastReceive.IsZero() && (allWaiting || now.Sub(w.lastReceive) <= w.cfg.StallAfter)
-	h.Ready = h.Alive && !w.draining && recent
+	down, _ := w.ledgerState()
+	h.LedgerDown = down
+	h.Ready = h.Alive && !w.draining && recent && !down
 	return h
 }
 

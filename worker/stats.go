@@ -23,12 +23,13 @@ type Stats struct {
 	Deleted             int64 // messages deleted
 	DeleteFailed        int64 // deletes that failed (the message will come back as a duplicate)
 	Heartbeats          int64 // visibility and lease extensions
+	ClaimFailures       int64 // batches whose claims the ledger could not record (given back)
 }
 
 type counters struct {
 	received, claimed, completed, duplicates, redeliveredFailed, inProgressElsewhere, retried,
 	failedPermanently, deadLettered, keyless, conflicts, unreadable, givenBack, takeovers,
-	leaseLost, completeFailed, deleted, deleteFailed, heartbeats atomic.Int64
+	leaseLost, completeFailed, deleted, deleteFailed, heartbeats, claimFailures atomic.Int64
 }
 
 // Stats returns the worker's counters. Safe to call at any time.
@@ -41,7 +42,7 @@ func (w *Worker) Stats() Stats {
 		DeadLettered: c.deadLettered.Load(), Keyless: c.keyless.Load(), Conflicts: c.conflicts.Load(), Unreadable: c.unreadable.Load(),
 		GivenBack: c.givenBack.Load(), Takeovers: c.takeovers.Load(), LeaseLost: c.leaseLost.Load(),
 		CompleteFailed: c.completeFailed.Load(), Deleted: c.deleted.Load(),
-		DeleteFailed: c.deleteFailed.Load(), Heartbeats: c.heartbeats.Load(),
+		DeleteFailed: c.deleteFailed.Load(), Heartbeats: c.heartbeats.Load(), ClaimFailures: c.claimFailures.Load(),
 	}
 }
 
@@ -52,6 +53,6 @@ func (s Stats) logAttrs() []any {
 		"retried", s.Retried, "failed_permanently", s.FailedPermanently,
 		"dead_lettered", s.DeadLettered, "keyless", s.Keyless, "conflicts", s.Conflicts, "unreadable", s.Unreadable,
 		"given_back", s.GivenBack, "takeovers", s.Takeovers, "lease_lost", s.LeaseLost,
-		"complete_failed", s.CompleteFailed, "deleted", s.Deleted, "delete_failed", s.DeleteFailed,
+		"complete_failed", s.CompleteFailed, "deleted", s.Deleted, "delete_failed", s.DeleteFailed, "claim_failures", s.ClaimFailures,
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sqsonce/sqsonce/ledger"
 )
@@ -39,6 +40,7 @@ type Worker struct {
 	hurry    chan struct{} // closed by StopNow
 	hurryOne sync.Once
 	stats    counters
+	gate     gate
 	metrics  *metrics
 	now      func() time.Time
 
@@ -124,7 +126,11 @@ func (w *Worker) StopNow() {
 // finish for up to Config.Grace (or until StopNow), gives back what never
 // started, flushes pending deletes, and returns. It returns nil after a
 // clean shutdown and an error when it could not start (the queue cannot be
-// read, for example). Run joins every goroutine it started before returning.
+// read, for example) or when the ledger cannot be used at all (its table is
+// missing or newer than this code: ledger.ErrNoSchema, ledger.ErrSchema);
+// then it shuts down the same way first. While the ledger merely fails to
+// record claims, Run receives nothing and waits for it (Health.Ready is
+// false meanwhile). Run joins every goroutine it started before returning.
 func (w *Worker) Run(ctx context.Context) error {
 	info, err := inspectQueue(ctx, w.sqs, w.cfg.QueueURL)
 	if err != nil {
@@ -150,18 +156,25 @@ func (w *Worker) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 
-	var deleters, pollers, jobs, sweeper sync.WaitGroup
+	// The receive loops live and die together: a fatal error in one (the
+	// ledger's table is gone) stops them all and is Run's error, after the
+	// usual drain. Deleting and sweeping cannot fail for good.
+	var deleters, jobs, sweeper sync.WaitGroup
 	deleters.Go(w.deleteLoop)
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	if w.cfg.SweepInterval > 0 {
 		sweeper.Go(func() { w.sweepLoop(sweepCtx) })
 	}
+	pollers, pollCtx := errgroup.WithContext(ctx)
 	for i := range w.cfg.Pollers {
-		pollers.Go(func() { w.pollLoop(ctx, workCtx, i, &jobs) })
+		pollers.Go(func() error { return w.pollLoop(pollCtx, workCtx, i, &jobs) })
 	}
 
-	pollers.Wait() // returns once ctx has ended
+	fatal := pollers.Wait() // returns once ctx has ended, or a loop failed for good
+	if fatal != nil {
+		w.log.Error("stopping: the ledger cannot be used", "error", fatal)
+	}
 	w.healthMu.Lock()
 	w.draining = true
 	w.healthMu.Unlock()
@@ -185,18 +198,37 @@ func (w *Worker) Run(ctx context.Context) error {
 	sweeper.Wait()
 	s := w.Stats()
 	w.log.Info("worker stopped", s.logAttrs()...)
-	return nil
+	return fatal
 }
 
 // pollLoop receives batches while there is free handler capacity, until ctx
 // ends. Each message it dispatches holds one slot until it is dealt with.
-func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGroup) {
+//
+// While the ledger cannot record claims it receives nothing (see gate), and
+// when the ledger will not come back (its table is gone) it returns that
+// error, which ends Run.
+func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGroup) error {
 	failures := 0
 	for ctx.Err() == nil {
+		most := w.cfg.MaxMessages
+		if down, fatal := w.ledgerState(); fatal != nil {
+			return fatal
+		} else if down {
+			probe, err := w.awaitLedger(ctx, i)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			if probe {
+				most = 1
+			}
+		}
 		w.turn(i, true)
-		n := w.acquire(ctx, w.cfg.MaxMessages)
+		n := w.acquire(ctx, most)
 		if n == 0 {
-			return
+			return nil
 		}
 		w.turn(i, false)
 		msgs, err := w.receive(ctx, n)
@@ -206,7 +238,7 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return
+				return nil
 			}
 			failures++
 			wait := backoff(failures, 100*time.Millisecond, 10*time.Second)
@@ -224,12 +256,13 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 			// Received as the stop came: give them back untouched.
 			w.makeVisible(msgs, 0)
 			w.freeSlots(len(msgs))
-			return
+			return nil
 		}
 		// Claim and start the batch while this loop receives the next:
 		// the claim's commit (an fsync) need not hold back the poll.
 		jobs.Go(func() { w.dispatch(ctx, workCtx, msgs, jobs) })
 	}
+	return nil
 }
 
 // acquire takes between 1 and max free slots, waiting for the first. It
@@ -359,7 +392,9 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		claims, err := w.ledger.ClaimBatch(context.WithoutCancel(ctx), reqs)
 		if err != nil {
 			claimErr = err
+			w.claimFailed(err)
 		} else {
+			w.claimsRecorded()
 			for i, j := range keyed {
 				j.claim = claims[i]
 				j.claimed = claims[i].Outcome == ledger.Claimed

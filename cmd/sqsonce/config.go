@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 
@@ -124,10 +125,33 @@ type KeyConfig struct {
 // time in which done work is not yet recorded.
 const maxCompleteDelay = 100 * time.Millisecond
 
+// Values of LedgerConfig.Backend.
+const (
+	BackendBbolt    = "bbolt"
+	BackendPostgres = "postgres"
+	BackendDynamoDB = "dynamodb"
+)
+
 // LedgerConfig says where processed keys are recorded and for how long.
 type LedgerConfig struct {
-	// Path is the ledger database file. Required.
+	// Backend is where the ledger lives: BackendBbolt (a file, for one
+	// worker process), BackendPostgres or BackendDynamoDB (shared by any
+	// number of workers).
+	Backend string `toml:"backend"`
+	// Path is the ledger database file of the bbolt backend. Required for
+	// it.
 	Path string `toml:"path"`
+	// URL is the PostgreSQL connection string (postgres://user@host/db or
+	// key=value pairs); empty means the standard PG* environment
+	// variables. Only for the postgres backend.
+	URL string `toml:"url"`
+	// Table is the table of the shared backends.
+	Table string `toml:"table"`
+	// Region and Endpoint are DynamoDB's region (empty: queue.region) and,
+	// when set, an endpoint that replaces AWS's (an absolute http or https
+	// URL). Only for the dynamodb backend.
+	Region   string `toml:"region"`
+	Endpoint string `toml:"endpoint"`
 	// Retention is how long a key is remembered: 1m to 87600h (10 years).
 	Retention Duration `toml:"retention"`
 	// CompleteDelay is how long a completion that would commit alone waits
@@ -248,7 +272,9 @@ func DefaultConfig() Config {
 			Prefix:    "",
 		},
 		Ledger: LedgerConfig{
+			Backend:       BackendBbolt,
 			Path:          "/var/lib/sqsonce/ledger.db",
+			Table:         defaultTable,
 			Retention:     Duration{168 * time.Hour},
 			CompleteDelay: Duration{ledger.DefaultCompleteDelay},
 		},
@@ -565,7 +591,44 @@ var rules = []rule{
 
 	{key: "key.on_missing", check: func(c *Config) error { return oneOf(c.Key.OnMissing, OnMissingReject, OnMissingHash) }},
 
-	{key: "ledger.path", check: func(c *Config) error { return required(c.Ledger.Path) }},
+	{key: "ledger.backend", check: func(c *Config) error {
+		return oneOf(c.Ledger.Backend, BackendBbolt, BackendPostgres, BackendDynamoDB)
+	}},
+	{
+		key:  "ledger.path",
+		when: func(c *Config) bool { return c.Ledger.Backend == BackendBbolt },
+		check: func(c *Config) error {
+			if strings.TrimSpace(c.Ledger.Path) == "" {
+				return fmt.Errorf("is required when ledger.backend is %q", BackendBbolt)
+			}
+			return nil
+		},
+	},
+	{
+		key:   "ledger.table",
+		when:  func(c *Config) bool { return c.Ledger.Backend != BackendBbolt },
+		check: func(c *Config) error { return tableName(c.Ledger.Table) },
+	},
+	{
+		key:   "ledger.url",
+		when:  func(c *Config) bool { return c.Ledger.URL != "" },
+		check: func(c *Config) error { return postgresURL(c.Ledger.URL) },
+	},
+	{
+		key:  "ledger.region",
+		when: func(c *Config) bool { return c.Ledger.Region != "" },
+		check: func(c *Config) error {
+			if strings.ContainsFunc(c.Ledger.Region, unicode.IsSpace) {
+				return fmt.Errorf("must be a region name such as eu-west-1, got %q", c.Ledger.Region)
+			}
+			return nil
+		},
+	},
+	{
+		key:   "ledger.endpoint",
+		when:  func(c *Config) bool { return c.Ledger.Endpoint != "" },
+		check: func(c *Config) error { return httpURL(c.Ledger.Endpoint) },
+	},
 	{key: "ledger.retention", check: func(c *Config) error { return durationBetween(c.Ledger.Retention, time.Minute, ledger.MaxRetention) }},
 	{key: "ledger.complete_delay", check: func(c *Config) error { return durationBetween(c.Ledger.CompleteDelay, 0, maxCompleteDelay) }},
 
@@ -618,6 +681,40 @@ var workerKeys = map[string]string{
 	"MaxBackoff":        "retry.max_backoff",
 	"Grace":             "shutdown.grace",
 	"Retention":         "ledger.retention",
+}
+
+// postgresURL accepts a postgres:// or postgresql:// URL or a connection
+// string of key=value pairs, and says what is wrong without repeating a
+// password.
+func postgresURL(s string) error {
+	if strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://") {
+		if _, err := url.Parse(s); err != nil {
+			return errors.New("is not a valid postgres:// URL")
+		}
+		return nil
+	}
+	if strings.Contains(s, "://") || !strings.Contains(s, "=") {
+		return errors.New(`must be a postgres:// URL or key=value pairs such as "host=db dbname=orders"`)
+	}
+	return nil
+}
+
+// defaultTable is the default ledger.table.
+const defaultTable = "sqsonce_operations"
+
+// tableName requires a name that PostgreSQL takes unquoted and DynamoDB
+// accepts: a letter or underscore, then letters, digits and underscores, at
+// most 63 bytes.
+func tableName(s string) error {
+	ok := s != "" && len(s) <= 63 && (s[0] == '_' || unicode.IsLetter(rune(s[0])))
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		ok = c == '_' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9')
+	}
+	if !ok {
+		return fmt.Errorf("must be 1 to 63 ASCII letters, digits and underscores, not starting with a digit, got %q", s)
+	}
+	return nil
 }
 
 // hostPort accepts host:port with a numeric port, the host possibly empty

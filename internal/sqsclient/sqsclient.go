@@ -1,6 +1,6 @@
-// Package sqsclient holds what every SQS client of this module needs beyond
-// the AWS SDK's defaults: the binary, the tools and the tests build their
-// clients with it.
+// Package sqsclient holds what every AWS client of this module (SQS, and
+// DynamoDB for the shared ledger) needs beyond the AWS SDK's defaults: the
+// binary, the tools and the tests build their clients with it.
 package sqsclient
 
 import (
@@ -24,10 +24,20 @@ import (
 // invisible for a visibility timeout, a send whose answer was lost sends
 // twice. With a body net/http knows the length of, the check does not run.
 func InMemoryBodies(o *sqs.Options) {
-	o.HTTPClient = inMemoryBodies{next: o.HTTPClient}
+	o.HTTPClient = InMemory(o.HTTPClient)
 }
 
-type inMemoryBodies struct{ next sqs.HTTPClient }
+// Doer is an HTTP client as the AWS SDK's service clients take it
+// (sqs.HTTPClient, dynamodb.HTTPClient).
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+// InMemory returns next, handing it every request body as an in-memory
+// reader, for any service client: see InMemoryBodies.
+func InMemory(next Doer) Doer { return inMemoryBodies{next: next} }
+
+type inMemoryBodies struct{ next Doer }
 
 func (c inMemoryBodies) Do(r *http.Request) (*http.Response, error) {
 	if r.Body != nil && r.Body != http.NoBody {

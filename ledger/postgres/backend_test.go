@@ -266,5 +266,22 @@ func TestOpen(t *testing.T) {
 		if _, err := l.Claim(ctx, claimReq("k", "a")); !errors.Is(err, ledger.ErrNoSchema) {
 			t.Fatalf("claim on a dropped table: %v, want ErrNoSchema", err)
 		}
+		if err := l.Ping(ctx); !errors.Is(err, ledger.ErrNoSchema) {
+			t.Fatalf("ping on a dropped table: %v, want ErrNoSchema", err)
+		}
+	})
+
+	// Ping needs the right to write the table, and writes nothing.
+	t.Run("PingWithoutWriting", func(t *testing.T) {
+		t.Parallel()
+		opts := setup(t, nil)
+		l := open(t, opts)
+		must(t, l.Ping(ctx))
+		conn := pgtest.Connect(t, opts.URL)
+		var n int
+		must(t, conn.QueryRow(ctx, `SELECT count(*) FROM sqsonce_operations`).Scan(&n))
+		if n != 0 {
+			t.Fatalf("a ping wrote %d rows", n)
+		}
 	})
 }

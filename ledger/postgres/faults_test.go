@@ -204,7 +204,13 @@ func TestLostAnswers(t *testing.T) {
 		if _, err := postgres.Open(ctx, opts); !errors.Is(err, ledger.ErrUnavailable) {
 			t.Fatalf("open while unreachable: %v, want ErrUnavailable", err)
 		}
+		if err := l.Ping(ctx); !errors.Is(err, ledger.ErrUnavailable) {
+			t.Fatalf("ping while unreachable: %v, want ErrUnavailable", err)
+		}
 		p.Refuse(false)
+		if err := l.Ping(ctx); err != nil {
+			t.Fatalf("ping once reachable: %v", err)
+		}
 		mustClaim(t, l, claimReq("k", "a"), ledger.Claimed)
 	})
 }

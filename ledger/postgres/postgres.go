@@ -417,3 +417,19 @@ func classify(ctx context.Context, err error) error {
 	// off by the timeout).
 	return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 }
+
+// Ping reports whether the server answers and would let this host write
+// the ledger's table, without writing: it runs an update of no row. It
+// fails with an error wrapping ledger.ErrUnavailable when the server cannot
+// be reached, ledger.ErrNoSchema when the table is gone, and the server's
+// error when the privilege is missing.
+func (l *Ledger) Ping(ctx context.Context) error {
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		_, err := l.pool.Exec(ctx, fmt.Sprintf(`UPDATE %s SET updated = updated WHERE false`, l.cfg.table.Sanitize()))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ping ledger %s: %w", l.cfg.where, err)
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// Pinger is implemented by a ledger that can say whether it would take a
+// write, without writing: a shared store that answers and lets this host
+// write. While its claims fail, the worker pings such a ledger instead of
+// receiving messages only to give them back.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// How the worker waits for a ledger that cannot record claims.
+const (
+	gateMinWait = 250 * time.Millisecond
+	gateMaxWait = 5 * time.Second
+)
+
+// gate holds back new work while the ledger cannot record claims (a shared
+// store that is down, a full disk under the embedded one): no message is
+// received only to be given back, so none climbs towards the dead-letter
+// queue while the ledger is away, and the worker resumes by itself when it
+// answers again. Work already running goes on.
+type gate struct {
+	mu    sync.Mutex
+	down  bool
+	since time.Time
+	fatal error // a ledger that will not come back (its table gone): Run ends
+}
+
+// isFatal reports whether a claim error means the ledger cannot be used at
+// all until an operator acts: its table is missing or newer than this code.
+func isFatal(err error) bool {
+	return errors.Is(err, ledger.ErrNoSchema) || errors.Is(err, ledger.ErrSchema)
+}
+
+// claimFailed records that a batch's claims could not be recorded.
+func (w *Worker) claimFailed(err error) {
+	w.stats.claimFailures.Add(1)
+	g := &w.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if isFatal(err) && g.fatal == nil {
+		g.fatal = err
+	}
+	if !g.down {
+		g.down, g.since = true, w.now()
+		w.log.Error("the ledger cannot record claims: no new work starts until it can; running work goes on", "error", err)
+	}
+}
+
+// claimsRecorded records that the ledger took a batch's claims (or answered
+// a ping).
+func (w *Worker) claimsRecorded() {
+	g := &w.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.down {
+		w.log.Info("the ledger records claims again: new work starts", "down_for", w.now().Sub(g.since).Round(time.Millisecond))
+	}
+	g.down = false
+}
+
+// ledgerState returns whether the ledger is down, and a fatal error.
+func (w *Worker) ledgerState() (down bool, fatal error) {
+	g := &w.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.down, g.fatal
+}
+
+// awaitLedger waits, in poller i, while the ledger is down. With a Pinger
+// it pings the ledger until it answers; without one it waits a back-off and
+// returns probe: the next receive takes one message, whose claim tells
+// whether the ledger works again. It returns a fatal error, or ctx's end.
+func (w *Worker) awaitLedger(ctx context.Context, i int) (probe bool, err error) {
+	pinger, canPing := w.ledger.(Pinger)
+	for attempt := 1; ; attempt++ {
+		down, fatal := w.ledgerState()
+		switch {
+		case fatal != nil:
+			return false, fatal
+		case !down:
+			return false, nil
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		}
+		w.turn(i, true) // waiting on purpose: alive, not stuck
+		sleep(ctx, backoff(attempt, gateMinWait, gateMaxWait))
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		if !canPing {
+			return true, nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, gateMaxWait)
+		err := pinger.Ping(pctx)
+		cancel()
+		if err == nil {
+			w.claimsRecorded()
+		} else if isFatal(err) {
+			w.claimFailed(err)
+		}
+	}
+}
