@@ -170,7 +170,8 @@ func (l *Ledger) claim(ctx context.Context, req *ledger.ClaimRequest) (ledger.Cl
 		case !cur.Expires.After(now):
 			replace = true
 			continue
-		case cur.State == ledger.StateInProgress && cur.Owner == req.Owner && cur.LeaseExpiry.After(now):
+		case cur.State == ledger.StateInProgress && cur.Owner == req.Owner && cur.LeaseExpiry.After(now) &&
+			(len(cur.Fingerprint) == 0 || len(req.Fingerprint) == 0 || bytes.Equal(cur.Fingerprint, req.Fingerprint)):
 			// In progress under this request's own owner token: this
 			// claim's own write, whose answer was lost and whose retry
 			// found it.
