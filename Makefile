@@ -11,6 +11,9 @@ WITH_SQS    := scripts/with-sqs.sh
 # cluster on a free loopback port (Debian's postgresql package, installed
 # with apt-get when missing), stopped and removed afterwards.
 WITH_PG     := scripts/with-postgres.sh
+# The same for the local DynamoDB-compatible server (dynalite), which the
+# DynamoDB ledger's tests need. Wrappers compose: $(WITH_SQS) $(WITH_DYNALITE) CMD.
+WITH_DYNALITE := scripts/with-dynalite.sh
 
 .DEFAULT_GOAL := help
 
@@ -23,17 +26,18 @@ build: ## Build bin/sqsonce with the version stamped in.
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/sqsonce ./cmd/sqsonce
 
 .PHONY: deps
-deps: ## Install the local SQS-compatible server (npm) and Go modules.
+deps: ## Install the local SQS- and DynamoDB-compatible servers (npm) and Go modules.
 	npm ci --prefix scripts/sqs --no-audit --no-fund
+	npm ci --prefix scripts/dynalite --no-audit --no-fund
 	go mod download
 
 .PHONY: test
-test: ## Run every test, with the race detector, against a local SQS-compatible server and PostgreSQL.
-	$(WITH_SQS) $(WITH_PG) go test -race -count=1 ./...
+test: ## Run every test, with the race detector, against local SQS- and DynamoDB-compatible servers and PostgreSQL.
+	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go test -race -count=1 ./...
 
 .PHONY: test-short
 test-short: ## Run the tests without the race detector.
-	$(WITH_SQS) $(WITH_PG) go test -count=1 ./...
+	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go test -count=1 ./...
 
 # How long `make fuzz` runs each fuzz target, e.g. make fuzz FUZZTIME=5m.
 # The targets are found with `go test -list`, so a new Fuzz function needs
@@ -59,8 +63,8 @@ lint: ## gofmt, go vet and staticcheck.
 	go run $(STATICCHECK) ./...
 
 .PHONY: bench-go
-bench-go: ## Go benchmarks: ledger throughput (bbolt and PostgreSQL), Get on 1M records, sweeping, the worker's drain (needs the local servers).
-	$(WITH_SQS) $(WITH_PG) go test -run '^$$' -bench . -benchmem -timeout 30m ./...
+bench-go: ## Go benchmarks: ledger throughput (bbolt, PostgreSQL, DynamoDB), Get on 1M records, sweeping, the worker's drain (needs the local servers).
+	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 # bench's size and rounds, and any other flag of scripts/bench
 # (`go run ./scripts/bench -h`), e.g. make bench BENCH_MESSAGES=5000 BENCH_ROUNDS=5
@@ -86,5 +90,5 @@ demo: build ## Run the worker on a local SQS-compatible server and show what it 
 	$(WITH_SQS) go run ./scripts/demo --bin bin/sqsonce
 
 .PHONY: clean
-clean: ## Remove build output and the installed test server.
-	rm -rf bin scripts/sqs/node_modules
+clean: ## Remove build output and the installed test servers.
+	rm -rf bin scripts/sqs/node_modules scripts/dynalite/node_modules
