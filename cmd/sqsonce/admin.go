@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,7 +35,12 @@ type ledgerMetrics struct {
 	commitSeconds  prometheus.Histogram
 	requestsCommit prometheus.Histogram
 	commitErrors   prometheus.Counter
-	db             *ledger.DB // set once the ledger is open
+
+	mu       sync.Mutex
+	st       statser       // set once the ledger is open
+	every    time.Duration // a scrape reads Stats at most this often
+	last     ledger.Stats
+	lastRead time.Time
 
 	records    *prometheus.Desc
 	oldest     *prometheus.Desc
@@ -84,13 +90,49 @@ func (m *ledgerMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.commitsAll
 }
 
+// statser is the part of a ledger that the metrics read.
+type statser interface {
+	Stats(ctx context.Context) (ledger.Stats, error)
+}
+
+// sharedStatsEvery is how often a scrape reads the counts of a shared
+// ledger: they cost a query over its table (a scan on DynamoDB), where the
+// embedded ledger keeps them as counters.
+const sharedStatsEvery = time.Minute
+
+// observe starts reporting the counts of st.
+func (m *ledgerMetrics) observe(st statser) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.st = st
+	if _, local := st.(*ledger.DB); !local {
+		m.every = sharedStatsEvery
+	}
+}
+
+// stats returns the ledger's counts, read again when older than every.
+func (m *ledgerMetrics) stats() (ledger.Stats, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.st == nil {
+		return ledger.Stats{}, false
+	}
+	if m.lastRead.IsZero() || time.Since(m.lastRead) >= m.every {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := m.st.Stats(ctx)
+		cancel()
+		if err != nil {
+			return m.last, !m.lastRead.IsZero()
+		}
+		m.last, m.lastRead = st, time.Now()
+	}
+	return m.last, true
+}
+
 // Collect implements prometheus.Collector.
 func (m *ledgerMetrics) Collect(ch chan<- prometheus.Metric) {
-	if m.db == nil {
-		return
-	}
-	st, err := m.db.Stats(context.Background())
-	if err != nil {
+	st, ok := m.stats()
+	if !ok {
 		return
 	}
 	for state, n := range map[string]int{

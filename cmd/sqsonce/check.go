@@ -97,7 +97,11 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		c.line("warn", "shutdown", "shutdown.grace %v is shorter than handler.timeout %v: a stop may cut running work short (it is retried, not lost)", grace, timeout)
 	}
 
-	checkLedgerPath(c, cfg.Ledger.Path)
+	if cfg.Ledger.Backend == BackendBbolt {
+		checkLedgerPath(c, cfg.Ledger.Path)
+	} else {
+		checkSharedLedger(ctx, c, cfg)
+	}
 
 	switch cfg.Handler.Type {
 	case HandlerExec:
@@ -166,4 +170,25 @@ func checkLedgerPath(c *checker, path string) {
 		return
 	}
 	c.line("ok", "ledger", "%s is writable and free (%d records)", path, st.InProgress+st.Complete+st.Failed+st.FailedPermanently)
+}
+
+// checkSharedLedger checks that the shared store answers, that its table
+// exists with a schema this sqsonce knows, and that this host can read it.
+func checkSharedLedger(ctx context.Context, c *checker, cfg Config) {
+	st, err := openStore(ctx, cfg, nil)
+	if err != nil {
+		c.line("fail", "ledger", "%v", err)
+		return
+	}
+	defer st.Close()
+	stats, err := st.Stats(ctx)
+	if err != nil {
+		c.line("fail", "ledger", "%s table %s: %v", cfg.Ledger.Backend, cfg.Ledger.Table, err)
+		return
+	}
+	c.line("ok", "ledger", "%s table %s answers (%d records)", cfg.Ledger.Backend, cfg.Ledger.Table,
+		stats.InProgress+stats.Complete+stats.Failed+stats.FailedPermanently)
+	if cfg.Ledger.Backend == BackendDynamoDB {
+		checkDynamoDBTTL(ctx, c, cfg)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -184,4 +185,35 @@ exec setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all env -i %
 		t.Fatalf("%d messages left after a clean drain", visible+inflight)
 	}
 	t.Logf("drained 4 running operations in %v after SIGTERM (limit 30s)", took.Round(time.Millisecond))
+}
+
+// Every SQSONCE_* variable the deployment examples set is one sqsonce reads:
+// a misspelt name would be ignored in production.
+func TestDeploy_ManifestVariables(t *testing.T) {
+	t.Parallel()
+	known := map[string]bool{"SQSONCE_CONFIG": true}
+	for _, v := range EnvVars() {
+		known[v] = true
+	}
+	files, err := filepath.Glob("../../deploy/*/*")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no deployment files: %v", err)
+	}
+	name := regexp.MustCompile(`SQSONCE_[A-Z_]+`)
+	seen := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range name.FindAllString(string(b), -1) {
+			seen++
+			if !known[v] {
+				t.Errorf("%s sets %s, which sqsonce does not read", f, v)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no SQSONCE_ variable in the deployment files: the test tested nothing")
+	}
 }

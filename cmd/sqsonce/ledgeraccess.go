@@ -20,8 +20,8 @@ type ledgerAccess interface {
 	Forget(ctx context.Context, key string) error
 	Reset(ctx context.Context, key string) error
 	Close() error
-	// Via says how the ledger is reached, for messages: "file" or
-	// "worker socket".
+	// Via says how the ledger is reached, for messages: "file", "worker
+	// socket", "postgres" or "dynamodb".
 	Via() string
 }
 
@@ -30,10 +30,19 @@ type localLedger struct{ *ledger.DB }
 
 func (localLedger) Via() string { return "file" }
 
-// openLedgerAccess opens the ledger at cfg.Path. When another process (a
-// running worker) holds the file, it connects to that worker's socket
+// openLedgerAccess opens the configured ledger. A shared store is opened
+// directly. A bbolt ledger is opened from its file; when another process
+// (a running worker) holds the file, it connects to that worker's socket
 // instead (socketPath), which serves the same operations.
-func openLedgerAccess(ctx context.Context, cfg LedgerConfig) (ledgerAccess, error) {
+func openLedgerAccess(ctx context.Context, full Config) (ledgerAccess, error) {
+	if full.Ledger.Backend != BackendBbolt {
+		st, err := openStore(ctx, full, nil)
+		if err != nil {
+			return nil, err
+		}
+		return sharedLedger{store: st, via: full.Ledger.Backend}, nil
+	}
+	cfg := full.Ledger
 	db, err := ledger.Open(cfg.Path, ledger.Options{Retention: cfg.Retention.Duration, LockTimeout: 300 * time.Millisecond})
 	if err == nil {
 		return localLedger{db}, nil

@@ -18,19 +18,26 @@ import (
 
 const ledgerUsage = `Usage: sqsonce ledger <command> [--config FILE] [flags] [args]
 
-Answer "what happened to operation X?" and manage the ledger.
+Answer "what happened to operation X?" and manage the ledger, on any
+backend (ledger.backend).
 
 Commands:
+  init           create the ledger's table (postgres, dynamodb) or file (bbolt) if missing;
+                 safe to run again and from several hosts at once
   get KEY        the record of one operation (--json for JSON)
-  list           records, in key order: --state S, --prefix P, --limit N (default 100, 0 = all), --json
-  stats          counts by state, oldest in-progress age, file size, records expiring within 24h (--json)
+  list           records (in key order, but on dynamodb): --state S, --prefix P,
+                 --limit N (default 100, 0 = all), --json
+  stats          counts by state, oldest in-progress age; with bbolt also the file size and
+                 the records expiring within 24h (--json)
   forget KEY     delete a record so that the operation runs again on its next delivery
                  (asks on a terminal; --yes otherwise)
+  reset KEY      make a failed operation, permanent or not, run again on its next delivery
   export         every record as JSON lines, for audits and for moving to a shared ledger
-  compact        rewrite the file to reclaim the space of removed records (not while a worker runs)
+  compact        bbolt: rewrite the file to reclaim the space of removed records (not while a worker runs)
 
-get, list, stats, export and forget work while a worker runs: they reach its
-ledger through the socket it serves beside the file (ledger.path + ".sock").
+With bbolt, get, list, stats, export, forget and reset work while a worker
+runs: they reach its ledger through the socket it serves beside the file
+(ledger.path + ".sock"). A shared ledger they reach directly.
 `
 
 // ledgerCommand is `sqsonce ledger`.
@@ -54,10 +61,10 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	wantArgs := map[string]int{"get": 1, "forget": 1, "list": 0, "stats": 0, "export": 0, "compact": 0}
+	wantArgs := map[string]int{"init": 0, "get": 1, "forget": 1, "reset": 1, "list": 0, "stats": 0, "export": 0, "compact": 0}
 	n, ok := wantArgs[sub]
 	if !ok {
-		return fmt.Errorf("unknown ledger command %q (want get, list, stats, forget, export or compact): %w", sub, errUsage)
+		return fmt.Errorf("unknown ledger command %q (want init, get, list, stats, forget, reset, export or compact): %w", sub, errUsage)
 	}
 	if fs.NArg() != n {
 		return fmt.Errorf("ledger %s takes %d argument(s), got %q: %w", sub, n, fs.Args(), errUsage)
@@ -73,7 +80,18 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 	}
 	filter.Prefix = *prefix
 
+	if sub == "init" {
+		done, err := initStore(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(m.Stdout, done)
+		return nil
+	}
 	if sub == "compact" {
+		if cfg.Ledger.Backend != BackendBbolt {
+			return fmt.Errorf("compact rewrites a bbolt file; ledger.backend is %q, whose store reclaims space itself: %w", cfg.Ledger.Backend, errUsage)
+		}
 		before, after, err := ledger.Compact(cfg.Ledger.Path, 300*time.Millisecond)
 		if errors.Is(err, ledger.ErrLocked) {
 			return fmt.Errorf("%w: stop the worker before compacting", err)
@@ -84,10 +102,12 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 		fmt.Fprintf(m.Stdout, "compacted %s: %d -> %d bytes\n", cfg.Ledger.Path, before, after)
 		return nil
 	}
-	if _, err := os.Stat(cfg.Ledger.Path); err != nil {
-		return fmt.Errorf("ledger %s: %w", cfg.Ledger.Path, err)
+	if cfg.Ledger.Backend == BackendBbolt {
+		if _, err := os.Stat(cfg.Ledger.Path); err != nil {
+			return fmt.Errorf("ledger %s: %w", cfg.Ledger.Path, err)
+		}
 	}
-	l, err := openLedgerAccess(ctx, cfg.Ledger)
+	l, err := openLedgerAccess(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -110,6 +130,20 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 		return l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error { return enc.Encode(toJSON(r)) })
 	case "stats":
 		return m.printStats(ctx, l, *asJSON)
+	case "reset":
+		key := fs.Arg(0)
+		rec, err := l.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		if err := l.Reset(ctx, key); err != nil {
+			return err
+		}
+		kind := "failed"
+		if rec.Permanent {
+			kind = "failed permanently"
+		}
+		fmt.Fprintf(m.Stdout, "reset %q (was %s after %d attempt(s)) via the %s: its next delivery runs it\n", key, kind, rec.Attempts, l.Via())
 	case "forget":
 		key := fs.Arg(0)
 		rec, err := l.Get(ctx, key)
@@ -181,25 +215,33 @@ func (m *Main) printStats(ctx context.Context, l ledgerAccess, asJSON bool) erro
 		return err
 	}
 	now := time.Now()
+	// The embedded ledger is a file of this host: walking it is cheap. A
+	// shared table is not walked for a count (a scan of every record).
+	local := l.Via() == "file" || l.Via() == "worker socket"
 	soon := 0
-	if err := l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error {
-		if r.Expires.Before(now.Add(24 * time.Hour)) {
-			soon++
+	if local {
+		if err := l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error {
+			if r.Expires.Before(now.Add(24 * time.Hour)) {
+				soon++
+			}
+			return nil
+		}); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return err
 	}
 	var oldest time.Duration
 	if !st.OldestInProgress.IsZero() {
 		oldest = now.Sub(st.OldestInProgress).Round(time.Second)
 	}
 	if asJSON {
-		return json.NewEncoder(m.Stdout).Encode(map[string]any{
+		out := map[string]any{
 			"in_progress": st.InProgress, "complete": st.Complete, "failed": st.Failed,
-			"failed_permanently": st.FailedPermanently, "oldest_in_progress_seconds": oldest.Seconds(),
-			"file_size": st.FileSize, "expiring_24h": soon, "via": l.Via(),
-		})
+			"failed_permanently": st.FailedPermanently, "oldest_in_progress_seconds": oldest.Seconds(), "via": l.Via(),
+		}
+		if local {
+			out["file_size"], out["expiring_24h"] = st.FileSize, soon
+		}
+		return json.NewEncoder(m.Stdout).Encode(out)
 	}
 	tw := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "in_progress\t%d\n", st.InProgress)
@@ -207,8 +249,10 @@ func (m *Main) printStats(ctx context.Context, l ledgerAccess, asJSON bool) erro
 	fmt.Fprintf(tw, "failed\t%d\n", st.Failed)
 	fmt.Fprintf(tw, "failed permanently\t%d\n", st.FailedPermanently)
 	fmt.Fprintf(tw, "oldest in progress\t%v\n", oldest)
-	fmt.Fprintf(tw, "expiring within 24h\t%d\n", soon)
-	fmt.Fprintf(tw, "file size\t%d bytes\n", st.FileSize)
+	if local {
+		fmt.Fprintf(tw, "expiring within 24h\t%d\n", soon)
+		fmt.Fprintf(tw, "file size\t%d bytes\n", st.FileSize)
+	}
 	fmt.Fprintf(tw, "read via\t%s\n", l.Via())
 	return tw.Flush()
 }

@@ -167,7 +167,7 @@ func (m *Main) replayCommand(ctx context.Context, args []string) error {
 		return fmt.Errorf("target queue: %w", err)
 	}
 	rc.ToFIFO = target.FIFO
-	led, err := openLedgerAccess(ctx, cfg.Ledger)
+	led, err := openLedgerAccess(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}

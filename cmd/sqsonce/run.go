@@ -32,26 +32,25 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	}
 	reg := newRegistry()
 	lm := newLedgerMetrics(reg)
-	delay := cfg.Ledger.CompleteDelay.Duration
-	if delay == 0 {
-		delay = -1 // the ledger's zero picks its default; 0s here means none
-	}
-	db, err := ledger.Open(cfg.Ledger.Path, ledger.Options{Retention: cfg.Ledger.Retention.Duration, CompleteDelay: delay, OnCommit: lm.onCommit})
+	st, err := openStore(ctx, cfg, lm.onCommit)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	lm.db = db
-	// Admin commands reach the ledger through this socket while we hold it.
-	sock, err := serveLedgerSocket(db, socketPath(cfg.Ledger.Path), log)
-	if err != nil {
-		log.Warn("ledger socket unavailable: `sqsonce ledger` cannot reach this worker's ledger while it runs", "error", err)
+	defer st.Close()
+	lm.observe(st)
+	if db, ok := st.(*ledger.DB); ok {
+		// Admin commands reach the ledger through this socket while we
+		// hold the file; shared stores they reach directly.
+		sock, err := serveLedgerSocket(db, socketPath(cfg.Ledger.Path), log)
+		if err != nil {
+			log.Warn("ledger socket unavailable: `sqsonce ledger` cannot reach this worker's ledger while it runs", "error", err)
+		}
+		defer sock.Close()
 	}
-	defer sock.Close()
 
 	wcfg := workerConfig(cfg, log)
 	wcfg.Registerer = reg
-	w, err := worker.New(wcfg, client, db, handler)
+	w, err := worker.New(wcfg, client, st, handler)
 	if err != nil {
 		return err
 	}
@@ -95,7 +94,7 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	stopNotify()
-	return db.Close()
+	return st.Close()
 }
 
 // workerConfig maps the file's configuration onto the worker's. A value in
