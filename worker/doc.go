@@ -17,8 +17,10 @@
 //   - the Handler is stopped (its timeout, the end of the shutdown grace, a
 //     lost lease) or returns an error after its effect happened: the
 //     attempt counts as failed and is retried;
-//   - the ledger cannot commit the completion (a full disk): the message is
-//     left for redelivery (Stats.CompleteFailed);
+//   - the ledger cannot commit the completion (a full disk, a shared store
+//     that is away) before the worker stops: the completion is tried again,
+//     with the message kept out of sight, until then; after that the
+//     message is left for redelivery (Stats.CompleteFailed);
 //   - the claim's lease lapses while the work runs (the process stopped or
 //     cut off from a shared ledger for longer than the lease) and another
 //     claim takes the operation over;

@@ -303,3 +303,62 @@ func TestWorker_LedgerGone(t *testing.T) {
 		t.Errorf("%d operations ran", n)
 	}
 }
+
+// completeOutage is the real ledger whose completions fail, as a shared
+// store's do while it is away, until the test lets them through.
+type completeOutage struct {
+	*ledger.DB
+	down     atomic.Bool
+	failures atomic.Int64
+}
+
+func (l *completeOutage) Complete(ctx context.Context, c ledger.Completion) error {
+	if l.down.Load() {
+		l.failures.Add(1)
+		return fmt.Errorf("connection refused: %w", ledger.ErrUnavailable)
+	}
+	return l.DB.Complete(ctx, c)
+}
+
+// Work is done while the ledger cannot record its completion: the worker
+// keeps trying, keeps the message out of sight meanwhile, and records it
+// once the ledger answers; the work does not run again.
+func TestWorker_CompletionWaitsForTheLedger(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	l := &completeOutage{DB: b.db}
+	cfg := b.config() // visibility and lease 2s
+	w, err := worker.New(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		if b.runs.add(m.Key) == 1 {
+			l.down.Store(true)
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	b.send(`{"id":"late-record"}`)
+	// Three visibility timeouts go by while the completion cannot be
+	// recorded.
+	waitUntil(t, "failed completions", 10*time.Second, func() bool { return l.failures.Load() > 0 })
+	time.Sleep(3 * cfg.VisibilityTimeout)
+	if visible, _ := sqstest.Count(t, b.client, b.queue.URL); visible != 0 {
+		t.Errorf("the message became visible while its completion waited")
+	}
+	l.down.Store(false)
+	b.waitEmpty(20 * time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s := w.Stats()
+	if n := b.runs.count("late-record"); n != 1 || s.Completed != 1 || s.CompleteFailed != 0 {
+		t.Fatalf("ran %d times; stats %+v", n, s)
+	}
+	if rec := b.record("late-record"); rec.State != ledger.StateComplete || rec.Attempts != 1 {
+		t.Fatalf("record %+v", rec)
+	}
+}

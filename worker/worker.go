@@ -738,14 +738,18 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	stopBeat := w.heartbeat(j, log, func() { cancelLease(errLeaseLost) })
 	start := w.now()
 	err := w.handle(hctx, m)
-	stopBeat()
 	s.free()
 	elapsed := w.now().Sub(start)
 	bg := context.WithoutCancel(ctx)
 	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
 	if err == nil {
-		return w.complete(bg, j, m, log.With("duration", elapsed))
+		// The heartbeat goes on until the completion is recorded: while
+		// the ledger cannot take it, the message stays out of sight.
+		ok := w.complete(bg, workCtx, j, m, log.With("duration", elapsed))
+		stopBeat()
+		return ok
 	}
+	stopBeat()
 	if errors.Is(context.Cause(hctx), errLeaseLost) {
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
@@ -801,19 +805,26 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 }
 
 // complete records the operation complete, durably, and only then deletes
-// the message. A failed commit is retried briefly; an answer about the
+// the message. A completion that failed to commit (a shared store that is
+// away, a full disk) is tried again, with a back-off, for as long as the
+// worker runs: the caller's heartbeat keeps the message out of sight
+// meanwhile, so that no redelivery runs done work again. It gives up when
+// the worker stops (the end of the shutdown grace). An answer about the
 // record (another claim owns it, it is gone, it is in another state) cannot
 // change by asking again and is not retried. When the completion cannot be
 // recorded the message is left, and its redelivery may run the work again.
-func (w *Worker) complete(ctx context.Context, j *job, m *Message, log *jobLog) bool {
+func (w *Worker) complete(ctx, workCtx context.Context, j *job, m *Message, log *jobLog) bool {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
-	for attempt := 1; attempt <= 4; attempt++ {
+	for attempt := 1; ; attempt++ {
 		err = w.ledger.Complete(ctx, c)
-		if err == nil || !mayChange(err) {
+		if err == nil || !mayChange(err) || workCtx.Err() != nil {
 			break
 		}
-		sleep(ctx, backoff(attempt, 100*time.Millisecond, 2*time.Second))
+		if attempt == 4 {
+			log.Warn("work done, the completion not recorded yet: trying again while the message stays out of sight", "error", err)
+		}
+		sleep(workCtx, backoff(attempt, 100*time.Millisecond, 5*time.Second))
 	}
 	if err != nil {
 		w.stats.completeFailed.Add(1)
