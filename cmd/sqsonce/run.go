@@ -134,8 +134,21 @@ func workerConfig(cfg Config, log *slog.Logger) worker.Config {
 		MaxBackoff:        explicit(cfg.Retry.MaxBackoff),
 		Grace:             explicit(cfg.Shutdown.Grace),
 		Retention:         cfg.Ledger.Retention.Duration,
+		SweepInterval:     sweepInterval(cfg.Ledger),
 		Logger:            log,
 	}
+}
+
+// sweepInterval is how often each worker sweeps expired records. On
+// DynamoDB a sweep scans the whole table and TTL deletion does the work
+// where it is on, so a tenth of the retention, at most a day, is enough;
+// bbolt and PostgreSQL sweep by an index, every 10 minutes (zero: the
+// worker's default).
+func sweepInterval(l LedgerConfig) time.Duration {
+	if l.Backend == BackendDynamoDB {
+		return min(l.Retention.Duration/10, 24*time.Hour)
+	}
+	return 0
 }
 
 func keyConfig(k KeyConfig) worker.KeyConfig {
