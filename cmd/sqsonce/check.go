@@ -188,6 +188,13 @@ func checkSharedLedger(ctx context.Context, c *checker, cfg Config) {
 	}
 	c.line("ok", "ledger", "%s table %s answers (%d records)", cfg.Ledger.Backend, cfg.Ledger.Table,
 		stats.InProgress+stats.Complete+stats.Failed+stats.FailedPermanently)
+	if p, ok := st.(worker.Pinger); ok {
+		if err := p.Ping(ctx); err != nil {
+			c.line("fail", "ledger writes", "%v", err)
+		} else {
+			c.line("ok", "ledger writes", "this host may write the table (checked without writing)")
+		}
+	}
 	if cfg.Ledger.Backend == BackendDynamoDB {
 		checkDynamoDBTTL(ctx, c, cfg)
 	}
