@@ -124,10 +124,13 @@ func NewClientAt(t testing.TB, endpoint string, rt http.RoundTripper, optFns ...
 }
 
 // LoopbackTransport returns a clone of http.DefaultTransport that never
-// uses a proxy: the test server is always on loopback.
+// uses a proxy (the test server is always on loopback) and keeps up to 100
+// idle connections to it rather than net/http's 2, so that a client with
+// many requests in flight (a ledger's batch) reuses its connections.
 func LoopbackTransport() *http.Transport {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
+	tr.MaxIdleConnsPerHost = 100
 	return tr
 }
 

@@ -552,6 +552,11 @@ func TestLedger_Close(t *testing.T) {
 		"stats":    second(l.Stats(ctx)),
 		"sweep":    second(l.Sweep(ctx)),
 		"forget":   l.Forget(ctx, "k"),
+		"fail":     l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a"}),
+		"release":  l.Release(ctx, "k", "a"),
+		"extend":   second(l.Extend(ctx, "k", "a", lease)),
+		"reset":    l.Reset(ctx, "k"),
+		"batch":    l.CompleteBatch(ctx, []ledger.Completion{{Key: "k", Owner: "a"}})[0],
 	} {
 		if !errors.Is(err, ledger.ErrClosed) {
 			t.Errorf("%s after close: err %v, want ErrClosed", what, err)

@@ -9,6 +9,12 @@
 // the AWS SDK's *dynamodb.Client implements; credentials, region, endpoint,
 // retries and the HTTP transport are the client's.
 //
+// The worker's credentials need dynamodb:GetItem, PutItem, UpdateItem,
+// DeleteItem, Scan and DescribeTable on the table; Init also needs
+// CreateTable, DescribeTimeToLive and UpdateTimeToLive. Give the client an
+// HTTP transport that keeps about Options.Concurrency idle connections per
+// host (net/http keeps 2 unless told otherwise; the SDK's default keeps 10).
+//
 // # Items
 //
 // One item per operation, under the partition key "pk" = "op#" + the

@@ -244,9 +244,6 @@ func (l *Ledger) enter() error {
 	return nil
 }
 
-// Table returns the name of the ledger's table.
-func (l *Ledger) Table() string { return *l.table }
-
 // call runs one request with the ledger's timeout and classifies its
 // error (see classify).
 func (l *Ledger) call(ctx context.Context, fn func(ctx context.Context) error) error {

@@ -62,6 +62,31 @@ type judge func(cur *ledger.Record, own bool) error
 // errDone stops a transition loop with success.
 var errDone = fmt.Errorf("done")
 
+// guard runs fn as a call in flight (see Close), or fails when the ledger
+// is closed.
+func (l *Ledger) guard(op, key string, fn func() error) error {
+	if err := l.enter(); err != nil {
+		return fmt.Errorf("%s %q: %w", op, key, err)
+	}
+	defer l.calls.Done()
+	return fn()
+}
+
+// batch runs fn for each of n items as one call in flight, the items of one
+// key in order, and returns one error per item.
+func (l *Ledger) batch(op string, n int, key func(int) string, fn func(i int) error) []error {
+	errs := make([]error, n)
+	if err := l.enter(); err != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("%s %q: %w", op, key(i), err)
+		}
+		return errs
+	}
+	defer l.calls.Done()
+	l.perKey(n, key, func(i int) { errs[i] = fn(i) })
+	return errs
+}
+
 // transition runs a conditional write built by build for the time of each
 // try, reads the item when its condition fails and asks judge what that
 // means. own tells judge that the item's last write was this call's (its
@@ -70,10 +95,6 @@ func (l *Ledger) transition(ctx context.Context, op, key string, build func(now 
 	if err := ledger.ValidateKey(key); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
-	if err := l.enter(); err != nil {
-		return fmt.Errorf("%s %q: %w", op, key, err)
-	}
-	defer l.calls.Done()
 	writeID := newWriteID()
 	for try := 0; try < maxTries; try++ {
 		err := l.do(ctx, key, build(l.now(), writeID))
@@ -135,17 +156,15 @@ func ownerAnswer(op, key, owner string, cur *ledger.Record) error {
 // complete, it succeeds again for the same owner and changes nothing, so
 // a completion whose answer was lost can be retried.
 func (l *Ledger) Complete(ctx context.Context, c ledger.Completion) error {
-	return l.complete(ctx, &c)
+	return l.guard("complete", c.Key, func() error { return l.complete(ctx, &c) })
 }
 
 // CompleteBatch completes many claims, up to Options.Concurrency at once,
 // and returns one error per completion, nil for those that are recorded.
 func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
-	errs := make([]error, len(cs))
-	l.perKey(len(cs), func(i int) string { return cs[i].Key }, func(i int) {
-		errs[i] = l.complete(ctx, &cs[i])
+	return l.batch("complete", len(cs), func(i int) string { return cs[i].Key }, func(i int) error {
+		return l.complete(ctx, &cs[i])
 	})
-	return errs
 }
 
 func (l *Ledger) complete(ctx context.Context, c *ledger.Completion) error {
@@ -189,17 +208,15 @@ func (l *Ledger) complete(ctx context.Context, c *ledger.Completion) error {
 // progress. A failure whose answer was lost and that is retried finds its
 // own write and succeeds.
 func (l *Ledger) Fail(ctx context.Context, f ledger.Failure) error {
-	return l.fail(ctx, &f)
+	return l.guard("fail", f.Key, func() error { return l.fail(ctx, &f) })
 }
 
 // FailBatch fails many claims, up to Options.Concurrency at once, one error
 // per failure.
 func (l *Ledger) FailBatch(ctx context.Context, fs []ledger.Failure) []error {
-	errs := make([]error, len(fs))
-	l.perKey(len(fs), func(i int) string { return fs[i].Key }, func(i int) {
-		errs[i] = l.fail(ctx, &fs[i])
+	return l.batch("fail", len(fs), func(i int) string { return fs[i].Key }, func(i int) error {
+		return l.fail(ctx, &fs[i])
 	})
-	return errs
 }
 
 func (l *Ledger) fail(ctx context.Context, f *ledger.Failure) error {
@@ -240,7 +257,7 @@ func (l *Ledger) fail(ctx context.Context, f *ledger.Failure) error {
 // retried release of a first claim finds no item and answers ErrNotFound:
 // the item is gone, as asked.
 func (l *Ledger) Release(ctx context.Context, key, owner string) error {
-	return l.release(ctx, key, owner)
+	return l.guard("release", key, func() error { return l.release(ctx, key, owner) })
 }
 
 func (l *Ledger) release(ctx context.Context, key, owner string) error {
@@ -291,11 +308,19 @@ func (l *Ledger) Extend(ctx context.Context, key, owner string, lease time.Durat
 		return time.Time{}, err
 	}
 	var expiry time.Time
-	err := l.transition(ctx, "extend", key, func(now time.Time, writeID string) *write {
-		expiry = now.Add(lease)
+	err := l.guard("extend", key, func() error { return l.extend(ctx, key, owner, lease, &expiry) })
+	if err != nil {
+		return time.Time{}, err
+	}
+	return expiry, nil
+}
+
+func (l *Ledger) extend(ctx context.Context, key, owner string, lease time.Duration, expiry *time.Time) error {
+	return l.transition(ctx, "extend", key, func(now time.Time, writeID string) *write {
+		*expiry = now.Add(lease)
 		e := newExpr()
 		w := &write{e: e, cond: ownedCond(e, owner, now)}
-		w.u.set = append(w.u.set, e.n(attrLease)+" = "+e.v("lease", timeAV(expiry)))
+		w.u.set = append(w.u.set, e.n(attrLease)+" = "+e.v("lease", timeAV(*expiry)))
 		l.stampSet(e, &w.u, now, writeID)
 		return w
 	}, func(cur *ledger.Record, own bool) error {
@@ -307,16 +332,16 @@ func (l *Ledger) Extend(ctx context.Context, key, owner string, lease time.Durat
 		}
 		return nil
 	})
-	if err != nil {
-		return time.Time{}, err
-	}
-	return expiry, nil
 }
 
 // Reset makes a failed operation claimable again, permanent or not: what an
 // operator does before replaying it from a dead-letter queue. Its history
 // (attempts, last error) is kept. Other states fail with ErrState.
 func (l *Ledger) Reset(ctx context.Context, key string) error {
+	return l.guard("reset", key, func() error { return l.reset(ctx, key) })
+}
+
+func (l *Ledger) reset(ctx context.Context, key string) error {
 	return l.transition(ctx, "reset", key, func(now time.Time, writeID string) *write {
 		e := newExpr()
 		w := &write{e: e, cond: e.n(attrExpires) + " > " + e.v("now", timeAV(now)) +
