@@ -81,13 +81,18 @@ type Claim struct {
 	Err error
 }
 
-func (r *ClaimRequest) validate() error {
+// Validate checks a claim request as every ledger does before it claims:
+// the key, an owner of 1 to MaxOwnerLen bytes, a positive lease and a
+// fingerprint of at most MaxFingerprintLen bytes. Errors wrap
+// ErrInvalidKey or ErrInvalidArgument. A ledger also refuses a lease longer
+// than its retention.
+func (r *ClaimRequest) Validate() error {
 	if err := ValidateKey(r.Key); err != nil {
 		return err
 	}
 	switch {
-	case r.Owner == "" || len(r.Owner) > maxOwnerLen:
-		return fmt.Errorf("claim %q: owner must be 1 to %d bytes: %w", r.Key, maxOwnerLen, ErrInvalidArgument)
+	case r.Owner == "" || len(r.Owner) > MaxOwnerLen:
+		return fmt.Errorf("claim %q: owner must be 1 to %d bytes: %w", r.Key, MaxOwnerLen, ErrInvalidArgument)
 	case r.Lease <= 0:
 		return fmt.Errorf("claim %q: lease must be positive, got %v: %w", r.Key, r.Lease, ErrInvalidArgument)
 	case len(r.Fingerprint) > MaxFingerprintLen:
@@ -129,7 +134,7 @@ func (db *DB) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
 // does not hold up the others.
 func (db *DB) ClaimBatch(ctx context.Context, reqs []ClaimRequest) ([]Claim, error) {
 	for i := range reqs {
-		if err := reqs[i].validate(); err != nil {
+		if err := reqs[i].Validate(); err != nil {
 			return nil, err
 		}
 		if err := db.checkLease("claim", reqs[i].Key, reqs[i].Lease); err != nil {
@@ -161,7 +166,7 @@ func (s *store) claim(req *ClaimRequest) (Claim, error) {
 	if err != nil {
 		return Claim{}, err
 	}
-	c, rec := decideClaim(cur, req, s.now)
+	c, rec := DecideClaim(cur, req, s.now)
 	if rec != nil {
 		if err := s.put(old, rec); err != nil {
 			return Claim{}, err
@@ -171,10 +176,12 @@ func (s *store) claim(req *ClaimRequest) (Claim, error) {
 	return c, nil
 }
 
-// decideClaim decides req against cur, the key's live record (nil when
-// there is none), at now. It returns the claim and, when the claim takes
-// the operation, the record to write.
-func decideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record) {
+// DecideClaim decides req against cur, the key's live record (nil when
+// there is none), at now: the claim's answer and, when the claim takes the
+// operation, the record to write (without Updated and Expires, which the
+// write stamps). It is the decision every ledger makes; a shared one makes
+// it with a conditional write that holds only while cur is what it read.
+func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record) {
 	if cur == nil {
 		rec := &Record{
 			Key:         req.Key,
@@ -185,7 +192,7 @@ func decideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 			LeaseExpiry: now.Add(req.Lease),
 			FirstSeen:   now,
 			Claimed:     now,
-			MessageID:   textcut.Cut(req.MessageID, maxMessageIDLen),
+			MessageID:   textcut.Cut(req.MessageID, MaxMessageIDLen),
 		}
 		return Claim{Outcome: Claimed, Record: *rec}, rec
 	}
@@ -217,7 +224,7 @@ func decideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 		rec.Fingerprint = req.Fingerprint
 	}
 	if req.MessageID != "" {
-		rec.MessageID = textcut.Cut(req.MessageID, maxMessageIDLen)
+		rec.MessageID = textcut.Cut(req.MessageID, MaxMessageIDLen)
 	}
 	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover}, &rec
 }

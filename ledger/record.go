@@ -17,9 +17,10 @@ const (
 	MaxErrorLen = 1024
 	// MaxFingerprintLen is the longest payload fingerprint accepted.
 	MaxFingerprintLen = 64
-	// maxOwnerLen and maxMessageIDLen bound the remaining strings.
-	maxOwnerLen     = 256
-	maxMessageIDLen = 256
+	// MaxOwnerLen bounds an owner token; MaxMessageIDLen the message id
+	// kept for support (longer ids are cut).
+	MaxOwnerLen     = 256
+	MaxMessageIDLen = 256
 )
 
 // State is where an operation stands.
@@ -139,9 +140,9 @@ func decodeRecord(key string, b []byte) (Record, error) {
 		*t = fromUnixNano(d.varint())
 	}
 	r.Fingerprint = d.bytes(MaxFingerprintLen)
-	r.Owner = string(d.bytes(maxOwnerLen))
+	r.Owner = string(d.bytes(MaxOwnerLen))
 	r.LastError = string(d.bytes(MaxErrorLen))
-	r.MessageID = string(d.bytes(maxMessageIDLen))
+	r.MessageID = string(d.bytes(MaxMessageIDLen))
 	r.Result = d.bytes(MaxResultLen)
 	if d.err == nil && (r.State < StateInProgress || r.State > StateFailed) {
 		d.err = fmt.Errorf("state %d", r.State)

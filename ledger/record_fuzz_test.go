@@ -137,9 +137,9 @@ func FuzzDecodeRecord(f *testing.F) {
 		State:       StateComplete,
 		Fingerprint: bytes.Repeat([]byte{1}, MaxFingerprintLen),
 		Attempts:    1 << 31,
-		Owner:       strings.Repeat("o", maxOwnerLen),
+		Owner:       strings.Repeat("o", MaxOwnerLen),
 		LastError:   strings.Repeat("e", MaxErrorLen),
-		MessageID:   strings.Repeat("m", maxMessageIDLen),
+		MessageID:   strings.Repeat("m", MaxMessageIDLen),
 		Result:      bytes.Repeat([]byte{'r'}, MaxResultLen),
 	}
 	f.Add(limits.encode(nil))
@@ -152,7 +152,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	// A string length of 2^64-1 with nothing behind it.
 	f.Add(fuzzRecordBytes(1, 2, 0, []byte{0}, zeros, fuzzUvarint(^uint64(0))))
 	// Each string at its limit plus one, and claiming more than is there.
-	for i, max := range []uint64{MaxFingerprintLen, maxOwnerLen, MaxErrorLen, maxMessageIDLen, MaxResultLen} {
+	for i, max := range []uint64{MaxFingerprintLen, MaxOwnerLen, MaxErrorLen, MaxMessageIDLen, MaxResultLen} {
 		strs := bytes.Clone(bytes.Join(empty[:i], nil))
 		f.Add(fuzzRecordBytes(1, 2, 0, []byte{0}, zeros, strs, fuzzUvarint(max+1), bytes.Repeat([]byte{'x'}, int(max+1))))
 		f.Add(fuzzRecordBytes(1, 2, 0, []byte{0}, zeros, strs, fuzzUvarint(max)))
@@ -211,9 +211,9 @@ func FuzzDecodeRecord(f *testing.F) {
 			max  int
 		}{
 			{"fingerprint", len(r.Fingerprint), MaxFingerprintLen},
-			{"owner", len(r.Owner), maxOwnerLen},
+			{"owner", len(r.Owner), MaxOwnerLen},
 			{"last error", len(r.LastError), MaxErrorLen},
-			{"message id", len(r.MessageID), maxMessageIDLen},
+			{"message id", len(r.MessageID), MaxMessageIDLen},
 			{"result", len(r.Result), MaxResultLen},
 		} {
 			if s.n > s.max {
@@ -271,11 +271,11 @@ func FuzzRecordRoundTrip(f *testing.F) {
 	f.Add(r.Key, uint8(r.State), r.Permanent, uint64(r.Attempts), r.Fingerprint, r.Owner, r.LastError, r.MessageID, r.Result,
 		r.LeaseExpiry.UnixNano(), r.FirstSeen.UnixNano(), r.Claimed.UnixNano(), r.Updated.UnixNano(), r.Completed.UnixNano(), r.Expires.UnixNano())
 	f.Add("", uint8(0), false, uint64(0), []byte(nil), "", "", "", []byte(nil), int64(0), int64(0), int64(0), int64(0), int64(0), int64(0))
-	f.Add("k\x00ey", uint8(1), true, uint64(1<<31), bytes.Repeat([]byte{0xff}, MaxFingerprintLen), strings.Repeat("o", maxOwnerLen),
-		strings.Repeat("é", MaxErrorLen/2), strings.Repeat("m", maxMessageIDLen), bytes.Repeat([]byte{0}, MaxResultLen),
+	f.Add("k\x00ey", uint8(1), true, uint64(1<<31), bytes.Repeat([]byte{0xff}, MaxFingerprintLen), strings.Repeat("o", MaxOwnerLen),
+		strings.Repeat("é", MaxErrorLen/2), strings.Repeat("m", MaxMessageIDLen), bytes.Repeat([]byte{0}, MaxResultLen),
 		int64(-1<<63), int64(1<<63-1), int64(-1), int64(1), int64(0), int64(1<<62))
 	f.Add(strings.Repeat("k", 10<<10), uint8(4), false, uint64(1<<31+1), bytes.Repeat([]byte{1}, MaxFingerprintLen+1),
-		strings.Repeat("o", maxOwnerLen+1), strings.Repeat("e", MaxErrorLen+1), strings.Repeat("m", maxMessageIDLen+1),
+		strings.Repeat("o", MaxOwnerLen+1), strings.Repeat("e", MaxErrorLen+1), strings.Repeat("m", MaxMessageIDLen+1),
 		bytes.Repeat([]byte{'r'}, MaxResultLen+1), int64(1), int64(2), int64(3), int64(4), int64(5), int64(6))
 	f.Add("\xff\xfe", uint8(3), true, ^uint64(0), []byte("\xff"), "\xc3", "\xed\xa0\x80", "\x00", []byte("\xef\xbb\xbf{}"),
 		int64(-62135596800000000), int64(253402300799999999), int64(0), int64(0), int64(0), int64(0))
@@ -301,8 +301,8 @@ func FuzzRecordRoundTrip(f *testing.F) {
 			Result:      result,
 		}
 		within := r.State >= StateInProgress && r.State <= StateFailed && attempts <= 1<<31 &&
-			len(fingerprint) <= MaxFingerprintLen && len(owner) <= maxOwnerLen && len(lastError) <= MaxErrorLen &&
-			len(messageID) <= maxMessageIDLen && len(result) <= MaxResultLen
+			len(fingerprint) <= MaxFingerprintLen && len(owner) <= MaxOwnerLen && len(lastError) <= MaxErrorLen &&
+			len(messageID) <= MaxMessageIDLen && len(result) <= MaxResultLen
 		before := r
 		before.Fingerprint, before.Result = bytes.Clone(fingerprint), bytes.Clone(result)
 		enc := r.encode(nil)

@@ -30,11 +30,9 @@
 package dynamotest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -49,6 +47,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sqsonce/sqsonce/internal/sqsclient"
 )
 
 // EndpointEnv names the environment variable holding the base URL of the
@@ -134,29 +134,10 @@ func LoopbackTransport() *http.Transport {
 	return tr
 }
 
-// inMemoryBodies hands net/http every request body as an in-memory reader,
-// as internal/sqsclient.InMemoryBodies does for SQS clients and for the
-// same reason: with a body net/http does not know, it may close the
-// connection under an answer being read, and the SDK then sends the
-// request again although it took effect.
+// inMemoryBodies applies the module's fix for the SDK's request bodies (see
+// internal/sqsclient) to DynamoDB clients.
 func inMemoryBodies(o *ddb.Options) {
-	o.HTTPClient = memBodies{next: o.HTTPClient}
-}
-
-type memBodies struct{ next ddb.HTTPClient }
-
-func (c memBodies) Do(r *http.Request) (*http.Response, error) {
-	if r.Body != nil && r.Body != http.NoBody {
-		data, err := io.ReadAll(r.Body)
-		r.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		r.Body = io.NopCloser(bytes.NewReader(data))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
-		r.ContentLength = int64(len(data))
-	}
-	return c.next.Do(r)
+	o.HTTPClient = sqsclient.InMemory(o.HTTPClient)
 }
 
 var tableSeq atomic.Uint64

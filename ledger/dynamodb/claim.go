@@ -17,18 +17,11 @@ import (
 	"github.com/sqsonce/sqsonce/ledger"
 )
 
-// validate checks a claim request as the ledger package does.
+// validate checks a claim request as every ledger does, and its lease
+// against the retention.
 func (l *Ledger) validate(r *ledger.ClaimRequest) error {
-	if err := ledger.ValidateKey(r.Key); err != nil {
+	if err := r.Validate(); err != nil {
 		return err
-	}
-	switch {
-	case r.Owner == "" || len(r.Owner) > maxOwnerLen:
-		return fmt.Errorf("claim %q: owner must be 1 to %d bytes: %w", r.Key, maxOwnerLen, ledger.ErrInvalidArgument)
-	case r.Lease <= 0:
-		return fmt.Errorf("claim %q: lease must be positive, got %v: %w", r.Key, r.Lease, ledger.ErrInvalidArgument)
-	case len(r.Fingerprint) > ledger.MaxFingerprintLen:
-		return fmt.Errorf("claim %q: fingerprint of %d bytes, over %d: %w", r.Key, len(r.Fingerprint), ledger.MaxFingerprintLen, ledger.ErrInvalidArgument)
 	}
 	return l.checkLease("claim", r.Key, r.Lease)
 }
@@ -177,7 +170,7 @@ func (l *Ledger) claim(ctx context.Context, req *ledger.ClaimRequest) (ledger.Cl
 			// found it.
 			return ledger.Claim{Outcome: ledger.Claimed, Record: *cur}, nil
 		}
-		c, rec := decide(cur, req, now)
+		c, rec := ledger.DecideClaim(cur, req, now)
 		if rec == nil {
 			return c, nil
 		}
@@ -211,7 +204,7 @@ func (l *Ledger) claimWrite(ctx context.Context, req *ledger.ClaimRequest, now t
 		u.set = append(u.set, e.n(attrFingerprint)+" = if_not_exists("+e.n(attrFingerprint)+", "+e.v("fp", binAV(req.Fingerprint))+")")
 	}
 	if req.MessageID != "" {
-		u.set = append(u.set, e.n(attrMessageID)+" = "+e.v("mid", strAV(textcut.Cut(req.MessageID, maxMessageIDLen))))
+		u.set = append(u.set, e.n(attrMessageID)+" = "+e.v("mid", strAV(textcut.Cut(req.MessageID, ledger.MaxMessageIDLen))))
 	}
 	l.stampSet(e, u, now, writeID)
 	cond := "attribute_not_exists(" + e.n(attrPK) + ") OR (" + e.n(attrExpires) + " > " + nowV +
@@ -248,7 +241,7 @@ func (l *Ledger) claimWrite(ctx context.Context, req *ledger.ClaimRequest, now t
 		}
 		old = &r
 	}
-	c, rec := decide(old, req, now)
+	c, rec := ledger.DecideClaim(old, req, now)
 	if rec == nil {
 		return l.claimedAsStored(ctx, req)
 	}
@@ -276,7 +269,7 @@ func (l *Ledger) claimedAsStored(ctx context.Context, req *ledger.ClaimRequest) 
 // claimExpired writes a new record over an expired item (or where the item
 // has gone meanwhile): an expired record is treated as absent.
 func (l *Ledger) claimExpired(ctx context.Context, req *ledger.ClaimRequest, now time.Time, writeID string) (ledger.Claim, error) {
-	c, rec := decide(nil, req, now)
+	c, rec := ledger.DecideClaim(nil, req, now)
 	l.stamp(rec, now)
 	c.Record = *rec
 	e := newExpr()
@@ -295,56 +288,4 @@ func (l *Ledger) claimExpired(ctx context.Context, req *ledger.ClaimRequest, now
 		return ledger.Claim{}, err
 	}
 	return c, nil
-}
-
-// decide decides req against cur, the key's live record (nil when there is
-// none), at now, exactly as the embedded ledger does. It returns the claim
-// and, when the claim takes the operation, the record to write (without
-// Updated and Expires, which the write stamps).
-func decide(cur *ledger.Record, req *ledger.ClaimRequest, now time.Time) (ledger.Claim, *ledger.Record) {
-	if cur == nil {
-		rec := &ledger.Record{
-			Key:         req.Key,
-			State:       ledger.StateInProgress,
-			Fingerprint: req.Fingerprint,
-			Attempts:    1,
-			Owner:       req.Owner,
-			LeaseExpiry: now.Add(req.Lease),
-			FirstSeen:   now,
-			Claimed:     now,
-			MessageID:   textcut.Cut(req.MessageID, maxMessageIDLen),
-		}
-		return ledger.Claim{Outcome: ledger.Claimed, Record: *rec}, rec
-	}
-	if len(cur.Fingerprint) > 0 && len(req.Fingerprint) > 0 && !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
-		return ledger.Claim{Outcome: ledger.Conflict, Record: *cur}, nil
-	}
-	takeover := false
-	switch cur.State {
-	case ledger.StateComplete:
-		return ledger.Claim{Outcome: ledger.AlreadyComplete, Record: *cur}, nil
-	case ledger.StateFailed:
-		if cur.Permanent {
-			return ledger.Claim{Outcome: ledger.FailedPermanently, Record: *cur}, nil
-		}
-	case ledger.StateInProgress:
-		if cur.LeaseExpiry.After(now) {
-			return ledger.Claim{Outcome: ledger.InProgress, Record: *cur}, nil
-		}
-		takeover = true
-	}
-	rec := *cur
-	rec.State = ledger.StateInProgress
-	rec.Permanent = false
-	rec.Attempts++
-	rec.Owner = req.Owner
-	rec.LeaseExpiry = now.Add(req.Lease)
-	rec.Claimed = now
-	if len(rec.Fingerprint) == 0 {
-		rec.Fingerprint = req.Fingerprint
-	}
-	if req.MessageID != "" {
-		rec.MessageID = textcut.Cut(req.MessageID, maxMessageIDLen)
-	}
-	return ledger.Claim{Outcome: ledger.Claimed, Record: rec, Takeover: takeover}, &rec
 }

@@ -53,13 +53,6 @@ const (
 // (ErrSchema and ErrCorrupt), like a bbolt record of a newer version.
 const itemVersion = 1
 
-// Bounds of the strings a record stores that the ledger package keeps
-// unexported: the same numbers as there.
-const (
-	maxOwnerLen     = 256
-	maxMessageIDLen = 256
-)
-
 // State names as stored: the ledger's own names.
 var (
 	stateInProgress = ledger.StateInProgress.String()
@@ -175,7 +168,7 @@ func recordOf(item map[string]types.AttributeValue) (ledger.Record, error) {
 	r.Permanent = d.bool(attrPermanent)
 	r.Attempts = int(d.int(attrAttempts, true, 1<<31))
 	r.Fingerprint = d.bin(attrFingerprint, ledger.MaxFingerprintLen)
-	r.Owner = d.str(attrOwner, false, maxOwnerLen)
+	r.Owner = d.str(attrOwner, false, ledger.MaxOwnerLen)
 	r.LeaseExpiry = d.time(attrLease, false)
 	r.FirstSeen = d.time(attrFirstSeen, true)
 	r.Claimed = d.time(attrClaimed, true)
@@ -183,7 +176,7 @@ func recordOf(item map[string]types.AttributeValue) (ledger.Record, error) {
 	r.Completed = d.time(attrCompleted, false)
 	r.Expires = d.time(attrExpires, true)
 	r.LastError = d.str(attrLastError, false, ledger.MaxErrorLen)
-	r.MessageID = d.str(attrMessageID, false, maxMessageIDLen)
+	r.MessageID = d.str(attrMessageID, false, ledger.MaxMessageIDLen)
 	r.Result = d.bin(attrResult, ledger.MaxResultLen)
 	if d.err != "" {
 		if key == "" {

@@ -15,25 +15,11 @@ import (
 	"github.com/sqsonce/sqsonce/ledger"
 )
 
-// Limits that package ledger keeps unexported, the same here.
-const (
-	maxOwnerLen     = 256
-	maxMessageIDLen = 256
-)
-
-// validate checks req as the embedded ledger does, the lease against the
+// validate checks req as every ledger does, the lease against the
 // retention included.
 func (l *Ledger) validate(req *ledger.ClaimRequest) error {
-	if err := ledger.ValidateKey(req.Key); err != nil {
+	if err := req.Validate(); err != nil {
 		return err
-	}
-	switch {
-	case req.Owner == "" || len(req.Owner) > maxOwnerLen:
-		return fmt.Errorf("claim %q: owner must be 1 to %d bytes: %w", req.Key, maxOwnerLen, ledger.ErrInvalidArgument)
-	case req.Lease <= 0:
-		return fmt.Errorf("claim %q: lease must be positive, got %v: %w", req.Key, req.Lease, ledger.ErrInvalidArgument)
-	case len(req.Fingerprint) > ledger.MaxFingerprintLen:
-		return fmt.Errorf("claim %q: fingerprint of %d bytes, over %d: %w", req.Key, len(req.Fingerprint), ledger.MaxFingerprintLen, ledger.ErrInvalidArgument)
 	}
 	return l.checkLease("claim", req.Key, req.Lease)
 }
@@ -99,7 +85,7 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 		for p, i := range order {
 			r := &reqs[i]
 			b.Queue(l.q.claim, now, micros(l.cfg.retention), []byte(r.Key), nonEmpty(r.Fingerprint),
-				[]byte(r.Owner), micros(r.Lease), bytesOrNil(textcut.Cut(r.MessageID, maxMessageIDLen)))
+				[]byte(r.Owner), micros(r.Lease), bytesOrNil(textcut.Cut(r.MessageID, ledger.MaxMessageIDLen)))
 			if p+1 < len(order) && reqs[order[p+1]].Key == r.Key {
 				// The next request writes the same record: read what
 				// decided this one first.
