@@ -89,6 +89,10 @@ chaos: ## Kill, fault and fill the worker's world, standard and FIFO, and audit 
 demo: build ## Run the worker on a local SQS-compatible server and show what it did.
 	$(WITH_SQS) go run ./scripts/demo --bin bin/sqsonce
 
+.PHONY: demo-shared
+demo-shared: build ## The demo with three workers on one queue, sharing a ledger in a local PostgreSQL.
+	$(WITH_SQS) $(WITH_PG) go run ./scripts/demo --bin bin/sqsonce -workers 3 -ledger postgres
+
 .PHONY: clean
 clean: ## Remove build output and the installed test servers.
 	rm -rf bin scripts/sqs/node_modules scripts/dynalite/node_modules

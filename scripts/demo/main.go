@@ -4,7 +4,12 @@
 // runs the sqsonce binary with an example handler until the queue is empty,
 // stops it with SIGTERM and prints what happened.
 //
-// Run it through `make demo`, which builds the binary and starts the server.
+// With -workers 3 -ledger postgres (or dynamodb) it runs three workers at
+// once on one queue, sharing one ledger table, as several hosts would.
+//
+// Run it through `make demo` (one worker, the embedded ledger) or `make
+// demo-shared` (three workers on PostgreSQL), which build the binary and
+// start the servers.
 package main
 
 import (
@@ -29,22 +34,26 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
-	"github.com/sqsonce/sqsonce/ledger"
 )
 
 func main() {
 	bin := flag.String("bin", "bin/sqsonce", "the sqsonce binary")
 	ops := flag.Int("operations", 120, "operations to send")
 	copies := flag.Int("copies", 3, "average deliveries per operation")
+	workers := flag.Int("workers", 1, "worker processes on the queue (more than one needs a shared -ledger)")
+	backend := flag.String("ledger", "bbolt", "ledger backend: bbolt, postgres (SQSONCE_TEST_POSTGRES_URL) or dynamodb (SQSONCE_TEST_DYNAMODB_ENDPOINT)")
 	flag.Parse()
-	if err := run(*bin, *ops, *copies); err != nil {
+	if *workers > 1 && *backend == "bbolt" {
+		fmt.Fprintln(os.Stderr, "demo: several workers need a shared ledger: -ledger postgres or dynamodb")
+		os.Exit(2)
+	}
+	if err := run(*bin, *ops, *copies, *workers, *backend); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, ops, copies int) error {
+func run(bin string, ops, copies, workers int, backend string) error {
 	endpoint := os.Getenv("SQSONCE_TEST_SQS_ENDPOINT")
 	if endpoint == "" {
 		return errors.New("SQSONCE_TEST_SQS_ENDPOINT is not set: run the demo with `make demo`")
@@ -108,7 +117,25 @@ func run(bin string, ops, copies int) error {
 		return err
 	}
 
-	// 3. A configuration for the local server.
+	// 3. A configuration for the local servers.
+	ledgerSection := fmt.Sprintf("path = %q", filepath.Join(dir, "ledger.db"))
+	switch backend {
+	case "bbolt":
+	case "postgres":
+		url := os.Getenv("SQSONCE_TEST_POSTGRES_URL")
+		if url == "" {
+			return errors.New("SQSONCE_TEST_POSTGRES_URL is not set: run the demo with `make demo-shared`")
+		}
+		ledgerSection = fmt.Sprintf("backend = \"postgres\"\nurl = %q\ntable = \"demo_%s\"", url, suffix)
+	case "dynamodb":
+		ep := os.Getenv("SQSONCE_TEST_DYNAMODB_ENDPOINT")
+		if ep == "" {
+			return errors.New("SQSONCE_TEST_DYNAMODB_ENDPOINT is not set: run the demo through scripts/with-dynalite.sh")
+		}
+		ledgerSection = fmt.Sprintf("backend = \"dynamodb\"\nendpoint = %q\ntable = \"demo_%s\"", ep, suffix)
+	default:
+		return fmt.Errorf("-ledger %q: want bbolt, postgres or dynamodb", backend)
+	}
 	config := filepath.Join(dir, "sqsonce.toml")
 	err = os.WriteFile(config, fmt.Appendf(nil, `[queue]
 url = %q
@@ -121,7 +148,7 @@ pollers = 2
 pointer = "/id"
 
 [ledger]
-path = %q
+%s
 
 [handler]
 type = "exec"
@@ -134,7 +161,7 @@ max_backoff = "2s"
 
 [admin]
 listen = "127.0.0.1:0"
-`, queueURL, endpoint, filepath.Join(dir, "ledger.db"), handler), 0o600)
+`, queueURL, endpoint, ledgerSection, handler), 0o600)
 	if err != nil {
 		return err
 	}
@@ -142,6 +169,15 @@ listen = "127.0.0.1:0"
 		"AWS_ACCESS_KEY_ID=demo", "AWS_SECRET_ACCESS_KEY=demo", "AWS_EC2_METADATA_DISABLED=true",
 		"DEMO_STATE_DIR="+dir)
 
+	if backend != "bbolt" {
+		init := exec.Command(bin, "ledger", "init", "--config", config)
+		init.Env, init.Stderr = env, os.Stderr
+		out, err := init.Output()
+		if err != nil {
+			return fmt.Errorf("sqsonce ledger init: %w", err)
+		}
+		fmt.Printf("sqsonce ledger init: %s", out)
+	}
 	send := exec.Command(bin, "send", "--config", config, input)
 	send.Env, send.Stderr = env, os.Stderr
 	out, err := send.Output()
@@ -150,52 +186,86 @@ listen = "127.0.0.1:0"
 	}
 	fmt.Printf("sqsonce send: %s", out)
 
-	// 4. The worker, until the queue is empty and the bad operation is in
+	// 4. The workers, until the queue is empty and the bad operation is in
 	// the dead-letter queue.
-	logPath := filepath.Join(dir, "worker.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		return err
-	}
-	defer logFile.Close()
-	worker := exec.Command(bin, "run", "--config", config, "--log-format", "json")
-	worker.Env, worker.Stdout, worker.Stderr = env, logFile, logFile
 	start := time.Now()
-	if err := worker.Start(); err != nil {
-		return err
+	type proc struct {
+		cmd *exec.Cmd
+		log string
 	}
-	fmt.Printf("sqsonce run: started (pid %d), waiting for the queue to drain\n", worker.Process.Pid)
+	var procs []proc
+	defer func() {
+		for _, p := range procs {
+			if p.cmd.ProcessState == nil {
+				p.cmd.Process.Kill()
+				p.cmd.Wait()
+			}
+		}
+	}()
+	for i := range workers {
+		logPath := filepath.Join(dir, fmt.Sprintf("worker-%d.log", i+1))
+		logFile, err := os.Create(logPath)
+		if err != nil {
+			return err
+		}
+		defer logFile.Close()
+		w := exec.Command(bin, "run", "--config", config, "--log-format", "json")
+		w.Env, w.Stdout, w.Stderr = env, logFile, logFile
+		if err := w.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, proc{w, logPath})
+		fmt.Printf("sqsonce run: started worker %d (pid %d)\n", i+1, w.Process.Pid)
+	}
+	fmt.Printf("waiting for the queue to drain\n")
 	drained := waitDrained(ctx, client, queueURL, dlqURL, 90*time.Second)
-	if err := worker.Process.Signal(syscall.SIGTERM); err != nil {
-		return err
+	for _, p := range procs {
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			return err
+		}
 	}
-	werr := worker.Wait()
+	for i, p := range procs {
+		if err := p.cmd.Wait(); err != nil {
+			return fmt.Errorf("sqsonce run (worker %d) exited with %v; its log is:\n%s", i+1, err, readFile(p.log))
+		}
+	}
 	elapsed := time.Since(start)
-	if werr != nil {
-		return fmt.Errorf("sqsonce run exited with %v; its log is:\n%s", werr, readFile(logPath))
-	}
 	if !drained {
-		return fmt.Errorf("the queue did not drain in 90s; the worker's log is:\n%s", readFile(logPath))
+		return fmt.Errorf("the queue did not drain in 90s; the first worker's log is:\n%s", readFile(procs[0].log))
 	}
 	fmt.Printf("sqsonce run: SIGTERM, drained and exited 0 after %v\n\n", elapsed.Round(100*time.Millisecond))
 
 	// 5. What happened.
-	summary, err := lastSummary(logPath)
-	if err != nil {
-		return err
+	summary := map[string]float64{}
+	perWorker := make([]float64, len(procs))
+	for i, p := range procs {
+		s, err := lastSummary(p.log)
+		if err != nil {
+			return err
+		}
+		for k, v := range s {
+			if f, ok := v.(float64); ok {
+				summary[k] += f
+			}
+		}
+		perWorker[i], _ = s["completed"].(float64)
 	}
 	effects, err := countLines(filepath.Join(dir, "effects.log"))
 	if err != nil {
 		return err
 	}
-	db, err := ledger.Open(filepath.Join(dir, "ledger.db"), ledger.Options{})
+	statsCmd := exec.Command(bin, "ledger", "stats", "--json", "--config", config)
+	statsCmd.Env, statsCmd.Stderr = env, os.Stderr
+	statsOut, err := statsCmd.Output()
 	if err != nil {
-		return err
+		return fmt.Errorf("sqsonce ledger stats: %w", err)
 	}
-	stats, err := db.Stats(ctx)
-	db.Close()
-	if err != nil {
-		return err
+	var stats struct {
+		Complete          int `json:"complete"`
+		FailedPermanently int `json:"failed_permanently"`
+	}
+	if err := json.Unmarshal(statsOut, &stats); err != nil {
+		return fmt.Errorf("sqsonce ledger stats: %w", err)
 	}
 	dlq, _ := approx(ctx, client, dlqURL)
 
@@ -207,6 +277,11 @@ listen = "127.0.0.1:0"
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s\t%v\n", k, v) }
 	row("deliveries sent", len(lines))
 	row("operations", ops)
+	row("ledger", backend)
+	if workers > 1 {
+		row("workers", workers)
+		row("operations completed, by worker", strings.Trim(fmt.Sprint(perWorker), "[]"))
+	}
 	row("operations done (ledger: complete)", stats.Complete)
 	row("duplicates suppressed", summary["duplicates"])
 	row("retries (failed attempts tried again)", summary["retried"])
