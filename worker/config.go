@@ -32,7 +32,10 @@ type SQSClient interface {
 // implements it; so will shared backends.
 type Ledger interface {
 	ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error)
-	Complete(ctx context.Context, c ledger.Completion) error
+	// CompleteBatch records completions, one error per completion. The
+	// worker gathers the completions that wait at the same moment into one
+	// call, so that a shared ledger makes one round trip for them.
+	CompleteBatch(ctx context.Context, cs []ledger.Completion) []error
 	Fail(ctx context.Context, f ledger.Failure) error
 	Release(ctx context.Context, key, owner string) error
 	Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error)

@@ -70,8 +70,9 @@ func TestWorker_FIFOWaitingMessagesKept(t *testing.T) {
 	if n := w.acquire(ctx, len(msgs)); n != len(msgs) {
 		t.Fatalf("acquired %d slots", n)
 	}
-	var deleters, jobs sync.WaitGroup
+	var deleters, completers, jobs sync.WaitGroup
 	deleters.Go(w.deleteLoop)
+	completers.Go(w.completeLoop)
 	w.dispatch(ctx, ctx, msgs, &jobs)
 
 	// While the group runs, nothing of it may be received again.
@@ -92,6 +93,8 @@ func TestWorker_FIFOWaitingMessagesKept(t *testing.T) {
 		again <- seen
 	}()
 	jobs.Wait()
+	close(w.completes)
+	completers.Wait()
 	close(w.deletes)
 	deleters.Wait()
 	if seen := <-again; len(seen) > 0 {

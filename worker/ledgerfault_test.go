@@ -23,7 +23,7 @@ import (
 // can be held back: faults around a real part, not a fake of it.
 type watchedLedger struct {
 	*ledger.DB
-	completes atomic.Int64
+	completes atomic.Int64 // completions asked for
 	// claimGate, when set, is received from before a claim batch is
 	// passed on; claimWaiting is closed once the first claim waits on it.
 	claimGate    chan struct{}
@@ -31,9 +31,9 @@ type watchedLedger struct {
 	waitingOnce  atomic.Bool
 }
 
-func (l *watchedLedger) Complete(ctx context.Context, c ledger.Completion) error {
-	l.completes.Add(1)
-	return l.DB.Complete(ctx, c)
+func (l *watchedLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
+	l.completes.Add(int64(len(cs)))
+	return l.DB.CompleteBatch(ctx, cs)
 }
 
 func (l *watchedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
@@ -312,12 +312,16 @@ type completeOutage struct {
 	failures atomic.Int64
 }
 
-func (l *completeOutage) Complete(ctx context.Context, c ledger.Completion) error {
+func (l *completeOutage) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
 	if l.down.Load() {
 		l.failures.Add(1)
-		return fmt.Errorf("connection refused: %w", ledger.ErrUnavailable)
+		errs := make([]error, len(cs))
+		for i := range errs {
+			errs[i] = fmt.Errorf("connection refused: %w", ledger.ErrUnavailable)
+		}
+		return errs
 	}
-	return l.DB.Complete(ctx, c)
+	return l.DB.CompleteBatch(ctx, cs)
 }
 
 // Work is done while the ledger cannot record its completion: the worker

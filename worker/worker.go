@@ -35,14 +35,15 @@ type Worker struct {
 	ownerID string    // this process, for owner tokens
 	claimN  atomic.Uint64
 
-	slots    chan struct{} // one token per free handler slot
-	deletes  chan deletion
-	hurry    chan struct{} // closed by StopNow
-	hurryOne sync.Once
-	stats    counters
-	gate     gate
-	metrics  *metrics
-	now      func() time.Time
+	slots     chan struct{} // one token per free handler slot
+	completes chan completion
+	deletes   chan deletion
+	hurry     chan struct{} // closed by StopNow
+	hurryOne  sync.Once
+	stats     counters
+	gate      gate
+	metrics   *metrics
+	now       func() time.Time
 
 	// active holds the keys this process is working on. A delivery of one
 	// of them is not claimed again here, even when the ledger would let it
@@ -79,20 +80,21 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 	}
 	m := newMetrics()
 	w := &Worker{
-		cfg:     cfg,
-		sqs:     instrumented{SQSClient: client, m: m},
-		metrics: m,
-		active:  map[string]struct{}{},
-		pollers: make([]pollerState, cfg.Pollers),
-		ledger:  l,
-		handler: h,
-		keyer:   k,
-		log:     cfg.Logger.With("queue", cfg.QueueURL),
-		ownerID: ownerID(),
-		slots:   make(chan struct{}, cfg.Concurrency),
-		deletes: make(chan deletion, 4*MaxMessagesPerReceive),
-		hurry:   make(chan struct{}),
-		now:     time.Now,
+		cfg:       cfg,
+		sqs:       instrumented{SQSClient: client, m: m},
+		metrics:   m,
+		active:    map[string]struct{}{},
+		pollers:   make([]pollerState, cfg.Pollers),
+		ledger:    l,
+		handler:   h,
+		keyer:     k,
+		log:       cfg.Logger.With("queue", cfg.QueueURL),
+		ownerID:   ownerID(),
+		slots:     make(chan struct{}, cfg.Concurrency),
+		deletes:   make(chan deletion, 4*MaxMessagesPerReceive),
+		completes: make(chan completion, 4*MaxMessagesPerReceive),
+		hurry:     make(chan struct{}),
+		now:       time.Now,
 	}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
@@ -159,8 +161,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	// The receive loops live and die together: a fatal error in one (the
 	// ledger's table is gone) stops them all and is Run's error, after the
 	// usual drain. Deleting and sweeping cannot fail for good.
-	var deleters, jobs, sweeper sync.WaitGroup
+	var deleters, completers, jobs, sweeper sync.WaitGroup
 	deleters.Go(w.deleteLoop)
+	completers.Go(w.completeLoop)
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	if w.cfg.SweepInterval > 0 {
@@ -192,6 +195,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	cancelWork()
 	<-drained
+	close(w.completes)
+	completers.Wait()
 	close(w.deletes)
 	deleters.Wait()
 	stopSweep()
@@ -817,7 +822,7 @@ func (w *Worker) complete(ctx, workCtx context.Context, j *job, m *Message, log 
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = w.ledger.Complete(ctx, c)
+		err = w.recordComplete(c)
 		if err == nil || !mayChange(err) || workCtx.Err() != nil {
 			break
 		}

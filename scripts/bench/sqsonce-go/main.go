@@ -296,13 +296,13 @@ func (c *watchedClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMe
 var _ worker.SQSClient = (*watchedClient)(nil)
 
 // timedLedger is the ledger the worker gets: it times how long each
-// ClaimBatch and Complete call waits for its (durable) commit.
+// ClaimBatch and CompleteBatch call waits for its (durable) commit.
 type timedLedger struct {
 	*ledger.DB
 
 	mu       sync.Mutex
 	claims   []float64 // ms per ClaimBatch call
-	complete []float64 // ms per Complete call
+	complete []float64 // ms per CompleteBatch call
 }
 
 func (l *timedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
@@ -312,11 +312,11 @@ func (l *timedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest
 	return c, err
 }
 
-func (l *timedLedger) Complete(ctx context.Context, c ledger.Completion) error {
+func (l *timedLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
 	t := time.Now()
-	err := l.DB.Complete(ctx, c)
+	errs := l.DB.CompleteBatch(ctx, cs)
 	l.note(&l.complete, t)
-	return err
+	return errs
 }
 
 func (l *timedLedger) note(xs *[]float64, t time.Time) {

@@ -331,23 +331,36 @@ func (l *chaosLedger) draw(p float64) bool {
 	return l.rng.Float64() < p
 }
 
-// Complete kills the process before the real Complete (window a) or after
-// it returned nil (window b) when told to.
-func (l *chaosLedger) Complete(ctx context.Context, c ledger.Completion) error {
-	n := l.n.Add(1)
-	if l.armA.CompareAndSwap(true, false) || n == l.crashAAt || l.draw(l.crashAProb) {
-		l.die(event.WindowA, c.Key, n)
+// CompleteBatch kills the process before the real completions (window a)
+// or after they returned (window b) when told to. The worker records the
+// completions that wait at the same moment in one call.
+func (l *chaosLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
+	for _, c := range cs {
+		n := l.n.Add(1)
+		if l.armA.CompareAndSwap(true, false) || n == l.crashAAt || l.draw(l.crashAProb) {
+			l.die(event.WindowA, c.Key, n)
+		}
 	}
-	err := l.DB.Complete(ctx, c)
-	l.log(event.WorkerEvent{Ev: event.EvComplete, Key: c.Key, Err: errText(err)})
-	if err != nil {
-		return err
+	errs := l.DB.CompleteBatch(ctx, cs)
+	ok := 0
+	for i, c := range cs {
+		l.log(event.WorkerEvent{Ev: event.EvComplete, Key: c.Key, Err: errText(errs[i])})
+		if errs[i] == nil {
+			ok++
+		}
 	}
-	l.completesOK.Add(1)
-	if l.armB.CompareAndSwap(true, false) || n == l.crashBAt || l.draw(l.crashBProb) {
-		l.die(event.WindowB, c.Key, n)
+	l.completesOK.Add(int64(ok))
+	if ok > 0 {
+		n := l.n.Load()
+		if l.armB.CompareAndSwap(true, false) || (l.crashBAt > n-int64(len(cs)) && l.crashBAt <= n) || l.draw(l.crashBProb) {
+			for i, c := range cs {
+				if errs[i] == nil {
+					l.die(event.WindowB, c.Key, n)
+				}
+			}
+		}
 	}
-	return nil
+	return errs
 }
 
 // Fail is the real Fail, logged.
