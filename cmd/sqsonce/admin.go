@@ -219,6 +219,6 @@ func writeHealth(w http.ResponseWriter, ok bool, h worker.Health) {
 	}
 	json.NewEncoder(w).Encode(map[string]any{
 		"ok": ok, "running": h.Running, "alive": h.Alive, "ready": h.Ready,
-		"draining": h.Draining, "last_receive": h.LastReceive, "in_flight": h.InFlight,
+		"draining": h.Draining, "ledger_down": h.LedgerDown, "last_receive": h.LastReceive, "in_flight": h.InFlight,
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sqsonce/sqsonce/internal/pgtest"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 var receivesMetric = regexp.MustCompile(`(?m)^sqsonce_sqs_requests_total\{operation="ReceiveMessage"\} (\d+)$`)
@@ -69,6 +70,9 @@ func TestMain_SharedLedgerLost(t *testing.T) {
 				return code == 503
 			})
 			t.Logf("not ready %v after the store went away: %s", time.Since(lostAt).Round(time.Millisecond), strings.TrimSpace(body))
+			if !strings.Contains(body, `"ledger_down":true`) {
+				t.Errorf("/readyz does not say why it is not ready: %s", body)
+			}
 			if code, body := get(t, base+"/healthz"); code != 200 {
 				t.Fatalf("/healthz while waiting for the ledger: %d %s: a liveness probe would restart a worker that waits on purpose", code, body)
 			}
@@ -102,6 +106,9 @@ func TestMain_SharedLedgerLost(t *testing.T) {
 			resumed := time.Since(backAt)
 			e.waitFor("the queue to empty", 30*time.Second, e.queueEmpty)
 			e.waitFor("readiness again", 30*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 })
+			if _, body := get(t, base+"/readyz"); !strings.Contains(body, `"ledger_down":false`) {
+				t.Errorf("/readyz with the ledger back: %s", body)
+			}
 
 			for key, n := range counts(e.lines("effects")) {
 				if n != 1 {
@@ -135,5 +142,17 @@ func TestMain_SharedLedgerLost(t *testing.T) {
 			t.Logf("store away %v; back, all 20 ran %v later; %v claim failures, %v received in all",
 				backAt.Sub(lostAt).Round(time.Millisecond), resumed.Round(time.Millisecond), stats["claim_failures"], stats["received"])
 		})
+	}
+}
+
+// The status systemd shows says that the worker waits for its ledger.
+func TestNotifyStatus_LedgerDown(t *testing.T) {
+	t.Parallel()
+	got := status(worker.Health{Running: true, Alive: true, LedgerDown: true}, worker.Stats{})
+	if !strings.HasPrefix(got, "waiting for the ledger") {
+		t.Fatalf("status %q", got)
+	}
+	if got := status(worker.Health{Running: true, Alive: true, Ready: true}, worker.Stats{}); !strings.HasPrefix(got, "consuming") {
+		t.Fatalf("status %q", got)
 	}
 }
