@@ -33,12 +33,21 @@ func receives(t *testing.T, base string) int {
 
 // TestMain_SharedLedgerLost takes a running worker's shared store away and
 // gives it back. The worker reaches the store through a TCP proxy that the
-// test owns: refusing new connections and cutting the open ones is the
-// store gone from the network, as a failover or a partition would make it.
+// test owns: refusing new connections and cutting the open ones is a store
+// that went down (a failover); holding every byte (silent) is a store
+// behind a network partition, which answers nothing and refuses nothing.
 func TestMain_SharedLedgerLost(t *testing.T) {
 	t.Parallel()
 	for _, b := range sharedBackends {
 		for _, how := range []string{"Refused", "Silent"} {
+			if how == "Silent" && b.name != BackendPostgres {
+				// Each silent run waits out the store's timeout (10 s). What
+				// it checks beyond the refused run (a scrape that does not
+				// wait on the store) is the same code for every backend;
+				// the DynamoDB ledger's own tests give it requests that
+				// get no answer.
+				continue
+			}
 			t.Run(b.name+"/"+how, func(t *testing.T) {
 				t.Parallel()
 				st := b.new(t)
@@ -112,7 +121,7 @@ func TestMain_SharedLedgerLost(t *testing.T) {
 				// nothing is received (but the one receive that may have been
 				// under way when the claims failed).
 				before := receives(t, base)
-				for range 12 {
+				for range 8 {
 					if got := len(e.lines("effects")); got != 10 {
 						t.Fatalf("%d operations ran without a ledger", got-10)
 					}

@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -39,6 +41,8 @@ type sharedTable struct {
 	vars func(via string) []string
 	// open opens the table from the test process.
 	open func(t *testing.T) store
+	// drop deletes the table, as an operator's mistake would.
+	drop func(t *testing.T)
 }
 
 // sharedBackends are the backends a table of the test's own can be made on.
@@ -76,6 +80,13 @@ func newPostgresTable(t *testing.T) *sharedTable {
 			}
 			t.Cleanup(func() { l.Close() })
 			return l
+		},
+		drop: func(t *testing.T) {
+			t.Helper()
+			conn := pgtest.Connect(t, raw)
+			if _, err := conn.Exec(context.Background(), "DROP TABLE "+table+", "+table+"_version"); err != nil {
+				t.Fatal(err)
+			}
 		},
 	}
 }
@@ -125,6 +136,14 @@ func newDynamoDBTable(t *testing.T) *sharedTable {
 			}
 			t.Cleanup(func() { l.Close() })
 			return l
+		},
+		drop: func(t *testing.T) {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			if _, err := client.DeleteTable(ctx, &ddb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
+				t.Fatal(err)
+			}
 		},
 	}
 }
@@ -192,6 +211,12 @@ func silentListener(t *testing.T) string {
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
 	return ln.Addr().String()
+}
+
+// lastLine is the last line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 // closedAddr is a loopback address nothing listens on.
@@ -349,45 +374,105 @@ case "$SQSONCE_KEY" in bad-*) exit 3 ;; esac
 
 func TestMain_SharedLedgerUnreachable(t *testing.T) {
 	t.Parallel()
+	// A store that refuses connections, and one that takes them and never
+	// answers, on each backend; the commands of all at once, since each
+	// waits out the store's timeout.
+	type attempt struct {
+		what  string
+		e     *procEnv
+		cmd   *exec.Cmd
+		out   *syncBuffer
+		start time.Time
+		took  time.Duration
+		done  chan struct{}
+	}
+	var attempts []*attempt
 	for _, b := range sharedBackends {
-		for _, kind := range []string{"Refused", "Silent"} {
-			t.Run(b.name+"/"+kind, func(t *testing.T) {
-				t.Parallel()
-				st := b.new(t)
-				addr := closedAddr(t)
-				if kind == "Silent" {
-					addr = silentListener(t)
-				}
-				e := newSharedEnv(t, st, addr, "cat >/dev/null\n")
-				e.sendOps([]string{`{"id":"op-1"}`})
-				commands := []string{"run", "ledger stats", "ledger init"}
-				if kind == "Silent" {
-					commands = commands[:1] // each waits out the store's timeout
-				}
-				for _, args := range commands {
-					start := time.Now()
-					cmd, out := e.start(args)
-					code := wait(t, cmd, 60*time.Second)
-					took := time.Since(start)
-					t.Logf("%s with the store %s: exit %d after %v", args, strings.ToLower(kind), code, took.Round(time.Millisecond))
-					if code != exitFailure || !strings.Contains(out.String(), ledger.ErrUnavailable.Error()) {
-						t.Fatalf("%s: exit %d:\n%s", args, code, out)
-					}
-					if took > 45*time.Second {
-						t.Errorf("%s took %v to give up on an unreachable store", args, took)
-					}
-				}
-				if v, n := sqstest.Count(t, e.client, e.queue.URL); v != 1 || n != 0 {
-					t.Fatalf("run without a ledger touched the queue: %d visible, %d in flight", v, n)
-				}
-				if kind == "Refused" {
-					code, msg := e.run("check", "")
-					if code != exitFailure || !strings.Contains(squash(msg), "fail ledger") {
-						t.Fatalf("check: exit %d:\n%s", code, msg)
-					}
-				}
-			})
+		for _, kind := range []string{"refused", "silent"} {
+			st := b.new(t)
+			addr := closedAddr(t)
+			if kind == "silent" {
+				addr = silentListener(t)
+			}
+			e := newSharedEnv(t, st, addr, "cat >/dev/null\n")
+			e.sendOps([]string{`{"id":"op-1"}`})
+			for _, args := range []string{"run", "ledger stats", "ledger init", "check"} {
+				cmd, out := e.start(args)
+				a := &attempt{what: fmt.Sprintf("%s with the %s store %s", args, b.name, kind), e: e, cmd: cmd, out: out, start: time.Now(), done: make(chan struct{})}
+				go func() { a.cmd.Wait(); a.took = time.Since(a.start); close(a.done) }()
+				attempts = append(attempts, a)
+			}
 		}
+	}
+	deadline := time.After(60 * time.Second)
+	for _, a := range attempts {
+		select {
+		case <-a.done:
+		case <-deadline:
+			for _, a := range attempts {
+				a.cmd.Process.Kill()
+				<-a.done
+			}
+			t.Fatalf("%s did not give up on the store within 60s", a.what)
+		}
+		code := a.cmd.ProcessState.ExitCode()
+		t.Logf("%s: exit %d after %v: %s", a.what, code, a.took.Round(time.Millisecond), lastLine(a.out.String()))
+		out := a.out.String()
+		if strings.HasPrefix(a.what, "check") {
+			out = squash(out)
+			if !strings.Contains(out, "fail ledger") {
+				t.Errorf("%s: exit %d:\n%s", a.what, code, a.out)
+			}
+		}
+		if code != exitFailure || !strings.Contains(out, ledger.ErrUnavailable.Error()) {
+			t.Errorf("%s: exit %d:\n%s", a.what, code, a.out)
+		}
+	}
+	for _, a := range attempts {
+		if v, n := sqstest.Count(t, a.e.client, a.e.queue.URL); v != 1 || n != 0 {
+			t.Fatalf("run without a ledger touched the queue: %d visible, %d in flight", v, n)
+		}
+	}
+}
+
+// TestMain_SharedLedgerDropped: a worker whose table is dropped under it
+// stops with an error that says what to do, and loses nothing.
+func TestMain_SharedLedgerDropped(t *testing.T) {
+	t.Parallel()
+	for _, b := range sharedBackends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			st := b.new(t)
+			e := newSharedEnv(t, st, "", "cat >/dev/null\necho \"$SQSONCE_KEY\" >>\"$STATE/effects\"\n")
+			e.initTable()
+			cmd, out := e.start("run")
+			e.sendOps([]string{`{"id":"op-1"}`})
+			e.waitFor("the first operation", 30*time.Second, func() bool { return len(e.lines("effects")) == 1 })
+			e.waitFor("the queue to empty", 30*time.Second, e.queueEmpty)
+
+			st.drop(t)
+			e.sendOps([]string{`{"id":"op-2"}`})
+			if code := wait(t, cmd, 60*time.Second); code != exitFailure || !strings.Contains(out.String(), "sqsonce ledger init") {
+				t.Fatalf("run with its table dropped: exit %d:\n%s", code, out)
+			}
+			if got := e.lines("effects"); len(got) != 1 {
+				t.Fatalf("work ran without a table: %q", got)
+			}
+			if v, n := sqstest.Count(t, e.client, e.queue.URL); v+n != 1 {
+				t.Fatalf("%d visible + %d in flight, want the message kept", v, n)
+			}
+			if v, n := sqstest.Count(t, e.client, e.queue.DLQURL); v+n != 0 {
+				t.Fatalf("%d messages dead-lettered", v+n)
+			}
+			// Once the table is back, the next worker does the work.
+			e.initTable()
+			cmd, out = e.start("run")
+			e.waitFor("the operation after init", 30*time.Second, func() bool { return len(e.lines("effects")) == 2 })
+			cmd.Process.Signal(syscall.SIGTERM)
+			if code := wait(t, cmd, 30*time.Second); code != exitOK {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+		})
 	}
 }
 
