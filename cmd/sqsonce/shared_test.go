@@ -32,8 +32,7 @@ import (
 // sharedTable is a table of a shared backend that belongs to one test: the
 // variables that point sqsonce processes at it, and the test's own way in.
 type sharedTable struct {
-	backend string
-	table   string
+	table string
 	// addr is the server's host:port, for a proxy in front of it.
 	addr string
 	// vars are the SQSONCE_LEDGER_* variables for the table, with the
@@ -60,9 +59,8 @@ func newPostgresTable(t *testing.T) *sharedTable {
 	raw, _ := pgtest.Schema(t)
 	const table = "ops"
 	return &sharedTable{
-		backend: BackendPostgres,
-		table:   table,
-		addr:    pgtest.Addr(t, raw),
+		table: table,
+		addr:  pgtest.Addr(t, raw),
 		vars: func(via string) []string {
 			u := raw
 			if via != "" {
@@ -115,9 +113,8 @@ func newDynamoDBTable(t *testing.T) *sharedTable {
 		}
 	})
 	return &sharedTable{
-		backend: BackendDynamoDB,
-		table:   table,
-		addr:    u.Host,
+		table: table,
+		addr:  u.Host,
 		vars: func(via string) []string {
 			ep := endpoint
 			if via != "" {
