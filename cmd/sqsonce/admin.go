@@ -37,10 +37,15 @@ type ledgerMetrics struct {
 	commitErrors   prometheus.Counter
 
 	mu       sync.Mutex
-	st       statser       // set once the ledger is open
-	every    time.Duration // a scrape reads Stats at most this often
+	st       statser // set once the ledger is open
+	shared   bool    // st is a shared store: its counts are read in the background
 	last     ledger.Stats
-	lastRead time.Time
+	lastRead time.Time // when the counts in last were read; zero before
+	tried    time.Time // when the last background read started
+	reading  bool      // a background read is under way
+	ctx      context.Context
+	stop     context.CancelFunc
+	reads    sync.WaitGroup
 
 	records    *prometheus.Desc
 	oldest     *prometheus.Desc
@@ -69,6 +74,7 @@ func newLedgerMetrics(reg prometheus.Registerer) *ledgerMetrics {
 		fileBytes:  prometheus.NewDesc("sqsonce_ledger_file_bytes", "Size of the ledger file.", nil, nil),
 		commitsAll: prometheus.NewDesc("sqsonce_ledger_commits_total", "Ledger commits (one fsync each) since start.", nil, nil),
 	}
+	m.ctx, m.stop = context.WithCancel(context.Background())
 	reg.MustRegister(m.commitSeconds, m.requestsCommit, m.commitErrors, m)
 	return m
 }
@@ -95,38 +101,69 @@ type statser interface {
 	Stats(ctx context.Context) (ledger.Stats, error)
 }
 
-// sharedStatsEvery is how often a scrape reads the counts of a shared
-// ledger: they cost a query over its table (a scan on DynamoDB), where the
-// embedded ledger keeps them as counters.
+// sharedStatsEvery is how often a scrape has the counts of a shared ledger
+// read again: they cost a query over its table (a scan on DynamoDB), where
+// the embedded ledger keeps them as counters.
 const sharedStatsEvery = time.Minute
 
-// observe starts reporting the counts of st.
-func (m *ledgerMetrics) observe(st statser) {
+// statsTimeout bounds one read of the counts.
+const statsTimeout = 10 * time.Second
+
+// observe starts reporting the counts of st. The embedded ledger's are read
+// at each scrape. A shared store's are read in the background, when a
+// scrape finds them older than sharedStatsEvery (or finds none): a scrape
+// never waits on the store, which may be slow to count or not answer at
+// all while it is away, and it reports the last counts read (none before
+// the first read). The returned func stops the reading and waits for a read
+// under way; call it before closing st. It may be called more than once.
+func (m *ledgerMetrics) observe(st statser) (stop func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.st = st
-	if _, local := st.(*ledger.DB); !local {
-		m.every = sharedStatsEvery
+	_, local := st.(*ledger.DB)
+	m.shared = !local
+	return func() {
+		m.stop()
+		m.reads.Wait()
 	}
 }
 
-// stats returns the ledger's counts, read again when older than every.
+// stats returns the ledger's counts and whether there are any.
 func (m *ledgerMetrics) stats() (ledger.Stats, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.st == nil {
 		return ledger.Stats{}, false
 	}
-	if m.lastRead.IsZero() || time.Since(m.lastRead) >= m.every {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		st, err := m.st.Stats(ctx)
-		cancel()
-		if err != nil {
-			return m.last, !m.lastRead.IsZero()
+	if m.shared {
+		if !m.reading && m.ctx.Err() == nil && (m.tried.IsZero() || time.Since(m.tried) >= sharedStatsEvery) {
+			m.reading, m.tried = true, time.Now()
+			m.reads.Go(m.readShared)
 		}
+		return m.last, !m.lastRead.IsZero()
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, statsTimeout)
+	st, err := m.st.Stats(ctx)
+	cancel()
+	if err != nil {
+		return m.last, !m.lastRead.IsZero()
+	}
+	m.last, m.lastRead = st, time.Now()
+	return m.last, true
+}
+
+// readShared reads a shared store's counts in the background; a failed
+// read keeps the last counts.
+func (m *ledgerMetrics) readShared() {
+	ctx, cancel := context.WithTimeout(m.ctx, statsTimeout)
+	defer cancel()
+	st, err := m.st.Stats(ctx)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reading = false
+	if err == nil {
 		m.last, m.lastRead = st, time.Now()
 	}
-	return m.last, true
 }
 
 // Collect implements prometheus.Collector.
@@ -219,6 +256,6 @@ func writeHealth(w http.ResponseWriter, ok bool, h worker.Health) {
 	}
 	json.NewEncoder(w).Encode(map[string]any{
 		"ok": ok, "running": h.Running, "alive": h.Alive, "ready": h.Ready,
-		"draining": h.Draining, "last_receive": h.LastReceive, "in_flight": h.InFlight,
+		"draining": h.Draining, "ledger_down": h.LedgerDown, "last_receive": h.LastReceive, "in_flight": h.InFlight,
 	})
 }

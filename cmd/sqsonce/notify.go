@@ -108,6 +108,8 @@ func status(h worker.Health, s worker.Stats) string {
 		state = "draining"
 	case !h.Alive:
 		state = "receive loop stalled"
+	case h.LedgerDown:
+		state = "waiting for the ledger"
 	}
 	return fmt.Sprintf("%s; %d in flight; %d completed, %d duplicates, %d retried, %d dead-lettered",
 		state, h.InFlight, s.Completed, s.Duplicates, s.Retried, s.DeadLettered)

@@ -37,7 +37,8 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer st.Close()
-	lm.observe(st)
+	stopStats := lm.observe(st)
+	defer stopStats()
 	if db, ok := st.(*ledger.DB); ok {
 		// Admin commands reach the ledger through this socket while we
 		// hold the file; shared stores they reach directly.
@@ -94,6 +95,7 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	stopNotify()
+	stopStats()
 	return st.Close()
 }
 
