@@ -183,8 +183,14 @@ func (m *ledgerMetrics) Collect(ch chan<- prometheus.Metric) {
 		age = time.Since(st.OldestInProgress).Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(m.oldest, prometheus.GaugeValue, age)
-	ch <- prometheus.MustNewConstMetric(m.fileBytes, prometheus.GaugeValue, float64(st.FileSize))
-	ch <- prometheus.MustNewConstMetric(m.commitsAll, prometheus.CounterValue, float64(st.Commits))
+	m.mu.Lock()
+	shared := m.shared
+	m.mu.Unlock()
+	if !shared {
+		// A file and its commits: the embedded ledger's alone.
+		ch <- prometheus.MustNewConstMetric(m.fileBytes, prometheus.GaugeValue, float64(st.FileSize))
+		ch <- prometheus.MustNewConstMetric(m.commitsAll, prometheus.CounterValue, float64(st.Commits))
+	}
 }
 
 // adminServer is the admin HTTP listener.

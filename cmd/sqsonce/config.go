@@ -19,6 +19,8 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/dynamodb"
+	"github.com/sqsonce/sqsonce/ledger/postgres"
 	"github.com/sqsonce/sqsonce/worker"
 )
 
@@ -607,7 +609,7 @@ var rules = []rule{
 	{
 		key:   "ledger.table",
 		when:  func(c *Config) bool { return c.Ledger.Backend != BackendBbolt },
-		check: func(c *Config) error { return tableName(c.Ledger.Table) },
+		check: func(c *Config) error { return tableName(c.Ledger.Backend, c.Ledger.Table) },
 	},
 	{
 		key:   "ledger.url",
@@ -702,17 +704,18 @@ func postgresURL(s string) error {
 // defaultTable is the default ledger.table.
 const defaultTable = "sqsonce_operations"
 
-// tableName requires a name that PostgreSQL takes unquoted and DynamoDB
-// accepts: a letter or underscore, then letters, digits and underscores, at
-// most 63 bytes.
-func tableName(s string) error {
-	ok := s != "" && len(s) <= 63 && (s[0] == '_' || unicode.IsLetter(rune(s[0])))
-	for i := 0; ok && i < len(s); i++ {
-		c := s[i]
-		ok = c == '_' || ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9')
+// tableName asks the backend whether name can be its table, and says what
+// it wants without the backend's error sentinel.
+func tableName(backend, name string) error {
+	var err error
+	switch backend {
+	case BackendPostgres:
+		err = postgres.CheckTable(name)
+	case BackendDynamoDB:
+		err = dynamodb.CheckTable(name)
 	}
-	if !ok {
-		return fmt.Errorf("must be 1 to 63 ASCII letters, digits and underscores, not starting with a digit, got %q", s)
+	if err != nil {
+		return errors.New(strings.TrimSuffix(err.Error(), ": "+ledger.ErrInvalidArgument.Error()))
 	}
 	return nil
 }

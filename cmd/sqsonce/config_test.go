@@ -323,8 +323,9 @@ func TestValidateRejects(t *testing.T) {
 		{"key prefix delete", func(c *Config) { c.Key.Prefix = "a\x7f" }, "key.prefix", "control characters", nil},
 		{"ledger path empty", func(c *Config) { c.Ledger.Path = "" }, "ledger.path", `is required when ledger.backend is "bbolt"`, nil},
 		{"ledger backend unknown", func(c *Config) { c.Ledger.Backend = "redis" }, "ledger.backend", `must be one of bbolt, postgres, dynamodb, got "redis"`, nil},
-		{"ledger table bad", func(c *Config) { c.Ledger.Backend = BackendPostgres; c.Ledger.Table = "ops; drop" }, "ledger.table", `got "ops; drop"`, nil},
-		{"ledger table digit", func(c *Config) { c.Ledger.Backend = BackendDynamoDB; c.Ledger.Table = "1ops" }, "ledger.table", "not starting with a digit", nil},
+		{"ledger table bad", func(c *Config) { c.Ledger.Backend = BackendPostgres; c.Ledger.Table = "ops; drop" }, "ledger.table", `table "ops; drop": want a name of lower-case letters`, nil},
+		{"ledger table upper case on postgres", func(c *Config) { c.Ledger.Backend = BackendPostgres; c.Ledger.Table = "Ops" }, "ledger.table", "lower-case", nil},
+		{"ledger table short on dynamodb", func(c *Config) { c.Ledger.Backend = BackendDynamoDB; c.Ledger.Table = "op" }, "ledger.table", `table name "op": want 3 to 255`, nil},
 		{"ledger endpoint relative", func(c *Config) { c.Ledger.Endpoint = "localhost:8000" }, "ledger.endpoint", "absolute http or https URL", nil},
 		{"ledger retention short", func(c *Config) {
 			c.Ledger.Retention = Duration{59 * time.Second}
@@ -452,6 +453,8 @@ func TestValidateAccepts(t *testing.T) {
 			c.Handler.Timeout = Duration{30 * time.Second}
 		}},
 		{"short polling", func(c *Config) { c.Queue.WaitTime = Duration{} }},
+		{"dynamodb table with dots and dashes", func(c *Config) { c.Ledger.Backend = BackendDynamoDB; c.Ledger.Table = "orders.sqsonce-ops" }},
+		{"postgres table in a schema", func(c *Config) { c.Ledger.Backend = BackendPostgres; c.Ledger.Table = "ops.sqsonce_operations" }},
 		{"retry at once, then back off", func(c *Config) {
 			c.Retry.MinBackoff = Duration{}
 			c.Retry.MaxBackoff = Duration{2 * time.Second}

@@ -80,13 +80,23 @@ type Options struct {
 
 var tableName = regexp.MustCompile(`^[a-zA-Z0-9_.-]{3,255}$`)
 
+// CheckTable reports whether name can be a DynamoDB table's name
+// (Options.Table): 3 to 255 of a-z, A-Z, 0-9, '_', '-' and '.'. The error
+// wraps ledger.ErrInvalidArgument.
+func CheckTable(name string) error {
+	if !tableName.MatchString(name) {
+		return fmt.Errorf("table name %q: want 3 to 255 of a-z, A-Z, 0-9, '_', '-', '.': %w", name, ledger.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // resolve fills the defaults of o and validates it.
 func (o Options) resolve() (Options, error) {
 	if o.Table == "" {
 		o.Table = DefaultTable
 	}
-	if !tableName.MatchString(o.Table) {
-		return o, fmt.Errorf("dynamodb ledger: table name %q: want 3 to 255 of a-z, A-Z, 0-9, '_', '-', '.': %w", o.Table, ledger.ErrInvalidArgument)
+	if err := CheckTable(o.Table); err != nil {
+		return o, fmt.Errorf("dynamodb ledger: %w", err)
 	}
 	if o.Retention < 0 {
 		return o, fmt.Errorf("dynamodb ledger: negative retention %v: %w", o.Retention, ledger.ErrInvalidArgument)

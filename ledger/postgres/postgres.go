@@ -93,11 +93,10 @@ func (o Options) config() (*config, error) {
 	if o.Table == "" {
 		o.Table = DefaultTable
 	}
-	m := tableName.FindStringSubmatch(o.Table)
-	if m == nil || len(m[2]) > maxTableLen {
-		return nil, fmt.Errorf("table %q: want a name of lower-case letters, digits and underscores, at most %d bytes, optionally after a schema and a dot: %w",
-			o.Table, maxTableLen, ledger.ErrInvalidArgument)
+	if err := CheckTable(o.Table); err != nil {
+		return nil, err
 	}
+	m := tableName.FindStringSubmatch(o.Table)
 	schema, name := m[1], m[2]
 	c.tableLabel = o.Table
 	c.table = qualified(schema, name)
@@ -130,6 +129,18 @@ func (o Options) config() (*config, error) {
 		c.where = fmt.Sprintf("%s/.s.PGSQL.%d/%s", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database)
 	}
 	return c, nil
+}
+
+// CheckTable reports whether name can be the ledger's table (Options.Table):
+// lower-case letters, digits and underscores, not starting with a digit, at
+// most 55 bytes, optionally after a schema name and a dot. The error wraps
+// ledger.ErrInvalidArgument.
+func CheckTable(name string) error {
+	if m := tableName.FindStringSubmatch(name); m == nil || len(m[2]) > maxTableLen {
+		return fmt.Errorf("table %q: want a name of lower-case letters, digits and underscores, at most %d bytes, optionally after a schema and a dot: %w",
+			name, maxTableLen, ledger.ErrInvalidArgument)
+	}
+	return nil
 }
 
 func qualified(schema, name string) pgx.Identifier {
