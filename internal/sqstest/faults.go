@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/sqsonce/sqsonce/internal/awsfault"
+	"github.com/sqsonce/sqsonce/internal/loopback"
 )
 
 // Kind is a kind of fault a [Faults] transport injects.
@@ -117,7 +118,7 @@ type Faults struct {
 // of [http.DefaultTransport] without proxy.
 func NewFaults(seed uint64, base http.RoundTripper) *Faults {
 	if base == nil {
-		base = loopbackTransport()
+		base = loopback.Transport()
 	}
 	f := &Faults{
 		rng:     mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
