@@ -18,19 +18,14 @@
 # `nobody` (SQSONCE_TEST_POSTGRES_USER names another).
 set -euo pipefail
 
+script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/server.sh
+source "$script_dir/lib/server.sh"
+
 start_timeout_s=30
 run_as="${SQSONCE_TEST_POSTGRES_USER:-nobody}"
 
-log() { printf 'with-postgres: %s\n' "$*" >&2; }
-die() {
-	log "error: $*"
-	exit 1
-}
-
-if [[ $# -eq 0 ]]; then
-	printf 'usage: %s CMD [ARGS...]\n' "$0" >&2
-	exit 2
-fi
+check_args "$@"
 
 # newest_bindir prints the bin directory of the newest PostgreSQL server
 # installed by Debian's packages, or nothing.
@@ -97,6 +92,7 @@ fi
 dir="$(mktemp -d "${TMPDIR:-/tmp}/sqsonce-pg.XXXXXX")"
 started=""
 
+# shellcheck disable=SC2317 # stop_on_exit calls it.
 stop_server() {
 	if [[ -n "$started" ]]; then
 		as_owner "$bindir/pg_ctl" -D "$dir/data" -m immediate -w -t 10 stop >/dev/null 2>&1 || {
@@ -108,9 +104,7 @@ stop_server() {
 	fi
 	rm -rf "$dir"
 }
-trap stop_server EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+stop_on_exit stop_server
 
 if ((EUID == 0)); then
 	chown "$run_as:$owner_group" "$dir"
@@ -156,26 +150,4 @@ done
 export SQSONCE_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
 answers "$SQSONCE_TEST_POSTGRES_URL" || die "the local PostgreSQL server started but does not answer at $SQSONCE_TEST_POSTGRES_URL"
 
-# Run CMD as a child and wait for it, so that a SIGINT or SIGTERM sent to this
-# script is passed on to CMD and the server is still stopped afterwards. The
-# subshell restores default SIGINT/SIGQUIT handling (bash ignores them in
-# asynchronous commands) and keeps this script's stdin.
-(
-	trap - INT QUIT
-	exec "$@"
-) <&0 &
-cmd_pid=$!
-trap 'kill -INT "$cmd_pid" 2>/dev/null || true' INT
-trap 'kill -TERM "$cmd_pid" 2>/dev/null || true' TERM
-
-# wait also returns (with status > 128) when a trapped signal arrives, so only
-# a finished CMD ends the loop; a last wait then collects CMD's own status.
-status=0
-while kill -0 "$cmd_pid" 2>/dev/null; do
-	wait "$cmd_pid" && status=0 || status=$?
-done
-wait "$cmd_pid" 2>/dev/null && status=0 || {
-	rc=$?
-	((rc == 127)) || status=$rc
-}
-exit "$status"
+run_command "$@"

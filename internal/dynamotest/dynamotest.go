@@ -34,10 +34,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -48,6 +46,7 @@ import (
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/sqsonce/sqsonce/internal/loopback"
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 )
 
@@ -62,33 +61,22 @@ const Region = "us-east-1"
 // that a stuck request cannot hang a test.
 const HTTPTimeout = 30 * time.Second
 
+// server is the local DynamoDB-compatible server, found through
+// [EndpointEnv].
+var server = loopback.Server{
+	Env:     EndpointEnv,
+	Name:    "the local DynamoDB-compatible server",
+	Script:  "scripts/with-dynalite.sh",
+	Example: "http://127.0.0.1:4567",
+}
+
 // Endpoint returns the base URL of the local DynamoDB-compatible server
 // from [EndpointEnv]. If the variable is unset or empty, or does not name
 // an http URL on a loopback address, Endpoint fails the test with t.Fatal;
 // it never skips.
 func Endpoint(t testing.TB) string {
 	t.Helper()
-	raw := strings.TrimSpace(os.Getenv(EndpointEnv))
-	if raw == "" {
-		t.Fatalf("%s is not set: these tests need the local DynamoDB-compatible server; "+
-			"run them with `make test` (or `scripts/with-dynalite.sh go test ./...`)", EndpointEnv)
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		t.Fatalf("%s=%q is not an http URL such as http://127.0.0.1:4567", EndpointEnv, raw)
-	}
-	if !isLoopback(u.Hostname()) {
-		t.Fatalf("%s=%q: tests only talk to a server on a loopback address", EndpointEnv, raw)
-	}
-	return strings.TrimRight(raw, "/")
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return server.Endpoint(t)
 }
 
 // NewClient returns a DynamoDB client for the server at [Endpoint]. See
@@ -107,7 +95,7 @@ func NewClient(t testing.TB, rt http.RoundTripper, optFns ...func(*ddb.Options))
 // func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 } to disable retries.
 func NewClientAt(t testing.TB, endpoint string, rt http.RoundTripper, optFns ...func(*ddb.Options)) *ddb.Client {
 	t.Helper()
-	if u, err := url.Parse(endpoint); err != nil || !isLoopback(u.Hostname()) {
+	if u, err := url.Parse(endpoint); err != nil || !loopback.IsHost(u.Hostname()) {
 		t.Fatalf("dynamotest: %q is not a loopback URL", endpoint)
 	}
 	if rt == nil {
@@ -128,8 +116,7 @@ func NewClientAt(t testing.TB, endpoint string, rt http.RoundTripper, optFns ...
 // idle connections to it rather than net/http's 2, so that a client with
 // many requests in flight (a ledger's batch) reuses its connections.
 func LoopbackTransport() *http.Transport {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil
+	tr := loopback.Transport()
 	tr.MaxIdleConnsPerHost = 100
 	return tr
 }

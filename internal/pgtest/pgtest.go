@@ -26,13 +26,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqsonce/sqsonce/internal/loopback"
 )
 
 // URLEnv names the environment variable holding the connection string of
@@ -43,32 +44,27 @@ const URLEnv = "SQSONCE_TEST_POSTGRES_URL"
 // opTimeout bounds each statement the helpers run.
 const opTimeout = 15 * time.Second
 
+// server is the PostgreSQL server for tests, found through [URLEnv].
+var server = loopback.Server{
+	Env:    URLEnv,
+	Name:   "a PostgreSQL server",
+	Script: "scripts/with-postgres.sh",
+}
+
 // URL returns the server's connection string from [URLEnv]. When the
 // variable is unset, or does not name a server on a loopback address (or a
 // Unix socket), URL fails the test with t.Fatal; it never skips.
 func URL(t testing.TB) string {
 	t.Helper()
-	raw := strings.TrimSpace(os.Getenv(URLEnv))
-	if raw == "" {
-		t.Fatalf("%s is not set: these tests need a PostgreSQL server; "+
-			"run them with `make test` (or `scripts/with-postgres.sh go test ./...`)", URLEnv)
-	}
+	raw := server.Lookup(t)
 	cfg, err := pgconn.ParseConfig(raw)
 	if err != nil {
 		t.Fatalf("%s: %v", URLEnv, err)
 	}
-	if !strings.HasPrefix(cfg.Host, "/") && !isLoopback(cfg.Host) {
+	if !strings.HasPrefix(cfg.Host, "/") && !loopback.IsHost(cfg.Host) {
 		t.Fatalf("%s names host %q: tests only talk to a server on a loopback address", URLEnv, cfg.Host)
 	}
 	return raw
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // Connect opens a connection with the connection string raw (the server at

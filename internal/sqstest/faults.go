@@ -1,25 +1,17 @@
 package sqstest
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
-	"maps"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
-	"syscall"
+
+	"github.com/sqsonce/sqsonce/internal/awsfault"
+	"github.com/sqsonce/sqsonce/internal/loopback"
 )
 
 // Kind is a kind of fault a [Faults] transport injects.
-type Kind string
+type Kind = awsfault.Kind
 
 // The fault kinds. Only LostAck lets the request reach the server.
 const (
@@ -28,24 +20,34 @@ const (
 	// header X-Amzn-Query-Error "RequestThrottled;Sender"). The SDK decodes it
 	// as *types.RequestThrottled, which its retryer classifies as a
 	// retryable throttling error.
-	Throttle Kind = "Throttle"
+	Throttle = awsfault.Throttle
 	// ServerError answers HTTP 500 with error code InternalFailure (fault
 	// "Receiver"), which the SDK classifies as retryable.
-	ServerError Kind = "ServerError"
+	ServerError = awsfault.ServerError
 	// Timeout blocks until the request's context ends (its deadline, its
 	// cancellation or the HTTP client's timeout) and returns an error
 	// wrapping the context's error.
-	Timeout Kind = "Timeout"
+	Timeout = awsfault.Timeout
 	// Reset returns an error wrapping syscall.ECONNRESET, as if the
 	// connection broke before the request was sent.
-	Reset Kind = "Reset"
+	Reset = awsfault.Reset
 	// LostAck forwards the request, so it takes effect on the server, reads
 	// and discards the response, then returns an error wrapping
 	// syscall.ECONNRESET: the request happened but the client never learns
 	// it. The SDK retries such errors, so a retried LostAck SendMessage
 	// leaves duplicates behind.
-	LostAck Kind = "LostAck"
+	LostAck = awsfault.LostAck
 )
+
+// sqsErrors is how SQS answers the faults Throttle and ServerError
+// (awsJson1_0, query-compatible).
+var sqsErrors = awsfault.Service{
+	Namespace:       "com.amazonaws.sqs#",
+	QueryCompatible: true,
+	Throttle:        awsfault.Answer{Status: http.StatusBadRequest, Code: "RequestThrottled", Message: "Rate exceeded"},
+	ServerError: awsfault.Answer{Status: http.StatusInternalServerError, Code: "InternalFailure",
+		Message: "The request processing has failed because of an unknown error, exception or failure."},
+}
 
 // kinds lists the fault kinds in the order [Faults] draws them.
 var kinds = [...]Kind{Throttle, ServerError, Timeout, Reset, LostAck}
@@ -103,13 +105,12 @@ func (r Rates) validate() error {
 // changed while requests are in flight; a change applies to requests that
 // start afterwards.
 type Faults struct {
-	base http.RoundTripper
+	rt *awsfault.Transport
 
 	mu      sync.Mutex
 	rng     *mrand.Rand
 	enabled bool
 	rates   map[string]Rates
-	counts  map[string]map[Kind]int
 }
 
 // NewFaults returns an enabled Faults with no rates set, drawing from a
@@ -117,15 +118,15 @@ type Faults struct {
 // of [http.DefaultTransport] without proxy.
 func NewFaults(seed uint64, base http.RoundTripper) *Faults {
 	if base == nil {
-		base = loopbackTransport()
+		base = loopback.Transport()
 	}
-	return &Faults{
-		base:    base,
+	f := &Faults{
 		rng:     mrand.New(mrand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		enabled: true,
 		rates:   make(map[string]Rates),
-		counts:  make(map[string]map[Kind]int),
 	}
+	f.rt = awsfault.New(base, sqsErrors, f.pick)
+	return f
 }
 
 // Set sets the fault rates of operation op (e.g. "DeleteMessage"),
@@ -164,25 +165,17 @@ func (f *Faults) Enabled() bool {
 // operation and kind. A fault counts when it is chosen, before it takes
 // effect. The caller owns the returned maps.
 func (f *Faults) Counts() map[string]map[Kind]int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[string]map[Kind]int, len(f.counts))
-	for op, byKind := range f.counts {
-		out[op] = maps.Clone(byKind)
-	}
-	return out
+	return f.rt.Counts()
 }
 
 // Count returns the number of faults of kind k injected so far into
 // operation op.
 func (f *Faults) Count(op string, k Kind) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.counts[op][k]
+	return f.rt.Count(op, k)
 }
 
-// pick decides the fault, if any, for one request of operation op and
-// counts it. It returns "" for no fault.
+// pick decides the fault, if any, for one request of operation op. It
+// returns "" for no fault.
 func (f *Faults) pick(op string) Kind {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -195,10 +188,6 @@ func (f *Faults) pick(op string) Kind {
 	for _, k := range kinds {
 		acc += r.of(k)
 		if u < acc {
-			if f.counts[op] == nil {
-				f.counts[op] = make(map[Kind]int)
-			}
-			f.counts[op][k]++
 			return k
 		}
 	}
@@ -208,96 +197,17 @@ func (f *Faults) pick(op string) Kind {
 // Operation returns the SQS operation of req: its X-Amz-Target header
 // without the "AmazonSQS." prefix, or "" if the header is absent.
 func Operation(req *http.Request) string {
-	target := req.Header.Get("X-Amz-Target")
-	if i := strings.LastIndexByte(target, '.'); i >= 0 {
-		return target[i+1:]
-	}
-	return target
+	return awsfault.Operation(req)
 }
 
 // RoundTrip implements [http.RoundTripper]; see [Kind] for what each fault
 // does. Requests without a fault go to the base transport unchanged.
 func (f *Faults) RoundTrip(req *http.Request) (*http.Response, error) {
-	op := Operation(req)
-	kind := f.pick(op)
-	switch kind {
-	case "":
-		return f.base.RoundTrip(req)
-	case LostAck:
-		resp, err := f.base.RoundTrip(req)
-		if err != nil {
-			return nil, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return nil, connReset(op, kind)
-	}
-
-	// The other faults never reach the server; RoundTrip must still close
-	// the request body.
-	if req.Body != nil {
-		_ = req.Body.Close()
-	}
-	switch kind {
-	case Throttle:
-		return errorResponse(req, http.StatusBadRequest, "RequestThrottled", "Sender", "Rate exceeded"), nil
-	case ServerError:
-		return errorResponse(req, http.StatusInternalServerError, "InternalFailure", "Receiver",
-			"The request processing has failed because of an unknown error, exception or failure."), nil
-	case Timeout:
-		ctx := req.Context()
-		<-ctx.Done()
-		return nil, fmt.Errorf("sqstest: injected %s on %s: %w", kind, op, context.Cause(ctx))
-	default: // Reset
-		return nil, connReset(op, kind)
-	}
+	return f.rt.RoundTrip(req)
 }
 
 // CloseIdleConnections closes idle connections of the base transport, if
 // it has such a method; [http.Client.CloseIdleConnections] calls it.
 func (f *Faults) CloseIdleConnections() {
-	if c, ok := f.base.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
-}
-
-// connReset returns an error shaped like the one net/http reports when the
-// peer resets the connection: it wraps a *net.OpError and syscall.ECONNRESET.
-func connReset(op string, kind Kind) error {
-	return fmt.Errorf("sqstest: injected %s on %s: %w", kind, op, &net.OpError{
-		Op:  "read",
-		Net: "tcp",
-		Err: os.NewSyscallError("read", syscall.ECONNRESET),
-	})
-}
-
-// errorResponse builds an SQS JSON-protocol (awsJson1_0, query-compatible)
-// error response.
-func errorResponse(req *http.Request, status int, code, fault, msg string) *http.Response {
-	body, _ := json.Marshal(map[string]string{
-		"__type":  "com.amazonaws.sqs#" + code,
-		"message": msg,
-	})
-	h := make(http.Header)
-	h.Set("Content-Type", "application/x-amz-json-1.0")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("X-Amzn-Query-Error", code+";"+fault)
-	h.Set("X-Amzn-Requestid", requestID())
-	return &http.Response{
-		Status:        fmt.Sprintf("%d %s", status, http.StatusText(status)),
-		StatusCode:    status,
-		Proto:         "HTTP/1.1",
-		ProtoMajor:    1,
-		ProtoMinor:    1,
-		Header:        h,
-		Body:          io.NopCloser(strings.NewReader(string(body))),
-		ContentLength: int64(len(body)),
-		Request:       req,
-	}
-}
-
-func requestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	f.rt.CloseIdleConnections()
 }

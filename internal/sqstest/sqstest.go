@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -20,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsonce/sqsonce/internal/loopback"
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 )
 
@@ -38,33 +36,21 @@ const HTTPTimeout = 30 * time.Second
 // opTimeout bounds each SQS call the helpers of this package make.
 const opTimeout = 15 * time.Second
 
+// server is the local SQS-compatible server, found through [EndpointEnv].
+var server = loopback.Server{
+	Env:     EndpointEnv,
+	Name:    "the local SQS-compatible server",
+	Script:  "scripts/with-sqs.sh",
+	Example: "http://127.0.0.1:4566",
+}
+
 // Endpoint returns the base URL of the local SQS-compatible server from
 // [EndpointEnv]. If the variable is unset or empty, or does not name an
 // http URL on a loopback address, Endpoint fails the test with t.Fatal; it
 // never skips.
 func Endpoint(t testing.TB) string {
 	t.Helper()
-	raw := strings.TrimSpace(os.Getenv(EndpointEnv))
-	if raw == "" {
-		t.Fatalf("%s is not set: these tests need the local SQS-compatible server; "+
-			"run them with `make test` (or `scripts/with-sqs.sh go test ./...`)", EndpointEnv)
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme != "http" || u.Host == "" {
-		t.Fatalf("%s=%q is not an http URL such as http://127.0.0.1:4566", EndpointEnv, raw)
-	}
-	if !isLoopback(u.Hostname()) {
-		t.Fatalf("%s=%q: tests only talk to a server on a loopback address", EndpointEnv, raw)
-	}
-	return strings.TrimRight(raw, "/")
-}
-
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return server.Endpoint(t)
 }
 
 // NewClient returns an SQS client for the server at [Endpoint]: region
@@ -78,7 +64,7 @@ func NewClient(t testing.TB, rt http.RoundTripper, optFns ...func(*sqs.Options))
 	t.Helper()
 	endpoint := Endpoint(t)
 	if rt == nil {
-		rt = loopbackTransport()
+		rt = loopback.Transport()
 	}
 	hc := &http.Client{Transport: rt, Timeout: HTTPTimeout}
 	t.Cleanup(hc.CloseIdleConnections)
@@ -88,14 +74,6 @@ func NewClient(t testing.TB, rt http.RoundTripper, optFns ...func(*sqs.Options))
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   hc,
 	}, append([]func(*sqs.Options){sqsclient.InMemoryBodies}, optFns...)...)
-}
-
-// loopbackTransport returns a clone of http.DefaultTransport that never uses
-// a proxy: the test server is always on loopback.
-func loopbackTransport() *http.Transport {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil
-	return tr
 }
 
 // Queue identifies a queue made by [CreateQueue]. DLQURL and DLQARN are
