@@ -509,6 +509,23 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 			r.LateRanAgain++
 		}
 	}
+	if c.name == "" {
+		c.mu.Lock()
+		holds, races := c.holds, c.races
+		c.mu.Unlock()
+		if c.cfg.Holds > 0 {
+			r.Phases = append(r.Phases, holdPhase(holds))
+		}
+		if c.cfg.Races > 0 {
+			r.Phases = append(r.Phases, racePhase(races, func(key string) string {
+				rec, err := db.Get(ctx, key)
+				if err != nil {
+					return err.Error()
+				}
+				return rec.State.String()
+			}, execs))
+		}
+	}
 	c.mu.Lock()
 	r.Notes = append(r.Notes, c.notes...)
 	c.mu.Unlock()

@@ -45,6 +45,9 @@ type Config struct {
 	BinDir      string        // the chaosworker and downstream binaries; built when empty
 	Race        bool          // build the binaries with the race detector
 	Concurrency int           // worker handler concurrency
+	Holds       int           // worker runs whose ledger socket a reader holds and stops reading
+	Hold        time.Duration // how long each of them holds it
+	Races       int           // compactions started together with a worker run
 	FIFO        FIFOConfig    // the FIFO campaign beside the standard one
 	FIFOOnly    bool          // run the FIFO campaign alone
 }
@@ -63,6 +66,9 @@ func FullConfig() Config {
 		SendLost:    0.03,
 		Quiesce:     3 * time.Minute,
 		Concurrency: 32,
+		Holds:       2,
+		Hold:        15 * time.Second,
+		Races:       6,
 		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
 	}
 }
@@ -81,6 +87,9 @@ func ShortConfig() Config {
 		SendLost:    0.05,
 		Quiesce:     90 * time.Second,
 		Concurrency: 16,
+		Holds:       1,
+		Hold:        6 * time.Second,
+		Races:       2,
 		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1},
 	}
 }
@@ -158,7 +167,7 @@ type campaign struct {
 	dlq        string
 	workerBin  string
 	downBin    string
-	cliBin     string // sqsonce, for replay; built for the FIFO campaign only
+	cliBin     string // sqsonce: replay, ledger export and compact
 	downURL    string
 	control    string
 	downstream *proc
@@ -174,13 +183,20 @@ type campaign struct {
 
 	pauses, doubleTerms int // done, for the report
 
+	// The standard campaign's workload and sender, for the operations it
+	// sends again after a compaction race.
+	wl  *workload
+	snd *sender
+
 	mu      sync.Mutex
 	cur     *proc
 	procs   []*proc
 	nextID  int
 	inHand  map[string]int // key -> run, for kills in a handler
 	phases  []phaseResult
-	notes   []string // findings of the orchestration (unexpected exits, ...)
+	holds   []readerHold   // a reader that stops
+	races   []*compactRace // a compaction racing a restart
+	notes   []string       // findings of the orchestration (unexpected exits, ...)
 	started time.Time
 }
 
@@ -221,8 +237,8 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	if cfg.FIFOOnly && cfg.FIFO.Duration <= 0 {
 		return nil, errors.New("the FIFO campaign needs a duration")
 	}
-	if !cfg.FIFOOnly && cfg.Duration <= phaseBudget+time.Second {
-		return nil, fmt.Errorf("duration %v: want more than the %v that the ledger phases take", cfg.Duration, phaseBudget+time.Second)
+	if fixed := phaseBudget + time.Duration(cfg.Holds)*cfg.Hold; !cfg.FIFOOnly && cfg.Duration <= fixed+time.Second {
+		return nil, fmt.Errorf("duration %v: want more than the %v that the ledger phases and the holds of the ledger socket take", cfg.Duration, fixed+time.Second)
 	}
 	c := &campaign{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inHand: map[string]int{}, started: time.Now(), tl: &timeline{total: cfg.Duration}}
 	dir := cfg.Dir
@@ -323,12 +339,8 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	// Binaries.
 	if cfg.BinDir == "" {
 		bin := filepath.Join(c.dir, "bin")
-		what := "the chaos worker and the downstream"
-		if withFIFO {
-			what = "the chaos worker, the downstream and sqsonce"
-		}
-		c.logf("building %s (race detector: %v)", what, cfg.Race)
-		w, d, cli, err := buildBinaries(ctx, bin, cfg.Race, withFIFO, c.log)
+		c.logf("building the chaos worker, the downstream and sqsonce (race detector: %v)", cfg.Race)
+		w, d, cli, err := buildBinaries(ctx, bin, cfg.Race, c.log)
 		if err != nil {
 			return nil, err
 		}
@@ -422,10 +434,15 @@ func (c *campaign) standard(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// sqsonce ledger export and compact read this.
+	if err := c.writeCLIConfig(); err != nil {
+		return nil, err
+	}
 
 	// The workload.
 	wl := newWorkload(rand.New(rand.NewPCG(cfg.Seed, 1)), cfg.Ops, cfg.Deliveries)
 	snd := newSender(cfg.Endpoint, c.queue, cfg.Seed, cfg.SendLost)
+	c.wl, c.snd = wl, snd
 	c.logf("workload: %d operations, %d deliveries planned (%d keyless), %d units in the main phase", len(wl.ops), wl.planned(), len(wl.keyless), len(wl.main))
 
 	start := time.Now()
@@ -810,7 +827,7 @@ func (c *campaign) plan() []step {
 		ends = append(ends, endTerm)
 	}
 	c.rng.Shuffle(len(ends), func(i, j int) { ends[i], ends[j] = ends[j], ends[i] })
-	per := (c.cfg.Duration - phaseBudget) / time.Duration(len(ends))
+	per := (c.cfg.Duration - phaseBudget - time.Duration(c.cfg.Holds)*c.cfg.Hold) / time.Duration(len(ends))
 	steps := make([]step, len(ends))
 	for i, e := range ends {
 		steps[i] = step{end: e, dur: per/2 + time.Duration(c.rng.Int64N(int64(per)))}
@@ -823,10 +840,13 @@ func (c *campaign) plan() []step {
 }
 
 // chaos runs the planned worker runs and, a third of the way in, the ledger
-// fault phases.
+// fault phases; some runs start together with a compaction, and in some
+// later ones a reader holds the ledger socket.
 func (c *campaign) chaos(ctx context.Context) error {
 	steps := c.plan()
 	phasesAt := len(steps) / 3
+	holdAt, raceAt := c.planEmbedded(len(steps), phasesAt)
+	races := 0
 	for i, s := range steps {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -837,19 +857,64 @@ func (c *campaign) chaos(ctx context.Context) error {
 			}
 			c.phasesOver()
 		}
+		seg := s.dur
 		if s.pauseAt > 0 {
-			c.tl.segment(s.pauseAt + pauseFor + s.dur)
-		} else {
-			c.tl.segment(s.dur)
+			seg += s.pauseAt + pauseFor
 		}
-		p, err := c.startRun(c.ledger, runOpts{})
+		if holdAt[i] {
+			seg += c.cfg.Hold
+		}
+		c.tl.segment(seg)
+		var p *proc
+		var race *compactRace
+		var err error
+		if raceAt[i] {
+			p, race, err = c.raceCompaction(ctx, races)
+			races++
+		} else {
+			p, err = c.startRun(c.ledger, runOpts{})
+		}
 		if err != nil {
 			return err
 		}
+		if holdAt[i] {
+			h := c.holdReader(ctx, p, c.cfg.Hold)
+			c.mu.Lock()
+			c.holds = append(c.holds, h)
+			c.mu.Unlock()
+		}
 		c.drive(ctx, p, s)
+		if race != nil {
+			if err := c.resendCompleted(ctx, race, c.wl, c.snd); err != nil {
+				return err
+			}
+		}
 	}
 	c.tl.finish()
 	return nil
+}
+
+// planEmbedded picks the runs in which a reader holds the ledger socket
+// (after the ledger phases, when the ledger has grown) and those that
+// start together with a compaction (any but the first), never both.
+func (c *campaign) planEmbedded(n, phasesAt int) (hold, race map[int]bool) {
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 4))
+	hold, race = map[int]bool{}, map[int]bool{}
+	for _, i := range rng.Perm(n - phasesAt) {
+		if len(hold) == c.cfg.Holds {
+			break
+		}
+		hold[phasesAt+i] = true
+	}
+	for _, i := range rng.Perm(n - 1) {
+		if len(race) == c.cfg.Races {
+			break
+		}
+		if !hold[i+1] {
+			race[i+1] = true
+		}
+	}
+	return hold, race
 }
 
 // drive lets run p live for step s and ends it the planned way.

@@ -85,6 +85,9 @@ func main() {
 	fifoOps := flag.Int("fifo-ops", -1, "operations of the FIFO campaign beside the standard one, 0 for none (default 1500, short 150)")
 	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 16s)")
 	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone")
+	holds := flag.Int("holds", -1, "worker runs whose ledger socket a reader holds and stops reading (default 2, short 1)")
+	hold := flag.Duration("hold", 0, "how long a reader holds the ledger socket (default 15s, short 6s)")
+	races := flag.Int("races", -1, "compactions started together with a worker run (default 6, short 2)")
 	flag.Parse()
 	if *short {
 		cfg = ShortConfig()
@@ -114,6 +117,15 @@ func main() {
 		cfg.FIFO.Duration = *fifoDuration
 	}
 	cfg.FIFOOnly = *fifoOnly
+	if *holds >= 0 {
+		cfg.Holds = *holds
+	}
+	if *hold > 0 {
+		cfg.Hold = *hold
+	}
+	if *races >= 0 {
+		cfg.Races = *races
+	}
 	cfg.Dir, cfg.Keep, cfg.Race = *dir, *keep, *race
 	cfg.Endpoint = os.Getenv(sqstest.EndpointEnv)
 
