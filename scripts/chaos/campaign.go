@@ -50,6 +50,7 @@ type Config struct {
 	Races       int           // compactions started together with a worker run
 	FIFO        FIFOConfig    // the FIFO campaign beside the standard one
 	FIFOOnly    bool          // run the FIFO campaign alone
+	Shared      SharedConfig  // the shared-ledger campaign beside the standard one
 }
 
 // FullConfig is `make chaos`.
@@ -70,6 +71,8 @@ func FullConfig() Config {
 		Hold:        15 * time.Second,
 		Races:       6,
 		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
+		Shared: SharedConfig{Workers: 3, Ops: 3000, Deliveries: 9000, Duration: 150 * time.Second, Kills: 24, Terms: 6,
+			Stops: 3, StopFor: 8 * time.Second, Refusals: 3, RefuseFor: 6 * time.Second, Cuts: 4, Concurrency: 16},
 	}
 }
 
@@ -91,6 +94,8 @@ func ShortConfig() Config {
 		Hold:        6 * time.Second,
 		Races:       2,
 		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1},
+		Shared: SharedConfig{Workers: 3, Ops: 300, Deliveries: 900, Duration: 24 * time.Second, Kills: 6, Terms: 2,
+			Stops: 1, StopFor: 7 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8},
 	}
 }
 
@@ -174,7 +179,17 @@ type campaign struct {
 
 	tl *timeline // how far the chaos has come: the sending follows it
 
-	fifo *campaign // the FIFO campaign beside this one, or nil
+	fifo   *campaign // the FIFO campaign beside this one, or nil
+	shared *campaign // the shared-ledger campaign beside this one, or nil
+
+	// The shared-ledger campaign's database, the proxy in front of it and
+	// the connection string its workers use; the outages made so far; the
+	// last run of each worker, killed no more.
+	pg          *pgCluster
+	proxy       *tcpProxy
+	pgWorkerURL string
+	outs        []*outage
+	finals      []*proc
 	// phasesDone is closed once the ledger fault phases are over (or will
 	// not come): the FIFO campaign starts then, so that its load does not
 	// weigh on the phases' waits.
@@ -187,6 +202,8 @@ type campaign struct {
 	// sends again after a compaction race.
 	wl  *workload
 	snd *sender
+
+	rngMu sync.Mutex // rng, when several workers' runs are driven at once
 
 	mu      sync.Mutex
 	cur     *proc
@@ -278,14 +295,20 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	}
 	c.mu.Lock()
 	notes := append([]string(nil), c.notes...)
-	fifo := c.fifo
+	fifo, shared := c.fifo, c.shared
 	c.mu.Unlock()
-	if fifo != nil {
-		fifo.mu.Lock()
-		for _, n := range fifo.notes {
-			notes = append(notes, "FIFO: "+n)
+	for _, o := range []struct {
+		c    *campaign
+		name string
+	}{{fifo, "FIFO"}, {shared, "shared"}} {
+		if o.c == nil {
+			continue
 		}
-		fifo.mu.Unlock()
+		o.c.mu.Lock()
+		for _, n := range o.c.notes {
+			notes = append(notes, o.name+": "+n)
+		}
+		o.c.mu.Unlock()
 	}
 	if werr := writeReport(dir, rep, err, notes); werr != nil {
 		fmt.Fprintf(lw, "chaos: write the report into %s: %v\n", dir, werr)
@@ -297,10 +320,13 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 func (c *campaign) cleanup() {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
-	fifo := c.fifo
+	fifo, shared, pg := c.fifo, c.shared, c.pg
 	c.mu.Unlock()
 	if fifo != nil {
 		fifo.cleanup()
+	}
+	if shared != nil {
+		shared.cleanup()
 	}
 	for _, p := range procs {
 		if p.alive() {
@@ -313,6 +339,14 @@ func (c *campaign) cleanup() {
 		if !c.downstream.wait(context.Background(), 10*time.Second) {
 			c.downstream.kill(endKill, "")
 		}
+	}
+	if c.proxy != nil {
+		c.proxy.close()
+	}
+	if pg != nil {
+		// Its log goes with the work directory, which is kept when the
+		// campaign fails.
+		pg.remove(filepath.Join(c.dir, "postgres.log"))
 	}
 	if err := c.tmp.unmount(); err != nil {
 		fmt.Fprintf(c.log, "chaos: unmount %s: %v\n", c.tmp.dir, err)
@@ -383,6 +417,29 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		}()
 	}
 
+	withShared := cfg.Shared.Ops > 0 && !cfg.FIFOOnly
+	type sharedOutcome struct {
+		rep *Report
+		err error
+	}
+	var sharedDone chan sharedOutcome
+	sharedCtx, stopShared := context.WithCancel(ctx)
+	defer stopShared()
+	if withShared {
+		s, err := c.sharedCampaign()
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.shared = s
+		c.mu.Unlock()
+		sharedDone = make(chan sharedOutcome, 1)
+		go func() {
+			r, err := s.runShared(sharedCtx)
+			sharedDone <- sharedOutcome{r, err}
+		}()
+	}
+
 	rep := &Report{}
 	var err error
 	if !cfg.FIFOOnly {
@@ -398,6 +455,18 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		}
 		if rep != nil {
 			rep.FIFO = fo.rep
+		}
+	}
+	if withShared {
+		if err != nil {
+			stopShared()
+		}
+		so := <-sharedDone
+		if so.err != nil && err == nil {
+			err = fmt.Errorf("the shared-ledger campaign: %w", so.err)
+		}
+		if rep != nil {
+			rep.Shared = so.rep
 		}
 	}
 	return rep, err
@@ -647,7 +716,6 @@ func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
 		"-run", strconv.Itoa(id),
 		"-endpoint", c.cfg.Endpoint,
 		"-queue", c.queue,
-		"-ledger", ledgerPath,
 		"-downstream", c.downURL + "/op",
 		"-dir", c.runsDir,
 		"-crash-log", c.crashLog,
@@ -658,6 +726,11 @@ func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
 		"-visibility", workerVisibility.String(),
 		"-grace", workerGrace.String(),
 		"-handler-timeout", workerHandlerTimeout.String(),
+	}
+	if c.pgWorkerURL != "" {
+		args = append(args, "-postgres", c.pgWorkerURL, "-table", sharedTable, "-ledger-timeout", sharedLedgerTimeout.String())
+	} else {
+		args = append(args, "-ledger", ledgerPath)
 	}
 	if o.crashAAt > 0 {
 		args = append(args, "-crash-a-at", strconv.FormatInt(o.crashAAt, 10))
@@ -758,11 +831,16 @@ func (c *campaign) crashed(id int) string {
 func (c *campaign) serveKill(w http.ResponseWriter, r *http.Request) {
 	run, _ := strconv.Atoi(r.URL.Query().Get("run"))
 	key := r.URL.Query().Get("key")
+	var p *proc
 	c.mu.Lock()
-	p := c.cur
+	for _, q := range c.procs {
+		if q.id == run {
+			p = q
+		}
+	}
 	c.mu.Unlock()
-	if p == nil || p.id != run {
-		http.Error(w, "not the current run", http.StatusConflict)
+	if p == nil || !p.alive() {
+		http.Error(w, "no such run alive", http.StatusConflict)
 		return
 	}
 	if p.kill(endInHandler, key) {
@@ -933,7 +1011,7 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 		// Armed part way through its segment, so that work still comes,
 		// it kills itself at its next completion; if none comes, the
 		// campaign kills it.
-		arm := s.dur * time.Duration(40+c.rng.IntN(40)) / 100
+		arm := s.dur * time.Duration(40+c.intN(40)) / 100
 		if !p.wait(ctx, arm) {
 			sig := syscall.SIGUSR1
 			if s.end == endWindowB {
@@ -951,7 +1029,7 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 			p.wait(ctx, 10*time.Second)
 		}
 	case endInHandler:
-		arm := s.dur * time.Duration(40+c.rng.IntN(40)) / 100
+		arm := s.dur * time.Duration(40+c.intN(40)) / 100
 		if !p.wait(ctx, arm) {
 			if err := c.downstreamPost(ctx, "/arm?run="+strconv.Itoa(p.id)); err != nil {
 				c.note("arm the downstream: %v", err)
@@ -983,6 +1061,14 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 	}
 	c.checkEnd(p)
 	c.logf("run %d (planned: %s): %s after %.1fs", p.id, s.end, c.endOf(p), time.Since(p.started).Seconds())
+}
+
+// intN draws from c.rng, which the runs of several workers driven at once
+// share.
+func (c *campaign) intN(n int) int {
+	c.rngMu.Lock()
+	defer c.rngMu.Unlock()
+	return c.rng.IntN(n)
 }
 
 // endOf says how run p ended, as the report counts it.
@@ -1227,14 +1313,33 @@ func (c *campaign) waitQuiet(ctx context.Context) (bool, error) {
 			lastLog = time.Now()
 		}
 		c.mu.Lock()
-		p := c.cur
+		last := c.finals
+		if len(last) == 0 {
+			last = []*proc{c.cur}
+		}
+		last = append([]*proc(nil), last...)
 		c.mu.Unlock()
-		if !p.alive() {
+		for i, p := range last {
+			if p.alive() {
+				continue
+			}
 			c.checkEnd(p)
 			c.note("the last run %d died while the queue emptied; restarted", p.id)
-			if _, err := c.startRun(c.ledger, runOpts{}); err != nil {
+			var q *proc
+			var err error
+			if c.pgWorkerURL != "" {
+				q, err = c.startSharedRun(ctx)
+			} else {
+				q, err = c.startRun(c.ledger, runOpts{})
+			}
+			if err != nil {
 				return false, err
 			}
+			c.mu.Lock()
+			if len(c.finals) > 0 {
+				c.finals[i] = q
+			}
+			c.mu.Unlock()
 		}
 		sleepCtx(ctx, 750*time.Millisecond)
 	}

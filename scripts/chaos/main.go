@@ -85,6 +85,8 @@ func main() {
 	fifoOps := flag.Int("fifo-ops", -1, "operations of the FIFO campaign beside the standard one, 0 for none (default 1500, short 150)")
 	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 16s)")
 	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone")
+	sharedOps := flag.Int("shared-ops", -1, "operations of the shared-ledger campaign (PostgreSQL) beside the standard one, 0 for none (default 3000, short 300)")
+	sharedDuration := flag.Duration("shared-duration", 0, "planned length of the shared-ledger campaign's worker runs (default 150s, short 24s)")
 	holds := flag.Int("holds", -1, "worker runs whose ledger socket a reader holds and stops reading (default 2, short 1)")
 	hold := flag.Duration("hold", 0, "how long a reader holds the ledger socket (default 15s, short 6s)")
 	races := flag.Int("races", -1, "compactions started together with a worker run (default 6, short 2)")
@@ -117,6 +119,13 @@ func main() {
 		cfg.FIFO.Duration = *fifoDuration
 	}
 	cfg.FIFOOnly = *fifoOnly
+	if *sharedOps >= 0 {
+		cfg.Shared.Ops = *sharedOps
+		cfg.Shared.Deliveries = 3 * *sharedOps
+	}
+	if *sharedDuration > 0 {
+		cfg.Shared.Duration = *sharedDuration
+	}
 	if *holds >= 0 {
 		cfg.Holds = *holds
 	}

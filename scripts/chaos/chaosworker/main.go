@@ -422,13 +422,14 @@ func (l *chaosLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest
 		}
 		l.gateMu.Unlock()
 	} else {
-		l.up()
+		l.up("")
 	}
 	return claims, err
 }
 
-// up ends a wait for the ledger, if one is on, and logs it.
-func (l *chaosLedger) up() {
+// up ends a wait for the ledger, if one is on, and logs it; why is empty
+// when the ledger answered again.
+func (l *chaosLedger) up(why string) {
 	l.gateMu.Lock()
 	if !l.down {
 		l.gateMu.Unlock()
@@ -440,11 +441,11 @@ func (l *chaosLedger) up() {
 	l.nWaits++
 	l.waited += d
 	l.gateMu.Unlock()
-	l.log(event.WorkerEvent{Ev: event.EvWait, Since: since.UnixNano()})
+	l.log(event.WorkerEvent{Ev: event.EvWait, Since: since.UnixNano(), Err: why})
 }
 
 // endWait logs a wait still on when the run ends, as ended then.
-func (l *chaosLedger) endWait() { l.up() }
+func (l *chaosLedger) endWait() { l.up(event.WaitCutShort) }
 
 // waits returns the waits for the ledger ended so far, their total length
 // and whether one is on.
@@ -486,7 +487,7 @@ func (l pingingLedger) Ping(ctx context.Context) error {
 	err := l.p.Ping(ctx)
 	l.unavailable(err)
 	if err == nil {
-		l.up()
+		l.up("")
 	}
 	return err
 }

@@ -50,8 +50,12 @@ const (
 	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
 	EvFail     = "fail"     // Ledger.Fail returned
 	EvSent     = "sent"     // SQS accepted a copy that the worker sent (to the dead-letter queue)
-	EvWait     = "wait"     // a wait for a ledger that could not record claims ended (Since: when it began)
+	EvWait     = "wait"     // a wait for a ledger that could not record claims ended (Since: when it began; Err: WaitCutShort or empty)
 )
+
+// WaitCutShort is the Err of an EvWait that ended with the run, not with
+// the ledger answering again.
+const WaitCutShort = "the run ended while it waited"
 
 // WorkerEvent is a line of a worker run's event log.
 type WorkerEvent struct {
