@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,7 +22,7 @@ import (
 
 // pgCluster is the PostgreSQL cluster of the shared-ledger campaign: a
 // throwaway one of its own, made as scripts/with-postgres.sh makes one
-// (initdb --no-sync, pg_ctl on a free port of 127.0.0.1, its socket in its
+// (initdb --no-sync, a free port of 127.0.0.1, its socket in its
 // directory), because the campaign stops it hard and restarts it while the
 // workers run: stopping the server that scripts/with-postgres.sh started
 // would break the other packages' tests that `make test` runs against it
@@ -32,13 +33,19 @@ import (
 // hands before it is acknowledged, which outlives the server's death (the
 // campaign stops the server, never the machine).
 //
-// PostgreSQL refuses to run as root: as root, the cluster belongs to the
-// unprivileged user nobody.
+// The server runs as a child of the campaign (not daemonized by pg_ctl
+// start), so that it dies with the campaign however the campaign ends;
+// pg_ctl stops it. PostgreSQL refuses to run as root: as root, the cluster
+// belongs to the unprivileged user nobody.
 type pgCluster struct {
 	bin  string // the server's bin directory
 	dir  string // data/, the socket and server.log; owned by the server's user
 	port int
 	cred *syscall.Credential // the server's user, when the campaign runs as root
+
+	mu     sync.Mutex
+	server *exec.Cmd     // the postmaster now running, or nil
+	exited chan struct{} // closed when it has exited
 }
 
 // pgSettings are the server's settings (see pgCluster).
@@ -102,7 +109,7 @@ func startPGCluster(ctx context.Context) (*pgCluster, error) {
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
 	if err := c.start(ctx); err != nil {
-		c.remove()
+		c.remove("")
 		return nil, err
 	}
 	return c, nil
@@ -132,11 +139,38 @@ func (c *pgCluster) start(ctx context.Context) error {
 			}
 			c.port = port
 		}
-		_, err := c.run(ctx, "pg_ctl", "-D", c.data(), "-l", filepath.Join(c.dir, "server.log"), "-w", "-t", "60",
-			"-o", fmt.Sprintf("%s -p %d -k %s", pgSettings, c.port, c.dir), "start")
-		if err == nil {
-			return nil
+		logf, err := os.OpenFile(filepath.Join(c.dir, "server.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
 		}
+		args := append(strings.Fields(pgSettings), "-D", c.data(), "-p", strconv.Itoa(c.port), "-k", c.dir)
+		cmd := exec.Command(filepath.Join(c.bin, "postgres"), args...)
+		cmd.Dir = c.dir
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			return fmt.Errorf("start PostgreSQL: %w", err)
+		}
+		exited := make(chan struct{})
+		go func() { _ = cmd.Wait(); logf.Close(); close(exited) }()
+		c.mu.Lock()
+		c.server, c.exited = cmd, exited
+		c.mu.Unlock()
+		deadline := time.Now().Add(60 * time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			select {
+			case <-exited:
+				deadline = time.Time{}
+				continue
+			default:
+			}
+			if pgPing(ctx, pgURL(c.addr()), 2*time.Second) == nil {
+				return nil
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		c.kill()
 		last = tailFile(filepath.Join(c.dir, "server.log"), 5)
 		if !strings.Contains(last, "could not bind") {
 			break
@@ -151,7 +185,27 @@ func (c *pgCluster) stopHard(ctx context.Context) error {
 	if out, err := c.run(ctx, "pg_ctl", "-D", c.data(), "-m", "immediate", "-w", "-t", "30", "stop"); err != nil {
 		return fmt.Errorf("pg_ctl stop -m immediate: %w: %s", err, out)
 	}
+	c.mu.Lock()
+	exited := c.exited
+	c.mu.Unlock()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		return errors.New("pg_ctl stop -m immediate: the server did not exit")
+	}
 	return nil
+}
+
+// kill ends the server with SIGKILL, if it runs, and waits for it.
+func (c *pgCluster) kill() {
+	c.mu.Lock()
+	cmd, exited := c.server, c.exited
+	c.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Kill()
+	<-exited
 }
 
 // addr is the server's address now.
@@ -164,23 +218,15 @@ func pgURL(addr string) string {
 
 // remove stops the server, copies its log to keepLog (when set) and removes
 // its directory.
-func (c *pgCluster) remove(keepLog ...string) {
+func (c *pgCluster) remove(keepLog string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := c.run(ctx, "pg_ctl", "-D", c.data(), "-m", "immediate", "-w", "-t", "10", "stop"); err != nil {
-		// Not running, or pg_ctl failed: end the postmaster by its PID.
-		if b, err := os.ReadFile(filepath.Join(c.data(), "postmaster.pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0]); err == nil && pid > 0 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
+	if err := c.stopHard(ctx); err != nil {
+		c.kill()
 	}
-	for _, dst := range keepLog {
-		if dst == "" {
-			continue
-		}
+	if keepLog != "" {
 		if in, err := os.Open(filepath.Join(c.dir, "server.log")); err == nil {
-			if out, err := os.Create(dst); err == nil {
+			if out, err := os.Create(keepLog); err == nil {
 				_, _ = io.Copy(out, in)
 				out.Close()
 			}

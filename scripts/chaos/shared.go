@@ -60,12 +60,17 @@ type outage struct {
 	kind     string
 	from, to time.Time // from just before the fault until the database answered again
 	cut      int       // connections the proxy cut
-	// resumed: how long after to each worker that was alive across it
-	// received again; stuck: the runs that did not within resumeWithin.
-	resumed  map[int]time.Duration
-	stuck    []int
-	waits    []time.Duration // the workers' waits for the ledger that overlap it and ended with the ledger answering
-	cutShort int             // waits that overlap it and ended with their run
+	// resumed: how long after to each worker alive then received again
+	// (a worker killed before it did is left out); stuck: the runs that
+	// did not within resumeWithin.
+	resumed map[int]time.Duration
+	stuck   []int
+	// The workers' waits for the ledger that it caused: those that ended
+	// with the ledger answering again (their length, and how long after
+	// to they ended), and how many ended with their run.
+	waits    []time.Duration
+	after    []time.Duration
+	cutShort int
 }
 
 // sharedFindings is what the shared-ledger campaign found beyond what the
@@ -406,15 +411,17 @@ func (c *campaign) outage(ctx context.Context, kind string) (*outage, error) {
 	waitFor(ctx, resumeWithin, func() bool {
 		waiting := false
 		for id, p := range alive {
-			if _, ok := o.resumed[id]; ok || !p.alive() {
+			if _, ok := o.resumed[id]; ok {
 				continue
 			}
+			// A run killed meanwhile may have received before it died:
+			// its counters outlive it.
 			n := c.counts(id)
 			if !n.Down && n.Stats.Received > received[id] {
 				o.resumed[id] = time.Since(o.to)
 				continue
 			}
-			waiting = true
+			waiting = waiting || p.alive()
 		}
 		return !waiting
 	})
@@ -489,6 +496,7 @@ func (c *campaign) sharedFindings(rl *runLogs) (*sharedFindings, error) {
 			case of == nil:
 			case e.Err == "":
 				of.waits = append(of.waits, d)
+				of.after = append(of.after, max(time.Unix(0, e.T).Sub(of.to), 0))
 			default:
 				of.cutShort++
 			}
@@ -500,8 +508,11 @@ func (c *campaign) sharedFindings(rl *runLogs) (*sharedFindings, error) {
 	return f, nil
 }
 
-// phases judges each kind of outage: it happened as planned, and every
-// worker that lived through it received again within resumeWithin.
+// phases judges each kind of outage: it happened as planned; every wait of
+// a worker for the ledger that it caused ended by itself (the worker
+// resumed) within resumeWithin of the database answering again, unless its
+// run ended first; and every worker alive when the database answered again
+// received again within resumeWithin, unless it was killed first.
 func (f *sharedFindings) phases(cfg SharedConfig) []phaseResult {
 	var out []phaseResult
 	for _, k := range []struct {
@@ -513,8 +524,9 @@ func (f *sharedFindings) phases(cfg SharedConfig) []phaseResult {
 		}
 		r := phaseResult{name: "database " + k.kind, ok: true}
 		n, cut, cutShort := 0, 0, 0
-		var downs, resumed, waits []float64
+		var downs, resumed, waits, after []float64
 		var stuck []string
+		late := 0
 		for _, o := range f.Outages {
 			if o.kind != k.kind {
 				continue
@@ -525,20 +537,27 @@ func (f *sharedFindings) phases(cfg SharedConfig) []phaseResult {
 			for _, d := range o.resumed {
 				resumed = append(resumed, d.Seconds())
 			}
-			for _, d := range o.waits {
+			for i, d := range o.waits {
 				waits = append(waits, d.Seconds())
+				after = append(after, o.after[i].Seconds())
+				if o.after[i] > resumeWithin {
+					late++
+				}
 			}
 			cutShort += o.cutShort
 			for _, id := range o.stuck {
 				stuck = append(stuck, fmt.Sprint(id))
 			}
 		}
-		r.detail = fmt.Sprintf("%d times, out of reach %s s, %d connections cut; the workers waited for the ledger %d times until it answered again (%s s) and %d times until their run ended; every worker alive when it answered again received again within %s s",
-			n, spread(downs), cut, len(waits), spread(waits), cutShort, spread(resumed))
+		r.detail = fmt.Sprintf("%d times, out of reach %s s, %d connections cut; the workers stopped taking new work %d times and resumed by themselves %s s after it answered again (waits of %s s), %d more waits ended with their run; %d workers alive when it answered again received again within %s s",
+			n, spread(downs), cut, len(waits), spread(after), spread(waits), cutShort, len(resumed), spread(resumed))
 		switch {
 		case n < k.want:
 			r.ok = false
 			r.detail += fmt.Sprintf("; only %d of %d were made", n, k.want)
+		case late > 0:
+			r.ok = false
+			r.detail += fmt.Sprintf("; %d waits ended more than %v after it answered again", late, resumeWithin)
 		case len(stuck) > 0:
 			r.ok = false
 			r.detail += fmt.Sprintf("; runs %s did not receive again within %v", strings.Join(stuck, ", "), resumeWithin)
