@@ -269,8 +269,9 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 // it opened the ledger. A worker cannot start while the database is out of
 // reach (postgres.Open fails and it exits 3, as sqsonce run would): such a
 // start is counted as refused and made again a second later, as a service
-// manager would, until the database answers.
+// manager would, until the database answers (for 2 minutes at most).
 func (c *campaign) startSharedRun(ctx context.Context) (*proc, error) {
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		p, err := c.startRun("", runOpts{})
 		if err != nil {
@@ -287,6 +288,9 @@ func (c *campaign) startSharedRun(ctx context.Context) (*proc, error) {
 		p.mu.Lock()
 		p.signal = endRefused
 		p.mu.Unlock()
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no worker could open the shared ledger for 2 minutes: %s", p.tail(2))
+		}
 		c.logf("run %d could not open the ledger, the database out of reach: starting another in 1s", p.id)
 		sleepCtx(ctx, time.Second)
 	}
