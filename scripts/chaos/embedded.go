@@ -241,6 +241,8 @@ type compactRace struct {
 	onLock  bool
 	exit    int // the compaction's exit status
 	output  string
+	before  int64         // the file's size before, when it compacted
+	after   int64         // and after
 	opened  time.Duration // how long the worker's open took
 	outcome string
 	detail  string
@@ -309,6 +311,10 @@ func (c *campaign) raceCompaction(ctx context.Context, n int) (*proc, *compactRa
 	}
 	r.exit = cmd.ProcessState.ExitCode()
 	r.output = strings.TrimSpace(out.String())
+	if m := compactedRe.FindStringSubmatch(r.output); m != nil {
+		r.before, _ = strconv.ParseInt(m[1], 10, 64)
+		r.after, _ = strconv.ParseInt(m[2], 10, 64)
+	}
 	// The worker says which file it holds once it opened the ledger, or
 	// gives up after its lock timeout.
 	var m []string
@@ -335,7 +341,7 @@ func (c *campaign) raceCompaction(ctx context.Context, n int) (*proc, *compactRa
 		case m[3] != "":
 			r.outcome, r.detail = raceBroken, fmt.Sprintf("the worker holds a file that no longer has the ledger's name (inode %d; the name now leads to %d)", held, now)
 		case compacted && held == now:
-			r.outcome, r.detail = raceCompactionFirst, fmt.Sprintf("the worker opened the compacted file in %v", r.opened)
+			r.outcome, r.detail = raceCompactionFirst, fmt.Sprintf("compacted %d -> %d KiB; the worker opened the compacted file in %v", r.before>>10, r.after>>10, r.opened)
 			if r.opened >= lockWaited {
 				r.detail += ", having waited for the compaction's lock"
 			}

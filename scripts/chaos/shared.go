@@ -29,10 +29,10 @@ type SharedConfig struct {
 	Duration    time.Duration // the planned length of its worker runs, while its workload is sent
 	Kills       int           // SIGKILLs over all workers: at random, in the handler, in the windows around a completion
 	Terms       int           // SIGTERM drains over all workers
-	Stops       int           // hard stops of the database (pg_ctl stop -m immediate), each restarted after StopFor
-	StopFor     time.Duration //
-	Refusals    int           // times the proxy refuses new connections for RefuseFor and cuts the open ones
-	RefuseFor   time.Duration //
+	Stops       int           // hard stops of the database (pg_ctl stop -m immediate)
+	StopFor     time.Duration // how long it stays stopped: longer than a lease
+	Refusals    int           // times the proxy refuses new connections and cuts the open ones
+	RefuseFor   time.Duration // how long it refuses them
 	Cuts        int           // times the proxy cuts the open connections
 	Concurrency int           // handler concurrency of each worker
 }
