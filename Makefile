@@ -79,11 +79,13 @@ bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer on a loc
 
 # make chaos's size and any other flag of scripts/chaos (`go run ./scripts/chaos -h`),
 # e.g. make chaos CHAOS_FLAGS='-seed 7 -keep'. It mounts a tmpfs: run it as root.
+# Its shared-ledger campaign starts a PostgreSQL cluster of its own (it stops
+# it hard); $(WITH_PG) makes sure the server binaries are installed.
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
-chaos: ## Kill, fault and fill the worker's world, standard and FIFO, and audit every operation (one table; ~5 min; root).
-	$(WITH_SQS) go run ./scripts/chaos $(CHAOS_FLAGS)
+chaos: ## Kill, fault and fill the worker's world, standard, FIFO and on a shared PostgreSQL ledger, and audit every operation (one table; ~5 min; root).
+	$(WITH_SQS) $(WITH_PG) go run ./scripts/chaos $(CHAOS_FLAGS)
 
 .PHONY: demo
 demo: build ## Run the worker on a local SQS-compatible server and show what it did.

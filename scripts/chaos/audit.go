@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/postgres"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 	"github.com/sqsonce/sqsonce/worker"
 )
@@ -32,8 +33,13 @@ const (
 	causeKilledInFlight = "kill while the request was in flight"
 	causeCompleteFail   = "completion could not be recorded (ledger commit failed)"
 	causeFailFail       = "failure could not be recorded (ledger commit failed)"
-	causeHandlerErr     = "the worker saw the attempt fail after the downstream did it"
-	causeUnexplained    = "UNEXPLAINED"
+	// The shared ledger's named windows: the database was out of the
+	// workers' reach (stopped, refused, cut).
+	causeCompleteDown = "completion could not be recorded: the database was out of reach"
+	causeFailDown     = "failure could not be recorded: the database was out of reach"
+	causeLeaseDown    = "lease lapsed while the database was out of reach, another claim ran it too"
+	causeHandlerErr   = "the worker saw the attempt fail after the downstream did it"
+	causeUnexplained  = "UNEXPLAINED"
 	// causeTakenOver is not the documented window: the claim's lease lapsed
 	// while the work ran and another claim ran it too.
 	causeTakenOver = "UNEXPLAINED: lease lapsed while the work ran, another claim ran it too"
@@ -43,6 +49,11 @@ const (
 type Report struct {
 	Standard bool        // the standard campaign ran: the fields below are its findings
 	FIFO     *fifoReport // the FIFO campaign's findings, nil when it did not run
+	// Shared is the shared-ledger campaign's report, nil when it did not
+	// run; in it, PG holds what that campaign found beyond the standard
+	// audit.
+	Shared *Report
+	PG     *sharedFindings
 
 	Elapsed time.Duration
 
@@ -308,6 +319,15 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 		r.Window = [3]time.Duration{q(0.5), q(0.99), windows[len(windows)-1]}
 	}
 	hist := rl.hist
+	if c.pg != nil {
+		hist.outages = c.sharedWindows()
+		f, err := c.sharedFindings(rl)
+		if err != nil {
+			return nil, err
+		}
+		r.PG = f
+		r.Phases = append(r.Phases, f.phases(c.cfg.Shared)...)
+	}
 
 	// Executions at the downstream.
 	execs := map[string][]event.Execution{} // by key
@@ -367,7 +387,7 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 	}
 
 	// The ledger, now that no worker holds it.
-	db, err := ledger.Open(c.ledger, ledger.Options{})
+	db, err := c.openRecords(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open the ledger for the audit: %w", err)
 	}
@@ -509,6 +529,23 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 			r.LateRanAgain++
 		}
 	}
+	if c.name == "" {
+		c.mu.Lock()
+		holds, races := c.holds, c.races
+		c.mu.Unlock()
+		if c.cfg.Holds > 0 {
+			r.Phases = append(r.Phases, holdPhase(holds))
+		}
+		if c.cfg.Races > 0 {
+			r.Phases = append(r.Phases, racePhase(races, func(key string) string {
+				rec, err := db.Get(ctx, key)
+				if err != nil {
+					return err.Error()
+				}
+				return rec.State.String()
+			}, execs))
+		}
+	}
 	c.mu.Lock()
 	r.Notes = append(r.Notes, c.notes...)
 	c.mu.Unlock()
@@ -590,6 +627,35 @@ type history struct {
 	ends    map[int]string            // run -> how it ended
 	endedAt map[int]time.Time         // run -> when it ended
 	events  map[int]*runEvents
+	// outages: when a shared ledger's database was out of the workers'
+	// reach (nil for the embedded ledger).
+	outages []window
+}
+
+// outOfReach reports whether the database was out of the workers' reach
+// at some time between from and to.
+func (h *history) outOfReach(from, to time.Time) bool {
+	for _, w := range h.outages {
+		if w.from.Before(to) && w.to.After(from) {
+			return true
+		}
+	}
+	return false
+}
+
+// recordSource is a ledger opened for the audit.
+type recordSource interface {
+	Get(ctx context.Context, key string) (ledger.Record, error)
+	Close() error
+}
+
+// openRecords opens the campaign's ledger for the audit: the file, or the
+// shared table straight from the database, not through the proxy.
+func (c *campaign) openRecords(ctx context.Context) (recordSource, error) {
+	if c.pg != nil {
+		return postgres.Open(ctx, postgres.Options{URL: pgURL(c.pg.addr()), Table: sharedTable})
+	}
+	return ledger.Open(c.ledger, ledger.Options{})
 }
 
 // Bounds on how long after the earlier execution a kill still explains the
@@ -633,16 +699,31 @@ func explain(prev, next event.Execution, permanent bool, h *history) string {
 		}
 		return causeUnexplained
 	}
+	// On a shared ledger, an attempt that another claim took over is
+	// explained only by the database being out of reach while its lease
+	// had to be extended: from its claim (at most a lease before the work
+	// reached the downstream) until the worker found the operation taken
+	// over (until, Unix nanoseconds).
+	leaseLapsed := func(until int64) string {
+		if h.outages != nil && h.outOfReach(time.Unix(0, prev.T).Add(-workerVisibility), time.Unix(0, until)) {
+			return causeLeaseDown
+		}
+		return causeTakenOver
+	}
 	if handled.Err != "" && !permanent {
+		if h.outages != nil && strings.Contains(handled.Cause, "lease lost") {
+			return leaseLapsed(handled.T)
+		}
 		return causeHandlerErr
 	}
 	records := ev.complete[prev.Key]
-	failCause := causeCompleteFail
+	failCause, downCause := causeCompleteFail, causeCompleteDown
 	if permanent {
 		records = ev.fail[prev.Key]
-		failCause = causeFailFail
+		failCause, downCause = causeFailFail, causeFailDown
 	}
-	recorded, failed, takenOver := false, false, false
+	recorded, failed, down := false, false, false
+	var takenOver int64 // when the worker found the operation taken over
 	for _, e := range records {
 		switch {
 		case e.T < handled.T || e.T > next.T:
@@ -651,7 +732,9 @@ func explain(prev, next event.Execution, permanent bool, h *history) string {
 		case e.Err == "":
 			recorded = true
 		case strings.Contains(e.Err, ledger.ErrNotOwner.Error()):
-			takenOver = true
+			takenOver = e.T
+		case strings.Contains(e.Err, ledger.ErrUnavailable.Error()):
+			down = true
 		default:
 			failed = true
 		}
@@ -659,8 +742,10 @@ func explain(prev, next event.Execution, permanent bool, h *history) string {
 	switch {
 	case recorded:
 		return causeUnexplained
-	case takenOver:
-		return causeTakenOver
+	case takenOver != 0:
+		return leaseLapsed(takenOver)
+	case down:
+		return downCause
 	case failed:
 		return failCause
 	case killed && h.endedAt[run].Sub(time.Unix(0, handled.T)) < killAfterHandled:
@@ -710,6 +795,14 @@ func (r *Report) print(out io.Writer) {
 	if r.FIFO != nil {
 		r.FIFO.print(row, must)
 	}
+	if s := r.Shared; s != nil {
+		head := "on PostgreSQL"
+		if s.PG != nil {
+			head = fmt.Sprintf("%d workers at once on one standard queue (maxReceiveCount %d) and one PostgreSQL table, through a TCP proxy", s.PG.Workers, maxReceiveCount)
+		}
+		row("shared-ledger campaign", head)
+		s.printStandard(func(name, value string) { row("  "+name, value) }, func(name string, n int) { must("shared: "+strings.TrimLeft(name, " "), n) })
+	}
 	if f := r.failed(); len(f) > 0 {
 		row("FAILED", strings.Join(f, "; "))
 	}
@@ -733,8 +826,18 @@ func (r *Report) printStandard(row func(name, value string), must func(name stri
 	}
 	row("worker runs", fmt.Sprintf("%d: %d kills (%d window a, %d window b, %d in-handler, %d random), %d SIGTERM drains (exit 0; %d with a second SIGTERM), %d refused starts, %d failed; %d paused (SIGSTOP %v)",
 		r.Runs, r.Kills, r.Ends[endWindowA], r.Ends[endWindowB], r.Ends[endInHandler], r.Ends[endKill], r.Ends[endTerm], r.DoubleTerm, r.Ends[endRefused], r.Ends[endFailed], r.Pauses, pauseFor))
-	row("worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, in progress elsewhere %d, retried %d, takeovers %d, completion not recorded %d, deleted %d, delete failed %d",
-		r.Stats.Received, r.Stats.Claimed, r.Stats.Completed, r.Stats.Duplicates, r.Stats.InProgressElsewhere, r.Stats.Retried, r.Stats.Takeovers, r.Stats.CompleteFailed, r.Stats.Deleted, r.Stats.DeleteFailed))
+	row("worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, in progress elsewhere %d, retried %d, takeovers %d, lost leases %d, completion not recorded %d, deleted %d, delete failed %d",
+		r.Stats.Received, r.Stats.Claimed, r.Stats.Completed, r.Stats.Duplicates, r.Stats.InProgressElsewhere, r.Stats.Retried, r.Stats.Takeovers, r.Stats.LeaseLost, r.Stats.CompleteFailed, r.Stats.Deleted, r.Stats.DeleteFailed))
+	if pg := r.PG; pg != nil {
+		var ws []float64
+		var total time.Duration
+		for _, w := range pg.Waits {
+			ws = append(ws, w.Seconds())
+			total += w
+		}
+		row("waits of the workers for the database", fmt.Sprintf("%d waits until it answered again (no new work while claims could not be recorded), %s s each, %.1f s in all, and %d until their run ended; %d ledger calls found it unavailable; %d takeovers of lapsed leases",
+			len(pg.Waits), spread(ws), total.Seconds(), pg.CutShort, pg.Unavail, pg.Takeovers))
+	}
 	var before []string
 	for _, cl := range []opClass{classNormal, classTransient, classSlow, classConflict} {
 		if n := r.DLQBeforeByClass[cl]; n > 0 {

@@ -45,8 +45,12 @@ type Config struct {
 	BinDir      string        // the chaosworker and downstream binaries; built when empty
 	Race        bool          // build the binaries with the race detector
 	Concurrency int           // worker handler concurrency
+	Holds       int           // worker runs whose ledger socket a reader holds and stops reading
+	Hold        time.Duration // how long each of them holds it
+	Races       int           // compactions started together with a worker run
 	FIFO        FIFOConfig    // the FIFO campaign beside the standard one
 	FIFOOnly    bool          // run the FIFO campaign alone
+	Shared      SharedConfig  // the shared-ledger campaign beside the standard one
 }
 
 // FullConfig is `make chaos`.
@@ -63,7 +67,12 @@ func FullConfig() Config {
 		SendLost:    0.03,
 		Quiesce:     3 * time.Minute,
 		Concurrency: 32,
+		Holds:       2,
+		Hold:        15 * time.Second,
+		Races:       6,
 		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
+		Shared: SharedConfig{Workers: 3, Ops: 3000, Deliveries: 9000, Duration: 150 * time.Second, Kills: 24, Terms: 6,
+			Stops: 3, StopFor: 8 * time.Second, Refusals: 3, RefuseFor: 6 * time.Second, Cuts: 4, Concurrency: 16},
 	}
 }
 
@@ -81,7 +90,12 @@ func ShortConfig() Config {
 		SendLost:    0.05,
 		Quiesce:     90 * time.Second,
 		Concurrency: 16,
+		Holds:       1,
+		Hold:        6 * time.Second,
+		Races:       2,
 		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1},
+		Shared: SharedConfig{Workers: 3, Ops: 300, Deliveries: 900, Duration: 24 * time.Second, Kills: 6, Terms: 2,
+			Stops: 1, StopFor: 7 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8},
 	}
 }
 
@@ -158,14 +172,24 @@ type campaign struct {
 	dlq        string
 	workerBin  string
 	downBin    string
-	cliBin     string // sqsonce, for replay; built for the FIFO campaign only
+	cliBin     string // sqsonce: replay, ledger export and compact
 	downURL    string
 	control    string
 	downstream *proc
 
 	tl *timeline // how far the chaos has come: the sending follows it
 
-	fifo *campaign // the FIFO campaign beside this one, or nil
+	fifo   *campaign // the FIFO campaign beside this one, or nil
+	shared *campaign // the shared-ledger campaign beside this one, or nil
+
+	// The shared-ledger campaign's database, the proxy in front of it and
+	// the connection string its workers use; the outages made so far; the
+	// last run of each worker, killed no more.
+	pg          *pgCluster
+	proxy       *tcpProxy
+	pgWorkerURL string
+	outs        []*outage
+	finals      []*proc
 	// phasesDone is closed once the ledger fault phases are over (or will
 	// not come): the FIFO campaign starts then, so that its load does not
 	// weigh on the phases' waits.
@@ -174,13 +198,22 @@ type campaign struct {
 
 	pauses, doubleTerms int // done, for the report
 
+	// The standard campaign's workload and sender, for the operations it
+	// sends again after a compaction race.
+	wl  *workload
+	snd *sender
+
+	rngMu sync.Mutex // rng, when several workers' runs are driven at once
+
 	mu      sync.Mutex
 	cur     *proc
 	procs   []*proc
 	nextID  int
 	inHand  map[string]int // key -> run, for kills in a handler
 	phases  []phaseResult
-	notes   []string // findings of the orchestration (unexpected exits, ...)
+	holds   []readerHold   // a reader that stops
+	races   []*compactRace // a compaction racing a restart
+	notes   []string       // findings of the orchestration (unexpected exits, ...)
 	started time.Time
 }
 
@@ -221,8 +254,8 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	if cfg.FIFOOnly && cfg.FIFO.Duration <= 0 {
 		return nil, errors.New("the FIFO campaign needs a duration")
 	}
-	if !cfg.FIFOOnly && cfg.Duration <= phaseBudget+time.Second {
-		return nil, fmt.Errorf("duration %v: want more than the %v that the ledger phases take", cfg.Duration, phaseBudget+time.Second)
+	if fixed := phaseBudget + time.Duration(cfg.Holds)*cfg.Hold; !cfg.FIFOOnly && cfg.Duration <= fixed+time.Second {
+		return nil, fmt.Errorf("duration %v: want more than the %v that the ledger phases and the holds of the ledger socket take", cfg.Duration, fixed+time.Second)
 	}
 	c := &campaign{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inHand: map[string]int{}, started: time.Now(), tl: &timeline{total: cfg.Duration}}
 	dir := cfg.Dir
@@ -262,14 +295,20 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	}
 	c.mu.Lock()
 	notes := append([]string(nil), c.notes...)
-	fifo := c.fifo
+	fifo, shared := c.fifo, c.shared
 	c.mu.Unlock()
-	if fifo != nil {
-		fifo.mu.Lock()
-		for _, n := range fifo.notes {
-			notes = append(notes, "FIFO: "+n)
+	for _, o := range []struct {
+		c    *campaign
+		name string
+	}{{fifo, "FIFO"}, {shared, "shared"}} {
+		if o.c == nil {
+			continue
 		}
-		fifo.mu.Unlock()
+		o.c.mu.Lock()
+		for _, n := range o.c.notes {
+			notes = append(notes, o.name+": "+n)
+		}
+		o.c.mu.Unlock()
 	}
 	if werr := writeReport(dir, rep, err, notes); werr != nil {
 		fmt.Fprintf(lw, "chaos: write the report into %s: %v\n", dir, werr)
@@ -281,10 +320,13 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 func (c *campaign) cleanup() {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
-	fifo := c.fifo
+	fifo, shared, pg := c.fifo, c.shared, c.pg
 	c.mu.Unlock()
 	if fifo != nil {
 		fifo.cleanup()
+	}
+	if shared != nil {
+		shared.cleanup()
 	}
 	for _, p := range procs {
 		if p.alive() {
@@ -297,6 +339,14 @@ func (c *campaign) cleanup() {
 		if !c.downstream.wait(context.Background(), 10*time.Second) {
 			c.downstream.kill(endKill, "")
 		}
+	}
+	if c.proxy != nil {
+		c.proxy.close()
+	}
+	if pg != nil {
+		// Its log goes with the work directory, which is kept when the
+		// campaign fails.
+		pg.remove(filepath.Join(c.dir, "postgres.log"))
 	}
 	if err := c.tmp.unmount(); err != nil {
 		fmt.Fprintf(c.log, "chaos: unmount %s: %v\n", c.tmp.dir, err)
@@ -323,12 +373,8 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	// Binaries.
 	if cfg.BinDir == "" {
 		bin := filepath.Join(c.dir, "bin")
-		what := "the chaos worker and the downstream"
-		if withFIFO {
-			what = "the chaos worker, the downstream and sqsonce"
-		}
-		c.logf("building %s (race detector: %v)", what, cfg.Race)
-		w, d, cli, err := buildBinaries(ctx, bin, cfg.Race, withFIFO, c.log)
+		c.logf("building the chaos worker, the downstream and sqsonce (race detector: %v)", cfg.Race)
+		w, d, cli, err := buildBinaries(ctx, bin, cfg.Race, c.log)
 		if err != nil {
 			return nil, err
 		}
@@ -371,6 +417,29 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		}()
 	}
 
+	withShared := cfg.Shared.Ops > 0 && !cfg.FIFOOnly
+	type sharedOutcome struct {
+		rep *Report
+		err error
+	}
+	var sharedDone chan sharedOutcome
+	sharedCtx, stopShared := context.WithCancel(ctx)
+	defer stopShared()
+	if withShared {
+		s, err := c.sharedCampaign()
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.shared = s
+		c.mu.Unlock()
+		sharedDone = make(chan sharedOutcome, 1)
+		go func() {
+			r, err := s.runShared(sharedCtx)
+			sharedDone <- sharedOutcome{r, err}
+		}()
+	}
+
 	rep := &Report{}
 	var err error
 	if !cfg.FIFOOnly {
@@ -386,6 +455,18 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		}
 		if rep != nil {
 			rep.FIFO = fo.rep
+		}
+	}
+	if withShared {
+		if err != nil {
+			stopShared()
+		}
+		so := <-sharedDone
+		if so.err != nil && err == nil {
+			err = fmt.Errorf("the shared-ledger campaign: %w", so.err)
+		}
+		if rep != nil {
+			rep.Shared = so.rep
 		}
 	}
 	return rep, err
@@ -422,10 +503,15 @@ func (c *campaign) standard(ctx context.Context) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	// sqsonce ledger export and compact read this.
+	if err := c.writeCLIConfig(); err != nil {
+		return nil, err
+	}
 
 	// The workload.
 	wl := newWorkload(rand.New(rand.NewPCG(cfg.Seed, 1)), cfg.Ops, cfg.Deliveries)
 	snd := newSender(cfg.Endpoint, c.queue, cfg.Seed, cfg.SendLost)
+	c.wl, c.snd = wl, snd
 	c.logf("workload: %d operations, %d deliveries planned (%d keyless), %d units in the main phase", len(wl.ops), wl.planned(), len(wl.keyless), len(wl.main))
 
 	start := time.Now()
@@ -630,7 +716,6 @@ func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
 		"-run", strconv.Itoa(id),
 		"-endpoint", c.cfg.Endpoint,
 		"-queue", c.queue,
-		"-ledger", ledgerPath,
 		"-downstream", c.downURL + "/op",
 		"-dir", c.runsDir,
 		"-crash-log", c.crashLog,
@@ -641,6 +726,11 @@ func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
 		"-visibility", workerVisibility.String(),
 		"-grace", workerGrace.String(),
 		"-handler-timeout", workerHandlerTimeout.String(),
+	}
+	if c.pgWorkerURL != "" {
+		args = append(args, "-postgres", c.pgWorkerURL, "-table", sharedTable, "-ledger-timeout", sharedLedgerTimeout.String())
+	} else {
+		args = append(args, "-ledger", ledgerPath)
 	}
 	if o.crashAAt > 0 {
 		args = append(args, "-crash-a-at", strconv.FormatInt(o.crashAAt, 10))
@@ -741,11 +831,16 @@ func (c *campaign) crashed(id int) string {
 func (c *campaign) serveKill(w http.ResponseWriter, r *http.Request) {
 	run, _ := strconv.Atoi(r.URL.Query().Get("run"))
 	key := r.URL.Query().Get("key")
+	var p *proc
 	c.mu.Lock()
-	p := c.cur
+	for _, q := range c.procs {
+		if q.id == run {
+			p = q
+		}
+	}
 	c.mu.Unlock()
-	if p == nil || p.id != run {
-		http.Error(w, "not the current run", http.StatusConflict)
+	if p == nil || !p.alive() {
+		http.Error(w, "no such run alive", http.StatusConflict)
 		return
 	}
 	if p.kill(endInHandler, key) {
@@ -810,7 +905,7 @@ func (c *campaign) plan() []step {
 		ends = append(ends, endTerm)
 	}
 	c.rng.Shuffle(len(ends), func(i, j int) { ends[i], ends[j] = ends[j], ends[i] })
-	per := (c.cfg.Duration - phaseBudget) / time.Duration(len(ends))
+	per := (c.cfg.Duration - phaseBudget - time.Duration(c.cfg.Holds)*c.cfg.Hold) / time.Duration(len(ends))
 	steps := make([]step, len(ends))
 	for i, e := range ends {
 		steps[i] = step{end: e, dur: per/2 + time.Duration(c.rng.Int64N(int64(per)))}
@@ -823,10 +918,13 @@ func (c *campaign) plan() []step {
 }
 
 // chaos runs the planned worker runs and, a third of the way in, the ledger
-// fault phases.
+// fault phases; some runs start together with a compaction, and in some
+// later ones a reader holds the ledger socket.
 func (c *campaign) chaos(ctx context.Context) error {
 	steps := c.plan()
 	phasesAt := len(steps) / 3
+	holdAt, raceAt := c.planEmbedded(len(steps), phasesAt)
+	races := 0
 	for i, s := range steps {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -837,19 +935,64 @@ func (c *campaign) chaos(ctx context.Context) error {
 			}
 			c.phasesOver()
 		}
+		seg := s.dur
 		if s.pauseAt > 0 {
-			c.tl.segment(s.pauseAt + pauseFor + s.dur)
-		} else {
-			c.tl.segment(s.dur)
+			seg += s.pauseAt + pauseFor
 		}
-		p, err := c.startRun(c.ledger, runOpts{})
+		if holdAt[i] {
+			seg += c.cfg.Hold
+		}
+		c.tl.segment(seg)
+		var p *proc
+		var race *compactRace
+		var err error
+		if raceAt[i] {
+			p, race, err = c.raceCompaction(ctx, races)
+			races++
+		} else {
+			p, err = c.startRun(c.ledger, runOpts{})
+		}
 		if err != nil {
 			return err
 		}
+		if holdAt[i] {
+			h := c.holdReader(ctx, p, c.cfg.Hold)
+			c.mu.Lock()
+			c.holds = append(c.holds, h)
+			c.mu.Unlock()
+		}
 		c.drive(ctx, p, s)
+		if race != nil {
+			if err := c.resendCompleted(ctx, race, c.wl, c.snd); err != nil {
+				return err
+			}
+		}
 	}
 	c.tl.finish()
 	return nil
+}
+
+// planEmbedded picks the runs in which a reader holds the ledger socket
+// (after the ledger phases, when the ledger has grown) and those that
+// start together with a compaction (any but the first), never both.
+func (c *campaign) planEmbedded(n, phasesAt int) (hold, race map[int]bool) {
+	rng := rand.New(rand.NewPCG(c.cfg.Seed, 4))
+	hold, race = map[int]bool{}, map[int]bool{}
+	for _, i := range rng.Perm(n - phasesAt) {
+		if len(hold) == c.cfg.Holds {
+			break
+		}
+		hold[phasesAt+i] = true
+	}
+	for _, i := range rng.Perm(n - 1) {
+		if len(race) == c.cfg.Races {
+			break
+		}
+		if !hold[i+1] {
+			race[i+1] = true
+		}
+	}
+	return hold, race
 }
 
 // drive lets run p live for step s and ends it the planned way.
@@ -868,7 +1011,7 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 		// Armed part way through its segment, so that work still comes,
 		// it kills itself at its next completion; if none comes, the
 		// campaign kills it.
-		arm := s.dur * time.Duration(40+c.rng.IntN(40)) / 100
+		arm := s.dur * time.Duration(40+c.intN(40)) / 100
 		if !p.wait(ctx, arm) {
 			sig := syscall.SIGUSR1
 			if s.end == endWindowB {
@@ -886,7 +1029,7 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 			p.wait(ctx, 10*time.Second)
 		}
 	case endInHandler:
-		arm := s.dur * time.Duration(40+c.rng.IntN(40)) / 100
+		arm := s.dur * time.Duration(40+c.intN(40)) / 100
 		if !p.wait(ctx, arm) {
 			if err := c.downstreamPost(ctx, "/arm?run="+strconv.Itoa(p.id)); err != nil {
 				c.note("arm the downstream: %v", err)
@@ -918,6 +1061,14 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 	}
 	c.checkEnd(p)
 	c.logf("run %d (planned: %s): %s after %.1fs", p.id, s.end, c.endOf(p), time.Since(p.started).Seconds())
+}
+
+// intN draws from c.rng, which the runs of several workers driven at once
+// share.
+func (c *campaign) intN(n int) int {
+	c.rngMu.Lock()
+	defer c.rngMu.Unlock()
+	return c.rng.IntN(n)
 }
 
 // endOf says how run p ended, as the report counts it.
@@ -1162,14 +1313,33 @@ func (c *campaign) waitQuiet(ctx context.Context) (bool, error) {
 			lastLog = time.Now()
 		}
 		c.mu.Lock()
-		p := c.cur
+		last := c.finals
+		if len(last) == 0 {
+			last = []*proc{c.cur}
+		}
+		last = append([]*proc(nil), last...)
 		c.mu.Unlock()
-		if !p.alive() {
+		for i, p := range last {
+			if p.alive() {
+				continue
+			}
 			c.checkEnd(p)
 			c.note("the last run %d died while the queue emptied; restarted", p.id)
-			if _, err := c.startRun(c.ledger, runOpts{}); err != nil {
+			var q *proc
+			var err error
+			if c.pgWorkerURL != "" {
+				q, err = c.startSharedRun(ctx)
+			} else {
+				q, err = c.startRun(c.ledger, runOpts{})
+			}
+			if err != nil {
 				return false, err
 			}
+			c.mu.Lock()
+			if len(c.finals) > 0 {
+				c.finals[i] = q
+			}
+			c.mu.Unlock()
 		}
 		sleepCtx(ctx, 750*time.Millisecond)
 	}

@@ -14,10 +14,15 @@ var raceEnabled bool
 
 // TestChaosShort runs the chaos campaign in its short form: about 1,500
 // deliveries, 8 kills (two in each window, two while the downstream serves
-// a request, two at random), 2 drains, every fault kind, and the ledger
-// fault phases; beside it the FIFO campaign with 150 operations in 4
-// groups, 3 kills, a drain and 2 replay rounds; held to the same zeros as
-// `make chaos`. It needs the local SQS-compatible server and root (for the
+// a request, two at random), 2 drains, every fault kind, the ledger fault
+// phases, a reader that stops on the ledger socket for 6 s and two
+// compactions racing a restart; beside it the FIFO campaign with 150
+// operations in 4 groups, 3 kills, a drain and 2 replay rounds, and the
+// shared-ledger campaign with 3 workers on PostgreSQL, 300 operations, 6
+// kills, 2 drains, a hard stop of the database, a refusal and a cut of its
+// connections; held to the same zeros as `make chaos`. It needs the local
+// SQS-compatible server, PostgreSQL's server binaries (make test runs it
+// through scripts/with-postgres.sh, which installs them) and root (for the
 // tmpfs of the ledger phases).
 func TestChaosShort(t *testing.T) {
 	cfg := ShortConfig()

@@ -16,6 +16,19 @@
 // process. Once the queue is empty it audits every operation against the
 // ledger, the downstream's log and the dead-letter queue.
 //
+// Among its worker runs come two more phases of the embedded ledger. In
+// some runs a reader stops: `sqsonce ledger export` (the real command,
+// built from the same tree) lists the ledger through the worker's socket
+// (served by the chaos worker with the code of `sqsonce run`) into a pipe
+// that the campaign does not read, for longer than the leases, while the
+// worker goes on claiming and completing; then it is let go and must finish
+// its listing with no key twice. Some runs start together with `sqsonce
+// ledger compact`, back to back or the moment the compaction holds the
+// file's lock: the worker must open the compacted file, and every
+// operation it then completes is sent again after its run and must be
+// answered as a duplicate, never run again, and be complete in the ledger
+// at the end.
+//
 // Beside it, from the end of the ledger fault phases (whose waits it would
 // otherwise lengthen), runs the FIFO campaign (fifo/ in the work directory):
 // a FIFO queue with a FIFO dead-letter queue (maxReceiveCount 4), several
@@ -39,11 +52,32 @@
 // message it copies, or, when sqsonce replay moved it, after everything
 // sent before that replay round and before everything sent after it.
 //
+// Beside both, from the start, runs the shared-ledger campaign (shared/ in
+// the work directory): three chaos workers at once on one standard queue
+// with a dead-letter queue, sharing one ledger table in PostgreSQL, with a
+// workload of the standard campaign's kind and a downstream of its own.
+// The campaign starts a PostgreSQL cluster of its own (the server
+// binaries of Debian's postgresql package, which scripts/with-postgres.sh
+// installs; see pgCluster for why not the server that script starts) and
+// puts a TCP proxy of its own between the workers and it. Each worker is
+// killed at random, in its handler and in the windows around a completion,
+// or drained, and restarted at once (a start while the database is out of
+// reach fails, as `sqsonce run` does, and is made again a second later).
+// Meanwhile the database is stopped hard (pg_ctl stop -m immediate) and
+// restarted after longer than a lease, the proxy refuses new connections
+// for a while and cuts the open ones, or cuts the open ones only; after
+// each outage every live worker must receive again by itself. Its audit
+// is the standard one, with three more named windows for an extra
+// execution: a completion or a failure that could not be recorded because
+// the database was out of reach, and a lease that lapsed while it was (a
+// takeover with the database in reach all along is a finding). It reports
+// the workers' waits for the database and the takeovers.
+//
 // The exit status is 0 when no operation or message was lost, nothing was
 // acknowledged that was not done, every execution beyond the first is
 // explained by a crash in the documented window (or a kill that is
-// equivalent to one), no group ran out of order, and every check passed; 1
-// otherwise.
+// equivalent to one, or, on the shared ledger, the database out of reach),
+// no group ran out of order, and every check passed; 1 otherwise.
 //
 // It writes its progress to standard error and, as it goes, to progress.log
 // in its work directory. When the campaign fails or ends early, or with
@@ -54,8 +88,9 @@
 // and counters.
 //
 // Run it through `make chaos` (full) or `go test ./scripts/chaos` (short),
-// which start the local server. Mounting the tmpfs of the ledger phases
-// needs root.
+// which start the local server (and `make` makes sure PostgreSQL's server
+// binaries are installed). Mounting the tmpfs of the ledger phases needs
+// root.
 package main
 
 import (
@@ -85,6 +120,11 @@ func main() {
 	fifoOps := flag.Int("fifo-ops", -1, "operations of the FIFO campaign beside the standard one, 0 for none (default 1500, short 150)")
 	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 16s)")
 	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone")
+	sharedOps := flag.Int("shared-ops", -1, "operations of the shared-ledger campaign (PostgreSQL) beside the standard one, 0 for none (default 3000, short 300)")
+	sharedDuration := flag.Duration("shared-duration", 0, "planned length of the shared-ledger campaign's worker runs (default 150s, short 24s)")
+	holds := flag.Int("holds", -1, "worker runs whose ledger socket a reader holds and stops reading (default 2, short 1)")
+	hold := flag.Duration("hold", 0, "how long a reader holds the ledger socket (default 15s, short 6s)")
+	races := flag.Int("races", -1, "compactions started together with a worker run (default 6, short 2)")
 	flag.Parse()
 	if *short {
 		cfg = ShortConfig()
@@ -114,6 +154,22 @@ func main() {
 		cfg.FIFO.Duration = *fifoDuration
 	}
 	cfg.FIFOOnly = *fifoOnly
+	if *sharedOps >= 0 {
+		cfg.Shared.Ops = *sharedOps
+		cfg.Shared.Deliveries = 3 * *sharedOps
+	}
+	if *sharedDuration > 0 {
+		cfg.Shared.Duration = *sharedDuration
+	}
+	if *holds >= 0 {
+		cfg.Holds = *holds
+	}
+	if *hold > 0 {
+		cfg.Hold = *hold
+	}
+	if *races >= 0 {
+		cfg.Races = *races
+	}
 	cfg.Dir, cfg.Keep, cfg.Race = *dir, *keep, *race
 	cfg.Endpoint = os.Getenv(sqstest.EndpointEnv)
 

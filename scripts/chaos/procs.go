@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -159,39 +160,87 @@ func (p *proc) outputHas(s string) bool {
 	return err == nil && strings.Contains(string(b), s)
 }
 
-// buildBinaries builds the chaos worker and the downstream into dir, and
-// with cli the sqsonce command from the same tree.
-func buildBinaries(ctx context.Context, dir string, race, cli bool, log io.Writer) (worker, downstream, sqsonce string, err error) {
+// buildBinaries builds the chaos worker, the downstream and the sqsonce
+// command from the same tree into dir. The chaos worker gets the ledger
+// socket of `sqsonce run` (cmd/sqsonce/ledgersocket.go, unchanged) added to
+// its package through go build -overlay, with a small file that hands its
+// serveLedgerSocket to the worker's serveSocket hook: a main package
+// cannot be imported, and a copy would test the copy.
+func buildBinaries(ctx context.Context, dir string, race bool, log io.Writer) (worker, downstream, sqsonce string, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", "", err
 	}
-	args := []string{"build", "-o", dir + "/"}
+	const (
+		workerPkg = "github.com/sqsonce/sqsonce/scripts/chaos/chaosworker"
+		cmdPkg    = "github.com/sqsonce/sqsonce/cmd/sqsonce"
+	)
+	list := exec.CommandContext(ctx, "go", "list", "-f", "{{.Dir}}", workerPkg, cmdPkg)
+	list.Stderr = log
+	out, err := list.Output()
+	if err != nil {
+		return "", "", "", fmt.Errorf("go list: %w", err)
+	}
+	dirs := strings.Fields(string(out))
+	if len(dirs) != 2 {
+		return "", "", "", fmt.Errorf("go list: want the directories of %s and %s, got %q", workerPkg, cmdPkg, out)
+	}
+	shim := filepath.Join(dir, "socket_shim.go")
+	if err := os.WriteFile(shim, []byte(socketShim), 0o644); err != nil {
+		return "", "", "", err
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
+		filepath.Join(dirs[0], "zz_ledgersocket.go"): filepath.Join(dirs[1], "ledgersocket.go"),
+		filepath.Join(dirs[0], "zz_socket_shim.go"):  shim,
+	}})
+	if err != nil {
+		return "", "", "", err
+	}
+	overlayPath := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(overlayPath, overlay, 0o644); err != nil {
+		return "", "", "", err
+	}
+	args := []string{"build", "-overlay", overlayPath, "-o", dir + "/"}
 	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/sqsonce/sqsonce/scripts/chaos/chaosworker", "github.com/sqsonce/sqsonce/scripts/chaos/downstream")
-	if cli {
-		args = append(args, "github.com/sqsonce/sqsonce/cmd/sqsonce")
-	}
+	args = append(args, workerPkg, "github.com/sqsonce/sqsonce/scripts/chaos/downstream", cmdPkg)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Stdout = log
 	cmd.Stderr = log
 	if err := cmd.Run(); err != nil {
 		return "", "", "", fmt.Errorf("go %s: %w", strings.Join(args, " "), err)
 	}
-	worker, downstream = filepath.Join(dir, "chaosworker"), filepath.Join(dir, "downstream")
-	bins := []string{worker, downstream}
-	if cli {
-		sqsonce = filepath.Join(dir, "sqsonce")
-		bins = append(bins, sqsonce)
-	}
-	for _, b := range bins {
+	worker, downstream, sqsonce = filepath.Join(dir, "chaosworker"), filepath.Join(dir, "downstream"), filepath.Join(dir, "sqsonce")
+	for _, b := range []string{worker, downstream, sqsonce} {
 		if _, err := os.Stat(b); err != nil {
 			return "", "", "", err
 		}
 	}
 	return worker, downstream, sqsonce, nil
 }
+
+// socketShim is added to the chaos worker's package with
+// cmd/sqsonce/ledgersocket.go: it sets the worker's hook to the socket
+// server of `sqsonce run`.
+const socketShim = `package main
+
+import (
+	"io"
+	"log/slog"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+func init() {
+	serveSocket = func(db *ledger.DB, path string, log *slog.Logger) (io.Closer, error) {
+		s, err := serveLedgerSocket(db, path, log)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+}
+`
 
 // startDownstream starts the downstream and returns its URL once it
 // listens.

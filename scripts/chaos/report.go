@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Files the campaign writes into its work directory. The progress log is
@@ -33,23 +34,28 @@ type check struct {
 func (r *Report) checks() []check {
 	var cs []check
 	if r.Standard {
-		cs = r.standardChecks()
+		cs = r.standardChecks("")
 	}
 	if r.FIFO != nil {
 		cs = append(cs, r.FIFO.checks()...)
 	}
+	if r.Shared != nil {
+		cs = append(cs, r.Shared.standardChecks("shared: ")...)
+	}
 	return cs
 }
 
-func (r *Report) standardChecks() []check {
+// standardChecks lists the checks of the standard campaign's audit, also
+// made of the shared-ledger campaign's (prefix names them).
+func (r *Report) standardChecks(prefix string) []check {
 	var cs []check
 	zero := func(name string, n int) {
-		cs = append(cs, check{Name: name, Value: strconv.Itoa(n), OK: n == 0})
+		cs = append(cs, check{Name: prefix + name, Value: strconv.Itoa(n), OK: n == 0})
 	}
 	zero("operations lost", r.Lost)
 	zero("acknowledged but not done", r.AckNotDone)
 	zero("dead-lettered with a reason, expected to complete", r.DLQWrongReason)
-	cs = append(cs, check{Name: "in the dead-letter queue as expected", Value: fmt.Sprintf("%d of %d", r.FoundDLQ, r.ExpectDLQ), OK: r.FoundDLQ == r.ExpectDLQ})
+	cs = append(cs, check{Name: prefix + "in the dead-letter queue as expected", Value: fmt.Sprintf("%d of %d", r.FoundDLQ, r.ExpectDLQ), OK: r.FoundDLQ == r.ExpectDLQ})
 	zero(causeTakenOver, r.Extra[causeTakenOver])
 	zero(causeUnexplained, r.Extra[causeUnexplained])
 	zero("effects applied twice", r.EffectsTwice)
@@ -60,9 +66,9 @@ func (r *Report) standardChecks() []check {
 		if !p.ok {
 			v = "failed: " + p.detail
 		}
-		cs = append(cs, check{Name: "ledger phase: " + p.name, Value: v, OK: p.ok})
+		cs = append(cs, check{Name: prefix + "ledger phase: " + p.name, Value: v, OK: p.ok})
 	}
-	cs = append(cs, check{Name: "queue empty at the end", Value: strconv.FormatBool(r.Quiet), OK: r.Quiet})
+	cs = append(cs, check{Name: prefix + "queue empty at the end", Value: strconv.FormatBool(r.Quiet), OK: r.Quiet})
 	zero("other findings", len(r.Notes))
 	return cs
 }
@@ -81,21 +87,52 @@ func (r *Report) failed() []string {
 // reportJSON is report.json: the verdict, the checks and the details, for
 // a program to read.
 type reportJSON struct {
-	Verdict        string    `json:"verdict"` // PASS, FAIL or ERROR
-	Error          string    `json:"error,omitempty"`
-	ElapsedSeconds float64   `json:"elapsed_seconds"`
-	Failed         []string  `json:"failed"`
-	Checks         []check   `json:"checks"`
-	Notes          []string  `json:"notes"`
-	Details        []string  `json:"details"`
-	Executions     int       `json:"executions"`
-	Effects        int       `json:"effects"`
-	Completed      int       `json:"completed"`
-	ExpectComplete int       `json:"expect_complete"`
-	DLQMessages    int       `json:"dlq_messages"`
-	Runs           int       `json:"runs"`
-	Kills          int       `json:"kills"`
-	FIFO           *fifoJSON `json:"fifo,omitempty"`
+	Verdict        string      `json:"verdict"` // PASS, FAIL or ERROR
+	Error          string      `json:"error,omitempty"`
+	ElapsedSeconds float64     `json:"elapsed_seconds"`
+	Failed         []string    `json:"failed"`
+	Checks         []check     `json:"checks"`
+	Notes          []string    `json:"notes"`
+	Details        []string    `json:"details"`
+	Executions     int         `json:"executions"`
+	Effects        int         `json:"effects"`
+	Completed      int         `json:"completed"`
+	ExpectComplete int         `json:"expect_complete"`
+	DLQMessages    int         `json:"dlq_messages"`
+	Runs           int         `json:"runs"`
+	Kills          int         `json:"kills"`
+	FIFO           *fifoJSON   `json:"fifo,omitempty"`
+	Shared         *sharedJSON `json:"shared,omitempty"`
+}
+
+// sharedJSON is the shared-ledger campaign's part of report.json.
+type sharedJSON struct {
+	Workers        int            `json:"workers"`
+	Lost           int            `json:"lost"`
+	AckNotDone     int            `json:"ack_not_done"`
+	EffectsTwice   int            `json:"effects_twice"`
+	ConflictRan    int            `json:"conflict_ran"`
+	Extra          map[string]int `json:"extra_executions"`
+	Executions     int            `json:"executions"`
+	Effects        int            `json:"effects"`
+	Completed      int            `json:"completed"`
+	ExpectComplete int            `json:"expect_complete"`
+	Runs           int            `json:"runs"`
+	Kills          int            `json:"kills"`
+	Takeovers      int64          `json:"takeovers"`
+	Unavailable    int64          `json:"ledger_calls_unavailable"`
+	WaitSeconds    []float64      `json:"waits_seconds"`
+	Outages        []outageJSON   `json:"outages"`
+}
+
+// outageJSON is one outage of the database.
+type outageJSON struct {
+	Kind           string             `json:"kind"`
+	From           time.Time          `json:"from"`
+	Seconds        float64            `json:"seconds"`
+	Cut            int                `json:"connections_cut"`
+	ResumedSeconds map[string]float64 `json:"resumed_seconds"` // by run
+	Stuck          []int              `json:"not_resumed"`
 }
 
 // fifoJSON is the FIFO campaign's part of report.json.
@@ -150,6 +187,31 @@ func writeReport(dir string, rep *Report, runErr error, notes []string) error {
 				OrderChecked: f.OrderChecked, OrderViolations: f.OrderViolations, Executions: f.Executions, Effects: f.Effects, Replays: f.Rounds}
 			j.Notes = append(j.Notes, f.Notes...)
 			j.Details = append(j.Details, f.Details...)
+		}
+		if s := rep.Shared; s != nil {
+			sj := &sharedJSON{Lost: s.Lost, AckNotDone: s.AckNotDone, EffectsTwice: s.EffectsTwice, ConflictRan: s.ConflictRan, Extra: s.Extra,
+				Executions: s.Executions, Effects: s.Effects, Completed: s.Completed, ExpectComplete: s.ExpectComplete, Runs: s.Runs, Kills: s.Kills,
+				WaitSeconds: []float64{}, Outages: []outageJSON{}}
+			if pg := s.PG; pg != nil {
+				sj.Workers, sj.Takeovers, sj.Unavailable = pg.Workers, pg.Takeovers, pg.Unavail
+				for _, w := range pg.Waits {
+					sj.WaitSeconds = append(sj.WaitSeconds, w.Seconds())
+				}
+				for _, o := range pg.Outages {
+					oj := outageJSON{Kind: o.kind, From: o.from, Seconds: o.to.Sub(o.from).Seconds(), Cut: o.cut, ResumedSeconds: map[string]float64{}, Stuck: o.stuck}
+					for id, d := range o.resumed {
+						oj.ResumedSeconds[strconv.Itoa(id)] = d.Seconds()
+					}
+					sj.Outages = append(sj.Outages, oj)
+				}
+			}
+			j.Shared = sj
+			for _, n := range s.Notes {
+				j.Notes = append(j.Notes, "shared: "+n)
+			}
+			for _, d := range s.Details {
+				j.Details = append(j.Details, "shared: "+d)
+			}
 		}
 		if len(j.Details) > 0 || len(j.Notes) > 0 {
 			fmt.Fprintln(&txt, "\nfindings and details:")

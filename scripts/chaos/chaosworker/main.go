@@ -1,7 +1,8 @@
 // Command chaosworker is the worker that the chaos campaign (scripts/chaos)
 // starts, kills and restarts. It is the real worker library on the real
-// ledger (a bbolt file that survives restarts) with the real http handler,
-// and three things added around them:
+// ledger (a bbolt file that survives restarts, or with -postgres the shared
+// ledger in a PostgreSQL table, which several chaos workers use at once)
+// with the real http handler, and three things added around them:
 //
 //   - the SQS client's transport injects faults (throttling, server errors,
 //     timeouts, connection resets, lost acknowledgements) into
@@ -17,8 +18,21 @@
 //     one fsynced line to the crash log, so that the campaign can explain
 //     the extra execution;
 //   - every handler result, completion and failure is appended to the run's
-//     event log, and the run's counters (faults injected, worker stats,
-//     ledger commits) are written to a file every 250 ms and at exit.
+//     event log, and so is every wait for a ledger that could not record
+//     claims (from the first batch whose claims failed until a claim or a
+//     ping succeeds, as the worker itself decides); the run's counters
+//     (faults injected, worker stats, ledger commits and errors) are written
+//     to a file every 250 ms and at exit.
+//
+// On a bbolt ledger it serves the ledger on a unix socket beside the file
+// (the path plus ".sock") for `sqsonce ledger` commands, as `sqsonce run`
+// does, with the same code: the campaign builds it with
+// cmd/sqsonce/ledgersocket.go added to this package (go build -overlay),
+// since a main package cannot be imported. Built without it (go vet, an
+// editor), it serves no socket. At start it prints how long opening the
+// ledger took and which file it holds (device and inode, and whether that
+// file still has its name), so that the campaign can tell which file a run
+// that started beside a compaction writes to.
 //
 // SIGTERM or SIGINT drains the worker and exits 0; a second signal cuts the
 // drain short, as in `sqsonce run`. Exit status 3 means the ledger could not
@@ -29,6 +43,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -51,9 +66,15 @@ import (
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/postgres"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 	"github.com/sqsonce/sqsonce/worker"
 )
+
+// serveSocket serves a bbolt ledger on a unix socket at path, as `sqsonce
+// run` does. It is nil unless the campaign built this program with the
+// ledger socket of cmd/sqsonce added (see the package documentation).
+var serveSocket func(db *ledger.DB, path string, log *slog.Logger) (io.Closer, error)
 
 // FaultOps are the SQS operations whose requests get faults.
 var FaultOps = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "SendMessage"}
@@ -63,6 +84,9 @@ type options struct {
 	endpoint   string
 	queueURL   string
 	ledgerPath string
+	pgURL      string
+	pgTable    string
+	pgTimeout  time.Duration
 	downstream string
 	dir        string
 	crashLog   string
@@ -91,7 +115,10 @@ func main() {
 	flag.IntVar(&o.run, "run", 0, "this run's number (names its files, sent as X-Chaos-Run)")
 	flag.StringVar(&o.endpoint, "endpoint", "", "SQS endpoint (loopback)")
 	flag.StringVar(&o.queueURL, "queue", "", "queue URL")
-	flag.StringVar(&o.ledgerPath, "ledger", "", "ledger file")
+	flag.StringVar(&o.ledgerPath, "ledger", "", "ledger file (bbolt)")
+	flag.StringVar(&o.pgURL, "postgres", "", "PostgreSQL connection string: the ledger is the shared one in -table there, not a file")
+	flag.StringVar(&o.pgTable, "table", "", "the shared ledger's table (with -postgres; its default when empty)")
+	flag.DurationVar(&o.pgTimeout, "ledger-timeout", 3*time.Second, "bound of each attempt of a shared ledger's call (with -postgres)")
 	flag.StringVar(&o.downstream, "downstream", "", "URL the http handler POSTs to")
 	flag.StringVar(&o.dir, "dir", "", "directory for this run's event log and counters")
 	flag.StringVar(&o.crashLog, "crash-log", "", "crash log (shared by all runs)")
@@ -134,29 +161,58 @@ func run(o options) (code int) {
 	defer func() {
 		fmt.Fprintf(os.Stderr, "chaosworker: run=%d exit=%d sqs_requests=%d\n", o.run, code, sqsRequests.Load())
 	}()
-	if o.endpoint == "" || o.queueURL == "" || o.ledgerPath == "" || o.downstream == "" || o.dir == "" || o.crashLog == "" {
-		fmt.Fprintln(os.Stderr, "chaosworker: -endpoint, -queue, -ledger, -downstream, -dir and -crash-log are required")
+	if o.endpoint == "" || o.queueURL == "" || (o.ledgerPath == "") == (o.pgURL == "") || o.downstream == "" || o.dir == "" || o.crashLog == "" {
+		fmt.Fprintln(os.Stderr, "chaosworker: -endpoint, -queue, -downstream, -dir, -crash-log and one of -ledger and -postgres are required")
 		return 2
 	}
 
 	// The ledger first: a second process on the same file must fail here,
 	// before it touches the queue.
 	var commits, commitErrors atomic.Int64
-	db, err := ledger.Open(o.ledgerPath, ledger.Options{
-		LockTimeout: o.lockTimeout,
-		OnCommit: func(_ int, _ time.Duration, err error) {
-			if err != nil {
-				commitErrors.Add(1)
-			} else {
-				commits.Add(1)
-			}
-		},
-	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "chaosworker: %v\n", err)
-		return 3
+	var store interface {
+		worker.Ledger
+		Close() error
 	}
-	defer db.Close()
+	var db *ledger.DB
+	opened := time.Now()
+	if o.pgURL != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		pg, err := postgres.Open(ctx, postgres.Options{URL: o.pgURL, Table: o.pgTable, Timeout: o.pgTimeout})
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "chaosworker: %v\n", err)
+			return 3
+		}
+		store = pg
+		fmt.Fprintf(os.Stderr, "chaosworker: run=%d ledger opened in %dms: postgres\n", o.run, time.Since(opened).Milliseconds())
+	} else {
+		var err error
+		db, err = ledger.Open(o.ledgerPath, ledger.Options{
+			LockTimeout: o.lockTimeout,
+			OnCommit: func(_ int, _ time.Duration, err error) {
+				if err != nil {
+					commitErrors.Add(1)
+				} else {
+					commits.Add(1)
+				}
+			},
+		})
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "chaosworker: %v\n", err)
+			return 3
+		}
+		store = db
+		fmt.Fprintf(os.Stderr, "chaosworker: run=%d ledger opened in %dms: %s\n", o.run, time.Since(opened).Milliseconds(), heldFile(o.ledgerPath))
+	}
+	defer store.Close()
+	var sock io.Closer
+	if db != nil && serveSocket != nil {
+		// As sqsonce run: a socket that cannot be served is a warning.
+		var err error
+		if sock, err = serveSocket(db, o.ledgerPath+".sock", log); err != nil {
+			log.Warn("ledger socket unavailable", "error", err)
+		}
+	}
 
 	events, err := event.OpenAppender(filepath.Join(o.dir, fmt.Sprintf("run-%d.events", o.run)), false)
 	if err != nil {
@@ -198,32 +254,8 @@ func run(o options) (code int) {
 	countsPath := filepath.Join(o.dir, fmt.Sprintf("run-%d.counts", o.run))
 	var w *worker.Worker
 	var completesOK atomic.Int64
-	snapshot := func(final bool) {
-		c := event.Counts{
-			Run:          o.run,
-			Faults:       map[string]map[string]int{},
-			Commits:      commits.Load(),
-			CommitErrors: commitErrors.Load(),
-			CompletesOK:  completesOK.Load(),
-			SQSRequests:  sqsRequests.Load(),
-			Final:        final,
-		}
-		for op, byKind := range faults.Counts() {
-			c.Faults[op] = map[string]int{}
-			for k, n := range byKind {
-				c.Faults[op][string(k)] = n
-			}
-		}
-		if w != nil {
-			c.Stats = w.Stats()
-		}
-		if err := event.WriteFileAtomic(countsPath, c); err != nil {
-			log.Error("write counters", "error", err)
-		}
-	}
-
 	cl := &chaosLedger{
-		DB:          db,
+		inner:       store,
 		run:         o.run,
 		events:      events,
 		crashes:     crashes,
@@ -233,7 +265,39 @@ func run(o options) (code int) {
 		crashBProb:  o.crashBProb,
 		rng:         rand.New(rand.NewPCG(o.seed, o.seed+1)),
 		completesOK: &completesOK,
-		beforeKill:  func() { snapshot(false) },
+	}
+	snapshot := func(final bool) {
+		c := event.Counts{
+			Run:          o.run,
+			Faults:       map[string]map[string]int{},
+			Commits:      commits.Load(),
+			CommitErrors: commitErrors.Load(),
+			CompletesOK:  completesOK.Load(),
+			LedgerErrors: cl.errors.Load(),
+			SQSRequests:  sqsRequests.Load(),
+			Final:        final,
+		}
+		for op, byKind := range faults.Counts() {
+			c.Faults[op] = map[string]int{}
+			for k, n := range byKind {
+				c.Faults[op][string(k)] = n
+			}
+		}
+		c.Waits, c.WaitNanos, c.Down = cl.waits()
+		if w != nil {
+			c.Stats = w.Stats()
+		}
+		if err := event.WriteFileAtomic(countsPath, c); err != nil {
+			log.Error("write counters", "error", err)
+		}
+	}
+
+	cl.beforeKill = func() { snapshot(false) }
+	var wl worker.Ledger = cl
+	if p, ok := store.(worker.Pinger); ok {
+		// The worker pings a ledger that can be pinged while its claims
+		// fail: so must the wrapper.
+		wl = pingingLedger{chaosLedger: cl, p: p}
 	}
 	w, err = worker.New(worker.Config{
 		QueueURL:          o.queueURL,
@@ -247,7 +311,7 @@ func run(o options) (code int) {
 		MaxBackoff:        o.maxBackoff,
 		Grace:             o.grace,
 		Logger:            log,
-	}, client, cl, eventHandler{h: h, events: events})
+	}, client, wl, eventHandler{h: h, events: events})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		return 1
@@ -291,7 +355,11 @@ func run(o options) (code int) {
 	err = w.Run(ctx)
 	close(tickDone)
 	bg.Wait()
-	if cerr := db.Close(); cerr != nil && err == nil {
+	cl.endWait()
+	if sock != nil {
+		sock.Close()
+	}
+	if cerr := store.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	snapshot(true)
@@ -302,10 +370,11 @@ func run(o options) (code int) {
 	return 0
 }
 
-// chaosLedger is the real ledger with a kill switch around Complete and an
-// event log of completions and failures.
+// chaosLedger is the real ledger with a kill switch around Complete, an
+// event log of completions, failures and waits for the ledger, and a count
+// of the calls that found a shared ledger unavailable.
 type chaosLedger struct {
-	*ledger.DB
+	inner                  worker.Ledger
 	run                    int
 	events, crashes        *event.Appender
 	crashAAt, crashBAt     int64
@@ -318,9 +387,110 @@ type chaosLedger struct {
 	mu  sync.Mutex
 	rng *rand.Rand
 	n   atomic.Int64
+
+	errors atomic.Int64 // calls that failed with ledger.ErrUnavailable
+
+	gateMu    sync.Mutex
+	down      bool      // the last batch's claims failed, and no claim or ping succeeded since
+	downSince time.Time // when the first of them failed
+	nWaits    int64     // waits ended
+	waited    time.Duration
 }
 
-var _ worker.Ledger = (*chaosLedger)(nil)
+var (
+	_ worker.Ledger = (*chaosLedger)(nil)
+	_ worker.Pinger = pingingLedger{}
+)
+
+// unavailable counts err when it says a shared ledger is unavailable.
+func (l *chaosLedger) unavailable(err error) {
+	if errors.Is(err, ledger.ErrUnavailable) {
+		l.errors.Add(1)
+	}
+}
+
+// ClaimBatch is the real ClaimBatch. A failed batch starts a wait for the
+// ledger, and a successful one ends it, as in the worker, which holds new
+// work back meanwhile.
+func (l *chaosLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
+	claims, err := l.inner.ClaimBatch(ctx, reqs)
+	l.unavailable(err)
+	if err != nil {
+		l.gateMu.Lock()
+		if !l.down {
+			l.down, l.downSince = true, time.Now()
+		}
+		l.gateMu.Unlock()
+	} else {
+		l.up("")
+	}
+	return claims, err
+}
+
+// up ends a wait for the ledger, if one is on, and logs it; why is empty
+// when the ledger answered again.
+func (l *chaosLedger) up(why string) {
+	l.gateMu.Lock()
+	if !l.down {
+		l.gateMu.Unlock()
+		return
+	}
+	since := l.downSince
+	d := time.Since(since)
+	l.down = false
+	l.nWaits++
+	l.waited += d
+	l.gateMu.Unlock()
+	l.log(event.WorkerEvent{Ev: event.EvWait, Since: since.UnixNano(), Err: why})
+}
+
+// endWait logs a wait still on when the run ends, as ended then.
+func (l *chaosLedger) endWait() { l.up(event.WaitCutShort) }
+
+// waits returns the waits for the ledger ended so far, their total length
+// and whether one is on.
+func (l *chaosLedger) waits() (int64, int64, bool) {
+	l.gateMu.Lock()
+	defer l.gateMu.Unlock()
+	return l.nWaits, int64(l.waited), l.down
+}
+
+// Release is the real Release.
+func (l *chaosLedger) Release(ctx context.Context, key, owner string) error {
+	err := l.inner.Release(ctx, key, owner)
+	l.unavailable(err)
+	return err
+}
+
+// Extend is the real Extend.
+func (l *chaosLedger) Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error) {
+	t, err := l.inner.Extend(ctx, key, owner, lease)
+	l.unavailable(err)
+	return t, err
+}
+
+// Sweep is the real Sweep.
+func (l *chaosLedger) Sweep(ctx context.Context) (int, error) {
+	n, err := l.inner.Sweep(ctx)
+	l.unavailable(err)
+	return n, err
+}
+
+// pingingLedger is a chaosLedger on a ledger that the worker can ping: a
+// ping that succeeds ends a wait for the ledger, as in the worker.
+type pingingLedger struct {
+	*chaosLedger
+	p worker.Pinger
+}
+
+func (l pingingLedger) Ping(ctx context.Context) error {
+	err := l.p.Ping(ctx)
+	l.unavailable(err)
+	if err == nil {
+		l.up("")
+	}
+	return err
+}
 
 func (l *chaosLedger) draw(p float64) bool {
 	if p <= 0 {
@@ -341,9 +511,10 @@ func (l *chaosLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion)
 			l.die(event.WindowA, c.Key, n)
 		}
 	}
-	errs := l.DB.CompleteBatch(ctx, cs)
+	errs := l.inner.CompleteBatch(ctx, cs)
 	ok := 0
 	for i, c := range cs {
+		l.unavailable(errs[i])
 		l.log(event.WorkerEvent{Ev: event.EvComplete, Key: c.Key, Err: errText(errs[i])})
 		if errs[i] == nil {
 			ok++
@@ -365,7 +536,8 @@ func (l *chaosLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion)
 
 // Fail is the real Fail, logged.
 func (l *chaosLedger) Fail(ctx context.Context, f ledger.Failure) error {
-	err := l.DB.Fail(ctx, f)
+	err := l.inner.Fail(ctx, f)
+	l.unavailable(err)
 	l.log(event.WorkerEvent{Ev: event.EvFail, Key: f.Key, Perm: f.Permanent, Err: errText(err)})
 	return err
 }
@@ -403,13 +575,50 @@ type messageKey struct{}
 
 func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
 	err := e.h.Handle(context.WithValue(ctx, messageKey{}, m), m)
-	if aerr := e.events.Append(event.WorkerEvent{
+	ev := event.WorkerEvent{
 		Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID,
 		Err: errText(err), T: time.Now().UnixNano(),
-	}); aerr != nil {
+	}
+	if err != nil && ctx.Err() != nil {
+		// Why the worker stopped the handler: its timeout, the end of
+		// the grace, or a lease that another claim took over.
+		ev.Cause = errText(context.Cause(ctx))
+	}
+	if aerr := e.events.Append(ev); aerr != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker: event log:", aerr)
 	}
 	return err
+}
+
+// heldFile describes the file of path that this process holds open: its
+// device and inode, and "(deleted)" when the name no longer leads to it.
+// It reads /proc/self/fd, so that it names the file really open, not the
+// one that the name leads to now.
+func heldFile(path string) string {
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return "file unknown: " + err.Error()
+	}
+	for _, fd := range fds {
+		link := filepath.Join("/proc/self/fd", fd.Name())
+		target, err := os.Readlink(link)
+		if err != nil || (target != path && target != path+" (deleted)") {
+			continue
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(link, &st); err != nil {
+			continue
+		}
+		deleted := ""
+		if target != path {
+			deleted = " (deleted)"
+		}
+		return fmt.Sprintf("file dev=%d inode=%d%s", st.Dev, st.Ino, deleted)
+	}
+	return "file not found among the open files"
 }
 
 func errText(err error) string {

@@ -50,7 +50,12 @@ const (
 	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
 	EvFail     = "fail"     // Ledger.Fail returned
 	EvSent     = "sent"     // SQS accepted a copy that the worker sent (to the dead-letter queue)
+	EvWait     = "wait"     // a wait for a ledger that could not record claims ended (Since: when it began; Err: WaitCutShort or empty)
 )
+
+// WaitCutShort is the Err of an EvWait that ended with the run, not with
+// the ledger answering again.
+const WaitCutShort = "the run ended while it waited"
 
 // WorkerEvent is a line of a worker run's event log.
 type WorkerEvent struct {
@@ -60,7 +65,13 @@ type WorkerEvent struct {
 	MessageID string `json:"msg,omitempty"`
 	Perm      bool   `json:"perm,omitempty"`
 	Err       string `json:"err,omitempty"`
-	T         int64  `json:"t"` // Unix nanoseconds
+	// Cause: EvHandled with Err, when the worker stopped the handler: why
+	// (its timeout, the end of the grace, a lease taken over).
+	Cause string `json:"cause,omitempty"`
+	T     int64  `json:"t"` // Unix nanoseconds
+	// Since: EvWait, when the wait began (Unix nanoseconds); T is when it
+	// ended.
+	Since int64 `json:"since,omitempty"`
 	// EvSent: the id SQS gave the copy, and the queue it went to.
 	// MessageID is then the message copied.
 	Copy  string `json:"copy,omitempty"`
@@ -104,7 +115,16 @@ type Counts struct {
 	CommitErrors int64                     `json:"commit_errors"`
 	CompletesOK  int64                     `json:"completes_ok"`
 	SQSRequests  int64                     `json:"sqs_requests"`
-	Final        bool                      `json:"final"`
+	// LedgerErrors counts the ledger calls that failed with
+	// ledger.ErrUnavailable (a shared ledger that did not answer).
+	LedgerErrors int64 `json:"ledger_errors"`
+	// Waits counts the waits for a ledger that could not record claims
+	// that ended, WaitNanos their total length; Down is true while one is
+	// on.
+	Waits     int64 `json:"waits"`
+	WaitNanos int64 `json:"wait_nanos"`
+	Down      bool  `json:"down"`
+	Final     bool  `json:"final"`
 }
 
 // Appender appends JSON lines to a file. It is safe for concurrent use.
