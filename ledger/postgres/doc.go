@@ -50,7 +50,10 @@
 //
 // A call whose connection fails after its statements were sent (the server
 // restarted, the network cut the connection) does not know whether its
-// transaction committed. Such a call is tried once more on a fresh connection,
+// transaction committed. Such a call is tried once more on a connection the
+// pool has checked (for a few seconds after a lost connection, the pool
+// pings each connection it hands out, so that the second attempt does not
+// take another that the same failure cut),
 // in a way that recognises its own earlier write: a claim that finds the
 // record in progress under its own owner token was the first attempt's, and
 // answers Claimed; a completion is idempotent for its owner; a failure that

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -213,4 +214,36 @@ func TestLostAnswers(t *testing.T) {
 		}
 		mustClaim(t, l, claimReq("k", "a"), ledger.Claimed)
 	})
+}
+
+// A cut takes every open connection at once. The call that finds its
+// connection gone tries again on a connection the pool has checked, not on
+// another one the same cut closed.
+func TestLostAnswers_EveryConnectionCut(t *testing.T) {
+	t.Parallel()
+	opts := setup(t, nil)
+	p := pgtest.NewProxy(t, pgtest.Addr(t, opts.URL))
+	opts.URL = pgtest.WithParam(t, pgtest.ReplaceAddr(t, opts.URL, p.Addr()), "pool_max_conns", "4")
+	opts.Timeout = 5 * time.Second
+	l := open(t, opts)
+	// Four connections in the pool, each used a moment ago.
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			<-start
+			_, err := l.Claim(ctx, claimReq(fmt.Sprintf("warm-%d", i), "w"))
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for round := range 5 {
+		p.Cut()
+		if _, err := l.Claim(ctx, claimReq(fmt.Sprintf("after-cut-%d", round), "a")); err != nil {
+			t.Fatalf("round %d: a claim after every connection was cut: %v, want it to succeed on a checked connection", round, err)
+		}
+	}
 }

@@ -81,7 +81,17 @@ type config struct {
 	pool       *pgxpool.Config
 	where      string // host, port and database, for messages
 	tableLabel string // the table as given, for messages
+	// lostAt is when a call last lost its connection (Unix nanoseconds):
+	// for a while after, every connection is pinged as it leaves the
+	// pool, so that a second attempt does not take another connection
+	// that the same failure cut.
+	lostAt atomic.Int64
 }
+
+// pingAfterLoss is how long after a lost connection the pool pings the
+// connections it hands out; pgxpool's own rule pings only connections
+// idle for more than a second.
+const pingAfterLoss = 5 * time.Second
 
 func (o Options) config() (*config, error) {
 	c := &config{
@@ -122,6 +132,9 @@ func (o Options) config() (*config, error) {
 	}
 	if pc.ConnConfig.ConnectTimeout <= 0 || pc.ConnConfig.ConnectTimeout > c.timeout {
 		pc.ConnConfig.ConnectTimeout = c.timeout
+	}
+	pc.ShouldPing = func(_ context.Context, p pgxpool.ShouldPingParams) bool {
+		return p.IdleDuration > time.Second || time.Since(time.Unix(0, c.lostAt.Load())) < pingAfterLoss
 	}
 	c.pool = pc
 	c.where = fmt.Sprintf("%s:%d/%s", pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Database)
@@ -367,6 +380,9 @@ func (l *Ledger) do(ctx context.Context, try attempt) error {
 			return ledger.ErrClosed
 		}
 		retry, unknown := retryable(err)
+		if unknown {
+			l.cfg.lostAt.Store(time.Now().UnixNano())
+		}
 		if n == 2 || !retry || ctx.Err() != nil {
 			return classify(ctx, err)
 		}
