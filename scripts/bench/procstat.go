@@ -45,6 +45,46 @@ func procCPU(pid int) (own, withChildren float64, err error) {
 	return t[0] + t[1], t[0] + t[1] + t[2] + t[3], nil
 }
 
+// treeCPU returns the user+system CPU seconds used by the process pid and
+// its descendants: what each live one has used, itself and through the
+// children it has waited for (those that ended: a server's finished
+// connections).
+func treeCPU(pid int) (float64, error) {
+	_, total, err := procCPU(pid)
+	if err != nil {
+		return 0, err
+	}
+	children := map[int][]int{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		children[ppid] = append(children[ppid], child)
+	}
+	todo := children[pid]
+	for len(todo) > 0 {
+		c := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], children[c]...)
+		if _, t, err := procCPU(c); err == nil {
+			total += t
+		}
+	}
+	return total, nil
+}
+
 // machineTicks returns the busy and total CPU ticks of the machine, summed
 // over all CPUs, from /proc/stat.
 func machineTicks() (busy, total int64) {

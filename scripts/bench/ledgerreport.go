@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// The ledger comparison's metrics, per run.
+var (
+	mDBCPU      = func(r *result) float64 { return r.per1k(r.dbCPU) }
+	mDBBusy     = func(r *result) float64 { return 100 * r.dbCPU / r.wall.Seconds() }
+	mBatches    = func(r *result) float64 { return r.per1k(float64(r.batches)) }
+	mClaimRT    = func(r *result) float64 { c, _, _ := r.ledgerTrips(); return c / float64(r.batches) }
+	mCompleteRT = func(r *result) float64 { _, c, _ := r.ledgerTrips(); return c / float64(r.batches) }
+	mOtherRT    = func(r *result) float64 { _, _, o := r.ledgerTrips(); return r.per1k(o) }
+	mCommitsPB  = func(r *result) float64 { return r.commits / float64(r.batches) }
+	mClaimMS    = func(r *result) float64 { return r.ledgerWait["claim_batch_mean_ms"] }
+	mCompleteMS = func(r *result) float64 { return r.ledgerWait["complete_mean_ms"] }
+	mInFlightMx = func(r *result) float64 { return r.inFlightMax }
+	mInFlightMn = func(r *result) float64 { return r.inFlightMean }
+)
+
+// writeLedgers writes the ledger comparison: a table per number of
+// handlers, the ratios between ledgers, and the targets.
+func writeLedgers(w io.Writer, b *bench, results []*result) {
+	o := b.o
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	configs := o.ledgerConfigs()
+	by := map[ledgerConfig][]*result{}
+	for _, r := range results {
+		by[r.config] = append(by[r.config], r)
+	}
+	names := make([]string, len(configs))
+	for i, c := range configs {
+		names[i] = c.String()
+	}
+	p("## Ledgers\n\n")
+	p("sqsonce-go on each ledger: %d messages per run (%d on DynamoDB), %d rounds of every configuration in turn (%s; ledger×worker processes/handlers each), "+
+		"%d poller(s) per process, GOGC=%s. A fresh queue and a fresh ledger (bbolt file, or table) per run. Each cell: median (min–max) over the rounds.\n\n",
+		o.ledgerMessages, o.dynamoMessages, o.ledgerRounds, strings.Join(names, " → "), o.pollers, o.gogc)
+	for _, n := range o.ledgerConcurrency {
+		p("### %d handlers per worker process\n\n", n)
+		p("| ledger | workers | msg/s | p50 ms | p99 ms | worker CPU s / 1k msg | ledger server CPU s / 1k msg | ledger server busy %% | SQS server CPU s / 1k msg | peak RSS MB | batches / 1k msg | claim round trips / batch | completion round trips / batch | other round trips / 1k msg | bbolt commits / batch | ClaimBatch ms | Complete ms | machine busy %% | other load %% |\n")
+		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		for _, c := range configs {
+			if c.concurrency != n {
+				continue
+			}
+			rs := by[c]
+			p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.ledger, c.workers,
+				spreadOf(rs, mThroughput).cell(0), spreadOf(rs, mP50).cell(0), spreadOf(rs, mP99).cell(0),
+				spreadOf(rs, mCPU).cell(3), spreadOf(rs, mDBCPU).cell(3), spreadOf(rs, mDBBusy).cell(0), spreadOf(rs, mServerCPU).cell(3),
+				spreadOf(rs, mRSS).cell(1), spreadOf(rs, mBatches).cell(0),
+				spreadOf(rs, mClaimRT).cell(2), spreadOf(rs, mCompleteRT).cell(2), spreadOf(rs, mOtherRT).cell(1), spreadOf(rs, mCommitsPB).cell(2),
+				spreadOf(rs, mClaimMS).cell(2), spreadOf(rs, mCompleteMS).cell(2),
+				spreadOf(rs, mBusy).cell(0), spreadOf(rs, mOther).cell(0))
+		}
+		p("\n")
+		for _, c := range configs {
+			if c.concurrency == n && c.ledger == lDynamoDB {
+				rs := by[c]
+				p("- %s, %d worker(s): DynamoDB requests in flight at once: at most %s, on average %s as a request starts.\n", c.ledger, c.workers,
+					spreadOf(rs, mInFlightMx).cell(0), spreadOf(rs, mInFlightMn).cell(1))
+			}
+		}
+		p("\n")
+	}
+	p("- msg/s: deliveries finished (deleted) ÷ (last delete − first receive), over all worker processes; one process stops by itself after the last delete, several are stopped (SIGTERM) once the queue is empty.\n")
+	p("- worker CPU: user+system of every worker process, from rusage; ledger server CPU: the PostgreSQL server's processes (the postmaster, its live children and those it reaped), or the DynamoDB emulator's process, from /proc; busy: its CPU ÷ the run's wall time (100%% = one core).\n")
+	p("- peak RSS: the largest worker process's.\n")
+	p("- batches: receives that returned messages. Round trips: PostgreSQL's counted by a proxy in the driver, by the statement each carries (%s); DynamoDB's are HTTP requests, counted by the worker's client, by the ledger call that made them (they run concurrently: see in flight). Other: connecting, pings, extensions, everything else.\n",
+		map[bool]string{true: "on", false: "off: not counted"}[o.countRoundTrips])
+	p("- ClaimBatch ms, Complete ms: the worker's mean wait per call (one ClaimBatch per received batch, one Complete per message).\n")
+	p("- The DynamoDB figures are those of dynalite, a Node.js emulator: they say nothing of DynamoDB's own speed, only what the client asks of it (requests per batch, how many at once) and what that costs the worker.\n\n")
+
+	med := func(c ledgerConfig, f func(*result) float64) float64 { return spreadOf(by[c], f).med }
+	has := func(c ledgerConfig) bool { return len(by[c]) > 0 }
+	p("### Ratios (medians)\n\n")
+	for _, n := range o.ledgerConcurrency {
+		base := ledgerConfig{lBbolt, 1, n}
+		for _, c := range configs {
+			if c.concurrency != n || c == base || !has(c) {
+				continue
+			}
+			if has(base) {
+				p("- %d handlers: %s ×%d / bbolt: throughput %.2f×, worker CPU per message %.2f×\n", n, c.ledger, c.workers,
+					med(c, mThroughput)/med(base, mThroughput), med(c, mCPU)/med(base, mCPU))
+			}
+			if one := (ledgerConfig{c.ledger, 1, n}); c.workers > 1 && has(one) {
+				p("- %d handlers: %s, %d workers / 1 worker: throughput %.2f×, worker CPU per message %.2f×, server CPU per message %.2f×\n", n, c.ledger, c.workers,
+					med(c, mThroughput)/med(one, mThroughput), med(c, mCPU)/med(one, mCPU), med(c, mDBCPU)/med(one, mDBCPU))
+			}
+		}
+	}
+	p("\n### Targets\n\n")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	if c := (ledgerConfig{lPostgres, 1, 64}); has(c) {
+		v := med(c, mThroughput)
+		p("- one worker on PostgreSQL ≥ 5,000 msg/s at 64 handlers: %.0f msg/s — %s\n", v, verdict(v >= 5000))
+	}
+	for _, c := range configs {
+		if c.ledger == lBbolt || !has(c) {
+			continue
+		}
+		cl, co := spreadOf(by[c], mClaimRT), spreadOf(by[c], mCompleteRT)
+		if math.IsNaN(cl.max) {
+			continue
+		}
+		unit := "round trips"
+		if c.ledger == lDynamoDB {
+			unit = "requests"
+		}
+		p("- %s: ≤ 1 ledger round trip per received batch for claims: %.2f %s (worst round %.2f) — %s; for completions: %.2f (worst %.2f) — %s\n",
+			c, cl.med, unit, cl.max, verdict(cl.max <= 1), co.med, co.max, verdict(co.max <= 1))
+	}
+	for _, c := range configs {
+		if c.workers > 1 && has(c) && has(ledgerConfig{c.ledger, 1, c.concurrency}) {
+			r := med(c, mThroughput) / med(ledgerConfig{c.ledger, 1, c.concurrency}, mThroughput)
+			p("- %d workers together no slower than one (%s, %d handlers each): %.2f× — %s\n", c.workers, c.ledger, c.concurrency, r, verdict(r >= 1))
+		}
+	}
+	p("\n### Ledger runs, in the order they ran\n\n```\n")
+	for _, r := range results {
+		p("round %d  %-20s %s\n", r.round, r.config, r.ledgerLine())
+	}
+	p("```\n")
+}
