@@ -154,19 +154,20 @@ func pgSettings(ctx context.Context, pgURL string) (string, error) {
 }
 
 // runLedgers runs the ledger comparison: a warm-up of each configuration,
-// then -ledger-rounds rounds of all of them in turn.
-func (b *bench) runLedgers(ctx context.Context) ([]*result, error) {
+// then -ledger-rounds rounds of all of them in turn. It returns the
+// rounds' results and the warm-ups'.
+func (b *bench) runLedgers(ctx context.Context) (results, warmups []*result, err error) {
 	configs := b.o.ledgerConfigs()
 	if b.o.warmup > 0 {
 		for _, c := range configs {
 			r, err := b.runLedger(ctx, c, 0, b.o.warmup)
 			if err != nil {
-				return nil, fmt.Errorf("warm-up %s: %w", c, err)
+				return nil, nil, fmt.Errorf("warm-up %s: %w", c, err)
 			}
 			fmt.Fprintf(b.log, "warm-up  %-20s %s\n", c, r.ledgerLine())
+			warmups = append(warmups, r)
 		}
 	}
-	var results []*result
 	for round := 1; round <= b.o.ledgerRounds; round++ {
 		for _, c := range configs {
 			n := b.o.ledgerMessages
@@ -175,13 +176,13 @@ func (b *bench) runLedgers(ctx context.Context) ([]*result, error) {
 			}
 			r, err := b.runLedger(ctx, c, round, n)
 			if err != nil {
-				return nil, fmt.Errorf("round %d, %s: %w", round, c, err)
+				return nil, nil, fmt.Errorf("round %d, %s: %w", round, c, err)
 			}
 			fmt.Fprintf(b.log, "round %d  %-20s %s\n", round, c, r.ledgerLine())
 			results = append(results, r)
 		}
 	}
-	return results, nil
+	return results, warmups, nil
 }
 
 // worker is one sqsonce-go process of a ledger run.
@@ -220,16 +221,26 @@ func (b *bench) runLedger(ctx context.Context, c ledgerConfig, round, ops int) (
 			return nil, err
 		}
 		defer b.dropPGTable(context.WithoutCancel(ctx), table)
-		workerURL := b.shared.pgURL
-		if b.o.countRoundTrips {
+		if err := b.prefillPG(ctx, table); err != nil {
+			return nil, err
+		}
+		u, err := url.Parse(b.shared.pgURL)
+		if err != nil {
+			return nil, err
+		}
+		if b.o.countRoundTrips == "all" || (b.o.countRoundTrips == "warmup" && round == 0) {
 			if proxy, err = newPGProxy(b.shared.pgAddr); err != nil {
 				return nil, err
 			}
 			defer proxy.Close()
-			u, _ := url.Parse(workerURL)
 			u.Host = proxy.Addr()
-			workerURL = u.String()
 		}
+		if b.o.pgPoolMaxConns > 0 {
+			q := u.Query()
+			q.Set("pool_max_conns", strconv.Itoa(b.o.pgPoolMaxConns))
+			u.RawQuery = q.Encode()
+		}
+		workerURL := u.String()
 		largs = []string{"-backend", lPostgres, "-postgres-url", workerURL, "-table", table}
 	case lDynamoDB:
 		table := fmt.Sprintf("bench-run%d", runID)
@@ -355,6 +366,7 @@ func (b *bench) runLedger(ctx context.Context, c ledgerConfig, round, ops int) (
 	srv1, db1 := b.serverCPU(), b.dbCPU(c.ledger)
 	busy1, total1 := machineTicks()
 	self1 := selfCPU()
+	r.driverCPU = self1 - self0
 	if srv0 >= 0 && srv1 >= 0 {
 		r.serverCPU = srv1 - srv0
 	}
@@ -481,6 +493,37 @@ func (b *bench) dbCPU(ledger string) float64 {
 	return -1
 }
 
+// prefillPG writes -pg-prefill complete records (keys pre-<i>) into a new
+// table and runs VACUUM ANALYZE, as autovacuum leaves a table in use: the
+// server then plans the ledger's statements for a table of that size. On a
+// table without statistics, a statement prepared while the table is small
+// can keep a sequential scan in the connection's cached generic plan until
+// autovacuum first analyzes the table.
+func (b *bench) prefillPG(ctx context.Context, table string) error {
+	if b.o.pgPrefill == 0 {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, b.shared.pgURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	t := pgx.Identifier{table}.Sanitize()
+	_, err = conn.Exec(cctx, `INSERT INTO `+t+` (key, state, fingerprint, attempts, owner, first_seen, claimed, updated, completed, expires, message_id)
+SELECT convert_to('pre-' || i, 'UTF8'), 2, sha256(convert_to('pre-' || i, 'UTF8')), 1, convert_to('prefill/' || i, 'UTF8'),
+	now(), now(), now(), now(), now() + interval '7 days', convert_to(md5(i::text), 'UTF8')
+FROM generate_series(1, $1::int) i`, b.o.pgPrefill)
+	if err != nil {
+		return fmt.Errorf("prefill %s: %w", table, err)
+	}
+	if _, err := conn.Exec(cctx, `VACUUM ANALYZE `+t); err != nil {
+		return fmt.Errorf("prefill %s: %w", table, err)
+	}
+	return nil
+}
+
 // dropPGTable removes a run's table and its version table.
 func (b *bench) dropPGTable(ctx context.Context, table string) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -537,8 +580,8 @@ func (r *result) ledgerTrips() (claim, complete, other float64) {
 }
 
 func (r *result) ledgerLine() string {
-	s := fmt.Sprintf("%6d msgs  %8.0f msg/s  p50 %6.0f ms  p99 %6.0f ms  worker CPU %.3f s/1k  RSS %5.1f MB  db CPU %.3f s/1k  server CPU %.3f s/1k  busy %3.0f%% (other %2.0f%%)  fill %.1fs  start-up %dms  batches %d",
-		r.processed, r.throughput, r.latP50, r.latP99, r.per1k(r.cpu), r.maxRSS, r.per1k(r.dbCPU), r.per1k(r.serverCPU),
+	s := fmt.Sprintf("%6d msgs  %8.0f msg/s  p50 %6.0f ms  p99 %6.0f ms  worker CPU %.3f s/1k  RSS %5.1f MB  db CPU %.3f s/1k  server CPU %.3f s/1k  driver CPU %.3f s/1k  busy %3.0f%% (other %2.0f%%)  fill %.1fs  start-up %dms  batches %d",
+		r.processed, r.throughput, r.latP50, r.latP99, r.per1k(r.cpu), r.maxRSS, r.per1k(r.dbCPU), r.per1k(r.serverCPU), r.per1k(r.driverCPU),
 		100*r.busy, 100*r.other, r.fill.Seconds(), r.startup.Milliseconds(), r.batches)
 	if !math.IsNaN(r.commits) {
 		s += fmt.Sprintf("  commits %.0f (%.2f/batch)", r.commits, r.commits/float64(r.batches))

@@ -98,7 +98,9 @@ type options struct {
 	ledgerMessages    int
 	dynamoMessages    int
 	ledgerRounds      int
-	countRoundTrips   bool
+	countRoundTrips   string // warmup, all or off
+	pgPrefill         int
+	pgPoolMaxConns    int
 }
 
 func main() {
@@ -133,7 +135,9 @@ func main() {
 	flag.IntVar(&o.ledgerMessages, "ledger-n", 0, "ledger comparison: messages per run (0: -n)")
 	flag.IntVar(&o.dynamoMessages, "dynamodb-n", 2000, "ledger comparison: messages per run on DynamoDB (the local emulator takes a few ms of CPU per request; 0: -ledger-n)")
 	flag.IntVar(&o.ledgerRounds, "ledger-rounds", 0, "ledger comparison: rounds (0: -rounds)")
-	flag.BoolVar(&o.countRoundTrips, "count-round-trips", true, "ledger comparison: carry PostgreSQL's connections through a proxy in the driver that counts round trips (it adds a hop to each)")
+	flag.IntVar(&o.pgPrefill, "pg-prefill", 100000, "ledger comparison: complete records in each run's PostgreSQL table, written and analyzed (VACUUM ANALYZE) before the run, as a table in use holds (0: an empty table, whose plans the server makes before it has statistics)")
+	flag.IntVar(&o.pgPoolMaxConns, "pg-pool-max-conns", 0, "ledger comparison: pool_max_conns in the workers' PostgreSQL URL (0: pgx's default, max(4, CPUs))")
+	flag.StringVar(&o.countRoundTrips, "count-round-trips", "warmup", "ledger comparison: which PostgreSQL runs carry their connections through the driver's proxy, which counts round trips: warmup (each configuration's warm-up run, the rounds go straight to the server), all (the proxy's hop and CPU then weigh on the rounds' figures) or off")
 	flag.Parse()
 	o.contenders = splitList(contenders)
 	o.ledgers = splitList(ledgers)
@@ -171,8 +175,11 @@ func (o *options) check() error {
 	if o.messages < 10 || o.rounds < 1 || o.concurrency < 1 || o.fillWorkers < 1 || o.scInstances < 1 || o.pollers < 1 {
 		return errors.New("-n must be at least 10; -rounds, -concurrency, -fill-workers, -sqs-consumer-instances and -sqsonce-pollers at least 1")
 	}
-	if o.ledgerMessages < 10 || o.dynamoMessages < 10 || o.ledgerRounds < 1 || o.workers < 1 {
-		return errors.New("-ledger-n and -dynamodb-n must be at least 10; -ledger-rounds and -workers at least 1")
+	if o.ledgerMessages < 10 || o.dynamoMessages < 10 || o.ledgerRounds < 1 || o.workers < 1 || o.pgPrefill < 0 || o.pgPoolMaxConns < 0 {
+		return errors.New("-ledger-n and -dynamodb-n must be at least 10; -ledger-rounds and -workers at least 1; -pg-prefill and -pg-pool-max-conns not negative")
+	}
+	if !slices.Contains([]string{"warmup", "all", "off"}, o.countRoundTrips) {
+		return fmt.Errorf("-count-round-trips %q: want warmup, all or off", o.countRoundTrips)
 	}
 	if len(o.ledgers) > 0 && len(o.ledgerConcurrency) == 0 {
 		return errors.New("-ledger-concurrency names no number of handlers")
@@ -295,15 +302,15 @@ func run(ctx context.Context, o options) error {
 		fmt.Fprintf(b.log, "dup x%d   %-13s %s\n", o.dupCopies, cSqsonceGo, dup.line())
 	}
 
-	var ledgerResults []*result
+	var ledgerResults, ledgerWarmups []*result
 	if len(o.ledgers) > 0 {
-		if ledgerResults, err = b.runLedgers(ctx); err != nil {
+		if ledgerResults, ledgerWarmups, err = b.runLedgers(ctx); err != nil {
 			return err
 		}
 	}
 
 	var report bytes.Buffer
-	writeReport(&report, b, env, results, dup, ledgerResults)
+	writeReport(&report, b, env, results, dup, ledgerResults, ledgerWarmups)
 	os.Stdout.Write(report.Bytes())
 	if o.out != "" {
 		if err := os.WriteFile(o.out, report.Bytes(), 0o644); err != nil {

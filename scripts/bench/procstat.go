@@ -48,12 +48,36 @@ func procCPU(pid int) (own, withChildren float64, err error) {
 // treeCPU returns the user+system CPU seconds used by the process pid and
 // its descendants: what each live one has used, itself and through the
 // children it has waited for (those that ended: a server's finished
-// connections).
+// connections). A child that ends while it is being read would be counted
+// twice or not at all: the reading is repeated until no child ended
+// during it.
 func treeCPU(pid int) (float64, error) {
-	_, total, err := procCPU(pid)
-	if err != nil {
-		return 0, err
+	for attempt := 0; ; attempt++ {
+		total, waited, err := treeCPUOnce(pid)
+		if err != nil {
+			return 0, err
+		}
+		// A child that ended and was waited for meanwhile changes the
+		// parents' count of their waited-for children.
+		_, again, err := treeCPUOnce(pid)
+		if err != nil {
+			return 0, err
+		}
+		if again == waited || attempt == 10 {
+			return total, nil
+		}
 	}
+}
+
+// treeCPUOnce reads the tree once: its CPU seconds, and the CPU seconds of
+// children its processes have waited for, which a child that ends
+// changes.
+func treeCPUOnce(pid int) (total, waited float64, err error) {
+	own, withChildren, err := procCPU(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	total, waited = withChildren, withChildren-own
 	children := map[int][]int{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, d := range dirs {
@@ -78,11 +102,12 @@ func treeCPU(pid int) (float64, error) {
 	for len(todo) > 0 {
 		c := todo[len(todo)-1]
 		todo = append(todo[:len(todo)-1], children[c]...)
-		if _, t, err := procCPU(c); err == nil {
+		if own, t, err := procCPU(c); err == nil {
 			total += t
+			waited += t - own
 		}
 	}
-	return total, nil
+	return total, waited, nil
 }
 
 // machineTicks returns the busy and total CPU ticks of the machine, summed

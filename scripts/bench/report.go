@@ -59,7 +59,7 @@ var (
 	mRequests   = func(r *result) float64 { return r.requestsPer1k() }
 )
 
-func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *result, ledgerResults []*result) {
+func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *result, ledgerResults, ledgerWarmups []*result) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Machine\n\n")
 	p("- CPUs: %d × %s (kernel %s)\n", m.nproc, m.cpu, m.kernel)
@@ -78,7 +78,7 @@ func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *resul
 		writeContenders(w, b, m, results, dup)
 	}
 	if len(ledgerResults) > 0 {
-		writeLedgers(w, b, ledgerResults)
+		writeLedgers(w, b, ledgerResults, ledgerWarmups)
 	}
 }
 

@@ -64,6 +64,7 @@ type result struct {
 	// added up, cpu over all of them, maxRSS the largest one's.
 	config       ledgerConfig
 	dbCPU        float64          // seconds the ledger's server used while the workers ran
+	driverCPU    float64          // seconds this process used meanwhile (the proxy, the queue's polling)
 	batches      int64            // receives that returned messages
 	roundTrips   map[string]int64 // PostgreSQL round trips by kind (pgProxy); nil when not counted
 	ledgerReqs   map[string]int64 // DynamoDB requests, "call Action" -> n
