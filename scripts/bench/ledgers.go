@@ -586,6 +586,8 @@ func (r *result) ledgerLine() string {
 	if !math.IsNaN(r.commits) {
 		s += fmt.Sprintf("  commits %.0f (%.2f/batch)", r.commits, r.commits/float64(r.batches))
 	}
+	s += fmt.Sprintf("  SQS requests/1k: receive %.0f, delete %.0f, all %.0f",
+		r.per1k(float64(r.requests["ReceiveMessage"])), r.per1k(float64(r.requests["DeleteMessageBatch"])), r.requestsPer1k())
 	if cl, co, ot := r.ledgerTrips(); !math.IsNaN(cl) {
 		s += fmt.Sprintf("  ledger round trips per batch: claim %.2f, complete %.2f, other %.0f in all", cl/float64(r.batches), co/float64(r.batches), ot)
 	}
