@@ -59,8 +59,8 @@ func writeLedgers(w io.Writer, b *bench, results, warmups []*result) {
 		o.ledgerMessages, o.dynamoMessages, o.ledgerRounds, strings.Join(names, " → "), o.pollers, o.gogc, o.pgPrefill)
 	for _, n := range o.ledgerConcurrency {
 		p("### %d handlers per worker process\n\n", n)
-		p("| ledger | workers | msg/s | p50 ms | p99 ms | worker CPU s / 1k msg | ledger server CPU s / 1k msg | ledger server busy %% | SQS server CPU s / 1k msg | driver CPU s / 1k msg | peak RSS MB | batches / 1k msg | claim round trips / batch | completion round trips / batch | other round trips / 1k msg | bbolt commits / batch | ClaimBatch ms | Complete ms | machine busy %% | other load %% |\n")
-		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		p("| ledger | workers | msg/s | p50 ms | p99 ms | worker CPU s / 1k msg | ledger server CPU s / 1k msg | ledger server busy %% | SQS server CPU s / 1k msg | driver CPU s / 1k msg | peak RSS MB | SQS requests / 1k msg | batches / 1k msg | claim round trips / batch | completion round trips / batch | other round trips / 1k msg | bbolt commits / batch | ClaimBatch ms | Complete ms | machine busy %% | other load %% |\n")
+		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, c := range configs {
 			if c.concurrency != n {
 				continue
@@ -74,10 +74,10 @@ func writeLedgers(w io.Writer, b *bench, results, warmups []*result) {
 				}
 				return v + mark
 			}
-			p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.ledger, c.workers,
+			p("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.ledger, c.workers,
 				spreadOf(rs, mThroughput).cell(0), spreadOf(rs, mP50).cell(0), spreadOf(rs, mP99).cell(0),
 				spreadOf(rs, mCPU).cell(3), spreadOf(rs, mDBCPU).cell(3), spreadOf(rs, mDBBusy).cell(0), spreadOf(rs, mServerCPU).cell(3), spreadOf(rs, mDriverCPU).cell(3),
-				spreadOf(rs, mRSS).cell(1), spreadOf(rs, mBatches).cell(0),
+				spreadOf(rs, mRSS).cell(1), spreadOf(rs, mRequests).cell(0), spreadOf(rs, mBatches).cell(0),
 				cell(mClaimRT, 2), cell(mCompleteRT, 2), cell(mOtherRT, 1), spreadOf(rs, mCommitsPB).cell(2),
 				spreadOf(rs, mClaimMS).cell(2), spreadOf(rs, mCompleteMS).cell(2),
 				spreadOf(rs, mBusy).cell(0), spreadOf(rs, mOther).cell(0))

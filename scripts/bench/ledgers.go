@@ -160,7 +160,11 @@ func (b *bench) runLedgers(ctx context.Context) (results, warmups []*result, err
 	configs := b.o.ledgerConfigs()
 	if b.o.warmup > 0 {
 		for _, c := range configs {
-			r, err := b.runLedger(ctx, c, 0, b.o.warmup)
+			n := b.o.warmup
+			if c.ledger == lDynamoDB {
+				n = max(min(n, b.o.dynamoMessages/4), 10) // the emulator is slow
+			}
+			r, err := b.runLedger(ctx, c, 0, n)
 			if err != nil {
 				return nil, nil, fmt.Errorf("warm-up %s: %w", c, err)
 			}

@@ -228,6 +228,7 @@ type bench struct {
 	seq        int               // runs so far, for queue names and operation ids
 	log        io.Writer         // progress
 	shared     sharedServers     // the shared ledgers' servers, for the ledger comparison
+	started    time.Time
 }
 
 // ledgerRoot is the directory under which each run's ledger file goes.
@@ -249,7 +250,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{o: o, endpoint: endpoint, client: newClient(endpoint), dir: dir, exe: map[string]string{}, log: os.Stderr}
+	b := &bench{o: o, endpoint: endpoint, client: newClient(endpoint), dir: dir, exe: map[string]string{}, log: os.Stderr, started: time.Now()}
 	if o.keep {
 		fmt.Fprintf(b.log, "bench: working directory %s (kept)\n", dir)
 	} else {
@@ -302,12 +303,15 @@ func run(ctx context.Context, o options) error {
 		fmt.Fprintf(b.log, "dup x%d   %-13s %s\n", o.dupCopies, cSqsonceGo, dup.line())
 	}
 
+	contendersTook := time.Since(b.started)
 	var ledgerResults, ledgerWarmups []*result
 	if len(o.ledgers) > 0 {
 		if ledgerResults, ledgerWarmups, err = b.runLedgers(ctx); err != nil {
 			return err
 		}
 	}
+	fmt.Fprintf(b.log, "bench: the contenders took %v, the ledger comparison %v\n",
+		contendersTook.Round(time.Second), (time.Since(b.started) - contendersTook).Round(time.Second))
 
 	var report bytes.Buffer
 	writeReport(&report, b, env, results, dup, ledgerResults, ledgerWarmups)
