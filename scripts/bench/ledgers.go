@@ -545,14 +545,6 @@ func (b *bench) dropPGTable(ctx context.Context, table string) {
 	}
 }
 
-// perBatch returns round trips (or requests) of kind per received batch.
-func (r *result) perBatch(n int64) float64 {
-	if r.batches == 0 {
-		return math.NaN()
-	}
-	return float64(n) / float64(r.batches)
-}
-
 // ledgerTrips returns the ledger's round trips for claims, for completions
 // and for everything else: through the proxy for PostgreSQL, the HTTP
 // requests for DynamoDB; NaN when not counted.
