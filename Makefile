@@ -73,9 +73,9 @@ BENCH_ROUNDS   ?= 3
 BENCH_FLAGS    ?=
 
 .PHONY: bench
-bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer on a local SQS-compatible server (BENCHMARKS.md).
+bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, then its ledgers (bbolt, PostgreSQL, DynamoDB emulator), on local servers (BENCHMARKS.md).
 	@test -f scripts/bench/node/node_modules/sqs-consumer/package.json || npm ci --prefix scripts/bench/node --no-audit --no-fund
-	$(WITH_SQS) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
+	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
 
 # make chaos's size and any other flag of scripts/chaos (`go run ./scripts/chaos -h`),
 # e.g. make chaos CHAOS_FLAGS='-seed 7 -keep'. It mounts a tmpfs: run it as root.

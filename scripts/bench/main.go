@@ -20,9 +20,20 @@
 // table with the median and range over the rounds and checks sqsonce
 // against its targets.
 //
+// Then it compares the ledgers (-ledger): sqsonce-go on bbolt, on the
+// shared ledger in PostgreSQL with one worker process and with -workers
+// processes on one queue and one table, and on the shared ledger in
+// DynamoDB (a local emulator), at each number of handlers of
+// -ledger-concurrency, round after round. Besides throughput, CPU and
+// memory it measures the database server's CPU and the ledger's round
+// trips per received batch: for PostgreSQL through a proxy in front of the
+// server that reads which statement each round trip carries (pgProxy),
+// for DynamoDB by counting the client's HTTP requests in the worker.
+//
 // Run it from the repository root through scripts/with-sqs.sh, which starts
-// the server and sets SQSONCE_TEST_SQS_ENDPOINT; `make bench` does
-// that and builds bin/sqsonce first.
+// the server and sets SQSONCE_TEST_SQS_ENDPOINT, and, for the ledger
+// comparison, scripts/with-postgres.sh and scripts/with-dynalite.sh;
+// `make bench` does that and builds bin/sqsonce first.
 package main
 
 import (
@@ -38,6 +49,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,6 +90,17 @@ type options struct {
 	prefill          int
 	prefillInProcess bool
 	gogc             string
+
+	ledgers           []string // the ledger comparison's ledgers; none: no comparison
+	workers           int
+	workersLedgers    []string
+	ledgerConcurrency []int
+	ledgerMessages    int
+	dynamoMessages    int
+	ledgerRounds      int
+	countRoundTrips   string // warmup, all or off
+	pgPrefill         int
+	pgPoolMaxConns    int
 }
 
 func main() {
@@ -104,8 +127,38 @@ func main() {
 	flag.BoolVar(&o.prefillInProcess, "prefill-in-process", false, "with -prefill: sqsonce-go writes the records itself before its first receive, so the ledger pages those writes touched stay in its peak RSS (a worker that wrote them all); their time and CPU are still left out")
 	flag.StringVar(&o.gogc, "gogc", "400", "GOGC of the Go contenders (baseline, sqsonce-go, sqsonce-exec); 400 is the sqsonce binary's default, given to all three alike")
 	flag.DurationVar(&o.quiet, "quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine to be idle (other programs disturb the results)")
+	var ledgers, workersLedgers, ledgerConcurrency string
+	flag.StringVar(&ledgers, "ledger", strings.Join(allLedgers, ","), "ledger comparison: the ledgers sqsonce-go runs on, comma-separated, of "+strings.Join(allLedgers, ", ")+" (empty: no comparison); postgres needs SQSONCE_TEST_POSTGRES_URL, dynamodb SQSONCE_TEST_DYNAMODB_ENDPOINT")
+	flag.IntVar(&o.workers, "workers", 3, "ledger comparison: the shared ledgers of -workers-ledger also run with this many sqsonce-go processes on one queue and one table (1: not)")
+	flag.StringVar(&workersLedgers, "workers-ledger", lPostgres, "ledger comparison: the ledgers that also run with -workers processes, comma-separated")
+	flag.StringVar(&ledgerConcurrency, "ledger-concurrency", "16,64", "ledger comparison: handlers per worker process, comma-separated: each ledger runs at each")
+	flag.IntVar(&o.ledgerMessages, "ledger-n", 0, "ledger comparison: messages per run (0: -n)")
+	flag.IntVar(&o.dynamoMessages, "dynamodb-n", 2000, "ledger comparison: messages per run on DynamoDB (the local emulator takes a few ms of CPU per request; 0: -ledger-n)")
+	flag.IntVar(&o.ledgerRounds, "ledger-rounds", 0, "ledger comparison: rounds (0: -rounds)")
+	flag.IntVar(&o.pgPrefill, "pg-prefill", 100000, "ledger comparison: complete records in each run's PostgreSQL table, written and analyzed (VACUUM ANALYZE) before the run, as a table in use holds (0: an empty table, whose plans the server makes before it has statistics)")
+	flag.IntVar(&o.pgPoolMaxConns, "pg-pool-max-conns", 0, "ledger comparison: pool_max_conns in the workers' PostgreSQL URL (0: pgx's default, max(4, CPUs))")
+	flag.StringVar(&o.countRoundTrips, "count-round-trips", "warmup", "ledger comparison: which PostgreSQL runs carry their connections through the driver's proxy, which counts round trips: warmup (each configuration's warm-up run, the rounds go straight to the server), all (the proxy's hop and CPU then weigh on the rounds' figures) or off")
 	flag.Parse()
-	o.contenders = strings.Split(contenders, ",")
+	o.contenders = splitList(contenders)
+	o.ledgers = splitList(ledgers)
+	o.workersLedgers = splitList(workersLedgers)
+	for _, v := range splitList(ledgerConcurrency) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -ledger-concurrency: %q is not a positive number\n", v)
+			os.Exit(2)
+		}
+		o.ledgerConcurrency = append(o.ledgerConcurrency, n)
+	}
+	if o.ledgerMessages == 0 {
+		o.ledgerMessages = o.messages
+	}
+	if o.dynamoMessages == 0 {
+		o.dynamoMessages = o.ledgerMessages
+	}
+	if o.ledgerRounds == 0 {
+		o.ledgerRounds = o.rounds
+	}
 	if err := o.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
@@ -121,6 +174,26 @@ func main() {
 func (o *options) check() error {
 	if o.messages < 10 || o.rounds < 1 || o.concurrency < 1 || o.fillWorkers < 1 || o.scInstances < 1 || o.pollers < 1 {
 		return errors.New("-n must be at least 10; -rounds, -concurrency, -fill-workers, -sqs-consumer-instances and -sqsonce-pollers at least 1")
+	}
+	if o.ledgerMessages < 10 || o.dynamoMessages < 10 || o.ledgerRounds < 1 || o.workers < 1 || o.pgPrefill < 0 || o.pgPoolMaxConns < 0 {
+		return errors.New("-ledger-n and -dynamodb-n must be at least 10; -ledger-rounds and -workers at least 1; -pg-prefill and -pg-pool-max-conns not negative")
+	}
+	if !slices.Contains([]string{"warmup", "all", "off"}, o.countRoundTrips) {
+		return fmt.Errorf("-count-round-trips %q: want warmup, all or off", o.countRoundTrips)
+	}
+	if len(o.ledgers) > 0 && len(o.ledgerConcurrency) == 0 {
+		return errors.New("-ledger-concurrency names no number of handlers")
+	}
+	for _, l := range append(slices.Clone(o.ledgers), o.workersLedgers...) {
+		if !slices.Contains(allLedgers, l) {
+			return fmt.Errorf("-ledger, -workers-ledger: unknown ledger %q (want some of %s)", l, strings.Join(allLedgers, ", "))
+		}
+	}
+	if contains(o.workersLedgers, lBbolt) && o.workers > 1 {
+		return errors.New("-workers-ledger: bbolt is one process's ledger: several workers cannot share it")
+	}
+	if len(o.contenders) == 0 && len(o.ledgers) == 0 {
+		return errors.New("nothing to run: -contenders and -ledger are both empty")
 	}
 	if o.prefill < 0 {
 		return errors.New("-prefill must not be negative")
@@ -154,6 +227,8 @@ type bench struct {
 	ledgerBase uint64            // bbolt txid of a fresh ledger, before any commit of its own
 	seq        int               // runs so far, for queue names and operation ids
 	log        io.Writer         // progress
+	shared     sharedServers     // the shared ledgers' servers, for the ledger comparison
+	started    time.Time
 }
 
 // ledgerRoot is the directory under which each run's ledger file goes.
@@ -175,7 +250,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{o: o, endpoint: endpoint, client: newClient(endpoint), dir: dir, exe: map[string]string{}, log: os.Stderr}
+	b := &bench{o: o, endpoint: endpoint, client: newClient(endpoint), dir: dir, exe: map[string]string{}, log: os.Stderr, started: time.Now()}
 	if o.keep {
 		fmt.Fprintf(b.log, "bench: working directory %s (kept)\n", dir)
 	} else {
@@ -191,6 +266,9 @@ func run(ctx context.Context, o options) error {
 		fmt.Fprintln(b.log, "bench: could not find the server's process: server CPU will not be reported")
 	}
 	if err := b.prepare(ctx); err != nil {
+		return err
+	}
+	if err := b.prepareShared(ctx); err != nil {
 		return err
 	}
 	env := describeMachine(b)
@@ -225,8 +303,18 @@ func run(ctx context.Context, o options) error {
 		fmt.Fprintf(b.log, "dup x%d   %-13s %s\n", o.dupCopies, cSqsonceGo, dup.line())
 	}
 
+	contendersTook := time.Since(b.started)
+	var ledgerResults, ledgerWarmups []*result
+	if len(o.ledgers) > 0 {
+		if ledgerResults, ledgerWarmups, err = b.runLedgers(ctx); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(b.log, "bench: the contenders took %v, the ledger comparison %v\n",
+		contendersTook.Round(time.Second), (time.Since(b.started) - contendersTook).Round(time.Second))
+
 	var report bytes.Buffer
-	writeReport(&report, b, env, results, dup)
+	writeReport(&report, b, env, results, dup, ledgerResults, ledgerWarmups)
 	os.Stdout.Write(report.Bytes())
 	if o.out != "" {
 		if err := os.WriteFile(o.out, report.Bytes(), 0o644); err != nil {
@@ -239,7 +327,11 @@ func run(ctx context.Context, o options) error {
 // prepare builds the Go contenders, finds the others and measures the
 // txid of a fresh ledger.
 func (b *bench) prepare(ctx context.Context) error {
-	for _, c := range b.o.contenders {
+	build := b.o.contenders
+	if len(b.o.ledgers) > 0 && !contains(build, cSqsonceGo) {
+		build = append(slices.Clone(build), cSqsonceGo)
+	}
+	for _, c := range build {
 		switch c {
 		case cBaseline, cSqsonceGo:
 			out := filepath.Join(b.dir, c)
@@ -285,6 +377,17 @@ func (b *bench) prepare(ctx context.Context) error {
 	return nil
 }
 
+// splitList splits a comma-separated flag value; empty gives none.
+func splitList(s string) []string {
+	var xs []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			xs = append(xs, v)
+		}
+	}
+	return xs
+}
+
 func contains(xs []string, x string) bool {
 	for _, v := range xs {
 		if v == x {
@@ -302,6 +405,8 @@ type machine struct {
 	fauxqs, sqsConsumer, nodeSDK string
 	kernel                       string
 	ledgerFS                     string
+	postgres                     string // version and settings, when compared
+	dynalite                     string
 }
 
 func describeMachine(b *bench) machine {
@@ -316,6 +421,10 @@ func describeMachine(b *bench) machine {
 		m.kernel = strings.TrimSpace(string(out))
 	}
 	m.ledgerFS = fsType(b.ledgerRoot())
+	m.postgres = b.shared.pgSettings
+	if contains(b.o.ledgers, lDynamoDB) {
+		m.dynalite = packageVersion("scripts/dynalite/node_modules/dynalite/package.json")
+	}
 	return m
 }
 

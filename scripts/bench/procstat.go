@@ -45,6 +45,71 @@ func procCPU(pid int) (own, withChildren float64, err error) {
 	return t[0] + t[1], t[0] + t[1] + t[2] + t[3], nil
 }
 
+// treeCPU returns the user+system CPU seconds used by the process pid and
+// its descendants: what each live one has used, itself and through the
+// children it has waited for (those that ended: a server's finished
+// connections). A child that ends while it is being read would be counted
+// twice or not at all: the reading is repeated until no child ended
+// during it.
+func treeCPU(pid int) (float64, error) {
+	for attempt := 0; ; attempt++ {
+		total, waited, err := treeCPUOnce(pid)
+		if err != nil {
+			return 0, err
+		}
+		// A child that ended and was waited for meanwhile changes the
+		// parents' count of their waited-for children.
+		_, again, err := treeCPUOnce(pid)
+		if err != nil {
+			return 0, err
+		}
+		if again == waited || attempt == 10 {
+			return total, nil
+		}
+	}
+}
+
+// treeCPUOnce reads the tree once: its CPU seconds, and the CPU seconds of
+// children its processes have waited for, which a child that ends
+// changes.
+func treeCPUOnce(pid int) (total, waited float64, err error) {
+	own, withChildren, err := procCPU(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	total, waited = withChildren, withChildren-own
+	children := map[int][]int{}
+	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		child, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		children[ppid] = append(children[ppid], child)
+	}
+	todo := children[pid]
+	for len(todo) > 0 {
+		c := todo[len(todo)-1]
+		todo = append(todo[:len(todo)-1], children[c]...)
+		if own, t, err := procCPU(c); err == nil {
+			total += t
+			waited += t - own
+		}
+	}
+	return total, waited, nil
+}
+
 // machineTicks returns the busy and total CPU ticks of the machine, summed
 // over all CPUs, from /proc/stat.
 func machineTicks() (busy, total int64) {

@@ -59,8 +59,7 @@ var (
 	mRequests   = func(r *result) float64 { return r.requestsPer1k() }
 )
 
-func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *result) {
-	o := b.o
+func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *result, ledgerResults, ledgerWarmups []*result) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Machine\n\n")
 	p("- CPUs: %d × %s (kernel %s)\n", m.nproc, m.cpu, m.kernel)
@@ -68,8 +67,25 @@ func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *resul
 	p("- server: fauxqs %s (one Node.js process, single-threaded), on 127.0.0.1\n", m.fauxqs)
 	p("- sqs-consumer %s with @aws-sdk/client-sqs %s\n", m.sqsConsumer, m.nodeSDK)
 	p("- ledger file system: %s\n", m.ledgerFS)
+	if m.postgres != "" {
+		p("- ledger server: %s, on 127.0.0.1\n", m.postgres)
+	}
+	if m.dynalite != "" {
+		p("- ledger server: dynalite %s (one Node.js process, a DynamoDB emulator), on 127.0.0.1\n", m.dynalite)
+	}
 	p("- driver: `go run ./scripts/bench %s`\n\n", strings.Join(os.Args[1:], " "))
+	if len(b.o.contenders) > 0 {
+		writeContenders(w, b, m, results, dup)
+	}
+	if len(ledgerResults) > 0 {
+		writeLedgers(w, b, ledgerResults, ledgerWarmups)
+	}
+}
 
+// writeContenders writes the comparison of the contenders.
+func writeContenders(w io.Writer, b *bench, m machine, results []*result, dup *result) {
+	o := b.o
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Results\n\n")
 	p("%d messages per run, %d rounds run in turn (%s), %d handlers per contender, %d poller(s) for sqsonce, GOGC=%s for the Go contenders. "+
 		"Each cell: median (min–max) over the rounds.\n\n", o.messages, o.rounds, strings.Join(o.contenders, " → "), o.concurrency, o.pollers, o.gogc)
@@ -123,7 +139,7 @@ func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *resul
 			o.concurrency, o.concurrency, med(cSqsonceGo, mThroughput), spreadOf(rs, slotMS).med)
 		p("- of that, waiting for the durable claims: ClaimBatch %.2f ms (one call per receive, %.1f messages each);\n",
 			spreadOf(rs, lw("claim_batch_mean_ms")).med, spreadOf(rs, perClaim).med)
-		p("- after the work, off the slot: Complete waits %.2f ms for its durable commit (it may wait up to 1 ms for the next claims to share it), then the delete is queued;\n",
+		p("- after the work, off the slot: a CompleteBatch call (the completions waiting together) waits %.2f ms for its durable commit, then the deletes are queued;\n",
 			spreadOf(rs, lw("complete_mean_ms")).med)
 		p("- the ledger committed %.0f times a second (%.2f commits per message), one commit at a time.\n\n",
 			spreadOf(rs, commitRate).med, spreadOf(rs, mCommits).med/1000)

@@ -59,6 +59,17 @@ type result struct {
 	prefill       int64         // records written to the ledger before the first receive
 	prefillTime   time.Duration // how long that took (left out of wall and start-up)
 	prefillCPU    float64       // and its CPU seconds (left out of cpu and ownCPU)
+
+	// The ledger comparison's runs (runLedger): several processes are
+	// added up, cpu over all of them, maxRSS the largest one's.
+	config       ledgerConfig
+	dbCPU        float64          // seconds the ledger's server used while the workers ran
+	driverCPU    float64          // seconds this process used meanwhile (the proxy, the queue's polling)
+	batches      int64            // receives that returned messages
+	roundTrips   map[string]int64 // PostgreSQL round trips by kind (pgProxy); nil when not counted
+	ledgerReqs   map[string]int64 // DynamoDB requests, "call Action" -> n
+	inFlightMax  float64          // DynamoDB requests in flight at once
+	inFlightMean float64
 }
 
 // requestsPer1k returns SQS requests per 1,000 deliveries, NaN when not

@@ -1,11 +1,14 @@
 // Command sqsonce-go is the sqsonce library contender of the comparison
-// benchmark: worker.New with a bbolt ledger and a handler that does
-// nothing, run until -expect deliveries are deleted (or SIGTERM), then
-// stopped by cancelling Run's context. With -prefill N it first writes N
-// complete records (keys pre-<i>) to the ledger through ClaimBatch and
-// CompleteBatch, before the first receive, and reports what that took
-// apart. It prints a benchkit.Report as its
-// last line, with the ledger's commits and the worker's counters.
+// benchmark: worker.New with a ledger and a handler that does nothing, run
+// until -expect deliveries are deleted (or SIGTERM), then stopped by
+// cancelling Run's context. The ledger is a bbolt file (-ledger), or with
+// -backend a table of the shared ledger on PostgreSQL (-postgres-url) or
+// DynamoDB (-dynamodb-endpoint) that the driver created. With -prefill N
+// it first writes N complete records (keys pre-<i>) to a bbolt ledger
+// through ClaimBatch and CompleteBatch, before the first receive, and
+// reports what that took apart. It prints a benchkit.Report as its last
+// line, with the ledger's commits (bbolt), its requests (DynamoDB) and the
+// worker's counters.
 //
 // The SQS client is wrapped to see what the worker receives and deletes:
 // a delivery counts as finished when its DeleteMessageBatch entry
@@ -37,15 +40,25 @@ import (
 func main() {
 	var f benchkit.Flags
 	f.Register()
-	ledgerPath := flag.String("ledger", "", "ledger file (required; a fresh one per run)")
+	ledgerPath := flag.String("ledger", "", "bbolt ledger file (a fresh one per run; required with -backend bbolt)")
+	var lf ledgerFlags
+	flag.StringVar(&lf.backend, "backend", "bbolt", "ledger backend: bbolt (-ledger), postgres (-postgres-url, -table) or dynamodb (-dynamodb-endpoint, -table)")
+	flag.StringVar(&lf.postgresURL, "postgres-url", "", "postgres: connection URL")
+	flag.StringVar(&lf.dynamoEndpoint, "dynamodb-endpoint", "", "dynamodb: the DynamoDB-compatible server's URL (loopback)")
+	flag.StringVar(&lf.table, "table", "", "postgres, dynamodb: the ledger's table, created by the driver")
+	latencies := flag.Bool("latencies", false, "put every delivery's latency in the report (the driver takes quantiles over several processes)")
 	pollers := flag.Int("pollers", 1, "receive loops")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	trackKeys := flag.Bool("track-keys", false, "count handler runs per operation key (for the duplicate run)")
 	prefill := flag.Int("prefill", 0, "complete records (keys pre-<i>) to write to the ledger before the first receive")
 	prefillOnly := flag.Bool("prefill-only", false, "write the -prefill records, print a report of that and exit")
 	flag.Parse()
-	if *ledgerPath == "" {
-		fail(2, fmt.Errorf("-ledger is required"))
+	lf.path = *ledgerPath
+	if err := lf.check(); err != nil {
+		fail(2, err)
+	}
+	if *prefill > 0 && lf.backend != "bbolt" {
+		fail(2, fmt.Errorf("-prefill needs -backend bbolt"))
 	}
 	if *prefillOnly {
 		if err := prefillOnlyRun(*ledgerPath, *prefill); err != nil {
@@ -66,7 +79,7 @@ func main() {
 		}
 		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
-	if err := run(f, *ledgerPath, *pollers, *trackKeys, *prefill); err != nil {
+	if err := run(f, lf, *pollers, *trackKeys, *prefill, *latencies); err != nil {
 		pprof.StopCPUProfile()
 		fail(1, err)
 	}
@@ -77,18 +90,22 @@ func fail(code int, err error) {
 	os.Exit(code)
 }
 
-func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool, prefill int) error {
+func run(f benchkit.Flags, lf ledgerFlags, pollers int, trackKeys bool, prefill int, latencies bool) error {
 	rec := benchkit.NewRecorder(f.Expect)
 	sqsClient, reqs := benchkit.NewClient(f.Endpoint)
 	client := &watchedClient{Client: sqsClient, rec: rec, sent: map[string]int64{}}
-	db, err := ledger.Open(ledgerPath, ledger.Options{})
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	lg, err := openLedger(ctx, lf)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
-	pre, err := prefillLedger(db, prefill)
-	if err != nil {
-		return err
+	defer lg.close()
+	var pre prefilled
+	if lg.db != nil {
+		if pre, err = prefillLedger(lg.db, prefill); err != nil {
+			return err
+		}
 	}
 
 	var runs atomic.Int64
@@ -104,20 +121,22 @@ func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool, prefi
 		return nil
 	})
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	timed := &timedLedger{DB: db}
+	timed := &timedLedger{Ledger: lg.store}
+	var wl worker.Ledger = timed
+	if p, ok := lg.store.(worker.Pinger); ok {
+		wl = pingingLedger{timedLedger: timed, p: p}
+	}
 	w, err := worker.New(worker.Config{
 		QueueURL:    f.QueueURL,
 		Pollers:     pollers,
 		Concurrency: f.Concurrency,
 		Key:         worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"},
 		Logger:      logger,
-	}, client, timed, handler)
+	}, client, wl, handler)
 	if err != nil {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	go func() {
 		select {
 		case <-rec.Done():
@@ -129,12 +148,21 @@ func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool, prefi
 		return err
 	}
 
-	rep := benchkit.Report{Contender: "sqsonce-go", StartNS: client.firstReceive.Load()}
+	rep := benchkit.Report{Contender: "sqsonce-go", Backend: lf.backend, StartNS: client.firstReceive.Load(), Batches: client.batches.Load()}
 	rec.Fill(&rep)
+	if latencies {
+		rep.LatMS = rec.Latencies()
+	}
 	rep.Requests = reqs.Counts()
-	rep.PrefillRecords, rep.PrefillCommits, rep.PrefillCPU, rep.PrefillNS = int64(prefill), pre.commits, pre.cpu, int64(pre.took)
-	commits := db.Commits() - pre.commits
-	rep.Commits = &commits
+	if lg.db != nil {
+		rep.PrefillRecords, rep.PrefillCommits, rep.PrefillCPU, rep.PrefillNS = int64(prefill), pre.commits, pre.cpu, int64(pre.took)
+		commits := lg.db.Commits() - pre.commits
+		rep.Commits = &commits
+	}
+	if lg.requests != nil {
+		rep.LedgerRequests = lg.requests.Counts()
+		rep.LedgerInFlight = lg.requests.InFlight()
+	}
 	rep.HandlerRuns = runs.Load()
 	if trackKeys {
 		rep.Operations = int64(len(perKey))
@@ -150,7 +178,7 @@ func run(f benchkit.Flags, ledgerPath string, pollers int, trackKeys bool, prefi
 		"retried": s.Retried, "dead_lettered": s.DeadLettered, "conflicts": s.Conflicts,
 		"deleted": s.Deleted, "delete_failed": s.DeleteFailed, "heartbeats": s.Heartbeats,
 	}
-	if err := db.Close(); err != nil {
+	if err := lg.close(); err != nil {
 		return err
 	}
 	rep.Print()
@@ -243,6 +271,7 @@ type watchedClient struct {
 	*sqs.Client
 	rec          *benchkit.Recorder
 	firstReceive atomic.Int64
+	batches      atomic.Int64 // receives that returned messages
 
 	mu   sync.Mutex
 	sent map[string]int64 // receipt handle -> "sent" field, until deleted
@@ -254,6 +283,7 @@ func (c *watchedClient) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessa
 	if err != nil || len(out.Messages) == 0 {
 		return out, err
 	}
+	c.batches.Add(1)
 	c.mu.Lock()
 	for _, m := range out.Messages {
 		s, ok := benchkit.SentMillis(aws.ToString(m.Body))
@@ -296,9 +326,11 @@ func (c *watchedClient) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMe
 var _ worker.SQSClient = (*watchedClient)(nil)
 
 // timedLedger is the ledger the worker gets: it times how long each
-// ClaimBatch and CompleteBatch call waits for its (durable) commit.
+// ClaimBatch and CompleteBatch call waits for its (durable) commit, and
+// marks each call's context with its name, so that a DynamoDB client's
+// requests are counted by the call that made them.
 type timedLedger struct {
-	*ledger.DB
+	worker.Ledger
 
 	mu       sync.Mutex
 	claims   []float64 // ms per ClaimBatch call
@@ -307,16 +339,32 @@ type timedLedger struct {
 
 func (l *timedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
 	t := time.Now()
-	c, err := l.DB.ClaimBatch(ctx, reqs)
+	c, err := l.Ledger.ClaimBatch(benchkit.WithCall(ctx, "claim"), reqs)
 	l.note(&l.claims, t)
 	return c, err
 }
 
 func (l *timedLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
 	t := time.Now()
-	errs := l.DB.CompleteBatch(ctx, cs)
+	errs := l.Ledger.CompleteBatch(benchkit.WithCall(ctx, "complete"), cs)
 	l.note(&l.complete, t)
 	return errs
+}
+
+func (l *timedLedger) Fail(ctx context.Context, f ledger.Failure) error {
+	return l.Ledger.Fail(benchkit.WithCall(ctx, "fail"), f)
+}
+
+func (l *timedLedger) Release(ctx context.Context, key, owner string) error {
+	return l.Ledger.Release(benchkit.WithCall(ctx, "release"), key, owner)
+}
+
+func (l *timedLedger) Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error) {
+	return l.Ledger.Extend(benchkit.WithCall(ctx, "extend"), key, owner, lease)
+}
+
+func (l *timedLedger) Sweep(ctx context.Context) (int, error) {
+	return l.Ledger.Sweep(benchkit.WithCall(ctx, "sweep"))
 }
 
 func (l *timedLedger) note(xs *[]float64, t time.Time) {
@@ -346,4 +394,18 @@ func (l *timedLedger) summary() map[string]float64 {
 	}
 }
 
-var _ worker.Ledger = (*timedLedger)(nil)
+// pingingLedger is a timedLedger whose ledger can be pinged: the worker
+// pings a shared ledger while it cannot record claims.
+type pingingLedger struct {
+	*timedLedger
+	p worker.Pinger
+}
+
+func (l pingingLedger) Ping(ctx context.Context) error {
+	return l.p.Ping(benchkit.WithCall(ctx, "ping"))
+}
+
+var (
+	_ worker.Ledger = (*timedLedger)(nil)
+	_ worker.Pinger = pingingLedger{}
+)

@@ -48,6 +48,11 @@ type Report struct {
 
 	// Requests counts the SQS requests the contender made, by action.
 	Requests map[string]int64 `json:"requests,omitempty"`
+	// Batches counts the receives that returned at least one message.
+	Batches int64 `json:"batches,omitempty"`
+	// LatMS holds every delivery's latency in milliseconds, when asked
+	// for, so that the driver can take quantiles over several processes.
+	LatMS []float64 `json:"lat_ms,omitempty"`
 
 	// Only the sqsonce contender fills these.
 	Commits       *uint64          `json:"commits,omitempty"`
@@ -55,9 +60,17 @@ type Report struct {
 	Operations    int64            `json:"operations,omitempty"`       // distinct keys the handler ran for (with -track-keys)
 	MaxRunsPerKey int64            `json:"max_runs_per_key,omitempty"` // with -track-keys
 	WorkerStats   map[string]int64 `json:"worker_stats,omitempty"`
-	// LedgerWait: how long the worker's ClaimBatch and Complete calls
+	// LedgerWait: how long the worker's ClaimBatch and CompleteBatch calls
 	// waited for their commits (calls, mean and median in ms).
 	LedgerWait map[string]float64 `json:"ledger_wait,omitempty"`
+	// Backend is the ledger's: bbolt, postgres or dynamodb.
+	Backend string `json:"backend,omitempty"`
+	// LedgerRequests counts a DynamoDB ledger's HTTP requests by the
+	// ledger call that made them and the action ("claim UpdateItem");
+	// LedgerInFlight is the requests in flight: the most at once, and the
+	// mean seen by a request as it starts (itself included).
+	LedgerRequests map[string]int64   `json:"ledger_requests,omitempty"`
+	LedgerInFlight map[string]float64 `json:"ledger_in_flight,omitempty"`
 	// Prefill: complete records written to the ledger before the first
 	// receive (-prefill), the commits, CPU seconds (user+sys) and time
 	// that took. Commits above leaves the prefill's commits out.
@@ -218,6 +231,13 @@ func (r *Recorder) Finish(sent ...int64) {
 
 // Done is closed once the expected number of deliveries is recorded.
 func (r *Recorder) Done() <-chan struct{} { return r.done }
+
+// Latencies returns a copy of the latencies recorded, in milliseconds.
+func (r *Recorder) Latencies() []float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.lat)
+}
 
 // Fill copies what was recorded into rep.
 func (r *Recorder) Fill(rep *Report) {
