@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,7 +58,7 @@ func TestWorker_CompletionsRecordedTogether(t *testing.T) {
 		if _, err := db.Claim(ctx, ledger.ClaimRequest{Key: key, Owner: "o", Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		go func() { answers <- w.recordComplete(ledger.Completion{Key: key, Owner: "o"}) }()
+		go func() { answers <- w.recordComplete(&job{}, ledger.Completion{Key: key, Owner: "o"}) }()
 		if i < completers {
 			// Each completer takes one and is held in the ledger.
 			waitFor("a held call", func() bool { return l.calls.Load() == int64(i+1) })
@@ -79,5 +81,109 @@ func TestWorker_CompletionsRecordedTogether(t *testing.T) {
 		if rec, err := db.Get(ctx, fmt.Sprintf("k%d", i)); err != nil || rec.State != ledger.StateComplete {
 			t.Errorf("k%d: %+v, %v", i, rec, err)
 		}
+	}
+}
+
+// countingLedger counts CompleteBatch calls and the completions in each.
+type countingLedger struct {
+	*ledger.DB
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (l *countingLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
+	l.mu.Lock()
+	l.sizes = append(l.sizes, len(cs))
+	l.mu.Unlock()
+	return l.DB.CompleteBatch(ctx, cs)
+}
+
+func (l *countingLedger) calls() []int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.sizes)
+}
+
+// siblingsFixture claims n keys and gives them one received batch's
+// siblings, on a worker whose completers run until cleanup.
+func siblingsFixture(t *testing.T, n int, linger time.Duration) (*Worker, *countingLedger, []*job) {
+	t.Helper()
+	db, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &countingLedger{DB: db}
+	w := &Worker{ledger: l, completes: make(chan completion, 4*MaxMessagesPerReceive), completeLinger: linger}
+	done := make(chan struct{})
+	go func() { w.completeLoop(); close(done) }()
+	t.Cleanup(func() {
+		close(w.completes)
+		<-done
+		db.Close()
+	})
+	js := make([]*job, n)
+	for i := range js {
+		key := fmt.Sprintf("k%d", i)
+		if _, err := db.Claim(context.Background(), ledger.ClaimRequest{Key: key, Owner: "o", Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		js[i] = &job{claimed: true, key: derived{key: key}, owner: "o"}
+	}
+	newSiblings(append(js, &job{})) // an unclaimed message is no sibling
+	return w, l, js
+}
+
+// The messages of one batch that finish apart are recorded complete in one
+// call once the last of them has finished or ended otherwise, and each gets
+// its own answer.
+func TestWorker_BatchCompletionsRecordedTogether(t *testing.T) {
+	t.Parallel()
+	w, l, js := siblingsFixture(t, 4, time.Hour)
+	answers := make(chan error, len(js))
+	complete := func(j *job) {
+		go func() { answers <- w.recordComplete(j, ledger.Completion{Key: j.key.key, Owner: j.owner}) }()
+	}
+	complete(js[0])
+	time.Sleep(20 * time.Millisecond)
+	complete(js[1])
+	time.Sleep(20 * time.Millisecond)
+	// The third fails: its siblings stop waiting for it.
+	w.leaveSiblings(js[2])
+	if got := l.calls(); len(got) != 0 {
+		t.Fatalf("recorded before the batch's last message finished: calls of %v", got)
+	}
+	complete(js[3])
+	for range 3 {
+		if err := <-answers; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := l.calls(); !slices.Equal(got, []int{3}) {
+		t.Errorf("calls of %v completions: want the batch's three in one", got)
+	}
+	// Done and left, a job has no siblings any more: leaving again does
+	// nothing (it would block or miscount otherwise).
+	for _, j := range js {
+		w.leaveSiblings(j)
+	}
+}
+
+// A completion waits for its batch's running messages at most the linger.
+func TestWorker_BatchCompletionWaitBounded(t *testing.T) {
+	t.Parallel()
+	w, l, js := siblingsFixture(t, 2, 50*time.Millisecond)
+	start := time.Now()
+	if err := w.recordComplete(js[0], ledger.Completion{Key: js[0].key.key, Owner: "o"}); err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("recorded after %v, while its sibling still ran: want the linger's 50ms", waited)
+	}
+	// The sibling that was left behind is recorded at once when it comes.
+	if err := w.recordComplete(js[1], ledger.Completion{Key: js[1].key.key, Owner: "o"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.calls(); !slices.Equal(got, []int{1, 1}) {
+		t.Errorf("calls of %v completions, want [1 1]", got)
 	}
 }

@@ -37,13 +37,16 @@ type Worker struct {
 
 	slots     chan struct{} // one token per free handler slot
 	completes chan completion
-	deletes   chan deletion
-	hurry     chan struct{} // closed by StopNow
-	hurryOne  sync.Once
-	stats     counters
-	gate      gate
-	metrics   *metrics
-	now       func() time.Time
+	// completeLinger bounds how long a completion waits for its
+	// batch's other messages (see complete.go).
+	completeLinger time.Duration
+	deletes        chan deletion
+	hurry          chan struct{} // closed by StopNow
+	hurryOne       sync.Once
+	stats          counters
+	gate           gate
+	metrics        *metrics
+	now            func() time.Time
 
 	// active holds the keys this process is working on. A delivery of one
 	// of them is not claimed again here, even when the ledger would let it
@@ -80,21 +83,22 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 	}
 	m := newMetrics()
 	w := &Worker{
-		cfg:       cfg,
-		sqs:       instrumented{SQSClient: client, m: m},
-		metrics:   m,
-		active:    map[string]struct{}{},
-		pollers:   make([]pollerState, cfg.Pollers),
-		ledger:    l,
-		handler:   h,
-		keyer:     k,
-		log:       cfg.Logger.With("queue", cfg.QueueURL),
-		ownerID:   ownerID(),
-		slots:     make(chan struct{}, cfg.Concurrency),
-		deletes:   make(chan deletion, 4*MaxMessagesPerReceive),
-		completes: make(chan completion, 4*MaxMessagesPerReceive),
-		hurry:     make(chan struct{}),
-		now:       time.Now,
+		cfg:            cfg,
+		sqs:            instrumented{SQSClient: client, m: m},
+		metrics:        m,
+		active:         map[string]struct{}{},
+		pollers:        make([]pollerState, cfg.Pollers),
+		ledger:         l,
+		handler:        h,
+		keyer:          k,
+		log:            cfg.Logger.With("queue", cfg.QueueURL),
+		ownerID:        ownerID(),
+		slots:          make(chan struct{}, cfg.Concurrency),
+		deletes:        make(chan deletion, 4*MaxMessagesPerReceive),
+		completes:      make(chan completion, 4*MaxMessagesPerReceive),
+		completeLinger: completeLinger,
+		hurry:          make(chan struct{}),
+		now:            time.Now,
 	}
 	for range cfg.Concurrency {
 		w.slots <- struct{}{}
@@ -357,6 +361,7 @@ type job struct {
 	owner   string
 	claimed bool // the ledger holds a claim of ours for it
 	running bool // this process is already working on the key
+	sib     *siblings
 }
 
 func (j *job) id() string { return aws.ToString(j.msg.MessageId) }
@@ -434,6 +439,7 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		return
 	}
 	if !w.queue.fifo {
+		newSiblings(all)
 		for _, j := range all {
 			jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
 		}
@@ -624,6 +630,7 @@ func (w *Worker) processAlone(ctx, workCtx context.Context, j *job) {
 // groups pass nil and wait for the whole outcome.
 func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	log := newJobLog(w.log, "message_id", j.id())
+	defer w.leaveSiblings(j)
 	if j.claimed {
 		defer w.setActive(j.key.key, false)
 	}
@@ -744,6 +751,9 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	start := w.now()
 	err := w.handle(hctx, m)
 	s.free()
+	if err != nil {
+		w.leaveSiblings(j)
+	}
 	elapsed := w.now().Sub(start)
 	bg := context.WithoutCancel(ctx)
 	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
@@ -822,7 +832,7 @@ func (w *Worker) complete(ctx, workCtx context.Context, j *job, m *Message, log 
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = w.recordComplete(c)
+		err = w.recordComplete(j, c)
 		if err == nil || !mayChange(err) || workCtx.Err() != nil {
 			break
 		}
