@@ -10,6 +10,12 @@
 # SQSONCE_TEST_POSTGRES_URL for CMD, and stopped (immediate) and removed when
 # this script exits, whatever the outcome. The exit status is CMD's.
 #
+# SQSONCE_TEST_POSTGRES_DURABLE=1 starts that cluster with PostgreSQL's
+# durable defaults instead (fsync, synchronous_commit and full_page_writes
+# on: every commit waits for its WAL flush), as a production server runs:
+# make bench uses it, so that the shared ledger is measured with the
+# durability the embedded one pays for.
+#
 # The server binaries are Debian's, under /usr/lib/postgresql/*/bin (the
 # newest version found); when there are none and this runs as root, the
 # `postgresql` package is installed with apt-get, without the cluster that
@@ -129,12 +135,19 @@ free_port() {
 	die "found no free port"
 }
 
+durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+case "${SQSONCE_TEST_POSTGRES_DURABLE:-}" in
+"" | 0) ;;
+1) durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on" ;;
+*) die "SQSONCE_TEST_POSTGRES_DURABLE must be 1 or 0, not ${SQSONCE_TEST_POSTGRES_DURABLE}" ;;
+esac
+
 # Another process may take the port between the check and the start: try a
 # few ports.
 for attempt in 1 2 3 4 5; do
 	port="$(free_port)"
 	if as_owner "$bindir/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t "$start_timeout_s" \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" \
+		-o "-c listen_addresses=127.0.0.1 -p $port -k $dir $durability -c max_connections=200" \
 		start >/dev/null 2>&1; then
 		started=1
 		break
