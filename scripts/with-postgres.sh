@@ -33,6 +33,13 @@ run_as="${SQSONCE_TEST_POSTGRES_USER:-nobody}"
 
 check_args "$@"
 
+durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+case "${SQSONCE_TEST_POSTGRES_DURABLE:-}" in
+"" | 0) ;;
+1) durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on" ;;
+*) die "SQSONCE_TEST_POSTGRES_DURABLE must be 1 or 0, not ${SQSONCE_TEST_POSTGRES_DURABLE}" ;;
+esac
+
 # newest_bindir prints the bin directory of the newest PostgreSQL server
 # installed by Debian's packages, or nothing.
 newest_bindir() {
@@ -134,13 +141,6 @@ free_port() {
 	done
 	die "found no free port"
 }
-
-durability="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-case "${SQSONCE_TEST_POSTGRES_DURABLE:-}" in
-"" | 0) ;;
-1) durability="-c fsync=on -c synchronous_commit=on -c full_page_writes=on" ;;
-*) die "SQSONCE_TEST_POSTGRES_DURABLE must be 1 or 0, not ${SQSONCE_TEST_POSTGRES_DURABLE}" ;;
-esac
 
 # Another process may take the port between the check and the start: try a
 # few ports.
