@@ -80,6 +80,10 @@ const (
 // durations are invalid.
 const NoDelay time.Duration = -1
 
+// NoPrefetch, in Config.Prefetch, means no message is received before a
+// handler is free for it.
+const NoPrefetch = -1
+
 // Config configures a Worker. A zero field takes the default named on it;
 // see NoDelay for a duration of zero where zero picks a default.
 type Config struct {
@@ -93,6 +97,16 @@ type Config struct {
 
 	Concurrency    int           // handlers running at once, 1..10000; default 8
 	HandlerTimeout time.Duration // per attempt, up to 12h; default 30s
+
+	// Prefetch is how many messages may be received and claimed ahead of
+	// free handlers, so that a handler that finishes starts the next
+	// message at once instead of waiting for a receive's round trip and a
+	// claim's commit. They wait claimed, kept out of sight by the
+	// heartbeat, and are given back unstarted at a stop. 1..10000
+	// (NoPrefetch: none); default Pollers × MaxMessages, at most
+	// Concurrency, so that a worker holds no more than it can soon run
+	// while other workers on the queue could run them.
+	Prefetch int
 
 	// MinBackoff is the visibility after a first failed attempt, doubling
 	// with each further attempt up to MaxBackoff: 0s..12h (NoDelay: at
@@ -184,6 +198,14 @@ func (c *Config) setDefaults() {
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
 	}
+	switch c.Prefetch {
+	case 0:
+		// max: a Pollers, MaxMessages or Concurrency out of range is
+		// reported under its own name, not this one's.
+		c.Prefetch = max(min(c.Pollers*c.MaxMessages, c.Concurrency), 0)
+	case NoPrefetch:
+		c.Prefetch = 0
+	}
 	if c.StallAfter == 0 {
 		c.StallAfter = c.WaitTime + time.Minute
 	}
@@ -224,6 +246,9 @@ func (c *Config) validate() error {
 		errs = append(errs, err)
 	}
 	between("Concurrency", c.Concurrency, 1, MaxConcurrency)
+	if c.Prefetch < 0 || c.Prefetch > MaxConcurrency {
+		bad("Prefetch", strconv.Itoa(c.Prefetch), "must be between 1 and %d, or NoPrefetch", MaxConcurrency)
+	}
 	if c.HandlerTimeout <= 0 || c.HandlerTimeout > MaxHandlerTimeout {
 		bad("HandlerTimeout", short(c.HandlerTimeout), "must be greater than 0s and at most %v", short(MaxHandlerTimeout))
 	}

@@ -25,6 +25,11 @@ func TestConfig_Validate(t *testing.T) {
 		if err := base().Validate(); err != nil {
 			t.Fatal(err)
 		}
+		c = base()
+		c.Prefetch = worker.NoPrefetch
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
 	})
 	tests := []struct {
 		name   string
@@ -39,6 +44,8 @@ func TestConfig_Validate(t *testing.T) {
 		{"too many pollers", func(c *worker.Config) { c.Pollers = 65 }, "Pollers", "between 1 and 64, got 65"},
 		{"relative url", func(c *worker.Config) { c.QueueURL = "queue" }, "QueueURL", "absolute http or https URL"},
 		{"pointer", func(c *worker.Config) { c.Key.Pointer = "id" }, "Key.Pointer", `starting with "/", got "id"`},
+		{"negative prefetch", func(c *worker.Config) { c.Prefetch = -2 }, "Prefetch", "between 1 and 10000, or NoPrefetch, got -2"},
+		{"prefetch beside bad pollers", func(c *worker.Config) { c.Pollers = -1 }, "Pollers", "between 1 and 64, got -1"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -99,6 +99,12 @@ func TestWorker_StopDuringClaimGivesBatchBack(t *testing.T) {
 	l := &watchedLedger{DB: b.db, claimGate: make(chan struct{}), claimWaiting: make(chan struct{})}
 	cfg := b.config()
 	cfg.VisibilityTimeout = 30 * time.Second // a message not given back stays hidden past the test
+	// Room for the 3 messages and no more, so that no second receive is
+	// in flight at the stop: a long poll cut off by the stop may still be
+	// answered by the server with the messages given back meanwhile, which
+	// then stay hidden for the visibility timeout (lost to no one, but not
+	// back at once).
+	cfg.Concurrency, cfg.Prefetch = 3, worker.NoPrefetch
 	w, err := worker.New(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 		b.runs.add(m.Key)
 		return nil

@@ -65,7 +65,7 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		counter("delete_failures_total", "Deletes that failed (the message comes back as a duplicate).", c.deleteFailed.Load, nil),
 		counter("heartbeats_total", "Visibility and lease extensions of running work.", c.heartbeats.Load, nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "work_in_flight", Help: "Messages being handled now.",
+			Namespace: "sqsonce", Name: "work_in_flight", Help: "Messages in hand: running, claimed ahead of a free handler, or being settled.",
 		}, func() float64 { return float64(w.inFlight()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "sqsonce", Name: "ledger_up", Help: "1 while the ledger records claims, 0 while new work waits for it.",
@@ -85,8 +85,9 @@ func (w *Worker) register(r prometheus.Registerer) error {
 	return nil
 }
 
-// inFlight is the number of handler slots in use.
-func (w *Worker) inFlight() int { return w.cfg.Concurrency - len(w.slots) }
+// inFlight is the number of messages in hand: running, waiting for a
+// handler, or being settled.
+func (w *Worker) inFlight() int { return cap(w.slots) - len(w.slots) }
 
 // instrumented counts the calls and errors of an SQSClient.
 type instrumented struct {

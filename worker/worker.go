@@ -35,7 +35,14 @@ type Worker struct {
 	ownerID string    // this process, for owner tokens
 	claimN  atomic.Uint64
 
-	slots     chan struct{} // one token per free handler slot
+	// slots bound the messages in hand: one token per message that may
+	// be received, Concurrency + Prefetch in all. A message holds its
+	// slot until its handler returns, or until it is settled when it
+	// does not run. handlers bound the handlers running: a message takes
+	// one (a send) when its handler starts and gives it back (a receive)
+	// when it returns.
+	slots     chan struct{}
+	handlers  chan struct{}
 	completes chan completion
 	// completeLinger bounds how long a completion waits for its
 	// batch's other messages (see complete.go).
@@ -93,14 +100,15 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 		keyer:          k,
 		log:            cfg.Logger.With("queue", cfg.QueueURL),
 		ownerID:        ownerID(),
-		slots:          make(chan struct{}, cfg.Concurrency),
+		slots:          make(chan struct{}, cfg.Concurrency+cfg.Prefetch),
+		handlers:       make(chan struct{}, cfg.Concurrency),
 		deletes:        make(chan deletion, 4*MaxMessagesPerReceive),
 		completes:      make(chan completion, 4*MaxMessagesPerReceive),
 		completeLinger: completeLinger,
 		hurry:          make(chan struct{}),
 		now:            time.Now,
 	}
-	for range cfg.Concurrency {
+	for range cap(w.slots) {
 		w.slots <- struct{}{}
 	}
 	if cfg.Registerer != nil {
@@ -185,7 +193,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.healthMu.Lock()
 	w.draining = true
 	w.healthMu.Unlock()
-	w.log.Info("stopping: receiving stopped, draining running work", "grace", w.cfg.Grace, "in_flight", w.cfg.Concurrency-len(w.slots))
+	w.log.Info("stopping: receiving stopped, draining running work", "grace", w.cfg.Grace, "in_flight", w.inFlight())
 	drained := make(chan struct{})
 	go func() { jobs.Wait(); close(drained) }()
 	grace := time.NewTimer(w.cfg.Grace)
@@ -662,7 +670,6 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 			w.stats.takeovers.Add(1)
 			log.Warn("took over an operation whose lease had lapsed", "previous_owner_lease", j.claim.Record.LeaseExpiry)
 		}
-		w.stats.claimed.Add(1)
 		return w.run(ctx, workCtx, j, s, log)
 	case ledger.AlreadyComplete:
 		w.stats.duplicates.Add(1)
@@ -744,12 +751,27 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		m.SentAt = time.UnixMilli(ms)
 	}
 
-	hctx, cancel := context.WithTimeoutCause(workCtx, w.cfg.HandlerTimeout, errors.New("handler timeout"))
-	defer cancel()
-	hctx, cancelLease := context.WithCancelCause(hctx)
+	// The heartbeat starts before a handler is free, since a message
+	// claimed ahead may wait for one.
+	leaseCtx, cancelLease := context.WithCancelCause(workCtx)
+	defer cancelLease(nil)
 	stopBeat := w.heartbeat(j, log, func() { cancelLease(errLeaseLost) })
+	if !w.takeHandler(ctx, leaseCtx) {
+		stopBeat()
+		if errors.Is(context.Cause(leaseCtx), errLeaseLost) {
+			w.stats.leaseLost.Add(1)
+			log.Error("lost the operation's lease while waiting for a handler: another claim owns it now; leaving the message")
+			return false
+		}
+		w.giveBack([]*job{j})
+		return false
+	}
+	w.stats.claimed.Add(1)
+	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errors.New("handler timeout"))
+	defer cancel()
 	start := w.now()
 	err := w.handle(hctx, m)
+	<-w.handlers
 	s.free()
 	if err != nil {
 		w.leaveSiblings(j)
@@ -793,6 +815,23 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "duration", elapsed)
 	w.makeVisible([]types.Message{j.msg}, wait)
 	return false
+}
+
+// takeHandler waits for a free handler. It reports false, having taken
+// none, when the worker stops first (ctx) or the lease is lost (leaseCtx).
+func (w *Worker) takeHandler(ctx, leaseCtx context.Context) bool {
+	select {
+	case w.handlers <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	case <-leaseCtx.Done():
+		return false
+	}
+	if ctx.Err() != nil || leaseCtx.Err() != nil {
+		<-w.handlers
+		return false
+	}
+	return true
 }
 
 // outcome names a handler result for the duration histogram.

@@ -568,6 +568,7 @@ func TestWorker_Run(t *testing.T) {
 		b := setup(t, options{maxReceive: 10})
 		cfg := b.config()
 		cfg.Concurrency = 2
+		cfg.Prefetch = worker.NoPrefetch
 		release := make(chan struct{})
 		var started atomic.Int32
 		stop := b.start(cfg, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
@@ -591,6 +592,114 @@ func TestWorker_Run(t *testing.T) {
 		b.waitEmpty(20 * time.Second)
 		if s := stop(); s.Completed != 10 {
 			t.Fatalf("stats %+v", s)
+		}
+	})
+
+	// Messages received ahead of free handlers wait claimed, kept out of
+	// sight by the heartbeat, and start as handlers come free; no more of
+	// them are received than the prefetch allows.
+	t.Run("Prefetch", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{maxReceive: 10})
+		cfg := b.config()
+		cfg.Concurrency = 2
+		cfg.Prefetch = 3
+		release := make(chan struct{})
+		var started, running, most atomic.Int32
+		stop := b.start(cfg, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			started.Add(1)
+			n := running.Add(1)
+			defer running.Add(-1)
+			for {
+				old := most.Load()
+				if n <= old || most.CompareAndSwap(old, n) {
+					break
+				}
+			}
+			b.runs.add(m.Key)
+			<-release
+			return nil
+		}))
+		for i := range 10 {
+			b.send(fmt.Sprintf(`{"id":"pf-%d"}`, i))
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for started.Load() < 2 && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		// Past the 2 s visibility timeout: the waiting ones must stay in
+		// flight (the heartbeat) without being received again.
+		time.Sleep(3 * time.Second)
+		visible, inflight := sqstest.Count(t, b.client, b.queue.URL)
+		var claimedAhead int
+		for i := range 10 {
+			rec, err := b.db.Get(context.Background(), fmt.Sprintf("pf-%d", i))
+			if err == nil && rec.State == ledger.StateInProgress {
+				claimedAhead++
+			}
+		}
+		close(release)
+		if started.Load() != 2 || inflight != 5 || visible != 5 || claimedAhead != 5 {
+			t.Fatalf("2 handlers and a prefetch of 3: %d started, %d in flight, %d visible, %d claimed", started.Load(), inflight, visible, claimedAhead)
+		}
+		b.waitEmpty(20 * time.Second)
+		s := stop()
+		if s.Completed != 10 || s.Received != 10 || most.Load() != 2 {
+			t.Fatalf("stats %+v, at most %d handlers at once", s, most.Load())
+		}
+		for k, n := range b.runs.counts() {
+			if n != 1 {
+				t.Errorf("%s ran %d times", k, n)
+			}
+		}
+	})
+
+	// A stop gives back what was received ahead and never started: its
+	// claims are released and it is visible again at once.
+	t.Run("ShutdownGivesBackPrefetched", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{maxReceive: 10})
+		cfg := b.config()
+		cfg.Concurrency = 1
+		cfg.Prefetch = 2
+		var started atomic.Int32
+		stop := b.start(cfg, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			started.Add(1)
+			b.runs.add(m.Key)
+			time.Sleep(time.Second)
+			return nil
+		}))
+		for i := range 3 {
+			b.send(fmt.Sprintf(`{"id":"gb-%d"}`, i))
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if _, inflight := sqstest.Count(t, b.client, b.queue.URL); started.Load() == 1 && inflight == 3 {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		s := stop()
+		if s.Completed != 1 || s.GivenBack != 2 || s.Claimed != 1 || started.Load() != 1 {
+			t.Fatalf("after a stop with 1 running and 2 waiting: stats %+v, %d started", s, started.Load())
+		}
+		if visible, inflight := sqstest.Count(t, b.client, b.queue.URL); visible != 2 || inflight != 0 {
+			t.Fatalf("after the stop: %d visible, %d in flight; want the 2 given back visible", visible, inflight)
+		}
+		var released int
+		for i := range 3 {
+			rec, err := b.db.Get(context.Background(), fmt.Sprintf("gb-%d", i))
+			switch {
+			case errors.Is(err, ledger.ErrNotFound):
+				released++
+			case err != nil:
+				t.Fatal(err)
+			case rec.State != ledger.StateComplete:
+				t.Errorf("record %+v", rec)
+			}
+		}
+		if released != 2 {
+			t.Fatalf("%d claims released, want 2", released)
 		}
 	})
 
