@@ -135,31 +135,29 @@ func (w *Worker) delete(m types.Message) {
 	w.deletes <- deletion{id: aws.ToString(m.MessageId), receipt: aws.ToString(m.ReceiptHandle)}
 }
 
-// Deleting: a few deleters take completed messages from one channel, each
-// gathering up to ten, or what arrives within deleteLinger, per call.
+// Deleting: one gatherer takes completed messages from the channel, up to
+// ten, or what arrives within deleteLinger, per call, and hands each batch
+// to a call of its own, at most deletesInFlight at once. A delete that
+// waits a few milliseconds for company saves SQS requests (which are
+// billed) and server time; calls in flight together keep deletes from
+// lagging behind when each takes a round trip of tens of milliseconds.
 const (
-	deleters     = 4
-	deleteLinger = 10 * time.Millisecond
+	deletesInFlight = 16
+	deleteLinger    = 10 * time.Millisecond
 )
 
-// deleteLoop runs the deleters until the channel is closed and drained. A
-// failed delete only costs a redelivery, which the ledger answers as a
-// duplicate; a delete that waits a few milliseconds for company saves SQS
-// requests (which are billed) and server time.
+// deleteLoop gathers and deletes until the channel is closed and drained,
+// then waits for the calls in flight. A failed delete only costs a
+// redelivery, which the ledger answers as a duplicate.
 func (w *Worker) deleteLoop() {
-	var wg sync.WaitGroup
-	for range deleters {
-		wg.Go(w.deleter)
-	}
-	wg.Wait()
-}
-
-func (w *Worker) deleter() {
-	batch := make([]types.DeleteMessageBatchRequestEntry, 0, MaxMessagesPerReceive)
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	inFlight := make(chan struct{}, deletesInFlight)
 	linger := time.NewTimer(deleteLinger)
 	linger.Stop()
 	for d := range w.deletes {
-		batch = append(batch[:0], entry(0, d))
+		batch := make([]types.DeleteMessageBatchRequestEntry, 1, MaxMessagesPerReceive)
+		batch[0] = entry(0, d)
 		linger.Reset(deleteLinger)
 	gather:
 		for len(batch) < MaxMessagesPerReceive {
@@ -174,7 +172,11 @@ func (w *Worker) deleter() {
 			}
 		}
 		linger.Stop()
-		w.deleteBatch(batch)
+		inFlight <- struct{}{}
+		calls.Go(func() {
+			defer func() { <-inFlight }()
+			w.deleteBatch(batch)
+		})
 	}
 }
 
