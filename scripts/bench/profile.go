@@ -67,6 +67,17 @@ func (o *options) scInstances(n int) int {
 	return max((n+9)/10, 1)
 }
 
+// deletersOf returns baseline's delete loops in c.
+func (o *options) deletersOf(c runConfig) int {
+	switch {
+	case o.baselineDeleters > 0:
+		return o.baselineDeleters
+	case c.profile == pRealistic:
+		return 4
+	}
+	return 1
+}
+
 // pollersOf returns the receive loops contender runs with in c, and the
 // handlers it has.
 func (o *options) pollersOf(contender string, c runConfig) (pollers, handlers int) {

@@ -96,15 +96,18 @@ func writeContenders(w io.Writer, b *bench, m machine, results []*result, dup *r
 	p("%d rounds of every contender in turn (%s) in each configuration, %d poller(s) for sqsonce and baseline, %s. "+
 		"Each cell: median (min–max) over the rounds.\n\n", o.rounds, strings.Join(o.contenders, " → "), o.pollers, gogc)
 	if contains(o.profiles, pStress) {
-		p("- **stress**: %d messages per run; the contenders talk to the local server straight, which answers in well under a millisecond; the handlers do nothing (sqsonce-exec runs `/bin/true`, sqsonce-http's endpoint answers at once).\n", o.messages)
+		p("- **stress**: %d messages per run; the contenders talk to the local server straight, which answers in well under a millisecond; the handlers do nothing (sqsonce-exec runs `/bin/true`, sqsonce-http's endpoint answers at once); baseline has %d delete loop(s).\n",
+			o.messages, o.deletersOf(runConfig{profile: pStress}))
 	}
 	if contains(o.profiles, pRealistic) {
 		p("- **realistic**: %d messages per run; every contender's SQS requests go through the latency proxy (`scripts/bench/latencyproxy`, a child process of the driver, so its CPU is its own), which holds each request before forwarding it: "+
 			"%.0f %% of them %v ± %.0f %% (uniform), %.0f %% (at random, seeded %d) %v–%v (uniform), a mean of %v. "+
 			"Each message's handler takes %v: a timer in baseline and sqsonce-go, `setTimeout` in sqs-consumer (a batch's messages wait at once), `%s` for sqsonce-exec, the endpoint's delay for sqsonce-http. "+
+			"Baseline has %d delete loops, as sqsonce's worker has 4 (one, waiting a round trip per DeleteMessageBatch, would cap it at 10 messages per round trip). "+
 			"The driver fills and counts the queues straight.\n",
 			o.realMessages, 100*(1-o.latencyTailShare), o.latency, 100*o.latencyJitter, 100*o.latencyTailShare, o.latencySeed,
-			time.Duration(0.75*float64(o.latencyTail)), o.latencyTail, o.configuredDelayMean().Round(10*time.Microsecond), o.work, execCommand(o.work))
+			time.Duration(0.75*float64(o.latencyTail)), o.latencyTail, o.configuredDelayMean().Round(10*time.Microsecond), o.work, execCommand(o.work),
+			o.deletersOf(runConfig{profile: pRealistic}))
 	}
 	p("\n")
 

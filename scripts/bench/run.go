@@ -454,7 +454,7 @@ func (b *bench) command(contender string, cfg runConfig, queueURL string, expect
 	}
 	switch contender {
 	case cBaseline:
-		return exec.Command(b.exe[contender], append(common, "-pollers", strconv.Itoa(b.o.pollers))...), "", nil
+		return exec.Command(b.exe[contender], append(common, "-pollers", strconv.Itoa(b.o.pollers), "-deleters", strconv.Itoa(b.o.deletersOf(cfg)))...), "", nil
 	case cSqsonceGo:
 		args := append(common, "-ledger", ledgerPath, "-pollers", strconv.Itoa(b.o.pollers))
 		if b.o.cpuprofile != "" && round != 0 {

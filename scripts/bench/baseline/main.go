@@ -1,9 +1,10 @@
 // Command baseline is the ceiling of the comparison benchmark: a minimal
 // SQS consumer with the same shape as sqsonce's worker (one poller, or
 // -pollers, that asks for no more messages than there are free handler
-// slots, one goroutine per message, one deleter that batches whatever is
-// waiting into DeleteMessageBatch) and nothing else: no ledger, no keys, no
-// message attributes. Its handler does nothing, or waits -work.
+// slots, one goroutine per message, one deleter, or -deleters, that
+// batches whatever is waiting into DeleteMessageBatch) and nothing else: no
+// ledger, no keys, no message attributes. Its handler does nothing, or
+// waits -work.
 //
 // It stops once -expect deliveries are deleted (or at SIGTERM) and prints
 // a benchkit.Report as its last line.
@@ -41,10 +42,11 @@ func main() {
 	wait := flag.Int("wait", 20, "long-poll seconds per receive")
 	pollerCount := flag.Int("pollers", 1, "receive loops, sharing the handler slots")
 	work := flag.Duration("work", 0, "what the handler does: wait this long per message")
+	deleters := flag.Int("deleters", 1, "delete loops, each sending one DeleteMessageBatch at a time")
 	flag.Parse()
 	err := f.Check()
-	if err == nil && (*pollerCount < 1 || *work < 0) {
-		err = fmt.Errorf("-pollers must be at least 1, -work not negative")
+	if err == nil && (*pollerCount < 1 || *deleters < 1 || *work < 0) {
+		err = fmt.Errorf("-pollers and -deleters must be at least 1, -work not negative")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "baseline:", err)
@@ -74,7 +76,9 @@ func main() {
 	}
 	deletes := make(chan item, 4*maxBatch)
 	var deleter, handlers sync.WaitGroup
-	deleter.Go(func() { deleteLoop(client, f.QueueURL, deletes, rec) })
+	for range *deleters {
+		deleter.Go(func() { deleteLoop(client, f.QueueURL, deletes, rec) })
+	}
 
 	rep := benchkit.Report{Contender: "baseline"}
 	var firstReceive atomic.Int64
