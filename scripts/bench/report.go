@@ -222,8 +222,8 @@ func writeContenders(w io.Writer, b *bench, m machine, results []*result, dup *r
 	}
 
 	p("### Ratios at equal handlers (medians)\n\n")
-	p("| profile | handlers | sqsonce-go ÷ baseline msg/s | CPU / msg | sqsonce-go ÷ sqs-consumer msg/s | CPU / msg | sqsonce-go ÷ ceiling |\n")
-	p("|---|--:|--:|--:|--:|--:|--:|\n")
+	p("| profile | handlers | receive loops: sqsonce-go, baseline, sqs-consumer | sqsonce-go ÷ baseline msg/s | CPU / msg | sqsonce-go ÷ sqs-consumer msg/s | CPU / msg | sqsonce-go ÷ ceiling |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, cfg := range o.runConfigs() {
 		rsBy := by[cfg]
 		if len(rsBy[cSqsonceGo]) == 0 {
@@ -240,10 +240,13 @@ func writeContenders(w io.Writer, b *bench, m machine, results []*result, dup *r
 		if cfg.profile == pRealistic {
 			ofCeiling = fmt.Sprintf("%.2f", med(cSqsonceGo, mOfCeiling))
 		}
-		p("| %s | %d | %s | %s | %s | %s | %s |\n", cfg.profile, cfg.concurrency, cell(cBaseline, mThroughput), cell(cBaseline, mCPU),
+		pGo, _ := o.pollersOf(cSqsonceGo, cfg)
+		pBase, _ := o.pollersOf(cBaseline, cfg)
+		pSC, _ := o.pollersOf(cSQSConsumer, cfg)
+		p("| %s | %d | %d, %d, %d | %s | %s | %s | %s | %s |\n", cfg.profile, cfg.concurrency, pGo, pBase, pSC, cell(cBaseline, mThroughput), cell(cBaseline, mCPU),
 			cell(cSQSConsumer, mThroughput), cell(cSQSConsumer, mCPU), ofCeiling)
 	}
-	p("\n")
+	p("\nA receive loop brings at most 10 messages per round trip: where the SQS round trip is long (realistic), the contender with more loops has the higher ceiling (sqs-consumer runs one per Consumer; sqsonce and baseline run -sqsonce-pollers).\n\n")
 
 	p("Notes:\n\n")
 	p("- msg/s: deliveries finished ÷ (last finished − first receive); start-up (process start → first receive) is shown apart.\n")
