@@ -68,16 +68,19 @@ bench-go: ## Go benchmarks: ledger throughput (bbolt, PostgreSQL, DynamoDB), Get
 
 # bench and bench-go run PostgreSQL with fsync and synchronous_commit on, as
 # in production, unlike the tests' (see scripts/with-postgres.sh).
-# bench's size and rounds, and any other flag of scripts/bench
-# (`go run ./scripts/bench -h`), e.g. make bench BENCH_MESSAGES=5000 BENCH_ROUNDS=5
-BENCH_MESSAGES ?= 20000
-BENCH_ROUNDS   ?= 3
-BENCH_FLAGS    ?=
+# bench's size (messages per run in the stress and in the realistic profile)
+# and rounds, and any other flag of scripts/bench (`go run ./scripts/bench -h`),
+# e.g. make bench BENCH_MESSAGES=5000 BENCH_ROUNDS=5
+# or make bench BENCH_FLAGS='-profile realistic -concurrency 16 -ledger ""'
+BENCH_MESSAGES           ?= 20000
+BENCH_REALISTIC_MESSAGES ?= 5000
+BENCH_ROUNDS             ?= 3
+BENCH_FLAGS              ?=
 
 .PHONY: bench
-bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, then its ledgers (bbolt, PostgreSQL, DynamoDB emulator), on local servers (BENCHMARKS.md).
+bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then its ledgers, on local servers (BENCHMARKS.md).
 	@test -f scripts/bench/node/node_modules/sqs-consumer/package.json || npm ci --prefix scripts/bench/node --no-audit --no-fund
-	SQSONCE_TEST_POSTGRES_DURABLE=1 $(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
+	SQSONCE_TEST_POSTGRES_DURABLE=1 $(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -realistic-n $(BENCH_REALISTIC_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
 
 # make chaos's size and any other flag of scripts/chaos (`go run ./scripts/chaos -h`),
 # e.g. make chaos CHAOS_FLAGS='-seed 7 -keep'. It mounts a tmpfs: run it as root.

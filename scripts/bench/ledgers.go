@@ -291,7 +291,7 @@ func (b *bench) runLedger(ctx context.Context, c ledgerConfig, round, ops int) (
 				fmt.Sprintf("sqsonce-go-%s-w%d-c%d-round%d-p%d.prof", c.ledger, c.workers, c.concurrency, round, i+1)))
 		}
 		p := &workerProc{cmd: exec.Command(b.exe[cSqsonceGo], args...), log: filepath.Join(runDir, fmt.Sprintf("stderr-%d.log", i+1))}
-		p.cmd.Env = append(os.Environ(), "GOGC="+b.o.gogc)
+		p.cmd.Env = b.o.goEnv(os.Environ())
 		f, err := os.Create(p.log)
 		if err != nil {
 			return nil, err

@@ -1,24 +1,40 @@
 // Command bench is the comparison benchmark behind `make bench`. It
-// runs four consumers of one local SQS-compatible server side by side, each
+// runs five consumers of one local SQS-compatible server side by side, each
 // as its own process, on the same number of messages and the same
-// concurrency, alternating A B C D A B C D … for several rounds:
+// concurrency, alternating A B C D E A B C D E … for several rounds:
 //
 //   - baseline: a minimal Go poller with no ledger (scripts/bench/baseline),
 //     the ceiling;
-//   - sqsonce-go: the worker library with a bbolt ledger and a handler that
-//     does nothing (scripts/bench/sqsonce-go);
-//   - sqsonce-exec: the sqsonce binary with an exec handler running
-//     /bin/true;
-//   - sqs-consumer: the npm package sqs-consumer with a handler that does
-//     nothing (scripts/bench/node).
+//   - sqsonce-go: the worker library with a bbolt ledger
+//     (scripts/bench/sqsonce-go);
+//   - sqsonce-exec: the sqsonce binary with an exec handler;
+//   - sqsonce-http: the sqsonce binary with an http handler, POSTing to an
+//     endpoint the driver runs (scripts/bench/workserver);
+//   - sqs-consumer: the npm package sqs-consumer (scripts/bench/node).
+//
+// It does so in two profiles (-profile), each at each number of handlers
+// of -concurrency. In "stress" the contenders talk to the local server
+// straight, which answers in well under a millisecond, and their handlers
+// do nothing (sqsonce-exec runs /bin/true). In "realistic" every
+// contender's SQS requests go through a proxy that delays each one
+// (scripts/bench/latencyproxy: 10 ms give or take, 1 % in a 40 ms tail, by
+// default), run as a child process so that its CPU is its own, and each
+// message's handler waits -work (5 ms): a sleep in baseline, sqsonce-go and
+// sqs-consumer, /bin/sleep for sqsonce-exec, the endpoint's delay for
+// sqsonce-http. There each configuration's physical ceiling, min(P × 10 /
+// R, handlers / W) messages per second for P pollers, the receive's round
+// trip R and the work W, is reported beside what each contender reached.
+// The driver's own SQS calls (filling and counting queues) go to the
+// server straight.
 //
 // For each run it creates a fresh queue, fills it before the consumer
 // starts, waits until every message is done and measures throughput,
 // send-to-done latency, CPU per message, peak RSS and, for sqsonce, ledger
 // commits per message. A last run sends every operation several times to
-// sqsonce-go to show the work per delivery and per operation. It prints one
-// table with the median and range over the rounds and checks sqsonce
-// against its targets.
+// sqsonce-go to show the work per delivery and per operation. It prints a
+// table per profile and number of handlers with the median and range over
+// the rounds, the machine's rate of starting processes (the floor under
+// sqsonce-exec), and checks sqsonce against its targets.
 //
 // Then it compares the ledgers (-ledger): sqsonce-go on bbolt, on the
 // shared ledger in PostgreSQL with one worker process and with -workers
@@ -63,20 +79,31 @@ const (
 	cBaseline    = "baseline"
 	cSqsonceGo   = "sqsonce-go"
 	cSqsonceExec = "sqsonce-exec"
+	cSqsonceHTTP = "sqsonce-http"
 	cSQSConsumer = "sqs-consumer"
 )
 
-var allContenders = []string{cBaseline, cSqsonceGo, cSqsonceExec, cSQSConsumer}
+var allContenders = []string{cBaseline, cSqsonceGo, cSqsonceExec, cSqsonceHTTP, cSQSConsumer}
+
+// The helper programs the driver builds and runs as child processes.
+const (
+	hLatencyProxy = "latencyproxy"
+	hWorkServer   = "workserver"
+)
 
 type options struct {
 	messages         int
 	rounds           int
-	concurrency      int
+	concurrency      []int // handlers; each configuration runs at each
+	profiles         []string
+	work             time.Duration // per message, in the realistic profile
+	realMessages     int           // messages per run in the realistic profile
+	execFloorRuns    int
 	bin              string
 	contenders       []string
 	warmup           int
 	dupCopies        int
-	scInstances      int
+	scInstancesFlag  int // 0: as many as hold the handlers
 	scMode           string
 	cpuprofile       string
 	runTimeout       time.Duration
@@ -86,10 +113,18 @@ type options struct {
 	quiet            time.Duration
 	ledgerDir        string
 	pollers          int
+	baselineDeleters int // 0: 1 in the stress profile, 4 in the realistic one
 	dupAdjacent      bool
 	prefill          int
 	prefillInProcess bool
-	gogc             string
+	gogc             string // "default": GOGC unset
+
+	// The latency proxy's delays.
+	latency          time.Duration
+	latencyJitter    float64
+	latencyTail      time.Duration
+	latencyTailShare float64
+	latencySeed      uint64
 
 	ledgers           []string // the ledger comparison's ledgers; none: no comparison
 	workers           int
@@ -105,16 +140,25 @@ type options struct {
 
 func main() {
 	var o options
-	var contenders string
-	flag.IntVar(&o.messages, "n", 20000, "messages per run")
+	var contenders, concurrency, profiles string
+	flag.IntVar(&o.messages, "n", 20000, "messages per run in the stress profile")
+	flag.IntVar(&o.realMessages, "realistic-n", 5000, "messages per run in the realistic profile (0: -n)")
 	flag.IntVar(&o.rounds, "rounds", 3, "rounds: each contender runs once per round, in turn")
-	flag.IntVar(&o.concurrency, "concurrency", 16, "handlers running at once in each contender")
+	flag.StringVar(&concurrency, "concurrency", "16,64", "handlers running at once in each contender, comma-separated: each profile runs at each")
+	flag.StringVar(&profiles, "profile", strings.Join(allProfiles, ","), "profiles to run, comma-separated: stress (the local server straight, handlers that do nothing), realistic (every SQS request delayed by the latency proxy, handlers that take -work)")
+	flag.DurationVar(&o.work, "work", 5*time.Millisecond, "realistic profile: each message's handler waits this long (the stress profile's do nothing)")
+	flag.DurationVar(&o.latency, "sqs-latency", 10*time.Millisecond, "realistic profile: the delay the proxy gives most SQS requests, uniformly within ±-sqs-latency-jitter of it")
+	flag.Float64Var(&o.latencyJitter, "sqs-latency-jitter", 0.2, "realistic profile: the spread of most requests' delay, a share of -sqs-latency")
+	flag.DurationVar(&o.latencyTail, "sqs-latency-tail", 40*time.Millisecond, "realistic profile: the longest delay; -sqs-latency-tail-share of the requests wait 75–100 % of it instead")
+	flag.Float64Var(&o.latencyTailShare, "sqs-latency-tail-share", 0.01, "realistic profile: the share of SQS requests delayed in the tail")
+	flag.Uint64Var(&o.latencySeed, "sqs-latency-seed", 1, "realistic profile: the seed of the proxy's delays")
+	flag.IntVar(&o.execFloorRuns, "exec-floor-n", 1000, "processes (/bin/true) started, in each of 3 tries, to measure the machine's rate of starting them at each number of handlers at once, with sqsonce-exec in the stress profile (0: not measured)")
 	flag.StringVar(&o.bin, "bin", "bin/sqsonce", "the sqsonce binary (make build)")
 	flag.StringVar(&contenders, "contenders", strings.Join(allContenders, ","), "contenders to run, comma-separated")
 	flag.IntVar(&o.warmup, "warmup", 2000, "messages of one unmeasured warm-up run per contender first (0: none)")
 	flag.IntVar(&o.dupCopies, "dup-copies", 3, "duplicate run: deliveries per operation, sqsonce-go only (0: no duplicate run)")
 	flag.BoolVar(&o.dupAdjacent, "dup-adjacent", false, "duplicate run: send the copies of an operation one after another instead of all first copies first (copies then arrive together, while the first is in progress)")
-	flag.IntVar(&o.scInstances, "sqs-consumer-instances", 2, "sqs-consumer: Consumers in its process (each handles one batch of up to 10 at a time)")
+	flag.IntVar(&o.scInstancesFlag, "sqs-consumer-instances", 0, "sqs-consumer: Consumers in its process (each handles one batch of up to 10 at a time; 0: as many as hold the handlers, 2 for 16, 7 for 64)")
 	flag.StringVar(&o.scMode, "sqs-consumer-mode", "batch", "sqs-consumer: batch (handleMessageBatch, one DeleteMessageBatch per batch) or message (handleMessage, one DeleteMessage per message)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "directory for CPU profiles of the sqsonce-go runs (go tool pprof -top FILE)")
 	flag.DurationVar(&o.runTimeout, "run-timeout", 3*time.Minute, "longest a single run may take")
@@ -122,10 +166,11 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "also write the report to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, ledgers)")
 	flag.StringVar(&o.ledgerDir, "ledger-dir", "", "where sqsonce's ledger files go (default: the working directory, under $TMPDIR); the file system's fsync is part of what is measured")
-	flag.IntVar(&o.pollers, "sqsonce-pollers", 1, "receive loops of sqsonce-go and sqsonce-exec")
+	flag.IntVar(&o.baselineDeleters, "baseline-deleters", 0, "baseline's delete loops, each sending one DeleteMessageBatch at a time (0: 1 in the stress profile, where one keeps up, 4 in the realistic one, as sqsonce's worker has: one that waits a round trip per batch would cap baseline at 10 messages per round trip)")
+	flag.IntVar(&o.pollers, "sqsonce-pollers", 1, "receive loops of sqsonce-go, sqsonce-exec and sqsonce-http, and of baseline, which keeps their shape")
 	flag.IntVar(&o.prefill, "prefill", 0, "sqsonce-go: complete records (keys pre-<i>) in its ledger before its first receive, written by a separate process first (a worker started on a big ledger); not counted in msg/s, CPU, commits, start-up or peak RSS")
 	flag.BoolVar(&o.prefillInProcess, "prefill-in-process", false, "with -prefill: sqsonce-go writes the records itself before its first receive, so the ledger pages those writes touched stay in its peak RSS (a worker that wrote them all); their time and CPU are still left out")
-	flag.StringVar(&o.gogc, "gogc", "400", "GOGC of the Go contenders (baseline, sqsonce-go, sqsonce-exec); 400 is the sqsonce binary's default, given to all three alike")
+	flag.StringVar(&o.gogc, "gogc", "400", "GOGC of the Go contenders (baseline, sqsonce-go, sqsonce-exec, sqsonce-http); 400 is the sqsonce binary's default, given to all alike; default or \"\": GOGC unset, so that baseline and sqsonce-go run with Go's default (100, the library embedded in a program that sets nothing) and the binary with its own (400)")
 	flag.DurationVar(&o.quiet, "quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine to be idle (other programs disturb the results)")
 	var ledgers, workersLedgers, ledgerConcurrency string
 	flag.StringVar(&ledgers, "ledger", strings.Join(allLedgers, ","), "ledger comparison: the ledgers sqsonce-go runs on, comma-separated, of "+strings.Join(allLedgers, ", ")+" (empty: no comparison); postgres needs SQSONCE_TEST_POSTGRES_URL, dynamodb SQSONCE_TEST_DYNAMODB_ENDPOINT")
@@ -140,6 +185,21 @@ func main() {
 	flag.StringVar(&o.countRoundTrips, "count-round-trips", "warmup", "ledger comparison: which PostgreSQL runs carry their connections through the driver's proxy, which counts round trips: warmup (each configuration's warm-up run, the rounds go straight to the server), all (the proxy's hop and CPU then weigh on the rounds' figures) or off")
 	flag.Parse()
 	o.contenders = splitList(contenders)
+	o.profiles = splitList(profiles)
+	for _, v := range splitList(concurrency) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "bench: -concurrency: %q is not a positive number\n", v)
+			os.Exit(2)
+		}
+		o.concurrency = append(o.concurrency, n)
+	}
+	if o.gogc == "" {
+		o.gogc = "default"
+	}
+	if o.realMessages == 0 {
+		o.realMessages = o.messages
+	}
 	o.ledgers = splitList(ledgers)
 	o.workersLedgers = splitList(workersLedgers)
 	for _, v := range splitList(ledgerConcurrency) {
@@ -172,8 +232,19 @@ func main() {
 }
 
 func (o *options) check() error {
-	if o.messages < 10 || o.rounds < 1 || o.concurrency < 1 || o.fillWorkers < 1 || o.scInstances < 1 || o.pollers < 1 {
-		return errors.New("-n must be at least 10; -rounds, -concurrency, -fill-workers, -sqs-consumer-instances and -sqsonce-pollers at least 1")
+	if o.messages < 10 || o.realMessages < 10 || o.rounds < 1 || o.fillWorkers < 1 || o.scInstancesFlag < 0 || o.pollers < 1 || o.execFloorRuns < 0 || o.baselineDeleters < 0 {
+		return errors.New("-n and -realistic-n must be at least 10; -rounds, -fill-workers and -sqsonce-pollers at least 1; -sqs-consumer-instances, -baseline-deleters and -exec-floor-n not negative")
+	}
+	if len(o.contenders) > 0 && (len(o.concurrency) == 0 || len(o.profiles) == 0) {
+		return errors.New("-concurrency and -profile must name at least one number of handlers and one profile")
+	}
+	for _, p := range o.profiles {
+		if !slices.Contains(allProfiles, p) {
+			return fmt.Errorf("-profile: unknown profile %q (want some of %s)", p, strings.Join(allProfiles, ", "))
+		}
+	}
+	if o.work < 0 || o.latency < 0 || o.latencyTail < 0 || o.latencyJitter < 0 || o.latencyJitter > 1 || o.latencyTailShare < 0 || o.latencyTailShare > 1 {
+		return errors.New("-work, -sqs-latency and -sqs-latency-tail must not be negative; -sqs-latency-jitter and -sqs-latency-tail-share must be between 0 and 1")
 	}
 	if o.ledgerMessages < 10 || o.dynamoMessages < 10 || o.ledgerRounds < 1 || o.workers < 1 || o.pgPrefill < 0 || o.pgPoolMaxConns < 0 {
 		return errors.New("-ledger-n and -dynamodb-n must be at least 10; -ledger-rounds and -workers at least 1; -pg-prefill and -pg-pool-max-conns not negative")
@@ -229,6 +300,19 @@ type bench struct {
 	log        io.Writer         // progress
 	shared     sharedServers     // the shared ledgers' servers, for the ledger comparison
 	started    time.Time
+
+	proxy      *helperProc       // the latency proxy, for the realistic profile
+	workSrv    *helperProc       // sqsonce-http's endpoint
+	execFloors map[int]execFloor // by processes at once
+}
+
+// endpointOf returns the SQS endpoint the contenders use in c: the proxy's
+// in the realistic profile.
+func (b *bench) endpointOf(c runConfig) string {
+	if c.profile == pRealistic {
+		return "http://" + b.proxy.addrs["addr"]
+	}
+	return b.endpoint
 }
 
 // ledgerRoot is the directory under which each run's ledger file goes.
@@ -250,7 +334,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{o: o, endpoint: endpoint, client: newClient(endpoint), dir: dir, exe: map[string]string{}, log: os.Stderr, started: time.Now()}
+	b := &bench{o: o, endpoint: endpoint, client: newClient(endpoint), dir: dir, exe: map[string]string{}, log: os.Stderr, started: time.Now(),
+		execFloors: map[int]execFloor{}}
 	if o.keep {
 		fmt.Fprintf(b.log, "bench: working directory %s (kept)\n", dir)
 	} else {
@@ -271,36 +356,64 @@ func run(ctx context.Context, o options) error {
 	if err := b.prepareShared(ctx); err != nil {
 		return err
 	}
+	if err := b.startHelpers(); err != nil {
+		return err
+	}
+	defer b.proxy.stop()
+	defer b.workSrv.stop()
 	env := describeMachine(b)
 
-	if o.warmup > 0 {
-		for _, c := range o.contenders {
-			r, err := b.runOne(ctx, c, 0, o.warmup, 1)
+	if o.execFloorRuns > 0 && contains(o.contenders, cSqsonceExec) && contains(o.profiles, pStress) {
+		for _, n := range o.concurrency {
+			b.waitQuiet(ctx)
+			f, err := measureExecFloor(ctx, o.execFloorRuns, n)
 			if err != nil {
-				return fmt.Errorf("warm-up %s: %w", c, err)
+				return err
 			}
-			fmt.Fprintf(b.log, "warm-up  %-13s %s\n", c, r.line())
+			b.execFloors[n] = f
+			fmt.Fprintf(b.log, "exec floor: %d × /bin/true, %d at once: %.0f process starts/s from Go (os/exec), %.0f with xargs -P %d\n",
+				f.runs, n, f.goRate, f.xargsRate, n)
 		}
 	}
+
 	var results []*result
-	for round := 1; round <= o.rounds; round++ {
-		for _, c := range o.contenders {
-			r, err := b.runOne(ctx, c, round, o.messages, 1)
-			if err != nil {
-				return fmt.Errorf("round %d, %s: %w", round, c, err)
-			}
-			fmt.Fprintf(b.log, "round %d  %-13s %s\n", round, c, r.line())
-			results = append(results, r)
-		}
-	}
 	var dup *result
-	if o.dupCopies > 1 && contains(o.contenders, cSqsonceGo) {
-		ops := o.messages / o.dupCopies
-		dup, err = b.runOne(ctx, cSqsonceGo, -1, ops, o.dupCopies)
-		if err != nil {
-			return fmt.Errorf("duplicate run: %w", err)
+	for _, cfg := range o.runConfigs() {
+		if len(o.contenders) == 0 {
+			break
 		}
-		fmt.Fprintf(b.log, "dup x%d   %-13s %s\n", o.dupCopies, cSqsonceGo, dup.line())
+		n := o.messages
+		if cfg.profile == pRealistic {
+			n = o.realMessages
+		}
+		if o.warmup > 0 {
+			for _, c := range o.contenders {
+				r, err := b.runOne(ctx, c, cfg, 0, min(o.warmup, n), 1)
+				if err != nil {
+					return fmt.Errorf("%s: warm-up %s: %w", cfg, c, err)
+				}
+				fmt.Fprintf(b.log, "%-13s warm-up  %-13s %s\n", cfg, c, r.line())
+			}
+		}
+		for round := 1; round <= o.rounds; round++ {
+			for _, c := range o.contenders {
+				r, err := b.runOne(ctx, c, cfg, round, n, 1)
+				if err != nil {
+					return fmt.Errorf("%s: round %d, %s: %w", cfg, round, c, err)
+				}
+				fmt.Fprintf(b.log, "%-13s round %d  %-13s %s\n", cfg, round, c, r.line())
+				results = append(results, r)
+			}
+		}
+		// The duplicate run: stress, at the first number of handlers.
+		if dup == nil && cfg.profile == pStress && o.dupCopies > 1 && contains(o.contenders, cSqsonceGo) {
+			ops := o.messages / o.dupCopies
+			dup, err = b.runOne(ctx, cSqsonceGo, cfg, -1, ops, o.dupCopies)
+			if err != nil {
+				return fmt.Errorf("duplicate run: %w", err)
+			}
+			fmt.Fprintf(b.log, "%-13s dup x%d   %-13s %s\n", cfg, o.dupCopies, cSqsonceGo, dup.line())
+		}
 	}
 
 	contendersTook := time.Since(b.started)
@@ -327,13 +440,19 @@ func run(ctx context.Context, o options) error {
 // prepare builds the Go contenders, finds the others and measures the
 // txid of a fresh ledger.
 func (b *bench) prepare(ctx context.Context) error {
-	build := b.o.contenders
+	build := slices.Clone(b.o.contenders)
 	if len(b.o.ledgers) > 0 && !contains(build, cSqsonceGo) {
-		build = append(slices.Clone(build), cSqsonceGo)
+		build = append(build, cSqsonceGo)
+	}
+	if len(b.o.contenders) > 0 && contains(b.o.profiles, pRealistic) {
+		build = append(build, hLatencyProxy)
+	}
+	if contains(b.o.contenders, cSqsonceHTTP) {
+		build = append(build, hWorkServer)
 	}
 	for _, c := range build {
 		switch c {
-		case cBaseline, cSqsonceGo:
+		case cBaseline, cSqsonceGo, hLatencyProxy, hWorkServer:
 			out := filepath.Join(b.dir, c)
 			cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./scripts/bench/"+c)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -342,7 +461,7 @@ func (b *bench) prepare(ctx context.Context) error {
 				return fmt.Errorf("build %s: %w", c, err)
 			}
 			b.exe[c] = out
-		case cSqsonceExec:
+		case cSqsonceExec, cSqsonceHTTP:
 			bin, err := filepath.Abs(b.o.bin)
 			if err != nil {
 				return err
@@ -374,6 +493,30 @@ func (b *bench) prepare(ctx context.Context) error {
 		return err
 	}
 	b.ledgerBase = base
+	return nil
+}
+
+// startHelpers starts the latency proxy for the realistic profile and
+// sqsonce-http's endpoint, as child processes.
+func (b *bench) startHelpers() error {
+	var err error
+	if b.exe[hLatencyProxy] != "" {
+		b.proxy, err = b.startHelper(hLatencyProxy, "-upstream", b.endpoint,
+			"-latency", b.o.latency.String(), "-jitter", strconv.FormatFloat(b.o.latencyJitter, 'g', -1, 64),
+			"-tail", b.o.latencyTail.String(), "-tail-share", strconv.FormatFloat(b.o.latencyTailShare, 'g', -1, 64),
+			"-seed", strconv.FormatUint(b.o.latencySeed, 10))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(b.log, "bench: latency proxy on %s (pid %d) in front of %s\n", b.proxy.addrs["addr"], b.proxy.cmd.Process.Pid, b.endpoint)
+	}
+	if b.exe[hWorkServer] != "" {
+		if b.workSrv, err = b.startHelper(hWorkServer); err != nil {
+			b.proxy.stop()
+			return err
+		}
+		fmt.Fprintf(b.log, "bench: sqsonce-http's endpoint on %s (pid %d)\n", b.workSrv.addrs["addr"], b.workSrv.cmd.Process.Pid)
+	}
 	return nil
 }
 

@@ -30,9 +30,10 @@ import (
 // result is what one run measured. Fields that do not apply are NaN.
 type result struct {
 	contender  string
-	round      int // 0: warm-up, -1: duplicate run
-	deliveries int // messages sent
-	operations int // distinct operations among them
+	cfg        runConfig // the contenders' comparison's runs
+	round      int       // 0: warm-up, -1: duplicate run
+	deliveries int       // messages sent
+	operations int       // distinct operations among them
 	processed  int64
 
 	fill       time.Duration
@@ -70,6 +71,18 @@ type result struct {
 	ledgerReqs   map[string]int64 // DynamoDB requests, "call Action" -> n
 	inFlightMax  float64          // DynamoDB requests in flight at once
 	inFlightMean float64
+
+	// The realistic profile's: what the latency proxy saw and used.
+	proxyCPU  float64          // seconds; NaN without the proxy
+	proxyReqs map[string]int64 // requests by action
+	delayMean float64          // ms, the delays applied
+	delayP50  float64
+	delayP99  float64
+	rxRTT     float64 // ms, mean round trip of the receives that did not wait for messages; NaN when not measured
+	rxRTTp50  float64
+	// sqsonce-http's endpoint.
+	workCPU  float64 // seconds; NaN unless sqsonce-http
+	workReqs int64
 }
 
 // requestsPer1k returns SQS requests per 1,000 deliveries, NaN when not
@@ -88,9 +101,17 @@ func (r *result) requestsPer1k() float64 {
 func (r *result) per1k(v float64) float64 { return v / float64(r.processed) * 1000 }
 
 func (r *result) line() string {
-	s := fmt.Sprintf("%6d msgs  %8.0f msg/s  p50 %7.0f ms  p99 %7.0f ms  CPU %.3f s/1k (own %.3f)  RSS %5.1f MB  server CPU %.3f s/1k  busy %3.0f%% (other %2.0f%%)  fill %.1fs  start-up %dms",
+	var s string
+	if !math.IsNaN(r.proxyCPU) {
+		s = fmt.Sprintf("proxy: CPU %.3f s/1k, %.0f%% busy, delay mean %.2f p50 %.2f p99 %.2f ms, receive round trip mean %.2f p50 %.2f ms, requests %v  ",
+			r.per1k(r.proxyCPU), 100*r.proxyCPU/r.wall.Seconds(), r.delayMean, r.delayP50, r.delayP99, r.rxRTT, r.rxRTTp50, r.proxyReqs)
+	}
+	if !math.IsNaN(r.workCPU) {
+		s += fmt.Sprintf("endpoint: CPU %.3f s/1k, %d requests  ", r.per1k(r.workCPU), r.workReqs)
+	}
+	s = fmt.Sprintf("%6d msgs  %8.0f msg/s  p50 %7.0f ms  p99 %7.0f ms  CPU %.3f s/1k (own %.3f)  RSS %5.1f MB  server CPU %.3f s/1k  busy %3.0f%% (other %2.0f%%)  fill %.1fs  start-up %dms",
 		r.processed, r.throughput, r.latP50, r.latP99, r.per1k(r.cpu), r.per1k(r.ownCPU), r.maxRSS, r.per1k(r.serverCPU), 100*r.busy, 100*r.other,
-		r.fill.Seconds(), r.startup.Milliseconds())
+		r.fill.Seconds(), r.startup.Milliseconds()) + "  " + s
 	if !math.IsNaN(r.commits) {
 		s += fmt.Sprintf("  commits %.0f (%.3f/msg)", r.commits, r.commits/float64(r.processed))
 	}
@@ -118,12 +139,12 @@ func newClient(endpoint string) *sqs.Client {
 	})
 }
 
-// runOne runs contender on a fresh queue holding ops operations, each sent
-// copies times.
-func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies int) (*result, error) {
+// runOne runs contender in cfg on a fresh queue holding ops operations,
+// each sent copies times.
+func (b *bench) runOne(ctx context.Context, contender string, cfg runConfig, round, ops, copies int) (*result, error) {
 	b.seq++
 	runID := b.seq
-	runDir := filepath.Join(b.dir, fmt.Sprintf("run-%02d-%s", runID, contender))
+	runDir := filepath.Join(b.dir, fmt.Sprintf("run-%02d-%s-%s-c%d", runID, contender, cfg.profile, cfg.concurrency))
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, err
 	}
@@ -142,8 +163,9 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 	if err != nil {
 		return nil, err
 	}
-	r := &result{contender: contender, round: round, deliveries: deliveries, operations: ops, fill: time.Since(fillStart),
-		commits: math.NaN(), handlerRuns: math.NaN(), ranOps: math.NaN(), maxRunsPerKey: math.NaN(), ownCPU: math.NaN(), serverCPU: math.NaN()}
+	r := &result{contender: contender, cfg: cfg, round: round, deliveries: deliveries, operations: ops, fill: time.Since(fillStart),
+		commits: math.NaN(), handlerRuns: math.NaN(), ranOps: math.NaN(), maxRunsPerKey: math.NaN(), ownCPU: math.NaN(), serverCPU: math.NaN(),
+		proxyCPU: math.NaN(), delayMean: math.NaN(), delayP50: math.NaN(), delayP99: math.NaN(), rxRTT: math.NaN(), rxRTTp50: math.NaN(), workCPU: math.NaN()}
 	if n, err := b.queueCount(ctx, queueURL); err != nil || n != deliveries {
 		return nil, fmt.Errorf("queue holds %d messages after the fill, want %d (%v)", n, deliveries, err)
 	}
@@ -155,7 +177,7 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 			return nil, err
 		}
 	}
-	cmd, err := b.command(contender, queueURL, deliveries, runDir, ledgerPath, round, copies > 1)
+	cmd, admin, err := b.command(contender, cfg, queueURL, deliveries, runDir, ledgerPath, round, copies > 1)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +185,15 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 		if cmd.Env == nil {
 			cmd.Env = os.Environ()
 		}
-		cmd.Env = append(cmd.Env, "GOGC="+b.o.gogc)
+		cmd.Env = b.o.goEnv(cmd.Env)
+	}
+	// The helpers this run uses: their CPU is reported apart.
+	var proxy, workSrv *helperProc
+	if cfg.profile == pRealistic {
+		proxy = b.proxy
+	}
+	if contender == cSqsonceHTTP {
+		workSrv = b.workSrv
 	}
 	var stdout bytes.Buffer
 	stderrPath := filepath.Join(runDir, "stderr.log")
@@ -174,6 +204,12 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 	defer stderr.Close()
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 
+	var proxy0 *proxyStats
+	if proxy != nil {
+		proxy0 = b.proxyStats()
+	}
+	workReqs0 := b.workRequests()
+	proxyCPU0, workCPU0 := proxy.cpu(), workSrv.cpu()
 	srv0 := b.serverCPU()
 	self0 := selfCPU()
 	busy0, total0 := machineTicks()
@@ -188,9 +224,9 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 	defer deadline.Stop()
 	var waitErr error
 	timedOut := false
-	if contender == cSqsonceExec {
+	if contender == cSqsonceExec || contender == cSqsonceHTTP {
 		// It runs until stopped: wait for the queue to be empty, note its
-		// own CPU time, then SIGTERM.
+		// own CPU time and its count of SQS calls, then SIGTERM.
 		waitCtx, stopWaiting := context.WithCancel(ctx)
 		defer stopWaiting()
 		select {
@@ -206,6 +242,7 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 		if own, _, err := procCPU(cmd.Process.Pid); err == nil {
 			r.ownCPU = own
 		}
+		r.requests = scrapeSQSRequests(admin)
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case waitErr = <-exited:
@@ -237,6 +274,21 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 	}
 	busy1, total1 := machineTicks()
 	self1 := selfCPU()
+	r.proxyCPU, r.workCPU = proxy.cpu()-proxyCPU0, workSrv.cpu()-workCPU0
+	helpersCPU := 0.0
+	for _, v := range []float64{r.proxyCPU, r.workCPU} {
+		if !math.IsNaN(v) {
+			helpersCPU += v
+		}
+	}
+	if proxy0 != nil {
+		if proxy1 := b.proxyStats(); proxy1 != nil {
+			r.fillProxy(proxy1.minus(proxy0))
+		}
+	}
+	if n := b.workRequests(); workSrv != nil && n >= 0 && workReqs0 >= 0 {
+		r.workReqs = n - workReqs0
+	}
 	if total1 > total0 {
 		r.busy = float64(busy1-busy0) / float64(total1-total0)
 	}
@@ -254,11 +306,11 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 	r.maxRSS = float64(ru.Maxrss) / 1024 // KiB on Linux
 	if total1 > total0 && !math.IsNaN(r.serverCPU) {
 		used := float64(busy1-busy0) / userHZ
-		r.other = max(used-r.cpu-r.serverCPU-(self1-self0), 0) / (float64(total1-total0) / userHZ)
+		r.other = max(used-r.cpu-r.serverCPU-helpersCPU-(self1-self0), 0) / (float64(total1-total0) / userHZ)
 	}
 
-	if contender == cSqsonceExec {
-		if err := b.collectExec(ctx, r, t0, stderrPath, ledgerPath, sent); err != nil {
+	if contender == cSqsonceExec || contender == cSqsonceHTTP {
+		if err := b.collectBinary(ctx, r, t0, stderrPath, ledgerPath, sent); err != nil {
 			return nil, err
 		}
 	} else {
@@ -307,6 +359,11 @@ func (b *bench) runOne(ctx context.Context, contender string, round, ops, copies
 	}
 	if r.processed != int64(deliveries) {
 		return nil, fmt.Errorf("%s finished %d deliveries, want %d; its log: %s", contender, r.processed, deliveries, tail(stderrPath))
+	}
+	if r.proxyReqs != nil {
+		// In the realistic profile every contender's requests are counted
+		// alike, where they arrive.
+		r.requests = r.proxyReqs
 	}
 	if r.active > 0 {
 		r.throughput = float64(r.processed) / r.active.Seconds()
@@ -387,21 +444,26 @@ func (b *bench) prefillLedger(ctx context.Context, path, runDir string) (*benchk
 	return rep, nil
 }
 
-// command returns the process of one run of contender.
-func (b *bench) command(contender, queueURL string, expect int, runDir, ledgerPath string, round int, dup bool) (*exec.Cmd, error) {
-	common := []string{"-endpoint", b.endpoint, "-queue-url", queueURL, "-expect", strconv.Itoa(expect), "-concurrency", strconv.Itoa(b.o.concurrency)}
+// command returns the process of one run of contender in cfg and, for
+// the sqsonce binary, the address of its admin listener.
+func (b *bench) command(contender string, cfg runConfig, queueURL string, expect int, runDir, ledgerPath string, round int, dup bool) (*exec.Cmd, string, error) {
+	endpoint := b.endpointOf(cfg)
+	common := []string{"-endpoint", endpoint, "-queue-url", queueURL, "-expect", strconv.Itoa(expect), "-concurrency", strconv.Itoa(cfg.concurrency)}
+	if cfg.work > 0 && contender != cSQSConsumer {
+		common = append(common, "-work", cfg.work.String())
+	}
 	switch contender {
 	case cBaseline:
-		return exec.Command(b.exe[contender], common...), nil
+		return exec.Command(b.exe[contender], append(common, "-pollers", strconv.Itoa(b.o.pollers), "-deleters", strconv.Itoa(b.o.deletersOf(cfg)))...), "", nil
 	case cSqsonceGo:
 		args := append(common, "-ledger", ledgerPath, "-pollers", strconv.Itoa(b.o.pollers))
 		if b.o.cpuprofile != "" && round != 0 {
 			if err := os.MkdirAll(b.o.cpuprofile, 0o755); err != nil {
-				return nil, err
+				return nil, "", err
 			}
-			name := fmt.Sprintf("sqsonce-go-round%d.prof", round)
+			name := fmt.Sprintf("sqsonce-go-%s-c%d-round%d.prof", cfg.profile, cfg.concurrency, round)
 			if round < 0 {
-				name = "sqsonce-go-dup.prof"
+				name = fmt.Sprintf("sqsonce-go-%s-c%d-dup.prof", cfg.profile, cfg.concurrency)
 			}
 			args = append(args, "-cpuprofile", filepath.Join(b.o.cpuprofile, name))
 		}
@@ -411,10 +473,15 @@ func (b *bench) command(contender, queueURL string, expect int, runDir, ledgerPa
 		if b.o.prefill > 0 && b.o.prefillInProcess {
 			args = append(args, "-prefill", strconv.Itoa(b.o.prefill))
 		}
-		return exec.Command(b.exe[contender], args...), nil
-	case cSqsonceExec:
+		return exec.Command(b.exe[contender], args...), "", nil
+	case cSqsonceExec, cSqsonceHTTP:
+		port, err := freePort()
+		if err != nil {
+			return nil, "", err
+		}
+		admin := fmt.Sprintf("127.0.0.1:%d", port)
 		config := filepath.Join(runDir, "sqsonce.toml")
-		err := os.WriteFile(config, fmt.Appendf(nil, `[queue]
+		err = os.WriteFile(config, fmt.Appendf(nil, `[queue]
 url = %q
 endpoint = %q
 region = %q
@@ -431,22 +498,49 @@ pointer = "/id"
 path = %q
 
 [handler]
-type = "exec"
-command = ["/bin/true"]
+%s
 concurrency = %d
-`, queueURL, b.endpoint, benchkit.Region, b.o.pollers, ledgerPath, b.o.concurrency), 0o600)
+
+[admin]
+listen = %q
+`, queueURL, endpoint, benchkit.Region, b.o.pollers, ledgerPath, b.handlerConfig(contender, cfg), cfg.concurrency, admin), 0o600)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		cmd := exec.Command(b.exe[contender], "run", "--config", config, "--log-format", "json")
 		cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID=bench", "AWS_SECRET_ACCESS_KEY=bench", "AWS_EC2_METADATA_DISABLED=true")
-		return cmd, nil
+		return cmd, admin, nil
 	case cSQSConsumer:
 		return exec.Command(b.exe[contender], "scripts/bench/node/consumer.mjs",
-			"--endpoint", b.endpoint, "--queue-url", queueURL, "--expect", strconv.Itoa(expect),
-			"--instances", strconv.Itoa(b.o.scInstances), "--batch-size", "10", "--mode", b.o.scMode), nil
+			"--endpoint", endpoint, "--queue-url", queueURL, "--expect", strconv.Itoa(expect),
+			"--instances", strconv.Itoa(b.o.scInstances(cfg.concurrency)), "--batch-size", "10", "--mode", b.o.scMode,
+			"--work", strconv.FormatFloat(float64(cfg.work)/1e6, 'f', -1, 64)), "", nil
 	}
-	return nil, fmt.Errorf("unknown contender %q", contender)
+	return nil, "", fmt.Errorf("unknown contender %q", contender)
+}
+
+// handlerConfig returns the [handler] lines of the sqsonce binary's
+// configuration but its concurrency: sqsonce-exec runs /bin/true, or
+// /bin/sleep for the work; sqsonce-http POSTs to the driver's endpoint,
+// which answers after the work.
+func (b *bench) handlerConfig(contender string, cfg runConfig) string {
+	if contender == cSqsonceHTTP {
+		u := "http://" + b.workSrv.addrs["addr"] + "/"
+		if cfg.work > 0 {
+			u += "?delay=" + cfg.work.String()
+		}
+		return fmt.Sprintf("type = \"http\"\nurl = %q", u)
+	}
+	return fmt.Sprintf("type = \"exec\"\ncommand = %s", execCommand(cfg.work))
+}
+
+// execCommand is sqsonce-exec's command, as a TOML array: /bin/true, or
+// /bin/sleep for the work (["/bin/sleep", "0.005"] for 5 ms).
+func execCommand(work time.Duration) string {
+	if work <= 0 {
+		return `["/bin/true"]`
+	}
+	return fmt.Sprintf(`["/bin/sleep", %q]`, strconv.FormatFloat(work.Seconds(), 'f', -1, 64))
 }
 
 // fill sends ops operations copies times each, {"id":"op-<run>-<i>",
@@ -574,11 +668,11 @@ func (b *bench) waitEmpty(ctx context.Context, queueURL string) <-chan error {
 	return ch
 }
 
-// collectExec fills r for a run of the sqsonce binary: the start and the
-// counters from its JSON log, latency and the last completion from its
+// collectBinary fills r for a run of the sqsonce binary: the start and
+// the counters from its JSON log, latency and the last completion from its
 // ledger (Completed minus the body's "sent"), commits from the ledger
 // file's transaction id.
-func (b *bench) collectExec(ctx context.Context, r *result, t0 time.Time, logPath, ledgerPath string, sent []int64) error {
+func (b *bench) collectBinary(ctx context.Context, r *result, t0 time.Time, logPath, ledgerPath string, sent []int64) error {
 	started, stats, err := readWorkerLog(logPath)
 	if err != nil {
 		return err
@@ -616,7 +710,7 @@ func (b *bench) collectExec(ctx context.Context, r *result, t0 time.Time, logPat
 		return err
 	}
 	if len(lat) != r.operations {
-		return fmt.Errorf("sqsonce-exec: %d operations complete in the ledger, want %d", len(lat), r.operations)
+		return fmt.Errorf("%s: %d operations complete in the ledger, want %d", r.contender, len(lat), r.operations)
 	}
 	r.latP50 = benchkit.Quantile(lat, 0.50)
 	r.latP99 = benchkit.Quantile(lat, 0.99)

@@ -1,9 +1,10 @@
 // Command baseline is the ceiling of the comparison benchmark: a minimal
-// SQS consumer with the same shape as sqsonce's worker (one poller that
-// asks for no more messages than there are free handler slots, one
-// goroutine per message, one deleter that batches whatever is waiting into
-// DeleteMessageBatch) and nothing else: no ledger, no keys, no message
-// attributes. Its handler does nothing.
+// SQS consumer with the same shape as sqsonce's worker (one poller, or
+// -pollers, that asks for no more messages than there are free handler
+// slots, one goroutine per message, one deleter, or -deleters, that
+// batches whatever is waiting into DeleteMessageBatch) and nothing else: no
+// ledger, no keys, no message attributes. Its handler does nothing, or
+// waits -work.
 //
 // It stops once -expect deliveries are deleted (or at SIGTERM) and prints
 // a benchkit.Report as its last line.
@@ -17,6 +18,7 @@ import (
 	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,8 +40,15 @@ func main() {
 	var f benchkit.Flags
 	f.Register()
 	wait := flag.Int("wait", 20, "long-poll seconds per receive")
+	pollerCount := flag.Int("pollers", 1, "receive loops, sharing the handler slots")
+	work := flag.Duration("work", 0, "what the handler does: wait this long per message")
+	deleters := flag.Int("deleters", 1, "delete loops, each sending one DeleteMessageBatch at a time")
 	flag.Parse()
-	if err := f.Check(); err != nil {
+	err := f.Check()
+	if err == nil && (*pollerCount < 1 || *deleters < 1 || *work < 0) {
+		err = fmt.Errorf("-pollers and -deleters must be at least 1, -work not negative")
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "baseline:", err)
 		os.Exit(2)
 	}
@@ -67,59 +76,70 @@ func main() {
 	}
 	deletes := make(chan item, 4*maxBatch)
 	var deleter, handlers sync.WaitGroup
-	deleter.Go(func() { deleteLoop(client, f.QueueURL, deletes, rec) })
+	for range *deleters {
+		deleter.Go(func() { deleteLoop(client, f.QueueURL, deletes, rec) })
+	}
 
 	rep := benchkit.Report{Contender: "baseline"}
-	failures := 0
-	for ctx.Err() == nil {
-		// Take 1..10 free slots, waiting for the first.
-		select {
-		case <-slots:
-		case <-ctx.Done():
-			continue
-		}
-		n := 1
-	more:
-		for n < maxBatch {
-			select {
-			case <-slots:
-				n++
-			default:
-				break more
-			}
-		}
-		if rep.StartNS == 0 {
-			rep.StartNS = time.Now().UnixNano()
-		}
-		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:            &f.QueueURL,
-			MaxNumberOfMessages: int32(n),
-			WaitTimeSeconds:     int32(*wait),
-		})
-		if err != nil {
-			release(n)
-			if ctx.Err() != nil {
-				break
-			}
-			failures++
-			fmt.Fprintln(os.Stderr, "baseline: receive:", err)
-			time.Sleep(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
-			continue
-		}
-		failures = 0
-		release(n - len(out.Messages))
-		for _, m := range out.Messages {
-			handlers.Go(func() {
-				defer release(1)
-				sent, ok := benchkit.SentMillis(aws.ToString(m.Body))
-				if !ok {
-					sent = -1
+	var firstReceive atomic.Int64
+	var pollers sync.WaitGroup
+	for range *pollerCount {
+		pollers.Go(func() {
+			failures := 0
+			for ctx.Err() == nil {
+				// Take 1..10 free slots, waiting for the first.
+				select {
+				case <-slots:
+				case <-ctx.Done():
+					continue
 				}
-				// The handler: nothing.
-				deletes <- item{receipt: m.ReceiptHandle, sent: sent}
-			})
-		}
+				n := 1
+			more:
+				for n < maxBatch {
+					select {
+					case <-slots:
+						n++
+					default:
+						break more
+					}
+				}
+				firstReceive.CompareAndSwap(0, time.Now().UnixNano())
+				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+					QueueUrl:            &f.QueueURL,
+					MaxNumberOfMessages: int32(n),
+					WaitTimeSeconds:     int32(*wait),
+				})
+				if err != nil {
+					release(n)
+					if ctx.Err() != nil {
+						break
+					}
+					failures++
+					fmt.Fprintln(os.Stderr, "baseline: receive:", err)
+					time.Sleep(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
+					continue
+				}
+				failures = 0
+				release(n - len(out.Messages))
+				for _, m := range out.Messages {
+					handlers.Go(func() {
+						defer release(1)
+						sent, ok := benchkit.SentMillis(aws.ToString(m.Body))
+						if !ok {
+							sent = -1
+						}
+						// The handler: nothing, or -work of waiting.
+						if *work > 0 {
+							time.Sleep(*work)
+						}
+						deletes <- item{receipt: m.ReceiptHandle, sent: sent}
+					})
+				}
+			}
+		})
 	}
+	pollers.Wait()
+	rep.StartNS = firstReceive.Load()
 	handlers.Wait()
 	close(deletes)
 	deleter.Wait()

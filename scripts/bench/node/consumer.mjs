@@ -1,15 +1,20 @@
 // The sqs-consumer contender of the sqsonce comparison benchmark
-// (scripts/bench): sqs-consumer with a handler that does nothing.
+// (scripts/bench): sqs-consumer with a handler that does nothing, or waits
+// --work milliseconds per message.
 //
 // Usage: node consumer.mjs --endpoint URL --queue-url URL --expect N
 //          [--instances 2] [--batch-size 10] [--mode batch|message] [--wait 20]
+//          [--work 0]
 //
 // sqs-consumer has no concurrency option: a Consumer receives one batch
 // (batchSize, at most 10), runs the handler for it, deletes it and only
 // then polls again. --instances runs several Consumers on one client to
 // handle more messages at once. --mode batch uses handleMessageBatch (one
 // DeleteMessageBatch per batch); --mode message uses handleMessage (one
-// DeleteMessage per message, handlers of a batch run concurrently).
+// DeleteMessage per message, handlers of a batch run concurrently). With
+// --work W each message waits W ms (a timer): in batch mode the messages
+// of a batch wait at the same time, so a batch takes about W, the same
+// work per message as in message mode.
 //
 // It stops once --expect deliveries are deleted (or at SIGTERM) and prints
 // one JSON line with the same fields as the Go contenders' report.
@@ -27,6 +32,7 @@ const { values: args } = parseArgs({
     "batch-size": { type: "string", default: "10" },
     mode: { type: "string", default: "batch" },
     wait: { type: "string", default: "20" },
+    work: { type: "string", default: "0" },
   },
 });
 
@@ -40,10 +46,13 @@ const expect = Number(args.expect);
 const instances = Number(args.instances);
 const batchSize = Number(args["batch-size"]);
 const waitTimeSeconds = Number(args.wait);
-if (!queueUrl || !(instances >= 1) || !(batchSize >= 1 && batchSize <= 10) || !["batch", "message"].includes(args.mode)) {
+const workMs = Number(args.work);
+if (!queueUrl || !(instances >= 1) || !(batchSize >= 1 && batchSize <= 10) || !["batch", "message"].includes(args.mode) || !(workMs >= 0)) {
   console.error("sqs-consumer: bad arguments");
   process.exit(2);
 }
+
+const work = () => new Promise((resolve) => setTimeout(resolve, workMs));
 
 const nowNs = () => Math.round((performance.timeOrigin + performance.now()) * 1e6);
 const nowMs = () => performance.timeOrigin + performance.now();
@@ -122,9 +131,21 @@ for (let i = 0; i < instances; i++) {
     pollingWaitTimeMs: 0,
   };
   if (args.mode === "batch") {
-    options.handleMessageBatch = async (messages) => messages; // no-op: acknowledge all
+    options.handleMessageBatch =
+      workMs > 0
+        ? async (messages) => {
+            await Promise.all(messages.map(work)); // each message's work, at the same time
+            return messages;
+          }
+        : async (messages) => messages; // no-op: acknowledge all
   } else {
-    options.handleMessage = async (message) => message; // no-op: acknowledge
+    options.handleMessage =
+      workMs > 0
+        ? async (message) => {
+            await work();
+            return message;
+          }
+        : async (message) => message; // no-op: acknowledge
   }
   const c = Consumer.create(options);
   c.on("message_processed", onProcessed);

@@ -1,9 +1,10 @@
 // Command sqsonce-go is the sqsonce library contender of the comparison
-// benchmark: worker.New with a ledger and a handler that does nothing, run
-// until -expect deliveries are deleted (or SIGTERM), then stopped by
-// cancelling Run's context. The ledger is a bbolt file (-ledger), or with
-// -backend a table of the shared ledger on PostgreSQL (-postgres-url) or
-// DynamoDB (-dynamodb-endpoint) that the driver created. With -prefill N
+// benchmark: worker.New with a ledger and a handler that does nothing (or
+// waits -work per message), run until -expect deliveries are deleted (or
+// SIGTERM), then stopped by cancelling Run's context. The ledger is a
+// bbolt file (-ledger), or with -backend a table of the shared ledger on
+// PostgreSQL (-postgres-url) or DynamoDB (-dynamodb-endpoint) that the
+// driver created. With -prefill N
 // it first writes N complete records (keys pre-<i>) to a bbolt ledger
 // through ClaimBatch and CompleteBatch, before the first receive, and
 // reports what that took apart. It prints a benchkit.Report as its last
@@ -52,6 +53,7 @@ func main() {
 	trackKeys := flag.Bool("track-keys", false, "count handler runs per operation key (for the duplicate run)")
 	prefill := flag.Int("prefill", 0, "complete records (keys pre-<i>) to write to the ledger before the first receive")
 	prefillOnly := flag.Bool("prefill-only", false, "write the -prefill records, print a report of that and exit")
+	work := flag.Duration("work", 0, "what the handler does: wait this long per message")
 	flag.Parse()
 	lf.path = *ledgerPath
 	if err := lf.check(); err != nil {
@@ -69,6 +71,9 @@ func main() {
 	if err := f.Check(); err != nil {
 		fail(2, err)
 	}
+	if *work < 0 {
+		fail(2, fmt.Errorf("-work must not be negative"))
+	}
 	if *cpuprofile != "" {
 		pf, err := os.Create(*cpuprofile)
 		if err != nil {
@@ -79,7 +84,7 @@ func main() {
 		}
 		defer func() { pprof.StopCPUProfile(); pf.Close() }()
 	}
-	if err := run(f, lf, *pollers, *trackKeys, *prefill, *latencies); err != nil {
+	if err := run(f, lf, *pollers, *trackKeys, *prefill, *latencies, *work); err != nil {
 		pprof.StopCPUProfile()
 		fail(1, err)
 	}
@@ -90,7 +95,7 @@ func fail(code int, err error) {
 	os.Exit(code)
 }
 
-func run(f benchkit.Flags, lf ledgerFlags, pollers int, trackKeys bool, prefill int, latencies bool) error {
+func run(f benchkit.Flags, lf ledgerFlags, pollers int, trackKeys bool, prefill int, latencies bool, work time.Duration) error {
 	rec := benchkit.NewRecorder(f.Expect)
 	sqsClient, reqs := benchkit.NewClient(f.Endpoint)
 	client := &watchedClient{Client: sqsClient, rec: rec, sent: map[string]int64{}}
@@ -117,6 +122,15 @@ func run(f benchkit.Flags, lf ledgerFlags, pollers int, trackKeys bool, prefill 
 			keysMu.Lock()
 			perKey[m.Key]++
 			keysMu.Unlock()
+		}
+		if work > 0 {
+			t := time.NewTimer(work)
+			defer t.Stop()
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 		return nil
 	})
