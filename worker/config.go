@@ -103,9 +103,10 @@ type Config struct {
 	// message at once instead of waiting for a receive's round trip and a
 	// claim's commit. They wait claimed, kept out of sight by the
 	// heartbeat, and are given back unstarted at a stop. 1..10000
-	// (NoPrefetch: none); default Pollers × MaxMessages, at most
-	// Concurrency, so that a worker holds no more than it can soon run
-	// while other workers on the queue could run them.
+	// (NoPrefetch: none); default Pollers × MaxMessages, one receive's
+	// worth per poller: enough for the pollers to receive while every
+	// handler is busy, and no more messages held from other workers on
+	// the queue than that.
 	Prefetch int
 
 	// MinBackoff is the visibility after a first failed attempt, doubling
@@ -200,9 +201,9 @@ func (c *Config) setDefaults() {
 	}
 	switch c.Prefetch {
 	case 0:
-		// max: a Pollers, MaxMessages or Concurrency out of range is
-		// reported under its own name, not this one's.
-		c.Prefetch = max(min(c.Pollers*c.MaxMessages, c.Concurrency), 0)
+		// max: a Pollers or MaxMessages out of range is reported under
+		// its own name, not this one's.
+		c.Prefetch = max(c.Pollers*c.MaxMessages, 0)
 	case NoPrefetch:
 		c.Prefetch = 0
 	}
