@@ -56,7 +56,7 @@ func writeLedgers(w io.Writer, b *bench, results, warmups []*result) {
 	p("## Ledgers\n\n")
 	p("sqsonce-go on each ledger: %d messages per run (%d on DynamoDB), %d rounds of every configuration in turn (%s; ledger×worker processes/handlers each), "+
 		"%d poller(s) per process, GOGC=%s. A fresh queue and a fresh ledger (bbolt file, or table) per run; each PostgreSQL table holds %d complete records of earlier operations, vacuumed and analyzed, before the run. Each cell: median (min–max) over the rounds.\n\n",
-		o.ledgerMessages, o.dynamoMessages, o.ledgerRounds, strings.Join(names, " → "), o.pollers, o.gogc, o.pgPrefill)
+		o.ledgerMessages, o.dynamoMessages, o.ledgerRounds, strings.Join(names, " → "), o.ledgerPollers(), o.gogc, o.pgPrefill)
 	for _, n := range o.ledgerConcurrency {
 		p("### %d handlers per worker process\n\n", n)
 		p("| ledger | workers | msg/s | p50 ms | p99 ms | worker CPU s / 1k msg | ledger server CPU s / 1k msg | ledger server busy %% | SQS server CPU s / 1k msg | driver CPU s / 1k msg | peak RSS MB | SQS requests / 1k msg | batches / 1k msg | claim round trips / batch | completion round trips / batch | other round trips / 1k msg | bbolt commits / batch | ClaimBatch ms | CompleteBatch ms | machine busy %% | other load %% |\n")

@@ -279,7 +279,7 @@ func (b *bench) runLedger(ctx context.Context, c ledgerConfig, round, ops int) (
 	procs := make([]*workerProc, c.workers)
 	for i := range procs {
 		args := append([]string{"-endpoint", b.endpoint, "-queue-url", queueURL, "-expect", strconv.Itoa(expect),
-			"-concurrency", strconv.Itoa(c.concurrency), "-pollers", strconv.Itoa(b.o.pollers)}, largs...)
+			"-concurrency", strconv.Itoa(c.concurrency), "-pollers", strconv.Itoa(b.o.ledgerPollers())}, largs...)
 		if c.workers > 1 {
 			args = append(args, "-latencies")
 		}

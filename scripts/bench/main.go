@@ -113,7 +113,7 @@ type options struct {
 	quiet            time.Duration
 	ledgerDir        string
 	pollers          int
-	baselineDeleters int // 0: 1 in the stress profile, 4 in the realistic one
+	baselineDeleters int // 0: 1 in the stress profile, 16 in the realistic one
 	dupAdjacent      bool
 	prefill          int
 	prefillInProcess bool
@@ -166,8 +166,8 @@ func main() {
 	flag.StringVar(&o.out, "out", "", "also write the report to this file")
 	flag.BoolVar(&o.keep, "keep", false, "keep the working directory (logs, ledgers)")
 	flag.StringVar(&o.ledgerDir, "ledger-dir", "", "where sqsonce's ledger files go (default: the working directory, under $TMPDIR); the file system's fsync is part of what is measured")
-	flag.IntVar(&o.baselineDeleters, "baseline-deleters", 0, "baseline's delete loops, each sending one DeleteMessageBatch at a time (0: 1 in the stress profile, where one keeps up, 4 in the realistic one, as sqsonce's worker has: one that waits a round trip per batch would cap baseline at 10 messages per round trip)")
-	flag.IntVar(&o.pollers, "sqsonce-pollers", 1, "receive loops of sqsonce-go, sqsonce-exec and sqsonce-http, and of baseline, which keeps their shape")
+	flag.IntVar(&o.baselineDeleters, "baseline-deleters", 0, "baseline's delete loops, each sending one DeleteMessageBatch at a time (0: 1 in the stress profile, where one keeps up, 16 in the realistic one, as many as the deletes sqsonce's worker has in flight: one that waits a round trip per batch would cap baseline at 10 messages per round trip)")
+	flag.IntVar(&o.pollers, "sqsonce-pollers", 0, "receive loops of sqsonce-go, sqsonce-exec and sqsonce-http, and of baseline, which keeps their shape (0: as many as sqs-consumer has Consumers at the handler count, one per 10 handlers; the ledger comparison: 1)")
 	flag.IntVar(&o.prefill, "prefill", 0, "sqsonce-go: complete records (keys pre-<i>) in its ledger before its first receive, written by a separate process first (a worker started on a big ledger); not counted in msg/s, CPU, commits, start-up or peak RSS")
 	flag.BoolVar(&o.prefillInProcess, "prefill-in-process", false, "with -prefill: sqsonce-go writes the records itself before its first receive, so the ledger pages those writes touched stay in its peak RSS (a worker that wrote them all); their time and CPU are still left out")
 	flag.StringVar(&o.gogc, "gogc", "400", "GOGC of the Go contenders (baseline, sqsonce-go, sqsonce-exec, sqsonce-http); 400 is the sqsonce binary's default, given to all alike; default or \"\": GOGC unset, so that baseline and sqsonce-go run with Go's default (100, the library embedded in a program that sets nothing) and the binary with its own (400)")
@@ -232,8 +232,8 @@ func main() {
 }
 
 func (o *options) check() error {
-	if o.messages < 10 || o.realMessages < 10 || o.rounds < 1 || o.fillWorkers < 1 || o.scInstancesFlag < 0 || o.pollers < 1 || o.execFloorRuns < 0 || o.baselineDeleters < 0 {
-		return errors.New("-n and -realistic-n must be at least 10; -rounds, -fill-workers and -sqsonce-pollers at least 1; -sqs-consumer-instances, -baseline-deleters and -exec-floor-n not negative")
+	if o.messages < 10 || o.realMessages < 10 || o.rounds < 1 || o.fillWorkers < 1 || o.scInstancesFlag < 0 || o.pollers < 0 || o.execFloorRuns < 0 || o.baselineDeleters < 0 {
+		return errors.New("-n and -realistic-n must be at least 10; -rounds and -fill-workers at least 1; -sqsonce-pollers, -sqs-consumer-instances, -baseline-deleters and -exec-floor-n not negative")
 	}
 	if len(o.contenders) > 0 && (len(o.concurrency) == 0 || len(o.profiles) == 0) {
 		return errors.New("-concurrency and -profile must name at least one number of handlers and one profile")

@@ -73,7 +73,7 @@ func (o *options) deletersOf(c runConfig) int {
 	case o.baselineDeleters > 0:
 		return o.baselineDeleters
 	case c.profile == pRealistic:
-		return 4
+		return 16 // sqsonce's worker has up to 16 deletes in flight
 	}
 	return 1
 }
@@ -85,8 +85,22 @@ func (o *options) pollersOf(contender string, c runConfig) (pollers, handlers in
 		n := o.scInstances(c.concurrency)
 		return n, 10 * n // a Consumer receives and handles one batch at a time
 	}
-	return o.pollers, c.concurrency
+	return o.loops(c), c.concurrency
 }
+
+// loops returns the receive loops of sqsonce and baseline in c:
+// -sqsonce-pollers, or with 0 as many as sqs-consumer has Consumers, so
+// that every contender receives with as many loops.
+func (o *options) loops(c runConfig) int {
+	if o.pollers > 0 {
+		return o.pollers
+	}
+	return o.scInstances(c.concurrency)
+}
+
+// ledgerPollers returns the receive loops of each worker process in the
+// ledger comparison: -sqsonce-pollers, or 1.
+func (o *options) ledgerPollers() int { return max(o.pollers, 1) }
 
 // helperProc is a child process of the driver that serves the runs: the
 // latency proxy or the http handler's endpoint. It prints one JSON line

@@ -93,8 +93,12 @@ func writeContenders(w io.Writer, b *bench, m machine, results []*result, dup *r
 		gogc = "GOGC unset (baseline and sqsonce-go: Go's default, 100; the sqsonce binary: its own default, 400)"
 	}
 	p("## Results\n\n")
-	p("%d rounds of every contender in turn (%s) in each configuration, %d poller(s) for sqsonce and baseline, %s. "+
-		"Each cell: median (min–max) over the rounds.\n\n", o.rounds, strings.Join(o.contenders, " → "), o.pollers, gogc)
+	loops := "as many receive loops for sqsonce and baseline as sqs-consumer has Consumers (one per 10 handlers)"
+	if o.pollers > 0 {
+		loops = fmt.Sprintf("%d receive loop(s) for sqsonce and baseline", o.pollers)
+	}
+	p("%d rounds of every contender in turn (%s) in each configuration, %s, %s. "+
+		"Each cell: median (min–max) over the rounds.\n\n", o.rounds, strings.Join(o.contenders, " → "), loops, gogc)
 	if contains(o.profiles, pStress) {
 		p("- **stress**: %d messages per run; the contenders talk to the local server straight, which answers in well under a millisecond; the handlers do nothing (sqsonce-exec runs `/bin/true`, sqsonce-http's endpoint answers at once); baseline has %d delete loop(s).\n",
 			o.messages, o.deletersOf(runConfig{profile: pStress}))

@@ -454,9 +454,9 @@ func (b *bench) command(contender string, cfg runConfig, queueURL string, expect
 	}
 	switch contender {
 	case cBaseline:
-		return exec.Command(b.exe[contender], append(common, "-pollers", strconv.Itoa(b.o.pollers), "-deleters", strconv.Itoa(b.o.deletersOf(cfg)))...), "", nil
+		return exec.Command(b.exe[contender], append(common, "-pollers", strconv.Itoa(b.o.loops(cfg)), "-deleters", strconv.Itoa(b.o.deletersOf(cfg)))...), "", nil
 	case cSqsonceGo:
-		args := append(common, "-ledger", ledgerPath, "-pollers", strconv.Itoa(b.o.pollers))
+		args := append(common, "-ledger", ledgerPath, "-pollers", strconv.Itoa(b.o.loops(cfg)))
 		if b.o.cpuprofile != "" && round != 0 {
 			if err := os.MkdirAll(b.o.cpuprofile, 0o755); err != nil {
 				return nil, "", err
@@ -503,7 +503,7 @@ concurrency = %d
 
 [admin]
 listen = %q
-`, queueURL, endpoint, benchkit.Region, b.o.pollers, ledgerPath, b.handlerConfig(contender, cfg), cfg.concurrency, admin), 0o600)
+`, queueURL, endpoint, benchkit.Region, b.o.loops(cfg), ledgerPath, b.handlerConfig(contender, cfg), cfg.concurrency, admin), 0o600)
 		if err != nil {
 			return nil, "", err
 		}
