@@ -92,8 +92,9 @@ type VerifyConfig struct {
 	SignatureHeader string
 
 	// Tolerance is how far a signed timestamp may be from now, for
-	// SchemeStripe and SchemeStandard only. Zero means DefaultTolerance;
-	// it is compared with whole seconds.
+	// SchemeStripe and SchemeStandard only. Zero means DefaultTolerance.
+	// Timestamps are whole seconds, so a tolerance counts whole seconds
+	// and one under a second is refused.
 	Tolerance time.Duration
 }
 
