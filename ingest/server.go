@@ -112,37 +112,21 @@ func New(cfg Config, client SQSClient) (*Server, error) {
 	if client == nil {
 		return nil, fmt.Errorf("nil SQS client: %w", ErrInvalidConfig)
 	}
-	if err := cfg.setDefaults(); err != nil {
+	cfg, sources, err := cfg.prepare()
+	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		cfg:    cfg,
-		sqs:    client,
-		log:    cfg.Logger,
-		byPath: map[string]*source{},
-		slots:  make(chan struct{}, cfg.MaxInFlight),
-		now:    time.Now,
+		cfg:     cfg,
+		sqs:     client,
+		log:     cfg.Logger,
+		byPath:  map[string]*source{},
+		sources: sources,
+		slots:   make(chan struct{}, cfg.MaxInFlight),
+		now:     time.Now,
 	}
-	names := map[string]bool{}
-	var errs []error
-	for _, src := range cfg.Sources {
-		p, err := src.prepare()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if names[src.Name] {
-			errs = append(errs, fmt.Errorf("source %q: the name is used twice: %w", src.Name, ErrInvalidConfig))
-		}
-		if s.byPath[src.Path] != nil {
-			errs = append(errs, fmt.Errorf("source %q: path %s is already source %q's: %w", src.Name, src.Path, s.byPath[src.Path].Name, ErrInvalidConfig))
-		}
-		names[src.Name] = true
-		s.byPath[src.Path] = p
-		s.sources = append(s.sources, p)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+	for _, src := range sources {
+		s.byPath[src.Path] = src
 	}
 	s.metrics = newMetrics(s)
 	if cfg.Registerer != nil {
@@ -151,6 +135,41 @@ func New(cfg Config, client SQSClient) (*Server, error) {
 		}
 	}
 	return s, nil
+}
+
+// Validate reports what New would refuse in cfg, every problem joined, each
+// wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	_, _, err := c.prepare()
+	return err
+}
+
+// prepare fills the defaults of a copy of c and prepares its sources.
+func (c Config) prepare() (Config, []*source, error) {
+	err := c.setDefaults()
+	var errs []error
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var sources []*source
+	names, paths := map[string]bool{}, map[string]string{}
+	for _, src := range c.Sources {
+		p, err := src.prepare()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if names[src.Name] {
+			errs = append(errs, fmt.Errorf("source %q: the name is used twice: %w", src.Name, ErrInvalidConfig))
+		}
+		if other, ok := paths[src.Path]; ok {
+			errs = append(errs, fmt.Errorf("source %q: path %s is already source %q's: %w", src.Name, src.Path, other, ErrInvalidConfig))
+		}
+		names[src.Name], paths[src.Path] = true, src.Name
+		if p != nil {
+			sources = append(sources, p)
+		}
+	}
+	return c, sources, errors.Join(errs...)
 }
 
 func (c *Config) setDefaults() error {

@@ -94,7 +94,10 @@ func (s Source) prepare() (*source, error) {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("source %q: %w: %w", s.Name, errors.Join(errs...), ErrInvalidConfig)
+		for i, err := range errs {
+			errs[i] = fmt.Errorf("source %q: %w", s.Name, err)
+		}
+		return nil, fmt.Errorf("%w: %w", errors.Join(errs...), ErrInvalidConfig)
 	}
 	src := &source{Source: s, verifier: v}
 	if err := src.keyFuncs(); err != nil {

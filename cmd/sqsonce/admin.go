@@ -203,7 +203,23 @@ type adminServer struct {
 // startAdmin listens on cfg.Listen and serves /metrics, /healthz, /readyz
 // and, when enabled, /debug/pprof/. It returns nil when the listener is
 // disabled.
-func startAdmin(cfg AdminConfig, reg *prometheus.Registry, health func() worker.Health, log *slog.Logger) (*adminServer, error) {
+// healthState is what the admin listener and systemd hear of a running
+// command: alive (its loops turn), ready (it does its job now) and the
+// fields of /healthz's and /readyz's JSON body.
+type healthState struct {
+	Alive, Ready bool
+	Fields       map[string]any
+}
+
+// workerHealth is what the admin listener and systemd hear of a worker.
+func workerHealth(h worker.Health) healthState {
+	return healthState{Alive: h.Alive, Ready: h.Ready, Fields: map[string]any{
+		"running": h.Running, "alive": h.Alive, "ready": h.Ready,
+		"draining": h.Draining, "ledger_down": h.LedgerDown, "last_receive": h.LastReceive, "in_flight": h.InFlight,
+	}}
+}
+
+func startAdmin(cfg AdminConfig, reg *prometheus.Registry, health func() healthState, log *slog.Logger) (*adminServer, error) {
 	if cfg.Listen == "" {
 		return nil, nil
 	}
@@ -255,13 +271,14 @@ func (a *adminServer) Close() error {
 	return err
 }
 
-func writeHealth(w http.ResponseWriter, ok bool, h worker.Health) {
+func writeHealth(w http.ResponseWriter, ok bool, h healthState) {
 	w.Header().Set("Content-Type", "application/json")
 	if !ok {
 		w.WriteHeader(http.StatusServiceUnavailable)
 	}
-	json.NewEncoder(w).Encode(map[string]any{
-		"ok": ok, "running": h.Running, "alive": h.Alive, "ready": h.Ready,
-		"draining": h.Draining, "ledger_down": h.LedgerDown, "last_receive": h.LastReceive, "in_flight": h.InFlight,
-	})
+	body := map[string]any{"ok": ok}
+	for k, v := range h.Fields {
+		body[k] = v
+	}
+	json.NewEncoder(w).Encode(body)
 }

@@ -13,7 +13,10 @@ import (
 	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsonce/sqsonce/ingest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
 )
@@ -35,7 +38,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nand the handler. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nand the handler, and with [[ingest.source]] tables each source's secrets and\nqueue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -132,11 +135,46 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 			c.line("fail", "handler", "%s does not answer: %v", cfg.Handler.URL, err)
 		}
 	}
+	if len(cfg.Ingest.Source) > 0 {
+		checkIngest(ctx, c, cfg, client, m.LookupEnv)
+	}
 	c.tw.Flush()
 	if c.failed {
 		return errors.New("some checks failed")
 	}
 	return nil
+}
+
+// checkIngest checks what `sqsonce ingest` will need: each source's
+// secrets, its configuration with them, and its queue.
+func checkIngest(ctx context.Context, c *checker, cfg Config, client *sqs.Client, lookupEnv func(string) (string, bool)) {
+	icfg, err := ingestConfig(cfg, lookupEnv, nil)
+	if err != nil {
+		c.line("fail", "ingest", "%v", err)
+		return
+	}
+	if err := icfg.Validate(); err != nil {
+		for _, line := range plainIngestErrors(err) {
+			c.line("fail", "ingest", "%s", line)
+		}
+		return
+	}
+	for _, src := range icfg.Sources {
+		out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &src.QueueURL,
+			AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue}})
+		switch {
+		case err != nil:
+			c.line("fail", "ingest "+src.Name, "queue %s: %v", src.QueueURL, err)
+		case src.GroupPointer != "" && out.Attributes[string(types.QueueAttributeNameFifoQueue)] != "true":
+			c.line("fail", "ingest "+src.Name, "group_pointer is for FIFO queues, and %s is a standard queue", src.QueueURL)
+		default:
+			c.line("ok", "ingest "+src.Name, "POST %s, verify %s (%d secrets), to %s", src.Path, src.Verify.Scheme, len(src.Verify.Secrets), src.QueueURL)
+		}
+	}
+	if cfg.Key.From != KeyFromAttribute || cfg.Key.Attribute != ingest.AttrKey {
+		c.line("warn", "ingest key", "the worker reads keys from the %s; the events ingest sends carry theirs in the attribute %s: set key.from = %q and key.attribute = %q so that both agree",
+			cfg.Key.From, ingest.AttrKey, KeyFromAttribute, ingest.AttrKey)
+	}
 }
 
 // checkLedgerPath checks that the ledger can be opened for writing and is

@@ -18,6 +18,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/sqsonce/sqsonce/ingest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/dynamodb"
 	"github.com/sqsonce/sqsonce/ledger/postgres"
@@ -77,6 +78,7 @@ type Config struct {
 	Retry    RetryConfig    `toml:"retry"`
 	Shutdown ShutdownConfig `toml:"shutdown"`
 	Admin    AdminConfig    `toml:"admin"`
+	Ingest   IngestConfig   `toml:"ingest"`
 }
 
 // QueueConfig says which SQS queue to consume and how to receive from it.
@@ -213,6 +215,59 @@ type AdminConfig struct {
 	PProf bool `toml:"pprof"`
 }
 
+// IngestConfig configures `sqsonce ingest`, the webhook receiver.
+type IngestConfig struct {
+	// Listen is the host:port the receiver serves.
+	Listen string `toml:"listen"`
+	// MaxBody is the largest request body taken, in bytes; 0 means what
+	// each source's queue takes (its MaximumMessageSize less the
+	// attributes). It may only lower that.
+	MaxBody int `toml:"max_body"`
+	// MaxInFlight bounds the requests handled at once: 1 to 100000.
+	MaxInFlight int `toml:"max_in_flight"`
+	// RequestTimeout bounds one request, the send to SQS included: 1s to
+	// 60s. Keep it below the senders' own timeouts (10s for GitHub).
+	RequestTimeout Duration `toml:"request_timeout"`
+	// RetryAfter is the Retry-After of a 503: 1s to 1h.
+	RetryAfter Duration `toml:"retry_after"`
+	// Source lists the senders, one [[ingest.source]] table each.
+	Source []IngestSource `toml:"source"`
+}
+
+// IngestSource is one [[ingest.source]]: a sender's endpoint. In the
+// environment, SQSONCE_INGEST_SOURCE holds them all as a JSON array of
+// objects with the same keys.
+type IngestSource struct {
+	Name string `toml:"name" json:"name"`
+	Path string `toml:"path" json:"path"`
+	// Verify is the signature scheme: stripe, github, standard,
+	// hmac-sha256 or none (which must be said).
+	Verify string `toml:"verify" json:"verify"`
+	// SecretFile is a file of secrets, one a line; SecretEnv the name of a
+	// variable holding whitespace-separated secrets. Exactly one, except
+	// for verify = "none", which takes neither. Secrets never stand in the
+	// configuration itself.
+	SecretFile string `toml:"secret_file" json:"secret_file"`
+	SecretEnv  string `toml:"secret_env" json:"secret_env"`
+	// SignatureHeader is the header of verify = "hmac-sha256".
+	SignatureHeader string `toml:"signature_header" json:"signature_header"`
+	// Tolerance is how old a signed timestamp may be (stripe, standard):
+	// empty means 5m.
+	Tolerance Duration `toml:"tolerance" json:"tolerance"`
+	// QueueURL is the queue the events go to; empty means queue.url.
+	QueueURL string `toml:"queue_url" json:"queue_url"`
+	// KeyHeader or KeyPointer says where the sender's event id is; empty
+	// means the scheme's own (X-GitHub-Delivery, webhook-id, Stripe's /id).
+	KeyHeader  string `toml:"key_header" json:"key_header"`
+	KeyPointer string `toml:"key_pointer" json:"key_pointer"`
+	// GroupPointer is the body's value that is the FIFO message group;
+	// empty means the key.
+	GroupPointer string `toml:"group_pointer" json:"group_pointer"`
+	// OnMissing is what a request without an event id gets: reject (400,
+	// the default) or hash (keyed by a SHA-256 of its body).
+	OnMissing string `toml:"on_missing" json:"on_missing"`
+}
+
 // Duration is a time.Duration written as a Go duration string such as
 // "20s", "15m" or "168h", in the file and in the environment.
 type Duration struct {
@@ -298,6 +353,12 @@ func DefaultConfig() Config {
 		},
 		Admin: AdminConfig{
 			Listen: "127.0.0.1:9464",
+		},
+		Ingest: IngestConfig{
+			Listen:         "127.0.0.1:8080",
+			MaxInFlight:    ingest.DefaultMaxInFlight,
+			RequestTimeout: Duration{ingest.DefaultRequestTimeout},
+			RetryAfter:     Duration{ingest.DefaultRetryAfter},
 		},
 	}
 }
@@ -468,10 +529,17 @@ var settings = sync.OnceValue(func() []setting {
 // knownKeys is the set of every section and dotted key of Config.
 func knownKeys() map[string]bool {
 	known := make(map[string]bool)
+	root := reflect.TypeFor[Config]()
 	for _, s := range settings() {
 		section, _, _ := strings.Cut(s.key, ".")
 		known[section] = true
 		known[s.key] = true
+		// A list of tables ([[ingest.source]]): its keys too.
+		if t := root.FieldByIndex(s.index).Type; t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct {
+			for i := range t.Elem().NumField() {
+				known[s.key+"."+tomlName(t.Elem().Field(i))] = true
+			}
+		}
 	}
 	return known
 }
@@ -544,7 +612,14 @@ func setText(v reflect.Value, raw string) error {
 	case reflect.Slice:
 		list := reflect.New(v.Type())
 		if strings.HasPrefix(trimmed, "[") {
-			if err := json.Unmarshal([]byte(trimmed), list.Interface()); err != nil {
+			// Unknown fields of objects are refused, as unknown keys of
+			// the file are.
+			dec := json.NewDecoder(strings.NewReader(trimmed))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(list.Interface()); err != nil {
+				if strings.Contains(err.Error(), "unknown field") {
+					return fmt.Errorf("%v in %q", err, raw)
+				}
 				return fmt.Errorf("want a JSON array of %s, got %q", kindNoun(v.Type().Elem()), raw)
 			}
 		} else {
@@ -570,6 +645,8 @@ func kindNoun(t reflect.Type) string {
 		return "integers"
 	case reflect.String:
 		return "strings"
+	case reflect.Struct:
+		return "objects"
 	}
 	return t.String()
 }
@@ -661,6 +738,13 @@ var rules = []rule{
 		when:  func(c *Config) bool { return c.Admin.Listen != "" },
 		check: func(c *Config) error { return hostPort(c.Admin.Listen) },
 	},
+
+	{key: "ingest.listen", check: func(c *Config) error { return hostPort(c.Ingest.Listen) }},
+	{key: "ingest.max_body", check: func(c *Config) error { return between(c.Ingest.MaxBody, 0, 1<<30) }},
+	{key: "ingest.max_in_flight", check: func(c *Config) error { return between(c.Ingest.MaxInFlight, 1, 100000) }},
+	{key: "ingest.request_timeout", check: func(c *Config) error { return durationBetween(c.Ingest.RequestTimeout, time.Second, time.Minute) }},
+	{key: "ingest.retry_after", check: func(c *Config) error { return durationBetween(c.Ingest.RetryAfter, time.Second, time.Hour) }},
+	{key: "ingest.source", when: func(c *Config) bool { return len(c.Ingest.Source) > 0 }, check: checkIngestSources},
 }
 
 // workerKeys names the file's key for each field of worker.Config that the
@@ -839,6 +923,14 @@ func oneOf(v string, allowed ...string) error {
 		}
 	}
 	return fmt.Errorf("must be one of %s, got %q", strings.Join(allowed, ", "), v)
+}
+
+// between requires lo <= n <= hi.
+func between(n, lo, hi int) error {
+	if n < lo || n > hi {
+		return fmt.Errorf("must be between %d and %d, got %d", lo, hi, n)
+	}
+	return nil
 }
 
 // durationBetween requires lo <= d <= hi.

@@ -86,6 +86,21 @@ func fullConfig() Config {
 			Listen: "10.0.0.5:9100",
 			PProf:  true,
 		},
+		Ingest: IngestConfig{
+			Listen:         "0.0.0.0:8443",
+			MaxBody:        100000,
+			MaxInFlight:    64,
+			RequestTimeout: Duration{9 * time.Second},
+			RetryAfter:     Duration{30 * time.Second},
+			Source: []IngestSource{
+				{Name: "github", Path: "/hooks/github", Verify: "github", SecretEnv: "GITHUB_WEBHOOK_SECRETS"},
+				{Name: "stripe", Path: "/hooks/stripe", Verify: "stripe", SecretFile: "/etc/sqsonce/stripe.secrets",
+					Tolerance: Duration{10 * time.Minute}, QueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/payments.fifo",
+					KeyPointer: "/id", GroupPointer: "/data/object/customer", OnMissing: "reject"},
+				{Name: "partner", Path: "/hooks/partner", Verify: "hmac-sha256", SecretFile: "/etc/sqsonce/partner.secrets",
+					SignatureHeader: "X-Partner-Signature", KeyHeader: "X-Partner-Event", OnMissing: "hash"},
+			},
+		},
 	}
 }
 
@@ -153,6 +168,8 @@ func TestDefaultConfig(t *testing.T) {
 		},
 		Shutdown: ShutdownConfig{Grace: Duration{25 * time.Second}},
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
+		Ingest: IngestConfig{Listen: "127.0.0.1:8080", MaxInFlight: 256,
+			RequestTimeout: Duration{8 * time.Second}, RetryAfter: Duration{5 * time.Second}},
 	}
 	assertConfig(t, DefaultConfig(), want)
 
@@ -253,17 +270,26 @@ func TestExampleConfig(t *testing.T) {
 	if _, err := toml.DecodeFile(path, &raw); err != nil {
 		t.Fatal(err)
 	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range settings() {
 		section, key, _ := strings.Cut(s.key, ".")
+		if reflect.TypeFor[Config]().FieldByIndex(s.index).Type.Kind() == reflect.Slice &&
+			reflect.TypeFor[Config]().FieldByIndex(s.index).Type.Elem().Kind() == reflect.Struct {
+			// A list of tables, empty by default: shown as a commented
+			// example.
+			if !bytes.Contains(data, []byte("# [["+s.key+"]]")) {
+				t.Errorf("%s: no commented example of [[%s]]", path, s.key)
+			}
+			continue
+		}
 		if _, ok := raw[section][key]; !ok {
 			t.Errorf("%s: key %s missing", path, s.key)
 		}
 	}
 
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	keyLine := regexp.MustCompile(`^[a-z_]+ = `)
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	prev := ""
@@ -710,6 +736,16 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_SHUTDOWN_GRACE":           "10s",
 		"SQSONCE_ADMIN_LISTEN":             "10.0.0.5:9100",
 		"SQSONCE_ADMIN_PPROF":              "true",
+		"SQSONCE_INGEST_LISTEN":            "0.0.0.0:8443",
+		"SQSONCE_INGEST_MAX_BODY":          "100000",
+		"SQSONCE_INGEST_MAX_IN_FLIGHT":     "64",
+		"SQSONCE_INGEST_REQUEST_TIMEOUT":   "9s",
+		"SQSONCE_INGEST_RETRY_AFTER":       "30s",
+		"SQSONCE_INGEST_SOURCE": `[{"name": "github", "path": "/hooks/github", "verify": "github", "secret_env": "GITHUB_WEBHOOK_SECRETS"},
+			{"name": "stripe", "path": "/hooks/stripe", "verify": "stripe", "secret_file": "/etc/sqsonce/stripe.secrets", "tolerance": "10m",
+			 "queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/payments.fifo", "key_pointer": "/id", "group_pointer": "/data/object/customer", "on_missing": "reject"},
+			{"name": "partner", "path": "/hooks/partner", "verify": "hmac-sha256", "secret_file": "/etc/sqsonce/partner.secrets",
+			 "signature_header": "X-Partner-Signature", "key_header": "X-Partner-Event", "on_missing": "hash"}]`,
 	}
 	if len(vars) != len(EnvVars()) {
 		t.Fatalf("test sets %d variables, EnvVars lists %d", len(vars), len(EnvVars()))
@@ -851,6 +887,12 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_SHUTDOWN_GRACE",
 		"SQSONCE_ADMIN_LISTEN",
 		"SQSONCE_ADMIN_PPROF",
+		"SQSONCE_INGEST_LISTEN",
+		"SQSONCE_INGEST_MAX_BODY",
+		"SQSONCE_INGEST_MAX_IN_FLIGHT",
+		"SQSONCE_INGEST_REQUEST_TIMEOUT",
+		"SQSONCE_INGEST_RETRY_AFTER",
+		"SQSONCE_INGEST_SOURCE",
 	}
 	got := EnvVars()
 	if !slices.Equal(got, want) {

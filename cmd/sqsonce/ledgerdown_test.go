@@ -192,11 +192,11 @@ func TestMain_SharedLedgerLost(t *testing.T) {
 // The status systemd shows says that the worker waits for its ledger.
 func TestNotifyStatus_LedgerDown(t *testing.T) {
 	t.Parallel()
-	got := status(worker.Health{Running: true, Alive: true, LedgerDown: true}, worker.Stats{})
+	got := workerStatus(worker.Health{Running: true, Alive: true, LedgerDown: true}, worker.Stats{})
 	if !strings.HasPrefix(got, "waiting for the ledger") {
 		t.Fatalf("status %q", got)
 	}
-	if got := status(worker.Health{Running: true, Alive: true, Ready: true}, worker.Stats{}); !strings.HasPrefix(got, "consuming") {
+	if got := workerStatus(worker.Health{Running: true, Alive: true, Ready: true}, worker.Stats{}); !strings.HasPrefix(got, "consuming") {
 		t.Fatalf("status %q", got)
 	}
 }

@@ -69,6 +69,7 @@ Usage:
 
 Commands:
   run       consume the queue until SIGTERM or SIGINT
+  ingest    receive webhooks, verify them and send them to the queue
   send      send lines of JSON to the queue, one message each
   replay    move messages from the dead-letter queue back to the queue
   check     check configuration, credentials, queues, ledger and handler before deploying
@@ -89,6 +90,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
 		err = m.runCommand(ctx, rest)
+	case "ingest":
+		err = m.ingestCommand(ctx, rest)
 	case "send":
 		err = m.sendCommand(ctx, rest)
 	case "ledger":

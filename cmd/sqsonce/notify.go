@@ -65,7 +65,7 @@ func (n *notifier) close() {
 // sends WATCHDOG=1 at half its interval, but only while the worker reports
 // itself alive: a stuck receive loop stops the pings and systemd restarts
 // the service. run returns when ctx ends.
-func (n *notifier) run(ctx context.Context, health func() worker.Health, stats func() worker.Stats) {
+func (n *notifier) run(ctx context.Context, health func() healthState, status func() string) {
 	if n == nil {
 		return
 	}
@@ -82,11 +82,11 @@ func (n *notifier) run(ctx context.Context, health func() worker.Health, stats f
 		h := health()
 		if !ready && h.Ready {
 			ready = true
-			n.send("READY=1\nSTATUS=" + status(h, stats()))
+			n.send("READY=1\nSTATUS=" + status())
 			lastStatus = now
 		}
 		if ready && now.Sub(lastStatus) >= 5*time.Second {
-			n.send("STATUS=" + status(h, stats()))
+			n.send("STATUS=" + status())
 			lastStatus = now
 		}
 		if n.watchdog > 0 && h.Alive && now.Sub(lastPing) >= n.watchdog/2 {
@@ -101,7 +101,8 @@ func (n *notifier) run(ctx context.Context, health func() worker.Health, stats f
 	}
 }
 
-func status(h worker.Health, s worker.Stats) string {
+// workerStatus is systemd's STATUS= of a worker.
+func workerStatus(h worker.Health, s worker.Stats) string {
 	state := "consuming"
 	switch {
 	case h.Draining:

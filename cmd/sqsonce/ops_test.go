@@ -195,10 +195,10 @@ func TestNotifier_WatchdogStopsWhenStuck(t *testing.T) {
 	defer n.close()
 	var mu sync.Mutex
 	h := worker.Health{Running: true, Alive: true, Ready: true}
-	health := func() worker.Health { mu.Lock(); defer mu.Unlock(); return h }
+	health := func() healthState { mu.Lock(); defer mu.Unlock(); return workerHealth(h) }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { n.run(ctx, health, func() worker.Stats { return worker.Stats{} }); close(done) }()
+	go func() { n.run(ctx, health, func() string { return "consuming" }); close(done) }()
 	deadline := time.Now().Add(5 * time.Second)
 	for sock.count("WATCHDOG=1") < 3 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)

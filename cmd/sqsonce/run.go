@@ -55,7 +55,8 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	admin, err := startAdmin(cfg.Admin, reg, w.Health, log)
+	health := func() healthState { return workerHealth(w.Health()) }
+	admin, err := startAdmin(cfg.Admin, reg, health, log)
 	if err != nil {
 		return err
 	}
@@ -74,7 +75,9 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	defer close(finished)
 	notifyCtx, stopNotify := context.WithCancel(context.Background())
 	defer stopNotify()
-	background.Go(func() { notify.run(notifyCtx, w.Health, w.Stats) })
+	background.Go(func() {
+		notify.run(notifyCtx, health, func() string { return workerStatus(w.Health(), w.Stats()) })
+	})
 	background.Go(func() {
 		select {
 		case sig := <-m.Signals:
