@@ -100,6 +100,10 @@ demo: build ## Run the worker on a local SQS-compatible server and show what it 
 demo-shared: build ## The demo with three workers on one queue, sharing a ledger in a local PostgreSQL.
 	$(WITH_SQS) $(WITH_PG) go run ./scripts/demo --bin bin/sqsonce -workers 3 -ledger postgres
 
+.PHONY: demo-ingest
+demo-ingest: build ## Webhooks: sqsonce ingest in front of a FIFO queue, signed GitHub, Stripe and Standard Webhooks requests (curl, openssl), each event's handler run once.
+	$(WITH_SQS) go run ./scripts/demo --bin bin/sqsonce -ingest
+
 .PHONY: clean
 clean: ## Remove build output and the installed test servers.
 	rm -rf bin scripts/sqs/node_modules scripts/dynalite/node_modules

@@ -5,7 +5,10 @@
 // stops it with SIGTERM and prints what happened.
 //
 // With -workers 3 -ledger postgres (or dynamodb) it runs three workers at
-// once on one queue, sharing one ledger table, as several hosts would.
+// once on one queue, sharing one ledger table, as several hosts would. With
+// -ingest it shows webhooks instead: sqsonce ingest in front of a FIFO queue,
+// sqsonce run behind it, and scripts/demo/webhooks.sh sending signed
+// GitHub, Stripe and Standard Webhooks requests, each twice.
 //
 // Run it through `make demo` (one worker, the embedded ledger) or `make
 // demo-shared` (three workers on PostgreSQL), which build the binary and
@@ -13,7 +16,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,18 +44,19 @@ func main() {
 	copies := flag.Int("copies", 3, "average deliveries per operation")
 	workers := flag.Int("workers", 1, "worker processes on the queue (more than one needs a shared -ledger)")
 	backend := flag.String("ledger", "bbolt", "ledger backend: bbolt, postgres (SQSONCE_TEST_POSTGRES_URL) or dynamodb (SQSONCE_TEST_DYNAMODB_ENDPOINT)")
+	webhooks := flag.Bool("ingest", false, "the webhook demo instead: sqsonce ingest in front of a FIFO queue, scripts/demo/webhooks.sh sending signed webhooks")
 	flag.Parse()
 	if *workers > 1 && *backend == "bbolt" {
 		fmt.Fprintln(os.Stderr, "demo: several workers need a shared ledger: -ledger postgres or dynamodb")
 		os.Exit(2)
 	}
-	if err := run(*bin, *ops, *copies, *workers, *backend); err != nil {
+	if err := run(*bin, *ops, *copies, *workers, *backend, *webhooks); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, ops, copies, workers int, backend string) error {
+func run(bin string, ops, copies, workers int, backend string, webhooks bool) error {
 	endpoint := os.Getenv("SQSONCE_TEST_SQS_ENDPOINT")
 	if endpoint == "" {
 		return errors.New("SQSONCE_TEST_SQS_ENDPOINT is not set: run the demo with `make demo`")
@@ -77,6 +80,9 @@ func run(bin string, ops, copies, workers int, backend string) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if webhooks {
+		return runIngest(ctx, client, bin, endpoint, dir)
+	}
 
 	// 1. A queue whose messages go to a dead-letter queue after 4 receives.
 	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -344,24 +350,7 @@ func waitDrained(ctx context.Context, c *sqs.Client, queue, dlq string, timeout 
 
 // lastSummary reads the counters of the worker's "worker stopped" log line.
 func lastSummary(path string) (map[string]any, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var last map[string]any
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var rec map[string]any
-		if json.Unmarshal(sc.Bytes(), &rec) == nil && rec["msg"] == "worker stopped" {
-			last = rec
-		}
-	}
-	if last == nil {
-		return nil, fmt.Errorf("no summary in the worker's log %s", path)
-	}
-	return last, nil
+	return lastLogLine(path, "worker stopped")
 }
 
 func countLines(path string) (map[string]int, error) {
