@@ -66,6 +66,10 @@ lint: ## gofmt, go vet and staticcheck.
 bench-go: ## Go benchmarks: ledger throughput (bbolt, PostgreSQL, DynamoDB), Get on 1M records, sweeping, the worker's drain (needs the local servers).
 	SQSONCE_TEST_POSTGRES_DURABLE=1 $(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
+.PHONY: bench-ingest
+bench-ingest: ## The webhook receiver against a plain net/http handler that sends to SQS unchecked: requests/s, p50 and p99 (local SQS server).
+	$(WITH_SQS) go test -run '^$$' -bench BenchmarkReceiver -benchtime 5000x -count 5 ./ingest/
+
 # bench and bench-go run PostgreSQL with fsync and synchronous_commit on, as
 # in production, unlike the tests' (see scripts/with-postgres.sh).
 # bench's size (messages per run in the stress and in the realistic profile)
