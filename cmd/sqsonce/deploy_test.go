@@ -59,14 +59,20 @@ func TestDeploy_SystemdUnits(t *testing.T) {
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	var units []string
-	for src, dst := range map[string]string{"sqsonce.service": "sqsonce.service", "sqsonce@.service": "sqsonce@orders.service"} {
+	for src, dst := range map[string]string{"sqsonce.service": "sqsonce.service", "sqsonce@.service": "sqsonce@orders.service", "sqsonce-ingest.service": "sqsonce-ingest.service"} {
 		b, err := os.ReadFile(filepath.Join("../../deploy/systemd", src))
 		if err != nil {
 			t.Fatal(err)
 		}
 		text := string(b)
-		for _, want := range []string{"Type=notify", "WatchdogSec=", "Restart=on-failure", "StateDirectory=sqsonce", "DynamicUser=yes",
-			"ProtectSystem=strict", "NoNewPrivileges=yes", "SystemCallFilter=@system-service", "KillMode=mixed"} {
+		want := []string{"Type=notify", "WatchdogSec=", "Restart=on-failure", "DynamicUser=yes",
+			"ProtectSystem=strict", "NoNewPrivileges=yes", "SystemCallFilter=@system-service"}
+		if src != "sqsonce-ingest.service" { // the receiver keeps no state and runs no handlers
+			want = append(want, "StateDirectory=sqsonce", "KillMode=mixed")
+		} else {
+			want = append(want, "ExecStart=/usr/local/bin/sqsonce ingest ")
+		}
+		for _, want := range want {
 			if !strings.Contains(text, want) {
 				t.Errorf("%s lacks %s", src, want)
 			}
