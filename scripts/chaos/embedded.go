@@ -257,6 +257,10 @@ var (
 	openedRe    = regexp.MustCompile(`ledger opened in (\d+)ms: file dev=\d+ inode=(\d+)( \(deleted\))?`)
 )
 
+// raceWorkWait bounds how long a run that started during a compaction is
+// given to complete its first operation before its planned end.
+const raceWorkWait = 30 * time.Second
+
 // raceCompaction starts `sqsonce ledger compact` and the next worker run
 // (the last one has ended) at the same moment: every other time back to
 // back, otherwise the worker the moment the compaction holds the ledger's
