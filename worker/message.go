@@ -21,6 +21,12 @@ type Message struct {
 	SentAt          time.Time
 	// Attributes holds the message attributes that have a string value.
 	Attributes map[string]string
+	// Owner is this attempt's owner token in the ledger: the claim the
+	// worker holds for the operation. A handler that records the
+	// completion itself, in the transaction of its own writes (package
+	// pgtx), names it; after a takeover it is no longer the record's
+	// owner, and that completion fails.
+	Owner string
 
 	// Result is stored with the completed operation (cut to 4 KiB) and
 	// shown for its duplicates.

@@ -1,0 +1,132 @@
+// Package pgtx runs a worker's handler inside a PostgreSQL transaction on
+// the database of the shared ledger, and records the operation complete in
+// that same transaction: the handler's writes and the completion commit
+// together, or neither does. An operation whose effect is those writes then
+// takes effect once, with no crash window: a worker that dies before the
+// commit leaves neither the effect nor the completion, and its redelivery
+// runs the operation again from scratch; a worker that dies after it leaves
+// both, and the redelivery is answered as a duplicate.
+//
+// Even a takeover cannot apply the effect twice. The completion is written
+// only under the attempt's own claim (worker.Message.Owner), and it locks
+// the operation's record until the transaction ends: when another worker
+// has taken the operation over (this one's lease lapsed), the completion
+// fails and the whole transaction, the handler's writes included, is rolled
+// back; a takeover that comes while the transaction is open waits for it,
+// and finds the operation complete if it committed.
+//
+// Use it with a worker whose ledger is that same *postgres.Ledger:
+//
+//	l, _ := postgres.Open(ctx, postgres.Options{URL: url})
+//	h := pgtx.New(l, func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+//		_, err := tx.Exec(ctx, `INSERT INTO orders (id, body) VALUES ($1, $2)`, m.Key, m.Body)
+//		return err
+//	})
+//	w, _ := worker.New(cfg, sqsClient, l, h)
+//
+// The transaction stays open while the handler runs, holding its locks and
+// a connection of the ledger's pool: bound it with the worker's handler
+// timeout (Config.HandlerTimeout), which cancels the handler's context and
+// so rolls the transaction back, and give the pool connections for the
+// handlers as well as for the worker's claims and heartbeats
+// (pool_max_conns in the ledger's URL). The heartbeat keeps the lease
+// while the transaction is open; it uses other connections of the pool.
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/postgres"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// Func is a handler's work inside the transaction tx. It returns nil when
+// the work is done; an error rolls tx back and is the attempt's outcome, as
+// for worker.Handler (worker.Permanent and worker.RetryAfter steer it). It
+// must not commit or roll back tx itself.
+type Func func(ctx context.Context, tx pgx.Tx, m *worker.Message) error
+
+// Handler is a worker.Handler that runs a Func in a transaction with the
+// operation's completion. It is safe for concurrent use.
+type Handler struct {
+	l  *postgres.Ledger
+	fn Func
+
+	beforeCommit func() // for tests: runs after the completion, before the commit
+}
+
+// New returns the Handler of fn on the ledger's database.
+func New(l *postgres.Ledger, fn Func) *Handler {
+	return &Handler{l: l, fn: fn}
+}
+
+// ErrNotCommitted is wrapped by Handle's error when the transaction did not
+// commit, or may not have: the attempt counts as failed, and the operation's
+// record decides what its redelivery does.
+var ErrNotCommitted = errors.New("transaction not committed")
+
+// recordReadTimeout bounds the read of the operation's record after a
+// commit whose answer was lost.
+const recordReadTimeout = 10 * time.Second
+
+// Handle begins a transaction, runs the Func in it, records the operation
+// complete in it under m.Owner and commits. It returns nil only once the
+// commit is known to have taken effect: when its answer was lost, the
+// operation's record is read, and only a record complete under m.Owner
+// counts as committed. The worker then records the completion, which finds
+// it done, and deletes the message.
+func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
+	if m.Owner == "" {
+		return worker.Permanent(errors.New("pgtx: the message has no claim owner: the worker must claim it in the ledger first"))
+	}
+	tx, err := h.l.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) // after a commit, nothing to do
+	if err := h.fn(ctx, tx, m); err != nil {
+		return err
+	}
+	c := ledger.Completion{Key: m.Key, Owner: m.Owner, Result: m.Result}
+	if err := h.l.CompleteTx(ctx, tx, c); err != nil {
+		// Another claim owns the operation now (or the record is gone):
+		// this attempt's writes must not stand.
+		return fmt.Errorf("pgtx %q: the completion cannot be recorded, the writes are rolled back: %w: %w", m.Key, ErrNotCommitted, err)
+	}
+	if h.beforeCommit != nil {
+		h.beforeCommit()
+	}
+	cerr := tx.Commit(ctx)
+	if cerr == nil {
+		return nil
+	}
+	// The commit failed, or its answer was lost on the way: the record
+	// tells. A transaction still open on the server holds the record's
+	// lock, and the read sees the record as it was before it (in
+	// progress): that is not counted as committed, and the claim of the
+	// redelivery waits for the lock.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
+	defer cancel()
+	rec, err := h.l.Get(rctx, m.Key)
+	if err == nil && rec.State == ledger.StateComplete && rec.Owner == m.Owner {
+		return nil
+	}
+	state := "unreadable: " + errString(err)
+	if err == nil {
+		state = rec.State.String()
+	}
+	return fmt.Errorf("pgtx %q: commit: %w (the operation's record is %s): %w", m.Key, cerr, state, ErrNotCommitted)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
