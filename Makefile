@@ -104,6 +104,10 @@ demo: build ## Run the worker on a local SQS-compatible server and show what it 
 demo-shared: build ## The demo with three workers on one queue, sharing a ledger in a local PostgreSQL.
 	$(WITH_SQS) $(WITH_PG) go run ./scripts/demo --bin bin/sqsonce -workers 3 -ledger postgres
 
+.PHONY: demo-tx
+demo-tx: build ## Transactional handlers: a Go handler's inserts and the completions in one PostgreSQL transaction, a worker killed mid-run, every order inserted once.
+	$(WITH_SQS) $(WITH_PG) go run ./scripts/demo --bin bin/sqsonce -tx
+
 .PHONY: demo-ingest
 demo-ingest: build ## Webhooks: sqsonce ingest in front of a FIFO queue, signed GitHub, Stripe and Standard Webhooks requests (curl, openssl), each event's handler run once.
 	$(WITH_SQS) go run ./scripts/demo --bin bin/sqsonce -ingest

@@ -745,6 +745,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		GroupID:         j.groupID(),
 		DeduplicationID: j.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
 		Attributes:      stringAttributes(j.msg.MessageAttributes),
+		Owner:           j.owner,
 	}
 	m.ReceiveCount, _ = strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	if ms, err := strconv.ParseInt(j.msg.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {

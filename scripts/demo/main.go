@@ -44,19 +44,20 @@ func main() {
 	copies := flag.Int("copies", 3, "average deliveries per operation")
 	workers := flag.Int("workers", 1, "worker processes on the queue (more than one needs a shared -ledger)")
 	backend := flag.String("ledger", "bbolt", "ledger backend: bbolt, postgres (SQSONCE_TEST_POSTGRES_URL) or dynamodb (SQSONCE_TEST_DYNAMODB_ENDPOINT)")
+	tx := flag.Bool("tx", false, "the transactional demo instead: a Go handler's inserts and the completions in one PostgreSQL transaction, a worker killed in the middle (SQSONCE_TEST_POSTGRES_URL)")
 	webhooks := flag.Bool("ingest", false, "the webhook demo instead: sqsonce ingest in front of a FIFO queue, scripts/demo/webhooks.sh sending signed webhooks")
 	flag.Parse()
 	if *workers > 1 && *backend == "bbolt" {
 		fmt.Fprintln(os.Stderr, "demo: several workers need a shared ledger: -ledger postgres or dynamodb")
 		os.Exit(2)
 	}
-	if err := run(*bin, *ops, *copies, *workers, *backend, *webhooks); err != nil {
+	if err := run(*bin, *ops, *copies, *workers, *backend, *webhooks, *tx); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string, ops, copies, workers int, backend string, webhooks bool) error {
+func run(bin string, ops, copies, workers int, backend string, webhooks, tx bool) error {
 	endpoint := os.Getenv("SQSONCE_TEST_SQS_ENDPOINT")
 	if endpoint == "" {
 		return errors.New("SQSONCE_TEST_SQS_ENDPOINT is not set: run the demo with `make demo`")
@@ -82,6 +83,9 @@ func run(bin string, ops, copies, workers int, backend string, webhooks bool) er
 	defer os.RemoveAll(dir)
 	if webhooks {
 		return runIngest(ctx, client, bin, endpoint, dir)
+	}
+	if tx {
+		return runTx(ctx, client, bin, endpoint, dir, 3*ops, copies)
 	}
 
 	// 1. A queue whose messages go to a dead-letter queue after 4 receives.
