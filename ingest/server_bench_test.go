@@ -4,7 +4,7 @@ package ingest_test
 // handler that sends each body to SQS with no checks. Both serve real HTTP
 // on loopback and send to the local SQS server, from 16 clients at once:
 //
-//	scripts/with-sqs.sh go test -run '^$' -bench BenchmarkReceiver -benchtime 5000x ./ingest/
+//	make bench-ingest
 //
 // Each reports requests per second and the p50 and p99 latency of a
 // request, in milliseconds.
