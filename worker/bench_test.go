@@ -1,3 +1,5 @@
+//go:build unix
+
 package worker_test
 
 import (
@@ -7,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,6 +50,7 @@ func BenchmarkWorker_Drain(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	commits := db.Commits()
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	start := time.Now()
 	go w.Run(ctx)
 	select {
@@ -55,11 +59,24 @@ func BenchmarkWorker_Drain(b *testing.B) {
 		b.Fatalf("only %d of %d handled", done.Load(), b.N)
 	}
 	elapsed := time.Since(start)
+	cpu := processCPU(b) - cpu0
 	b.StopTimer()
 	cancel()
 	time.Sleep(200 * time.Millisecond)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(db.Commits()-commits)/float64(b.N), "commits/msg")
+	// The process's CPU (user and system, every thread) per message: what
+	// the worker and the ledger cost, apart from the SQS server's.
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
+}
+
+// processCPU is the user and system time this process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func fill(b *testing.B, c *sqs.Client, url string, n int) {
