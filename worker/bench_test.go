@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsonce/sqsonce/internal/loopback"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/worker"
 )
@@ -28,7 +30,12 @@ import (
 //
 //	scripts/with-sqs.sh go test -run '^$' -bench Worker -benchtime 5000x ./worker/
 func BenchmarkWorker_Drain(b *testing.B) {
-	client := sqstest.NewClient(b, nil)
+	// Idle connections kept as the SDK's default HTTP client keeps them
+	// (net/http's default of two per host would have the worker dial
+	// anew whenever more calls than that are in flight).
+	tr := loopback.Transport()
+	tr.MaxIdleConnsPerHost = awshttp.DefaultHTTPTransportMaxIdleConnsPerHost
+	client := sqstest.NewClient(b, tr)
 	q := sqstest.CreateQueue(b, client, sqstest.QueueOptions{MaxReceiveCount: 5, VisibilityTimeout: 30 * time.Second})
 	fill(b, client, q.URL, b.N)
 	db := openLedger(b)
