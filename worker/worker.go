@@ -637,7 +637,7 @@ func (w *Worker) processAlone(ctx, workCtx context.Context, j *job) {
 // The slot, when not nil, is freed once the handler has returned; FIFO
 // groups pass nil and wait for the whole outcome.
 func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
-	log := newJobLog(w.log, "message_id", j.id())
+	log := newJobLog(w.log, slog.String("message_id", j.id()))
 	defer w.leaveSiblings(j)
 	if j.claimed {
 		defer w.setActive(j.key.key, false)
@@ -652,7 +652,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	if j.keyErr != nil {
 		w.stats.keyless.Add(1)
 		log.Warn("message has no usable operation key: rejected", "reason", j.keyErr)
-		return w.deadLetter(j, "no operation key: "+j.keyErr.Error(), log)
+		return w.deadLetter(j, "no operation key: "+j.keyErr.Error(), &log)
 	}
 	if j.claim.Err != nil {
 		// The ledger cannot tell what became of the operation: running it
@@ -661,16 +661,16 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 		w.stats.unreadable.Add(1)
 		log.Error("the operation's ledger record cannot be read: dead-lettering the message; `sqsonce ledger forget` the key, then replay it",
 			"key", j.key.key, "error", j.claim.Err)
-		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), log)
+		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), &log)
 	}
-	log = log.With("key", j.key.key, "attempt", j.claim.Record.Attempts)
+	log = log.With(slog.String("key", j.key.key), slog.Int("attempt", j.claim.Record.Attempts))
 	switch j.claim.Outcome {
 	case ledger.Claimed:
 		if j.claim.Takeover {
 			w.stats.takeovers.Add(1)
 			log.Warn("took over an operation whose lease had lapsed", "previous_owner_lease", j.claim.Record.LeaseExpiry)
 		}
-		return w.run(ctx, workCtx, j, s, log)
+		return w.run(ctx, workCtx, j, s, &log)
 	case ledger.AlreadyComplete:
 		w.stats.duplicates.Add(1)
 		log.Debug("duplicate of a completed operation: deleted without running")
@@ -690,11 +690,11 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	case ledger.Conflict:
 		w.stats.conflicts.Add(1)
 		log.Error("operation key seen before with a different payload: rejected", "state", j.claim.Record.State)
-		return w.deadLetter(j, "conflict: key seen before with a different payload", log)
+		return w.deadLetter(j, "conflict: key seen before with a different payload", &log)
 	case ledger.FailedPermanently:
 		w.stats.redeliveredFailed.Add(1)
 		log.Info("operation failed permanently before: dead-lettering the redelivery", "last_error", j.claim.Record.LastError)
-		return w.deadLetter(j, "failed permanently: "+j.claim.Record.LastError, log)
+		return w.deadLetter(j, "failed permanently: "+j.claim.Record.LastError, &log)
 	}
 	log.Error("unknown claim outcome: leaving the message", "outcome", j.claim.Outcome)
 	return false
@@ -782,7 +782,8 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	if err == nil {
 		// The heartbeat goes on until the completion is recorded: while
 		// the ledger cannot take it, the message stays out of sight.
-		ok := w.complete(bg, workCtx, j, m, log.With("duration", elapsed))
+		done := log.With(slog.Duration("duration", elapsed))
+		ok := w.complete(bg, workCtx, j, m, &done)
 		stopBeat()
 		return ok
 	}
@@ -915,7 +916,7 @@ func mayChange(err error) bool {
 // in which done work is not yet recorded, and a lease that lapses while the
 // work runs lets a redelivery run it again.
 func (w *Worker) heartbeat(j *job, log *jobLog, lost func()) (stop func()) {
-	h := &beater{w: w, j: j, log: log, lost: lost, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)}
+	h := &beater{w: w, j: j, log: *log, lost: lost, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)}
 	h.mu.Lock()
 	h.due = time.Now().Add(h.every)
 	h.t = time.AfterFunc(h.every, h.fire)
@@ -929,7 +930,7 @@ func (w *Worker) heartbeat(j *job, log *jobLog, lost func()) (stop func()) {
 type beater struct {
 	w     *Worker
 	j     *job
-	log   *jobLog
+	log   jobLog
 	lost  func()
 	every time.Duration
 
@@ -955,7 +956,7 @@ func (h *beater) fire() {
 	h.beats.Add(1)
 	h.mu.Unlock()
 	defer h.beats.Done()
-	if !h.w.beat(ctx, h.j, h.log, h.lost, h.every) {
+	if !h.w.beat(ctx, h.j, &h.log, h.lost, h.every) {
 		return
 	}
 	h.mu.Lock()
