@@ -434,7 +434,8 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		w.freeSlots(len(keyed))
 		for _, j := range all {
 			if j.keyErr != nil || j.running {
-				jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
+				jobs.Add(1)
+				go w.processAlone(ctx, workCtx, j, jobs)
 			}
 		}
 		return
@@ -449,7 +450,8 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 	if !w.queue.fifo {
 		newSiblings(all)
 		for _, j := range all {
-			jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
+			jobs.Add(1)
+			go w.processAlone(ctx, workCtx, j, jobs)
 		}
 		return
 	}
@@ -622,13 +624,16 @@ func (s *slot) free() {
 	}
 }
 
-// processAlone processes a message of a standard queue. Its slot is given
-// back as soon as its handler returns: recording the completion and the
-// delete do not hold handler capacity.
-func (w *Worker) processAlone(ctx, workCtx context.Context, j *job) {
-	s := &slot{w: w}
+// processAlone processes a message of a standard queue, then marks jobs
+// done. Its slot is given back as soon as its handler returns: recording the
+// completion and the delete do not hold handler capacity. It is started
+// with a go statement rather than jobs.Go, which would wrap it in another
+// closure for every message.
+func (w *Worker) processAlone(ctx, workCtx context.Context, j *job, jobs *sync.WaitGroup) {
+	defer jobs.Done()
+	s := slot{w: w}
 	defer s.free()
-	w.process(ctx, workCtx, j, s)
+	w.process(ctx, workCtx, j, &s)
 }
 
 // process deals with one message according to its key and claim. It reports
@@ -724,9 +729,12 @@ func (w *Worker) recheck() time.Duration {
 	return min(max(w.cfg.MinBackoff, time.Second), w.cfg.VisibilityTimeout)
 }
 
-// errLeaseLost is the cancellation cause when a heartbeat finds that another
-// claim took the operation over.
-var errLeaseLost = errors.New("lease lost to another claim")
+// Causes of a handler's cancellation: a heartbeat found that another claim
+// took the operation over; the handler ran out of time.
+var (
+	errLeaseLost      = errors.New("lease lost to another claim")
+	errHandlerTimeout = errors.New("handler timeout")
+)
 
 // run executes the handler for a claimed message and records the outcome.
 // When the worker is stopping, the handler is not started: the message is
@@ -755,9 +763,9 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	// claimed ahead may wait for one.
 	leaseCtx, cancelLease := context.WithCancelCause(workCtx)
 	defer cancelLease(nil)
-	stopBeat := w.heartbeat(j, log, func() { cancelLease(errLeaseLost) })
+	hb := w.heartbeat(j, log, cancelLease)
 	if !w.takeHandler(ctx, leaseCtx) {
-		stopBeat()
+		hb.stop()
 		if errors.Is(context.Cause(leaseCtx), errLeaseLost) {
 			w.stats.leaseLost.Add(1)
 			log.Error("lost the operation's lease while waiting for a handler: another claim owns it now; leaving the message")
@@ -767,7 +775,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		return false
 	}
 	w.stats.claimed.Add(1)
-	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errors.New("handler timeout"))
+	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errHandlerTimeout)
 	defer cancel()
 	start := w.now()
 	err := w.handle(hctx, m)
@@ -777,17 +785,16 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		w.leaveSiblings(j)
 	}
 	elapsed := w.now().Sub(start)
-	bg := context.WithoutCancel(ctx)
 	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
 	if err == nil {
 		// The heartbeat goes on until the completion is recorded: while
 		// the ledger cannot take it, the message stays out of sight.
 		done := log.With(slog.Duration("duration", elapsed))
-		ok := w.complete(bg, workCtx, j, m, &done)
-		stopBeat()
+		ok := w.complete(workCtx, j, m, &done)
+		hb.stop()
 		return ok
 	}
-	stopBeat()
+	hb.stop()
 	if errors.Is(context.Cause(hctx), errLeaseLost) {
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
@@ -795,7 +802,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	}
 	var perm *PermanentError
 	permanent := errors.As(err, &perm)
-	ferr := w.ledger.Fail(bg, ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent})
+	ferr := w.ledger.Fail(context.WithoutCancel(ctx), ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent})
 	if ferr != nil {
 		log.Error("could not record the failure in the ledger", "error", ferr)
 	}
@@ -837,10 +844,11 @@ func (w *Worker) takeHandler(ctx, leaseCtx context.Context) bool {
 
 // outcome names a handler result for the duration histogram.
 func outcome(err error, hctx context.Context) string {
+	if err == nil {
+		return "done"
+	}
 	var perm *PermanentError
 	switch {
-	case err == nil:
-		return "done"
 	case errors.Is(context.Cause(hctx), errLeaseLost):
 		return "lease_lost"
 	case errors.As(err, &perm):
@@ -868,7 +876,7 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 // record (another claim owns it, it is gone, it is in another state) cannot
 // change by asking again and is not retried. When the completion cannot be
 // recorded the message is left, and its redelivery may run the work again.
-func (w *Worker) complete(ctx, workCtx context.Context, j *job, m *Message, log *jobLog) bool {
+func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobLog) bool {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -906,8 +914,9 @@ func mayChange(err error) bool {
 }
 
 // heartbeat extends the message's visibility and the claim's lease together
-// while the work runs. It calls lost when the ledger says another claim owns
-// the operation. The returned func stops it and waits for it.
+// while the work runs. It calls lost with errLeaseLost when the ledger says
+// another claim owns the operation. The returned beater's stop stops it and
+// waits for it.
 //
 // Each extension is bounded by the beat interval, so that a call that hangs
 // (SQS that never answers, the SDK retrying) cannot hold back the next
@@ -915,13 +924,13 @@ func mayChange(err error) bool {
 // the work's completion never waits for them: both would widen the window
 // in which done work is not yet recorded, and a lease that lapses while the
 // work runs lets a redelivery run it again.
-func (w *Worker) heartbeat(j *job, log *jobLog, lost func()) (stop func()) {
+func (w *Worker) heartbeat(j *job, log *jobLog, lost context.CancelCauseFunc) *beater {
 	h := &beater{w: w, j: j, log: *log, lost: lost, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)}
 	h.mu.Lock()
 	h.due = time.Now().Add(h.every)
 	h.t = time.AfterFunc(h.every, h.fire)
 	h.mu.Unlock()
-	return h.stop
+	return h
 }
 
 // beater is one message's heartbeat: a timer rather than a goroutine, since
@@ -931,7 +940,7 @@ type beater struct {
 	w     *Worker
 	j     *job
 	log   jobLog
-	lost  func()
+	lost  context.CancelCauseFunc
 	every time.Duration
 
 	mu      sync.Mutex
@@ -985,7 +994,7 @@ func (h *beater) stop() {
 
 // beat extends the lease, then the visibility, each call bounded by every.
 // It reports whether the heartbeat goes on.
-func (w *Worker) beat(ctx context.Context, j *job, log *jobLog, lost func(), every time.Duration) bool {
+func (w *Worker) beat(ctx context.Context, j *job, log *jobLog, lost context.CancelCauseFunc, every time.Duration) bool {
 	ectx, ecancel := context.WithTimeout(ctx, every)
 	_, err := w.ledger.Extend(ectx, j.key.key, j.owner, w.cfg.VisibilityTimeout)
 	ecancel()
@@ -994,7 +1003,7 @@ func (w *Worker) beat(ctx context.Context, j *job, log *jobLog, lost func(), eve
 	}
 	if err != nil {
 		if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrState) || errors.Is(err, ledger.ErrNotFound) {
-			lost()
+			lost(errLeaseLost)
 			return false
 		}
 		log.Warn("heartbeat: extending the lease failed", "error", err)
