@@ -363,6 +363,7 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 // job is one received message on its way through the worker.
 type job struct {
 	msg     types.Message
+	body    []byte // the body, keyed and then handed to the handler
 	key     derived
 	keyErr  error
 	claim   ledger.Claim
@@ -385,9 +386,9 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 	var reqs []ledger.ClaimRequest
 	var keyed []*job
 	for i, m := range msgs {
-		j := &job{msg: m}
+		j := &job{msg: m, body: []byte(aws.ToString(m.Body))}
 		all[i] = j
-		j.key, j.keyErr = w.keyer.derive([]byte(aws.ToString(m.Body)), m.MessageAttributes, m.Attributes)
+		j.key, j.keyErr = w.keyer.derive(j.body, m.MessageAttributes, m.Attributes)
 		if j.keyErr != nil {
 			continue
 		}
@@ -746,7 +747,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	}
 	m := &Message{
 		Key:             j.key.key,
-		Body:            []byte(aws.ToString(j.msg.Body)),
+		Body:            j.body,
 		MessageID:       j.id(),
 		QueueURL:        w.cfg.QueueURL,
 		Attempt:         j.claim.Record.Attempts,
@@ -785,7 +786,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		w.leaveSiblings(j)
 	}
 	elapsed := w.now().Sub(start)
-	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
+	w.metrics.handlerDuration(outcome(err, hctx)).Observe(elapsed.Seconds())
 	if err == nil {
 		// The heartbeat goes on until the completion is recorded: while
 		// the ledger cannot take it, the message stays out of sight.
@@ -842,19 +843,19 @@ func (w *Worker) takeHandler(ctx, leaseCtx context.Context) bool {
 	return true
 }
 
-// outcome names a handler result for the duration histogram.
-func outcome(err error, hctx context.Context) string {
+// outcome classes a handler result for the duration histogram.
+func outcome(err error, hctx context.Context) handlerOutcome {
 	if err == nil {
-		return "done"
+		return outcomeDone
 	}
 	var perm *PermanentError
 	switch {
 	case errors.Is(context.Cause(hctx), errLeaseLost):
-		return "lease_lost"
+		return outcomeLeaseLost
 	case errors.As(err, &perm):
-		return "permanent"
+		return outcomePermanent
 	}
-	return "retry"
+	return outcomeRetry
 }
 
 // handle calls the handler, turning a panic into a retryable error.
