@@ -37,6 +37,9 @@ type store struct {
 	// allocation: bbolt keeps each value until the commit, so a slab is
 	// only ever appended to.
 	slab []byte
+	// read is the record get returned last, next the one transition
+	// writes: a request's read and write, one at a time.
+	read, next Record
 }
 
 // slabSize is the size of one allocation of encoded values: a few dozen
@@ -132,7 +135,8 @@ func (s *store) encode(rec *Record) []byte {
 	return s.slab[l:len(s.slab):len(s.slab)]
 }
 
-// get returns the record under key, live or expired, or nil.
+// get returns the record under key, live or expired, or nil. The record is
+// the store's: it is valid until the next get.
 func (s *store) get(key string) (*Record, error) {
 	v := seek(s.recordsCursor(), s.recordKey(key))
 	if v == nil {
@@ -142,7 +146,8 @@ func (s *store) get(key string) (*Record, error) {
 	if err != nil {
 		return nil, &unreadableError{err: err}
 	}
-	return &r, nil
+	s.read = r
+	return &s.read, nil
 }
 
 // unreadableError is a stored record that could not be decoded. It is the
@@ -156,6 +161,9 @@ func (e *unreadableError) Error() string { return e.err.Error() }
 func (e *unreadableError) Unwrap() []error { return []error{e.err, ErrCorrupt} }
 
 func isUnreadable(err error) bool {
+	if err == nil {
+		return false
+	}
 	var u *unreadableError
 	return errors.As(err, &u)
 }
