@@ -137,10 +137,13 @@ func (w *Worker) delete(m types.Message) {
 
 // Deleting: one gatherer takes completed messages from the channel, up to
 // ten, or what arrives within deleteLinger, per call, and hands each batch
-// to a call of its own, at most deletesInFlight at once. A delete that
-// waits a few milliseconds for company saves SQS requests (which are
-// billed) and server time; calls in flight together keep deletes from
-// lagging behind when each takes a round trip of tens of milliseconds.
+// to an idle caller, starting one while fewer than deletesInFlight run,
+// waiting for one otherwise. A delete that waits a few milliseconds for
+// company saves SQS requests (which are billed) and server time; calls in
+// flight together keep deletes from lagging behind when each takes a round
+// trip of tens of milliseconds. A caller lives as long as the loop: one
+// goroutine per call would grow a new stack through the SDK's deep calls
+// every time.
 const (
 	deletesInFlight = 16
 	deleteLinger    = 10 * time.Millisecond
@@ -150,9 +153,11 @@ const (
 // then waits for the calls in flight. A failed delete only costs a
 // redelivery, which the ledger answers as a duplicate.
 func (w *Worker) deleteLoop() {
-	var calls sync.WaitGroup
-	defer calls.Wait()
-	inFlight := make(chan struct{}, deletesInFlight)
+	var callers sync.WaitGroup
+	defer callers.Wait()
+	batches := make(chan []types.DeleteMessageBatchRequestEntry)
+	defer close(batches)
+	running := 0
 	linger := time.NewTimer(deleteLinger)
 	linger.Stop()
 	for d := range w.deletes {
@@ -172,11 +177,22 @@ func (w *Worker) deleteLoop() {
 			}
 		}
 		linger.Stop()
-		inFlight <- struct{}{}
-		calls.Go(func() {
-			defer func() { <-inFlight }()
-			w.deleteBatch(batch)
-		})
+		select {
+		case batches <- batch: // an idle caller took it
+			continue
+		default:
+		}
+		if running < deletesInFlight {
+			running++
+			callers.Go(func() {
+				w.deleteBatch(batch)
+				for b := range batches {
+					w.deleteBatch(b)
+				}
+			})
+			continue
+		}
+		batches <- batch
 	}
 }
 
