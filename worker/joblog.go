@@ -3,40 +3,46 @@ package worker
 import (
 	"context"
 	"log/slog"
+	"time"
 )
 
-// jobLog logs for one message with its attributes (message id, key, ...).
+// jobLog logs for one message with its attributes: its message id, then,
+// once known, its key and attempt, then, once it ran, the work's duration.
 // Unlike slog.Logger.With, which formats the attributes at once, it adds
 // them only to what is logged: most messages log nothing at the default
 // level, and formatting attributes for every one costs CPU at high rates.
-// It is a value that holds its first few attributes itself, so that making
-// one and adding to it allocates nothing.
+// It is a small value: making one and adding to it allocates nothing, and
+// it keeps the frames of a message's goroutine small (each stack growth
+// copies the stack).
 type jobLog struct {
-	l     *slog.Logger
-	attrs [jobLogAttrs]slog.Attr
-	n     int
-	more  []slog.Attr // those beyond attrs, rarely any
+	l        *slog.Logger
+	id       string
+	key      string
+	attempt  int
+	duration time.Duration
+	has      uint8 // jobLogKey, jobLogDuration
 }
 
-// jobLogAttrs is how many attributes a jobLog holds without allocating:
-// those of a message's way through the worker (message id, key, attempt,
-// duration).
-const jobLogAttrs = 4
+const (
+	jobLogKey = 1 << iota
+	jobLogDuration
+)
 
-func newJobLog(l *slog.Logger, attrs ...slog.Attr) jobLog {
-	return jobLog{l: l}.With(attrs...)
+func newJobLog(l *slog.Logger, messageID string) jobLog {
+	return jobLog{l: l, id: messageID}
 }
 
-// With returns a jobLog with attrs added to the attributes.
-func (j jobLog) With(attrs ...slog.Attr) jobLog {
-	for _, a := range attrs {
-		if j.n < len(j.attrs) {
-			j.attrs[j.n] = a
-			j.n++
-			continue
-		}
-		j.more = append(j.more[:len(j.more):len(j.more)], a)
-	}
+// withKey returns the jobLog with the key and attempt added.
+func (j jobLog) withKey(key string, attempt int) jobLog {
+	j.key, j.attempt = key, attempt
+	j.has |= jobLogKey
+	return j
+}
+
+// withDuration returns the jobLog with the work's duration added.
+func (j jobLog) withDuration(d time.Duration) jobLog {
+	j.duration = d
+	j.has |= jobLogDuration
 	return j
 }
 
@@ -45,12 +51,13 @@ func (j *jobLog) log(level slog.Level, msg string, args []any) {
 	if !j.l.Enabled(ctx, level) {
 		return
 	}
-	all := make([]any, 0, j.n+len(j.more)+len(args))
-	for _, a := range j.attrs[:j.n] {
-		all = append(all, a)
+	all := make([]any, 0, 4+len(args))
+	all = append(all, slog.String("message_id", j.id))
+	if j.has&jobLogKey != 0 {
+		all = append(all, slog.String("key", j.key), slog.Int("attempt", j.attempt))
 	}
-	for _, a := range j.more {
-		all = append(all, a)
+	if j.has&jobLogDuration != 0 {
+		all = append(all, slog.Duration("duration", j.duration))
 	}
 	j.l.Log(ctx, level, msg, append(all, args...)...)
 }

@@ -643,7 +643,7 @@ func (w *Worker) processAlone(ctx, workCtx context.Context, j *job, jobs *sync.W
 // The slot, when not nil, is freed once the handler has returned; FIFO
 // groups pass nil and wait for the whole outcome.
 func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
-	log := newJobLog(w.log, slog.String("message_id", j.id()))
+	log := newJobLog(w.log, j.id())
 	defer w.leaveSiblings(j)
 	if j.claimed {
 		defer w.setActive(j.key.key, false)
@@ -669,7 +669,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 			"key", j.key.key, "error", j.claim.Err)
 		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), &log)
 	}
-	log = log.With(slog.String("key", j.key.key), slog.Int("attempt", j.claim.Record.Attempts))
+	log = log.withKey(j.key.key, j.claim.Record.Attempts)
 	switch j.claim.Outcome {
 	case ledger.Claimed:
 		if j.claim.Takeover {
@@ -790,7 +790,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	if err == nil {
 		// The heartbeat goes on until the completion is recorded: while
 		// the ledger cannot take it, the message stays out of sight.
-		done := log.With(slog.Duration("duration", elapsed))
+		done := log.withDuration(elapsed)
 		ok := w.complete(workCtx, j, m, &done)
 		hb.stop()
 		return ok
