@@ -191,9 +191,10 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	stdout := &execStdout{}
 	stderr := &execStderr{ctx: ctx, log: h.log, attrs: attrs}
 
+	stdin, stdinFile := execStdin(m.Body)
 	cmd := exec.CommandContext(ctx, name, h.argv[1:]...)
 	cmd.Env = env
-	cmd.Stdin = bytes.NewReader(m.Body)
+	cmd.Stdin = stdin
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -201,7 +202,11 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	var stop execStop
 	cmd.Cancel = func() error { return stop.terminate(cmd.Process) }
 
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	if stdinFile != nil {
+		stdinFile.Close() // the command has its own copy
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("exec %s: not started: %w", name, handlerContextErr(ctx))
 		}
@@ -241,6 +246,19 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	default: // killed by a signal Handle did not send
 		return fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail())
 	}
+}
+
+// execStdin returns the command's stdin: a pipe already holding the body
+// (execFilledPipe), which os/exec hands to the command as it is, with no
+// goroutine to copy the body and no second pipe, and also as the file for
+// the caller to close once the command has started; or, where there is no
+// such pipe (a larger body, not Linux), a reader that os/exec copies into a
+// pipe of its own while the command runs.
+func execStdin(body []byte) (io.Reader, *os.File) {
+	if f := execFilledPipe(body); f != nil {
+		return f, f
+	}
+	return bytes.NewReader(body), nil
 }
 
 // CheckEnvPattern reports whether p can stand in ExecConfig.Env: a variable
