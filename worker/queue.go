@@ -126,14 +126,28 @@ func (w *Worker) warnRetention() {
 // SQS's visibility timeout undoes.
 const sqsCallTimeout = 20 * time.Second
 
-// deletion is a message to delete once its operation is settled.
+// deletion is a message to delete once its operation is settled: its
+// receipt handle, as received.
 type deletion struct {
-	id, receipt string
+	receipt *string
 }
 
 func (w *Worker) delete(m types.Message) {
-	w.deletes <- deletion{id: aws.ToString(m.MessageId), receipt: aws.ToString(m.ReceiptHandle)}
+	receipt := m.ReceiptHandle
+	if receipt == nil {
+		receipt = aws.String("") // refused by SQS for this entry alone
+	}
+	w.deletes <- deletion{receipt: receipt}
 }
+
+// entryIDs are the Ids of the entries of a batch request, in order: shared,
+// so that a batch's entries need no allocation for them.
+var entryIDs = func() (ids [MaxMessagesPerReceive]string) {
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	return ids
+}()
 
 // Deleting: one gatherer takes completed messages from the channel, up to
 // ten, or what arrives within deleteLinger, per call, and hands each batch
@@ -197,7 +211,7 @@ func (w *Worker) deleteLoop() {
 }
 
 func entry(i int, d deletion) types.DeleteMessageBatchRequestEntry {
-	return types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(d.receipt)}
+	return types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: d.receipt}
 }
 
 func (w *Worker) deleteBatch(batch []types.DeleteMessageBatchRequestEntry) {
@@ -235,7 +249,7 @@ func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, 
 		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(chunk))
 		for i, m := range chunk {
 			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-				Id:                aws.String(strconv.Itoa(i)),
+				Id:                &entryIDs[i],
 				ReceiptHandle:     m.ReceiptHandle,
 				VisibilityTimeout: secs,
 			}
