@@ -492,10 +492,11 @@ func (s *store) transition(key, owner, op string, change func(rec *Record) (bool
 	if err != nil {
 		return err
 	}
-	rec := *cur
-	modified, err := change(&rec)
+	rec := &s.next
+	*rec = *cur
+	modified, err := change(rec)
 	if err != nil || !modified {
 		return err
 	}
-	return s.put(old, &rec)
+	return s.put(old, rec)
 }

@@ -3,6 +3,7 @@ package ledger
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 )
@@ -103,6 +104,7 @@ const recordVersion = 1
 // then length-prefixed byte strings: fingerprint, owner, last error, message
 // id, result.
 func (r *Record) encode(b []byte) []byte {
+	b = slices.Grow(b, r.encodedLen())
 	var flags byte
 	if r.Permanent {
 		flags |= 1
@@ -117,6 +119,12 @@ func (r *Record) encode(b []byte) []byte {
 		b = append(b, s...)
 	}
 	return b
+}
+
+// encodedLen is at least the length of r's encoding.
+func (r *Record) encodedLen() int {
+	return 3 + binary.MaxVarintLen64*7 + 5*binary.MaxVarintLen16 +
+		len(r.Fingerprint) + len(r.Owner) + len(r.LastError) + len(r.MessageID) + len(r.Result)
 }
 
 // decodeRecord decodes a record stored under key. It copies everything it

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,7 +25,29 @@ type store struct {
 	// counts gathers counter changes until flushCounts, which the
 	// committer calls once per transaction.
 	counts [numClasses]int64
+
+	// Reused for every read and delete of the transaction: a cursor grows
+	// its stack by allocation on each fresh seek, and bbolt's Get and
+	// Delete make a fresh cursor each time. Made on first use.
+	recordsCur, expiryCur, inflightCur *bolt.Cursor
+	// key is scratch for the keys of lookups, deletes and puts (Put copies
+	// its key; only values must outlive the call).
+	key []byte
+	// slab holds the encoded values this transaction puts, many to an
+	// allocation: bbolt keeps each value until the commit, so a slab is
+	// only ever appended to.
+	slab []byte
+	// read is the record get returned last, next the one transition
+	// writes: a request's read and write, one at a time.
+	read, next Record
 }
+
+// slabSize is the size of one allocation of encoded values: a few dozen
+// records of the usual size; the first of a transaction is smaller.
+const (
+	firstSlabSize = 1024
+	slabSize      = 4096
+)
 
 func (db *DB) store(tx *bolt.Tx) *store {
 	s := &store{
@@ -43,9 +66,79 @@ func (db *DB) store(tx *bolt.Tx) *store {
 	return s
 }
 
-// get returns the record under key, live or expired, or nil.
+// seek returns the value of key in the bucket of c, or nil, as
+// bbolt.Bucket.Get does, with the cursor on it. The buckets hold no nested
+// buckets.
+func seek(c *bolt.Cursor, key []byte) []byte {
+	k, v := c.Seek(key)
+	if v == nil || !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
+}
+
+// del deletes key from the bucket of c, if there, as bbolt.Bucket.Delete
+// does.
+func del(c *bolt.Cursor, key []byte) error {
+	if k, _ := c.Seek(key); k == nil || !bytes.Equal(k, key) {
+		return nil
+	}
+	return c.Delete()
+}
+
+func (s *store) recordsCursor() *bolt.Cursor {
+	if s.recordsCur == nil {
+		s.recordsCur = s.records.Cursor()
+	}
+	return s.recordsCur
+}
+
+func (s *store) expiryCursor() *bolt.Cursor {
+	if s.expiryCur == nil {
+		s.expiryCur = s.expiry.Cursor()
+	}
+	return s.expiryCur
+}
+
+func (s *store) inflightCursor() *bolt.Cursor {
+	if s.inflightCur == nil {
+		s.inflightCur = s.inflight.Cursor()
+	}
+	return s.inflightCur
+}
+
+// recordKey returns key as bytes in the scratch buffer, valid until the
+// next use of the buffer.
+func (s *store) recordKey(key string) []byte {
+	s.key = append(s.key[:0], key...)
+	return s.key
+}
+
+// indexKey returns the index key of t and key in the scratch buffer, valid
+// until the next use of the buffer.
+func (s *store) indexKey(t time.Time, key string) []byte {
+	s.key = appendIndexKey(s.key[:0], t, key)
+	return s.key
+}
+
+// encode returns the encoding of rec, carved from the slab.
+func (s *store) encode(rec *Record) []byte {
+	if n := rec.encodedLen(); cap(s.slab)-len(s.slab) < n {
+		size := slabSize
+		if s.slab == nil {
+			size = firstSlabSize // a lone write needs no more
+		}
+		s.slab = make([]byte, 0, max(n, size))
+	}
+	l := len(s.slab)
+	s.slab = rec.encode(s.slab)
+	return s.slab[l:len(s.slab):len(s.slab)]
+}
+
+// get returns the record under key, live or expired, or nil. The record is
+// the store's: it is valid until the next get.
 func (s *store) get(key string) (*Record, error) {
-	v := s.records.Get([]byte(key))
+	v := seek(s.recordsCursor(), s.recordKey(key))
 	if v == nil {
 		return nil, nil
 	}
@@ -53,7 +146,8 @@ func (s *store) get(key string) (*Record, error) {
 	if err != nil {
 		return nil, &unreadableError{err: err}
 	}
-	return &r, nil
+	s.read = r
+	return &s.read, nil
 }
 
 // unreadableError is a stored record that could not be decoded. It is the
@@ -67,6 +161,9 @@ func (e *unreadableError) Error() string { return e.err.Error() }
 func (e *unreadableError) Unwrap() []error { return []error{e.err, ErrCorrupt} }
 
 func isUnreadable(err error) bool {
+	if err == nil {
+		return false
+	}
 	var u *unreadableError
 	return errors.As(err, &u)
 }
@@ -93,14 +190,14 @@ func (s *store) put(old *Record, rec *Record) error {
 		return err
 	}
 	// bbolt keeps the value slice until the commit: never reuse it.
-	if err := s.records.Put([]byte(rec.Key), rec.encode(nil)); err != nil {
+	if err := s.records.Put(s.recordKey(rec.Key), s.encode(rec)); err != nil {
 		return err
 	}
-	if err := s.expiry.Put(indexKey(rec.Expires, rec.Key), nil); err != nil {
+	if err := s.expiry.Put(s.indexKey(rec.Expires, rec.Key), nil); err != nil {
 		return err
 	}
 	if rec.State == StateInProgress {
-		if err := s.inflight.Put(indexKey(rec.Claimed, rec.Key), nil); err != nil {
+		if err := s.inflight.Put(s.indexKey(rec.Claimed, rec.Key), nil); err != nil {
 			return err
 		}
 	}
@@ -112,7 +209,7 @@ func (s *store) remove(old *Record) error {
 	if err := s.unindex(old); err != nil {
 		return err
 	}
-	return s.records.Delete([]byte(old.Key))
+	return del(s.recordsCursor(), s.recordKey(old.Key))
 }
 
 // removeUnreadable deletes the record of key, which cannot be decoded, and
@@ -121,7 +218,7 @@ func (s *store) remove(old *Record) error {
 // entry without a record. The per-state counters still count the record,
 // whose state is unknown.
 func (s *store) removeUnreadable(key string) error {
-	if err := s.records.Delete([]byte(key)); err != nil {
+	if err := del(s.recordsCursor(), s.recordKey(key)); err != nil {
 		return err
 	}
 	var stale [][]byte
@@ -143,11 +240,11 @@ func (s *store) unindex(old *Record) error {
 	if old == nil {
 		return nil
 	}
-	if err := s.expiry.Delete(indexKey(old.Expires, old.Key)); err != nil {
+	if err := del(s.expiryCursor(), s.indexKey(old.Expires, old.Key)); err != nil {
 		return err
 	}
 	if old.State == StateInProgress {
-		if err := s.inflight.Delete(indexKey(old.Claimed, old.Key)); err != nil {
+		if err := del(s.inflightCursor(), s.indexKey(old.Claimed, old.Key)); err != nil {
 			return err
 		}
 	}
@@ -221,8 +318,12 @@ func readCounter(meta *bolt.Bucket, k []byte) uint64 {
 // indexKey is the big-endian Unix nanoseconds of t followed by key, so that
 // a cursor walks an index in time order.
 func indexKey(t time.Time, key string) []byte {
-	b := make([]byte, 8, 8+len(key))
-	binary.BigEndian.PutUint64(b, uint64(unixNano(t)))
+	return appendIndexKey(make([]byte, 0, 8+len(key)), t, key)
+}
+
+// appendIndexKey appends the index key of t and key to b.
+func appendIndexKey(b []byte, t time.Time, key string) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(unixNano(t)))
 	return append(b, key...)
 }
 

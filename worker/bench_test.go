@@ -1,3 +1,5 @@
+//go:build unix
+
 package worker_test
 
 import (
@@ -7,13 +9,16 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsonce/sqsonce/internal/loopback"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/worker"
 )
@@ -25,7 +30,12 @@ import (
 //
 //	scripts/with-sqs.sh go test -run '^$' -bench Worker -benchtime 5000x ./worker/
 func BenchmarkWorker_Drain(b *testing.B) {
-	client := sqstest.NewClient(b, nil)
+	// Idle connections kept as the SDK's default HTTP client keeps them
+	// (net/http's default of two per host would have the worker dial
+	// anew whenever more calls than that are in flight).
+	tr := loopback.Transport()
+	tr.MaxIdleConnsPerHost = awshttp.DefaultHTTPTransportMaxIdleConnsPerHost
+	client := sqstest.NewClient(b, tr)
 	q := sqstest.CreateQueue(b, client, sqstest.QueueOptions{MaxReceiveCount: 5, VisibilityTimeout: 30 * time.Second})
 	fill(b, client, q.URL, b.N)
 	db := openLedger(b)
@@ -47,6 +57,7 @@ func BenchmarkWorker_Drain(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	commits := db.Commits()
 	b.ResetTimer()
+	cpu0 := processCPU(b)
 	start := time.Now()
 	go w.Run(ctx)
 	select {
@@ -55,11 +66,24 @@ func BenchmarkWorker_Drain(b *testing.B) {
 		b.Fatalf("only %d of %d handled", done.Load(), b.N)
 	}
 	elapsed := time.Since(start)
+	cpu := processCPU(b) - cpu0
 	b.StopTimer()
 	cancel()
 	time.Sleep(200 * time.Millisecond)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric(float64(db.Commits()-commits)/float64(b.N), "commits/msg")
+	// The process's CPU (user and system, every thread) per message: what
+	// the worker and the ledger cost, apart from the SQS server's.
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/msg")
+}
+
+// processCPU is the user and system time this process has used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func fill(b *testing.B, c *sqs.Client, url string, n int) {

@@ -58,11 +58,17 @@ func newSiblings(js []*job) {
 // recordComplete records c through the completers and returns the ledger's
 // answer for it. The job's first completion is gathered with its siblings'.
 func (w *Worker) recordComplete(j *job, c ledger.Completion) error {
-	done := make(chan error, 1)
+	done := answers.Get().(chan error)
 	w.completes <- completion{c: c, done: done, sib: j.sib}
 	j.sib = nil
-	return <-done
+	err := <-done
+	answers.Put(done)
+	return err
 }
+
+// answers holds the channels on which completers answer recordComplete:
+// each carries one answer, which is taken before the channel goes back.
+var answers = sync.Pool{New: func() any { return make(chan error, 1) }}
 
 // leaveSiblings tells the completers that j will not complete, so that its
 // siblings do not wait for it. It does nothing once j has completed.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -183,13 +184,17 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 		return Permanent(fmt.Errorf("exec %s: %w", name, err))
 	}
 
-	log := h.log.With(slog.String("key", m.Key), slog.String("message_id", m.MessageID))
+	// The attributes go into what is logged rather than into a logger
+	// made with With for every run: most commands log nothing, and With
+	// formats its attributes at once.
+	attrs := [2]slog.Attr{slog.String("key", m.Key), slog.String("message_id", m.MessageID)}
 	stdout := &execStdout{}
-	stderr := &execStderr{ctx: ctx, log: log}
+	stderr := &execStderr{ctx: ctx, log: h.log, attrs: attrs}
 
+	stdin, stdinFile := execStdin(m.Body)
 	cmd := exec.CommandContext(ctx, name, h.argv[1:]...)
 	cmd.Env = env
-	cmd.Stdin = bytes.NewReader(m.Body)
+	cmd.Stdin = stdin
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -197,7 +202,11 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	var stop execStop
 	cmd.Cancel = func() error { return stop.terminate(cmd.Process) }
 
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	if stdinFile != nil {
+		stdinFile.Close() // the command has its own copy
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("exec %s: not started: %w", name, handlerContextErr(ctx))
 		}
@@ -217,8 +226,8 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 		return fmt.Errorf("exec %s: %w%s", name, waitErr, stderr.tail())
 	}
 	if errors.Is(waitErr, exec.ErrWaitDelay) {
-		log.Warn("a descendant of the command held its output open after it exited; cut off after the kill grace",
-			slog.Duration("kill_grace", h.killGrace))
+		h.log.LogAttrs(ctx, slog.LevelWarn, "a descendant of the command held its output open after it exited; cut off after the kill grace",
+			attrs[0], attrs[1], slog.Duration("kill_grace", h.killGrace))
 	}
 	ws, ok := state.Sys().(syscall.WaitStatus)
 	switch {
@@ -237,6 +246,19 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	default: // killed by a signal Handle did not send
 		return fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail())
 	}
+}
+
+// execStdin returns the command's stdin: a pipe already holding the body
+// (execFilledPipe), which os/exec hands to the command as it is, with no
+// goroutine to copy the body and no second pipe, and also as the file for
+// the caller to close once the command has started; or, where there is no
+// such pipe (a larger body, not Linux), a reader that os/exec copies into a
+// pipe of its own while the command runs.
+func execStdin(body []byte) (io.Reader, *os.File) {
+	if f := execFilledPipe(body); f != nil {
+		return f, f
+	}
+	return bytes.NewReader(body), nil
 }
 
 // CheckEnvPattern reports whether p can stand in ExecConfig.Env: a variable
@@ -465,6 +487,35 @@ func (w *execStdout) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// ReadFrom copies r (the command's stdout) through Write: os/exec copies the
+// pipe with it, in execReadBuf bytes, instead of a 32 KiB buffer of its own
+// for every run.
+func (w *execStdout) ReadFrom(r io.Reader) (int64, error) { return execCopy(w, r) }
+
+// execReadBuf is the buffer in which the command's stdout and stderr are
+// read: a page, what a pipe hands over at once when the command writes
+// little.
+const execReadBuf = 4096
+
+// execCopy writes what it reads from r to w until r ends.
+func execCopy(w io.Writer, r io.Reader) (int64, error) {
+	buf := make([]byte, execReadBuf)
+	var n int64
+	for {
+		k, err := r.Read(buf)
+		if k > 0 {
+			w.Write(buf[:k]) // execStdout and execStderr never fail
+			n += int64(k)
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
 func (w *execStdout) bytes() []byte {
 	if len(w.buf) == 0 {
 		return nil
@@ -478,9 +529,10 @@ func (w *execStdout) bytes() []byte {
 type execStderr struct {
 	ctx     context.Context
 	log     *slog.Logger
-	line    []byte // the current line, up to execMaxStderrLine bytes
-	cut     bool   // the current line was longer
-	last    string // the last non-blank line
+	attrs   [2]slog.Attr // key and message id, first in every record
+	line    []byte       // the current line, up to execMaxStderrLine bytes
+	cut     bool         // the current line was longer
+	last    string       // the last non-blank line
 	logged  int
 	dropped int
 }
@@ -508,6 +560,9 @@ func (w *execStderr) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// ReadFrom copies r (the command's stderr) through Write; see execStdout.
+func (w *execStderr) ReadFrom(r io.Reader) (int64, error) { return execCopy(w, r) }
+
 // emit logs the current line and starts the next.
 func (w *execStderr) emit() {
 	line := execValidText(bytes.TrimRight(w.line, "\r"))
@@ -522,7 +577,7 @@ func (w *execStderr) emit() {
 		return
 	}
 	w.logged++
-	attrs := []slog.Attr{slog.String("line", line)}
+	attrs := []slog.Attr{w.attrs[0], w.attrs[1], slog.String("line", line)}
 	if cut {
 		attrs = append(attrs, slog.Bool("cut", true))
 	}
@@ -537,7 +592,7 @@ func (w *execStderr) finish() {
 	}
 	if w.dropped > 0 {
 		w.log.LogAttrs(w.ctx, slog.LevelWarn, "command stderr: further lines not logged",
-			slog.Int("lines_logged", w.logged), slog.Int("lines_dropped", w.dropped))
+			w.attrs[0], w.attrs[1], slog.Int("lines_logged", w.logged), slog.Int("lines_dropped", w.dropped))
 	}
 }
 

@@ -225,41 +225,44 @@ func parsePointer(p string) ([]string, error) {
 
 // lookupPointer returns the string or number at tokens in the JSON document
 // doc. Numbers are returned as written.
+//
+// The document is validated whole first, so that a body that is not JSON
+// has no key whatever comes before its fault; the walk then skips what is
+// not on the pointer's way without decoding it (see jsonField and
+// jsonElement). It finds what decoding each object into a
+// map[string]json.RawMessage and each array into a []json.RawMessage finds:
+// for a name given twice, the last.
 func lookupPointer(doc []byte, tokens []string, pointer string) (string, error) {
-	raw := json.RawMessage(bytes.TrimSpace(doc))
+	raw := bytes.TrimSpace(doc)
 	if !json.Valid(raw) {
 		return "", errors.New("body is not valid JSON")
 	}
 	for _, tok := range tokens {
 		switch first(raw) {
 		case '{':
-			var obj map[string]json.RawMessage
-			if err := json.Unmarshal(raw, &obj); err != nil {
-				return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
-			}
-			v, ok := obj[tok]
+			v, ok := jsonField(raw, tok)
 			if !ok {
 				return "", fmt.Errorf("pointer %s: no field %q", pointer, tok)
 			}
 			raw = v
 		case '[':
-			var arr []json.RawMessage
-			if err := json.Unmarshal(raw, &arr); err != nil {
-				return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
-			}
 			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(arr) || (len(tok) > 1 && tok[0] == '0') {
+			if err != nil || i < 0 || (len(tok) > 1 && tok[0] == '0') {
 				return "", fmt.Errorf("pointer %s: no array element %q", pointer, tok)
 			}
-			raw = arr[i]
+			v, ok := jsonElement(raw, i)
+			if !ok {
+				return "", fmt.Errorf("pointer %s: no array element %q", pointer, tok)
+			}
+			raw = v
 		default:
 			return "", fmt.Errorf("pointer %s: %q is inside a %s", pointer, tok, kind(raw))
 		}
 	}
 	switch c := first(raw); {
 	case c == '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
+		s, err := jsonString(bytes.TrimSpace(raw))
+		if err != nil {
 			return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
 		}
 		if s == "" {
@@ -276,6 +279,134 @@ func lookupPointer(doc []byte, tokens []string, pointer string) (string, error) 
 	default:
 		return "", fmt.Errorf("pointer %s: value is a %s, not a string or number", pointer, kind(raw))
 	}
+}
+
+// The walk of lookupPointer. Each function takes valid JSON (json.Valid
+// has passed on the whole document) and so checks nothing: it only finds
+// where values begin and end.
+
+// jsonField returns the value of the last member named name of the object
+// obj.
+func jsonField(obj []byte, name string) (value []byte, ok bool) {
+	i := skipSpace(obj, 1) // after '{'
+	for i < len(obj) && obj[i] == '"' {
+		end := skipString(obj, i)
+		lit := obj[i:end]
+		i = skipSpace(obj, skipSpace(obj, end)+1) // after ':'
+		vend := skipValue(obj, i)
+		if jsonNameIs(lit, name) {
+			value, ok = obj[i:vend], true
+		}
+		i = skipSpace(obj, vend)
+		if i < len(obj) && obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
+	}
+	return value, ok
+}
+
+// jsonElement returns the element at index n of the array arr.
+func jsonElement(arr []byte, n int) ([]byte, bool) {
+	i := skipSpace(arr, 1) // after '['
+	for k := 0; i < len(arr) && arr[i] != ']'; k++ {
+		end := skipValue(arr, i)
+		if k == n {
+			return arr[i:end], true
+		}
+		i = skipSpace(arr, end)
+		if i < len(arr) && arr[i] == ',' {
+			i = skipSpace(arr, i+1)
+		}
+	}
+	return nil, false
+}
+
+// jsonNameIs reports whether the string literal lit (quotes included) is
+// name once decoded as encoding/json decodes it.
+func jsonNameIs(lit []byte, name string) bool {
+	inner := lit[1 : len(lit)-1]
+	if plainString(inner) {
+		return string(inner) == name
+	}
+	s, err := jsonString(lit)
+	return err == nil && s == name
+}
+
+// jsonString decodes the string literal lit as encoding/json does.
+func jsonString(lit []byte) (string, error) {
+	if inner := lit[1 : len(lit)-1]; plainString(inner) {
+		return string(inner), nil
+	}
+	var s string
+	err := json.Unmarshal(lit, &s)
+	return s, err
+}
+
+// plainString reports whether the inside of a valid string literal decodes
+// to itself: no escapes, and valid UTF-8 (encoding/json replaces invalid
+// bytes).
+func plainString(inner []byte) bool {
+	ascii := true
+	for _, c := range inner {
+		if c == '\\' {
+			return false
+		}
+		if c >= utf8.RuneSelf {
+			ascii = false
+		}
+	}
+	return ascii || utf8.Valid(inner)
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string literal that starts at i.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipValue returns the index after the value that starts at i.
+func skipValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 // writesReplacementChar reports whether every U+FFFD in the decoded string

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -464,6 +465,120 @@ func FuzzDeduplicationID(f *testing.F) {
 			}
 		} else if err == nil {
 			t.Fatalf("MessageDeduplicationId %q: derived the key %q", key, d.key)
+		}
+	})
+}
+
+// lookupPointerDecoded is lookupPointer as it was written first, by
+// decoding each object on the way into a map[string]json.RawMessage and
+// each array into a []json.RawMessage: FuzzLookupPointer holds the walk of
+// lookupPointer to its answers.
+func lookupPointerDecoded(doc []byte, tokens []string, pointer string) (string, error) {
+	raw := json.RawMessage(bytes.TrimSpace(doc))
+	if !json.Valid(raw) {
+		return "", errors.New("body is not valid JSON")
+	}
+	for _, tok := range tokens {
+		switch first(raw) {
+		case '{':
+			var obj map[string]json.RawMessage
+			if err := json.Unmarshal(raw, &obj); err != nil {
+				return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
+			}
+			v, ok := obj[tok]
+			if !ok {
+				return "", fmt.Errorf("pointer %s: no field %q", pointer, tok)
+			}
+			raw = v
+		case '[':
+			var arr []json.RawMessage
+			if err := json.Unmarshal(raw, &arr); err != nil {
+				return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
+			}
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(arr) || (len(tok) > 1 && tok[0] == '0') {
+				return "", fmt.Errorf("pointer %s: no array element %q", pointer, tok)
+			}
+			raw = arr[i]
+		default:
+			return "", fmt.Errorf("pointer %s: %q is inside a %s", pointer, tok, kind(raw))
+		}
+	}
+	switch c := first(raw); {
+	case c == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", fmt.Errorf("pointer %s: %v", pointer, jsonProblem(err))
+		}
+		if s == "" {
+			return "", fmt.Errorf("pointer %s: empty string", pointer)
+		}
+		if strings.ContainsRune(s, utf8.RuneError) && !writesReplacementChar(raw, s) {
+			return "", fmt.Errorf("pointer %s: the id is not valid Unicode (invalid UTF-8 or a lone surrogate)", pointer)
+		}
+		return s, nil
+	case c == '-' || (c >= '0' && c <= '9'):
+		return string(bytes.TrimSpace(raw)), nil
+	default:
+		return "", fmt.Errorf("pointer %s: value is a %s, not a string or number", pointer, kind(raw))
+	}
+}
+
+// FuzzLookupPointer looks arbitrary pointers up in arbitrary documents:
+// lookupPointer, which walks the document, must answer what decoding it
+// answers (lookupPointerDecoded), value and error alike.
+func FuzzLookupPointer(f *testing.F) {
+	for _, s := range []struct{ doc, pointer string }{
+		{`{"id":"evt_1"}`, "/id"},
+		{` {"id" : "evt_1" , "n":1} `, "/n"},
+		{`{"id":"a","id":"b"}`, "/id"},
+		{`{"id":"a","x":{"id":"c"},"id":"b"}`, "/x/id"},
+		{`{"a\u0062":"escaped name"}`, "/ab"},
+		{`{"a\/b":"slash"}`, "/a~1b"},
+		{`{"~":"tilde"}`, "/~0"},
+		{`{"\ud800":"lone surrogate name"}`, "/\ufffd"},
+		{"{\"\xff\":\"invalid UTF-8 name\"}", "/\ufffd"},
+		{`{"id":"\ud83d\ude00"}`, "/id"},
+		{`{"id":"\ud800"}`, "/id"},
+		{"{\"id\":\"\xff\"}", "/id"},
+		{`{"id":"\ufffd"}`, "/id"},
+		{`{"id":"�"}`, "/id"},
+		{`{"id":"a\"b\\c\n"}`, "/id"},
+		{`{"id":""}`, "/id"},
+		{`{"id":-1.5e3}`, "/id"},
+		{`{"id":true}`, "/id"},
+		{`{"id":null}`, "/id"},
+		{`{"id":[1,{"k":"v"},[2]]}`, "/id/1/k"},
+		{`[["a","b"],["c"]]`, "/1/0"},
+		{`[1,2,3]`, "/03"},
+		{`[1,2,3]`, "/+1"},
+		{`[1,2,3]`, "/-"},
+		{`[1,2,3]`, "/3"},
+		{`[]`, "/0"},
+		{`{}`, "/id"},
+		{`"top"`, ""},
+		{`42`, ""},
+		{`42`, "/a"},
+		{`{"id":"x"} trailing`, "/id"},
+		{`{"id":"x",}`, "/id"},
+		{"\u00a0{\"id\":\"nbsp around\"}\u00a0", "/id"},
+		{"\f{\"id\":\"form feed\"}", "/id"},
+		{`{"":{"":"empty names"}}`, "//"},
+		{`{"a":{"b":{"c":"deep"}},"a":{"b":"shallow"}}`, "/a/b/c"},
+		{`{"s":"{\"id\":\"in a string\"}","id":"out"}`, "/id"},
+		{`{"id":"a]b}c,d"}`, "/id"},
+	} {
+		f.Add([]byte(s.doc), s.pointer)
+	}
+	f.Fuzz(func(t *testing.T, doc []byte, pointer string) {
+		tokens, err := parsePointer(pointer)
+		if err != nil || len(tokens) > fuzzMaxTokens {
+			return
+		}
+		got, gerr := lookupPointer(doc, tokens, pointer)
+		want, werr := lookupPointerDecoded(doc, tokens, pointer)
+		if got != want || (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+			t.Fatalf("lookupPointer(%q, %q) = %q, %v; decoding finds %q, %v", doc, pointer, got, gerr, want, werr)
 		}
 	})
 }

@@ -213,3 +213,19 @@ func TestKeyer_FuzzFindings(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkKeyer_Derive derives the key of a small body by a pointer, as
+// the worker does for every message it receives.
+func BenchmarkKeyer_Derive(b *testing.B) {
+	k, err := newKeyer(KeyConfig{From: KeyFromBody, Pointer: "/data/id"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte(`{"type":"order.created","sent":1700000000000,"data":{"id":"ord_4f3c2a1b","amount":1299,"currency":"eur","tags":["a","b"]}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := k.derive(body, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

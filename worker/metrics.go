@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -15,6 +16,34 @@ type metrics struct {
 	handlerSeconds *prometheus.HistogramVec
 	sqsRequests    *prometheus.CounterVec
 	sqsErrors      *prometheus.CounterVec
+
+	// handlerSeconds' series of each outcome, looked up on its first
+	// observation (a series appears once observed) and kept, so that a
+	// message costs no label hashing and lookup.
+	handlerSeries [numOutcomes]atomic.Value // of prometheus.Observer
+}
+
+// handlerOutcome is the outcome label of handlerSeconds.
+type handlerOutcome int
+
+const (
+	outcomeDone handlerOutcome = iota
+	outcomeRetry
+	outcomePermanent
+	outcomeLeaseLost
+	numOutcomes
+)
+
+var outcomeLabels = [numOutcomes]string{"done", "retry", "permanent", "lease_lost"}
+
+// handlerDuration returns the series of handlerSeconds for o.
+func (m *metrics) handlerDuration(o handlerOutcome) prometheus.Observer {
+	if obs, ok := m.handlerSeries[o].Load().(prometheus.Observer); ok {
+		return obs
+	}
+	obs := m.handlerSeconds.WithLabelValues(outcomeLabels[o])
+	m.handlerSeries[o].Store(obs)
+	return obs
 }
 
 func newMetrics() *metrics {

@@ -126,21 +126,38 @@ func (w *Worker) warnRetention() {
 // SQS's visibility timeout undoes.
 const sqsCallTimeout = 20 * time.Second
 
-// deletion is a message to delete once its operation is settled.
+// deletion is a message to delete once its operation is settled: its
+// receipt handle, as received.
 type deletion struct {
-	id, receipt string
+	receipt *string
 }
 
 func (w *Worker) delete(m types.Message) {
-	w.deletes <- deletion{id: aws.ToString(m.MessageId), receipt: aws.ToString(m.ReceiptHandle)}
+	receipt := m.ReceiptHandle
+	if receipt == nil {
+		receipt = aws.String("") // refused by SQS for this entry alone
+	}
+	w.deletes <- deletion{receipt: receipt}
 }
+
+// entryIDs are the Ids of the entries of a batch request, in order: shared,
+// so that a batch's entries need no allocation for them.
+var entryIDs = func() (ids [MaxMessagesPerReceive]string) {
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	return ids
+}()
 
 // Deleting: one gatherer takes completed messages from the channel, up to
 // ten, or what arrives within deleteLinger, per call, and hands each batch
-// to a call of its own, at most deletesInFlight at once. A delete that
-// waits a few milliseconds for company saves SQS requests (which are
-// billed) and server time; calls in flight together keep deletes from
-// lagging behind when each takes a round trip of tens of milliseconds.
+// to an idle caller, starting one while fewer than deletesInFlight run,
+// waiting for one otherwise. A delete that waits a few milliseconds for
+// company saves SQS requests (which are billed) and server time; calls in
+// flight together keep deletes from lagging behind when each takes a round
+// trip of tens of milliseconds. A caller lives as long as the loop: one
+// goroutine per call would grow a new stack through the SDK's deep calls
+// every time.
 const (
 	deletesInFlight = 16
 	deleteLinger    = 10 * time.Millisecond
@@ -150,9 +167,11 @@ const (
 // then waits for the calls in flight. A failed delete only costs a
 // redelivery, which the ledger answers as a duplicate.
 func (w *Worker) deleteLoop() {
-	var calls sync.WaitGroup
-	defer calls.Wait()
-	inFlight := make(chan struct{}, deletesInFlight)
+	var callers sync.WaitGroup
+	defer callers.Wait()
+	batches := make(chan []types.DeleteMessageBatchRequestEntry)
+	defer close(batches)
+	running := 0
 	linger := time.NewTimer(deleteLinger)
 	linger.Stop()
 	for d := range w.deletes {
@@ -172,16 +191,27 @@ func (w *Worker) deleteLoop() {
 			}
 		}
 		linger.Stop()
-		inFlight <- struct{}{}
-		calls.Go(func() {
-			defer func() { <-inFlight }()
-			w.deleteBatch(batch)
-		})
+		select {
+		case batches <- batch: // an idle caller took it
+			continue
+		default:
+		}
+		if running < deletesInFlight {
+			running++
+			callers.Go(func() {
+				w.deleteBatch(batch)
+				for b := range batches {
+					w.deleteBatch(b)
+				}
+			})
+			continue
+		}
+		batches <- batch
 	}
 }
 
 func entry(i int, d deletion) types.DeleteMessageBatchRequestEntry {
-	return types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(d.receipt)}
+	return types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: d.receipt}
 }
 
 func (w *Worker) deleteBatch(batch []types.DeleteMessageBatchRequestEntry) {
@@ -219,7 +249,7 @@ func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, 
 		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(chunk))
 		for i, m := range chunk {
 			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-				Id:                aws.String(strconv.Itoa(i)),
+				Id:                &entryIDs[i],
 				ReceiptHandle:     m.ReceiptHandle,
 				VisibilityTimeout: secs,
 			}

@@ -363,6 +363,7 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 // job is one received message on its way through the worker.
 type job struct {
 	msg     types.Message
+	body    []byte // the body, keyed and then handed to the handler
 	key     derived
 	keyErr  error
 	claim   ledger.Claim
@@ -385,9 +386,9 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 	var reqs []ledger.ClaimRequest
 	var keyed []*job
 	for i, m := range msgs {
-		j := &job{msg: m}
+		j := &job{msg: m, body: []byte(aws.ToString(m.Body))}
 		all[i] = j
-		j.key, j.keyErr = w.keyer.derive([]byte(aws.ToString(m.Body)), m.MessageAttributes, m.Attributes)
+		j.key, j.keyErr = w.keyer.derive(j.body, m.MessageAttributes, m.Attributes)
 		if j.keyErr != nil {
 			continue
 		}
@@ -434,7 +435,8 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		w.freeSlots(len(keyed))
 		for _, j := range all {
 			if j.keyErr != nil || j.running {
-				jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
+				jobs.Add(1)
+				go w.processAlone(ctx, workCtx, j, jobs)
 			}
 		}
 		return
@@ -449,7 +451,8 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 	if !w.queue.fifo {
 		newSiblings(all)
 		for _, j := range all {
-			jobs.Go(func() { w.processAlone(ctx, workCtx, j) })
+			jobs.Add(1)
+			go w.processAlone(ctx, workCtx, j, jobs)
 		}
 		return
 	}
@@ -622,13 +625,16 @@ func (s *slot) free() {
 	}
 }
 
-// processAlone processes a message of a standard queue. Its slot is given
-// back as soon as its handler returns: recording the completion and the
-// delete do not hold handler capacity.
-func (w *Worker) processAlone(ctx, workCtx context.Context, j *job) {
-	s := &slot{w: w}
+// processAlone processes a message of a standard queue, then marks jobs
+// done. Its slot is given back as soon as its handler returns: recording the
+// completion and the delete do not hold handler capacity. It is started
+// with a go statement rather than jobs.Go, which would wrap it in another
+// closure for every message.
+func (w *Worker) processAlone(ctx, workCtx context.Context, j *job, jobs *sync.WaitGroup) {
+	defer jobs.Done()
+	s := slot{w: w}
 	defer s.free()
-	w.process(ctx, workCtx, j, s)
+	w.process(ctx, workCtx, j, &s)
 }
 
 // process deals with one message according to its key and claim. It reports
@@ -637,7 +643,7 @@ func (w *Worker) processAlone(ctx, workCtx context.Context, j *job) {
 // The slot, when not nil, is freed once the handler has returned; FIFO
 // groups pass nil and wait for the whole outcome.
 func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
-	log := newJobLog(w.log, "message_id", j.id())
+	log := newJobLog(w.log, j.id())
 	defer w.leaveSiblings(j)
 	if j.claimed {
 		defer w.setActive(j.key.key, false)
@@ -652,7 +658,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	if j.keyErr != nil {
 		w.stats.keyless.Add(1)
 		log.Warn("message has no usable operation key: rejected", "reason", j.keyErr)
-		return w.deadLetter(j, "no operation key: "+j.keyErr.Error(), log)
+		return w.deadLetter(j, "no operation key: "+j.keyErr.Error(), &log)
 	}
 	if j.claim.Err != nil {
 		// The ledger cannot tell what became of the operation: running it
@@ -661,16 +667,16 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 		w.stats.unreadable.Add(1)
 		log.Error("the operation's ledger record cannot be read: dead-lettering the message; `sqsonce ledger forget` the key, then replay it",
 			"key", j.key.key, "error", j.claim.Err)
-		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), log)
+		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), &log)
 	}
-	log = log.With("key", j.key.key, "attempt", j.claim.Record.Attempts)
+	log = log.withKey(j.key.key, j.claim.Record.Attempts)
 	switch j.claim.Outcome {
 	case ledger.Claimed:
 		if j.claim.Takeover {
 			w.stats.takeovers.Add(1)
 			log.Warn("took over an operation whose lease had lapsed", "previous_owner_lease", j.claim.Record.LeaseExpiry)
 		}
-		return w.run(ctx, workCtx, j, s, log)
+		return w.run(ctx, workCtx, j, s, &log)
 	case ledger.AlreadyComplete:
 		w.stats.duplicates.Add(1)
 		log.Debug("duplicate of a completed operation: deleted without running")
@@ -690,11 +696,11 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	case ledger.Conflict:
 		w.stats.conflicts.Add(1)
 		log.Error("operation key seen before with a different payload: rejected", "state", j.claim.Record.State)
-		return w.deadLetter(j, "conflict: key seen before with a different payload", log)
+		return w.deadLetter(j, "conflict: key seen before with a different payload", &log)
 	case ledger.FailedPermanently:
 		w.stats.redeliveredFailed.Add(1)
 		log.Info("operation failed permanently before: dead-lettering the redelivery", "last_error", j.claim.Record.LastError)
-		return w.deadLetter(j, "failed permanently: "+j.claim.Record.LastError, log)
+		return w.deadLetter(j, "failed permanently: "+j.claim.Record.LastError, &log)
 	}
 	log.Error("unknown claim outcome: leaving the message", "outcome", j.claim.Outcome)
 	return false
@@ -724,9 +730,12 @@ func (w *Worker) recheck() time.Duration {
 	return min(max(w.cfg.MinBackoff, time.Second), w.cfg.VisibilityTimeout)
 }
 
-// errLeaseLost is the cancellation cause when a heartbeat finds that another
-// claim took the operation over.
-var errLeaseLost = errors.New("lease lost to another claim")
+// Causes of a handler's cancellation: a heartbeat found that another claim
+// took the operation over; the handler ran out of time.
+var (
+	errLeaseLost      = errors.New("lease lost to another claim")
+	errHandlerTimeout = errors.New("handler timeout")
+)
 
 // run executes the handler for a claimed message and records the outcome.
 // When the worker is stopping, the handler is not started: the message is
@@ -738,7 +747,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	}
 	m := &Message{
 		Key:             j.key.key,
-		Body:            []byte(aws.ToString(j.msg.Body)),
+		Body:            j.body,
 		MessageID:       j.id(),
 		QueueURL:        w.cfg.QueueURL,
 		Attempt:         j.claim.Record.Attempts,
@@ -756,9 +765,9 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	// claimed ahead may wait for one.
 	leaseCtx, cancelLease := context.WithCancelCause(workCtx)
 	defer cancelLease(nil)
-	stopBeat := w.heartbeat(j, log, func() { cancelLease(errLeaseLost) })
+	hb := w.heartbeat(j, log, cancelLease)
 	if !w.takeHandler(ctx, leaseCtx) {
-		stopBeat()
+		hb.stop()
 		if errors.Is(context.Cause(leaseCtx), errLeaseLost) {
 			w.stats.leaseLost.Add(1)
 			log.Error("lost the operation's lease while waiting for a handler: another claim owns it now; leaving the message")
@@ -768,7 +777,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		return false
 	}
 	w.stats.claimed.Add(1)
-	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errors.New("handler timeout"))
+	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errHandlerTimeout)
 	defer cancel()
 	start := w.now()
 	err := w.handle(hctx, m)
@@ -778,16 +787,16 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		w.leaveSiblings(j)
 	}
 	elapsed := w.now().Sub(start)
-	bg := context.WithoutCancel(ctx)
-	w.metrics.handlerSeconds.WithLabelValues(outcome(err, hctx)).Observe(elapsed.Seconds())
+	w.metrics.handlerDuration(outcome(err, hctx)).Observe(elapsed.Seconds())
 	if err == nil {
 		// The heartbeat goes on until the completion is recorded: while
 		// the ledger cannot take it, the message stays out of sight.
-		ok := w.complete(bg, workCtx, j, m, log.With("duration", elapsed))
-		stopBeat()
+		done := log.withDuration(elapsed)
+		ok := w.complete(workCtx, j, m, &done)
+		hb.stop()
 		return ok
 	}
-	stopBeat()
+	hb.stop()
 	if errors.Is(context.Cause(hctx), errLeaseLost) {
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
@@ -795,7 +804,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	}
 	var perm *PermanentError
 	permanent := errors.As(err, &perm)
-	ferr := w.ledger.Fail(bg, ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent})
+	ferr := w.ledger.Fail(context.WithoutCancel(ctx), ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent})
 	if ferr != nil {
 		log.Error("could not record the failure in the ledger", "error", ferr)
 	}
@@ -835,18 +844,19 @@ func (w *Worker) takeHandler(ctx, leaseCtx context.Context) bool {
 	return true
 }
 
-// outcome names a handler result for the duration histogram.
-func outcome(err error, hctx context.Context) string {
+// outcome classes a handler result for the duration histogram.
+func outcome(err error, hctx context.Context) handlerOutcome {
+	if err == nil {
+		return outcomeDone
+	}
 	var perm *PermanentError
 	switch {
-	case err == nil:
-		return "done"
 	case errors.Is(context.Cause(hctx), errLeaseLost):
-		return "lease_lost"
+		return outcomeLeaseLost
 	case errors.As(err, &perm):
-		return "permanent"
+		return outcomePermanent
 	}
-	return "retry"
+	return outcomeRetry
 }
 
 // handle calls the handler, turning a panic into a retryable error.
@@ -868,7 +878,7 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 // record (another claim owns it, it is gone, it is in another state) cannot
 // change by asking again and is not retried. When the completion cannot be
 // recorded the message is left, and its redelivery may run the work again.
-func (w *Worker) complete(ctx, workCtx context.Context, j *job, m *Message, log *jobLog) bool {
+func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobLog) bool {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -906,8 +916,9 @@ func mayChange(err error) bool {
 }
 
 // heartbeat extends the message's visibility and the claim's lease together
-// while the work runs. It calls lost when the ledger says another claim owns
-// the operation. The returned func stops it and waits for it.
+// while the work runs. It calls lost with errLeaseLost when the ledger says
+// another claim owns the operation. The returned beater's stop stops it and
+// waits for it.
 //
 // Each extension is bounded by the beat interval, so that a call that hangs
 // (SQS that never answers, the SDK retrying) cannot hold back the next
@@ -915,13 +926,13 @@ func mayChange(err error) bool {
 // the work's completion never waits for them: both would widen the window
 // in which done work is not yet recorded, and a lease that lapses while the
 // work runs lets a redelivery run it again.
-func (w *Worker) heartbeat(j *job, log *jobLog, lost func()) (stop func()) {
-	h := &beater{w: w, j: j, log: log, lost: lost, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)}
+func (w *Worker) heartbeat(j *job, log *jobLog, lost context.CancelCauseFunc) *beater {
+	h := &beater{w: w, j: j, log: *log, lost: lost, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)}
 	h.mu.Lock()
 	h.due = time.Now().Add(h.every)
 	h.t = time.AfterFunc(h.every, h.fire)
 	h.mu.Unlock()
-	return h.stop
+	return h
 }
 
 // beater is one message's heartbeat: a timer rather than a goroutine, since
@@ -930,8 +941,8 @@ func (w *Worker) heartbeat(j *job, log *jobLog, lost func()) (stop func()) {
 type beater struct {
 	w     *Worker
 	j     *job
-	log   *jobLog
-	lost  func()
+	log   jobLog
+	lost  context.CancelCauseFunc
 	every time.Duration
 
 	mu      sync.Mutex
@@ -956,7 +967,7 @@ func (h *beater) fire() {
 	h.beats.Add(1)
 	h.mu.Unlock()
 	defer h.beats.Done()
-	if !h.w.beat(ctx, h.j, h.log, h.lost, h.every) {
+	if !h.w.beat(ctx, h.j, &h.log, h.lost, h.every) {
 		return
 	}
 	h.mu.Lock()
@@ -985,7 +996,7 @@ func (h *beater) stop() {
 
 // beat extends the lease, then the visibility, each call bounded by every.
 // It reports whether the heartbeat goes on.
-func (w *Worker) beat(ctx context.Context, j *job, log *jobLog, lost func(), every time.Duration) bool {
+func (w *Worker) beat(ctx context.Context, j *job, log *jobLog, lost context.CancelCauseFunc, every time.Duration) bool {
 	ectx, ecancel := context.WithTimeout(ctx, every)
 	_, err := w.ledger.Extend(ectx, j.key.key, j.owner, w.cfg.VisibilityTimeout)
 	ecancel()
@@ -994,7 +1005,7 @@ func (w *Worker) beat(ctx context.Context, j *job, log *jobLog, lost func(), eve
 	}
 	if err != nil {
 		if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrState) || errors.Is(err, ledger.ErrNotFound) {
-			lost()
+			lost(errLeaseLost)
 			return false
 		}
 		log.Warn("heartbeat: extending the lease failed", "error", err)
