@@ -15,6 +15,7 @@ var (
 	mClaimRT    = func(r *result) float64 { c, _, _ := r.ledgerTrips(); return c / float64(r.batches) }
 	mCompleteRT = func(r *result) float64 { _, c, _ := r.ledgerTrips(); return c / float64(r.batches) }
 	mOtherRT    = func(r *result) float64 { _, _, o := r.ledgerTrips(); return r.per1k(o) }
+	mAllRT      = func(r *result) float64 { c, d, o := r.ledgerTrips(); return (c + d + o) / float64(r.processed) }
 	mCommitsPB  = func(r *result) float64 { return r.commits / float64(r.batches) }
 	mClaimMS    = func(r *result) float64 { return r.ledgerWait["claim_batch_mean_ms"] }
 	mCompleteMS = func(r *result) float64 { return r.ledgerWait["complete_mean_ms"] }
@@ -117,6 +118,16 @@ func writeLedgers(w io.Writer, b *bench, results, warmups []*result) {
 				p("- %d handlers: %s, %d workers / 1 worker: throughput %.2f×, worker CPU per message %.2f×, server CPU per message %.2f×\n", n, c.ledger, c.workers,
 					med(c, mThroughput)/med(one, mThroughput), med(c, mCPU)/med(one, mCPU), med(c, mDBCPU)/med(one, mDBCPU))
 			}
+		}
+		// A handler that writes to the ledger's database: on its own, or
+		// in one transaction with the completion.
+		write, tx := ledgerConfig{lPostgresWrite, 1, n}, ledgerConfig{lPostgresTx, 1, n}
+		if has(write) && has(tx) {
+			wt, _ := trips(write)
+			tt, mark := trips(tx)
+			p("- %d handlers: postgres-tx / postgres-write: throughput %.2f×, worker CPU per message %.2f×, database CPU per message %.2f×; round trips per message %s against %s%s (the write's own included)\n",
+				n, med(tx, mThroughput)/med(write, mThroughput), med(tx, mCPU)/med(write, mCPU), med(tx, mDBCPU)/med(write, mDBCPU),
+				spreadOf(tt, mAllRT).cell(2), spreadOf(wt, mAllRT).cell(2), mark)
 		}
 	}
 	p("\n### Targets\n\n")

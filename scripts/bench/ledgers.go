@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -31,10 +32,19 @@ import (
 const (
 	lBbolt    = "bbolt"
 	lPostgres = "postgres"
+	// The PostgreSQL ledger with a handler that writes a row to the same
+	// database: on its own connection, the worker then recording the
+	// completion (write), or in one transaction with the completion
+	// (package pgtx: tx).
+	lPostgresWrite = "postgres-write"
+	lPostgresTx    = "postgres-tx"
 	lDynamoDB = "dynamodb"
 )
 
-var allLedgers = []string{lBbolt, lPostgres, lDynamoDB}
+var allLedgers = []string{lBbolt, lPostgres, lPostgresWrite, lPostgresTx, lDynamoDB}
+
+// isPostgres reports whether ledger runs on PostgreSQL.
+func isPostgres(ledger string) bool { return strings.HasPrefix(ledger, lPostgres) }
 
 // ledgerConfig is one configuration of the ledger comparison: sqsonce-go
 // on one ledger, in workers processes on one queue (and one table), each
@@ -82,7 +92,7 @@ type sharedServers struct {
 // processes.
 func (b *bench) prepareShared(ctx context.Context) error {
 	s := &b.shared
-	if contains(b.o.ledgers, lPostgres) {
+	if slices.ContainsFunc(b.o.ledgers, isPostgres) {
 		s.pgURL = os.Getenv("SQSONCE_TEST_POSTGRES_URL")
 		u, err := url.Parse(s.pgURL)
 		if s.pgURL == "" || err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
@@ -219,7 +229,7 @@ func (b *bench) runLedger(ctx context.Context, c ledgerConfig, round, ops int) (
 	switch c.ledger {
 	case lBbolt:
 		largs = []string{"-backend", lBbolt, "-ledger", filepath.Join(b.ledgerRoot(), filepath.Base(runDir), "ledger.db")}
-	case lPostgres:
+	case lPostgres, lPostgresWrite, lPostgresTx:
 		table := fmt.Sprintf("bench_run%d", runID)
 		if err := postgres.Init(ctx, postgres.Options{URL: b.shared.pgURL, Table: table}); err != nil {
 			return nil, err
@@ -239,13 +249,29 @@ func (b *bench) runLedger(ctx context.Context, c ledgerConfig, round, ops int) (
 			defer proxy.Close()
 			u.Host = proxy.Addr()
 		}
-		if b.o.pgPoolMaxConns > 0 {
+		switch {
+		case b.o.pgPoolMaxConns > 0:
 			q := u.Query()
 			q.Set("pool_max_conns", strconv.Itoa(b.o.pgPoolMaxConns))
+			u.RawQuery = q.Encode()
+		case c.ledger != lPostgres:
+			// A handler that writes holds a connection while it runs
+			// (with tx, the ledger's own): room for every handler, and
+			// for the worker's claims and heartbeats beside them.
+			q := u.Query()
+			q.Set("pool_max_conns", strconv.Itoa(c.concurrency+8))
 			u.RawQuery = q.Encode()
 		}
 		workerURL := u.String()
 		largs = []string{"-backend", lPostgres, "-postgres-url", workerURL, "-table", table}
+		if c.ledger != lPostgres {
+			effects := table + "_effects"
+			if err := b.pgExec(ctx, `CREATE TABLE `+pgx.Identifier{effects}.Sanitize()+` (key text NOT NULL, at timestamptz NOT NULL DEFAULT now())`); err != nil {
+				return nil, err
+			}
+			defer b.pgExec(context.WithoutCancel(ctx), `DROP TABLE IF EXISTS `+pgx.Identifier{effects}.Sanitize())
+			largs = append(largs, "-pg-handler", strings.TrimPrefix(c.ledger, lPostgres+"-"), "-effects-table", effects)
+		}
 	case lDynamoDB:
 		table := fmt.Sprintf("bench-run%d", runID)
 		if _, err := dynamodb.Init(ctx, b.shared.ddb, dynamodb.Options{Table: table}); err != nil {
@@ -480,14 +506,14 @@ func (b *bench) runLedger(ctx context.Context, c ledgerConfig, round, ops int) (
 // dbCPU returns the CPU seconds the server of ledger has used so far, or -1
 // when unknown (and for bbolt, which has none).
 func (b *bench) dbCPU(ledger string) float64 {
-	switch ledger {
-	case lPostgres:
+	switch {
+	case isPostgres(ledger):
 		if b.shared.pgPID != 0 {
 			if s, err := treeCPU(b.shared.pgPID); err == nil {
 				return s
 			}
 		}
-	case lDynamoDB:
+	case ledger == lDynamoDB:
 		if b.shared.ddbPID != 0 {
 			if own, _, err := procCPU(b.shared.ddbPID); err == nil {
 				return own
@@ -530,19 +556,24 @@ FROM generate_series(1, $1::int) i`, b.o.pgPrefill)
 
 // dropPGTable removes a run's table and its version table.
 func (b *bench) dropPGTable(ctx context.Context, table string) {
+	t := pgx.Identifier{table}.Sanitize()
+	v := pgx.Identifier{table + "_version"}.Sanitize()
+	if err := b.pgExec(ctx, `DROP TABLE IF EXISTS `+t+`, `+v); err != nil {
+		fmt.Fprintf(b.log, "bench: drop %s: %v\n", table, err)
+	}
+}
+
+// pgExec runs sql on the PostgreSQL server, on a connection of its own.
+func (b *bench) pgExec(ctx context.Context, sql string) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, b.shared.pgURL)
 	if err != nil {
-		fmt.Fprintf(b.log, "bench: drop %s: %v\n", table, err)
-		return
+		return err
 	}
 	defer conn.Close(ctx)
-	t := pgx.Identifier{table}.Sanitize()
-	v := pgx.Identifier{table + "_version"}.Sanitize()
-	if _, err := conn.Exec(cctx, `DROP TABLE IF EXISTS `+t+`, `+v); err != nil {
-		fmt.Fprintf(b.log, "bench: drop %s: %v\n", table, err)
-	}
+	_, err = conn.Exec(cctx, sql)
+	return err
 }
 
 // ledgerTrips returns the ledger's round trips for claims, for completions

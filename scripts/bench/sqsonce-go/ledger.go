@@ -11,11 +11,14 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	ddb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/dynamodb"
 	"github.com/sqsonce/sqsonce/ledger/postgres"
+	"github.com/sqsonce/sqsonce/pgtx"
 	"github.com/sqsonce/sqsonce/scripts/bench/internal/benchkit"
 	"github.com/sqsonce/sqsonce/worker"
 )
@@ -27,6 +30,8 @@ type ledgerFlags struct {
 	postgresURL    string
 	dynamoEndpoint string
 	table          string
+	pgHandler      string // postgres: "", write or tx
+	effects        string // postgres, with pgHandler: the table written
 }
 
 func (lf *ledgerFlags) check() error {
@@ -38,6 +43,12 @@ func (lf *ledgerFlags) check() error {
 	case "postgres":
 		if lf.postgresURL == "" || lf.table == "" {
 			return errors.New("-postgres-url and -table are required with -backend postgres")
+		}
+		switch {
+		case lf.pgHandler != "" && lf.pgHandler != "write" && lf.pgHandler != "tx":
+			return fmt.Errorf("-pg-handler %q: want write or tx", lf.pgHandler)
+		case lf.pgHandler != "" && lf.effects == "":
+			return errors.New("-effects-table is required with -pg-handler")
 		}
 	case "dynamodb":
 		if lf.dynamoEndpoint == "" || lf.table == "" {
@@ -56,6 +67,7 @@ func (lf *ledgerFlags) check() error {
 type openedLedger struct {
 	store    worker.Ledger
 	db       *ledger.DB               // bbolt only: for commits and the prefill
+	pg       *postgres.Ledger         // postgres only: for the handlers that write
 	requests *benchkit.LedgerRequests // dynamodb only
 	close    func() error
 }
@@ -71,7 +83,7 @@ func openLedger(ctx context.Context, lf ledgerFlags) (*openedLedger, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &openedLedger{store: l, close: l.Close}, nil
+		return &openedLedger{store: l, pg: l, close: l.Close}, nil
 	case "dynamodb":
 		// As the sqsonce binary builds its DynamoDB client, with a
 		// counter of the requests in front of the transport.
@@ -95,4 +107,34 @@ func openLedger(ctx context.Context, lf ledgerFlags) (*openedLedger, error) {
 		return nil, err
 	}
 	return &openedLedger{store: db, db: db, close: db.Close}, nil
+}
+
+// writingHandler returns h, made to write a row of the effects table per
+// message as -pg-handler says: on its own connection (write), or in the
+// transaction of the operation's completion (tx).
+func (lg *openedLedger) writingHandler(ctx context.Context, lf ledgerFlags, h worker.Handler) (worker.Handler, error) {
+	insert := `INSERT INTO ` + pgx.Identifier{lf.effects}.Sanitize() + ` (key) VALUES ($1)`
+	switch lf.pgHandler {
+	case "write":
+		pool, err := pgxpool.New(ctx, lf.postgresURL)
+		if err != nil {
+			return nil, err
+		}
+		return worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if err := h.Handle(ctx, m); err != nil {
+				return err
+			}
+			_, err := pool.Exec(ctx, insert, m.Key)
+			return err
+		}), nil
+	case "tx":
+		return pgtx.New(lg.pg, func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+			if err := h.Handle(ctx, m); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, insert, m.Key)
+			return err
+		}), nil
+	}
+	return h, nil
 }

@@ -54,6 +54,8 @@ func main() {
 	prefill := flag.Int("prefill", 0, "complete records (keys pre-<i>) to write to the ledger before the first receive")
 	prefillOnly := flag.Bool("prefill-only", false, "write the -prefill records, print a report of that and exit")
 	work := flag.Duration("work", 0, "what the handler does: wait this long per message")
+	flag.StringVar(&lf.pgHandler, "pg-handler", "", "postgres: what the handler writes: nothing (\"\"), write (a row into -effects-table on a connection of its own; the worker then records the completion) or tx (the row and the completion in one transaction, package pgtx)")
+	flag.StringVar(&lf.effects, "effects-table", "", "postgres, with -pg-handler: the table the handler writes a row into, one per message")
 	flag.Parse()
 	lf.path = *ledgerPath
 	if err := lf.check(); err != nil {
@@ -116,7 +118,7 @@ func run(f benchkit.Flags, lf ledgerFlags, pollers int, trackKeys bool, prefill 
 	var runs atomic.Int64
 	var keysMu sync.Mutex
 	perKey := map[string]int64{}
-	handler := worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+	var handler worker.Handler = worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 		runs.Add(1)
 		if trackKeys {
 			keysMu.Lock()
@@ -134,6 +136,9 @@ func run(f benchkit.Flags, lf ledgerFlags, pollers int, trackKeys bool, prefill 
 		}
 		return nil
 	})
+	if handler, err = lg.writingHandler(ctx, lf, handler); err != nil {
+		return err
+	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	timed := &timedLedger{Ledger: lg.store}
 	var wl worker.Ledger = timed
