@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/sqsonce/sqsonce/ingest"
@@ -44,38 +43,17 @@ func (m *Main) ingestCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("ingest.listen %s: %w", cfg.Ingest.Listen, err)
 	}
-	admin, err := startAdmin(cfg.Admin, reg, func() healthState { return ingestHealth(srv.Health()) }, log)
+	ctx, stopService, err := m.serve(ctx, service{
+		health:   func() healthState { return ingestHealth(srv.Health()) },
+		status:   func() string { return ingestStatus(srv) },
+		stopping: "stopping",
+		stopMsg:  "stop signal: finishing the requests in flight",
+	}, cfg.Admin, reg, log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	defer admin.Close()
-	notify, err := newNotifier(m.LookupEnv)
-	if err != nil {
-		log.Warn("systemd notification socket unusable", "error", err)
-	}
-	defer notify.close()
-
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var background sync.WaitGroup
-	defer background.Wait()
-	finished := make(chan struct{})
-	defer close(finished)
-	notifyCtx, stopNotify := context.WithCancel(context.Background())
-	defer stopNotify()
-	background.Go(func() {
-		notify.run(notifyCtx, func() healthState { return ingestHealth(srv.Health()) }, func() string { return ingestStatus(srv) })
-	})
-	background.Go(func() {
-		select {
-		case sig := <-m.Signals:
-			log.Info("stop signal: finishing the requests in flight", "signal", sig.String())
-			notify.send("STOPPING=1\nSTATUS=stopping")
-			stop()
-		case <-finished:
-		}
-	})
+	defer stopService()
 	return srv.Run(ctx, ln)
 }
 

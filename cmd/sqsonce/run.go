@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/sqsonce/sqsonce/ledger"
@@ -55,49 +54,21 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	health := func() healthState { return workerHealth(w.Health()) }
-	admin, err := startAdmin(cfg.Admin, reg, health, log)
+	ctx, stopService, err := m.serve(ctx, service{
+		health:   func() healthState { return workerHealth(w.Health()) },
+		status:   func() string { return workerStatus(w.Health(), w.Stats()) },
+		stopping: "draining",
+		stopMsg:  "stop signal: draining",
+		hurry:    w.StopNow,
+	}, cfg.Admin, reg, log)
 	if err != nil {
 		return err
 	}
-	defer admin.Close()
-	notify, err := newNotifier(m.LookupEnv)
-	if err != nil {
-		log.Warn("systemd notification socket unusable", "error", err)
-	}
-	defer notify.close()
-
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	finished := make(chan struct{})
-	var background sync.WaitGroup
-	defer background.Wait()
-	defer close(finished)
-	notifyCtx, stopNotify := context.WithCancel(context.Background())
-	defer stopNotify()
-	background.Go(func() {
-		notify.run(notifyCtx, health, func() string { return workerStatus(w.Health(), w.Stats()) })
-	})
-	background.Go(func() {
-		select {
-		case sig := <-m.Signals:
-			log.Info("stop signal: draining", "signal", sig.String())
-			notify.send("STOPPING=1\nSTATUS=draining")
-			stop()
-		case <-finished:
-			return
-		}
-		select {
-		case sig := <-m.Signals:
-			log.Warn("second stop signal: cutting the drain short", "signal", sig.String())
-			w.StopNow()
-		case <-finished:
-		}
-	})
+	defer stopService()
 	if err := w.Run(ctx); err != nil {
 		return err
 	}
-	stopNotify()
+	stopService()
 	stopStats()
 	return st.Close()
 }
