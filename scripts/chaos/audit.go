@@ -54,6 +54,9 @@ type Report struct {
 	// audit.
 	Shared *Report
 	PG     *sharedFindings
+	// Tx is the transactional campaign's findings, nil when it did not
+	// run.
+	Tx *txReport
 
 	Elapsed time.Duration
 
@@ -220,7 +223,7 @@ func (c *campaign) readRuns() (*runLogs, error) {
 		rl.runs++
 		rl.endCounts[end]++
 		switch end {
-		case endWindowA, endWindowB, endKill, endInHandler:
+		case endWindowA, endWindowB, endKill, endInHandler, endInTx:
 			rl.kills++
 		}
 		cnt := c.counts(p.id)
@@ -802,6 +805,9 @@ func (r *Report) print(out io.Writer) {
 		}
 		row("shared-ledger campaign", head)
 		s.printStandard(func(name, value string) { row("  "+name, value) }, func(name string, n int) { must("shared: "+strings.TrimLeft(name, " "), n) })
+	}
+	if r.Tx != nil {
+		r.Tx.print(row, must)
 	}
 	if f := r.failed(); len(f) > 0 {
 		row("FAILED", strings.Join(f, "; "))

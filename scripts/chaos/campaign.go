@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
@@ -51,6 +52,8 @@ type Config struct {
 	FIFO        FIFOConfig    // the FIFO campaign beside the standard one
 	FIFOOnly    bool          // run the FIFO campaign alone
 	Shared      SharedConfig  // the shared-ledger campaign beside the standard one
+	Tx          TxConfig      // the transactional campaign, after the shared-ledger one
+	TxOnly      bool          // run the transactional campaign alone
 }
 
 // FullConfig is `make chaos`.
@@ -73,6 +76,9 @@ func FullConfig() Config {
 		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
 		Shared: SharedConfig{Workers: 3, Ops: 3000, Deliveries: 9000, Duration: 150 * time.Second, Kills: 24, Terms: 6,
 			Stops: 3, StopFor: 8 * time.Second, Refusals: 3, RefuseFor: 6 * time.Second, Cuts: 4, Concurrency: 16},
+		Tx: TxConfig{Workers: 3, Ops: 2000, Deliveries: 6000, Duration: 90 * time.Second, Kills: 9, InTx: 9, Terms: 3,
+			Stops: 2, StopFor: 8 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 2, LostCommits: 24,
+			Concurrency: 8, HoldShare: 0.08, Hold: 200 * time.Millisecond},
 	}
 }
 
@@ -96,6 +102,9 @@ func ShortConfig() Config {
 		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1},
 		Shared: SharedConfig{Workers: 3, Ops: 300, Deliveries: 900, Duration: 24 * time.Second, Kills: 6, Terms: 2,
 			Stops: 1, StopFor: 7 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8},
+		Tx: TxConfig{Workers: 3, Ops: 200, Deliveries: 600, Duration: 20 * time.Second, Kills: 3, InTx: 3, Terms: 1,
+			Stops: 1, StopFor: 6 * time.Second, Cuts: 1, LostCommits: 6,
+			Concurrency: 8, HoldShare: 0.1, Hold: 200 * time.Millisecond},
 	}
 }
 
@@ -181,6 +190,7 @@ type campaign struct {
 
 	fifo   *campaign // the FIFO campaign beside this one, or nil
 	shared *campaign // the shared-ledger campaign beside this one, or nil
+	tx     *campaign // the transactional campaign after the shared-ledger one, or nil
 
 	// The shared-ledger campaign's database, the proxy in front of it and
 	// the connection string its workers use; the outages made so far; the
@@ -190,6 +200,14 @@ type campaign struct {
 	pgWorkerURL string
 	outs        []*outage
 	finals      []*proc
+	// The transactional campaign's effects table ("" in the others: their
+	// workers call the downstream), the runs armed to be killed inside
+	// their next held transaction, and those killed there.
+	effects     string
+	txArmed     map[int]bool
+	inTx        []inTxKill
+	appliedConn *pgx.Conn            // the sender's connection for applied, or nil
+	lastApplied map[string]time.Time // what applied last read
 	// phasesDone is closed once the ledger fault phases are over (or will
 	// not come): the FIFO campaign starts then, so that its load does not
 	// weigh on the phases' waits.
@@ -254,7 +272,13 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	if cfg.FIFOOnly && cfg.FIFO.Duration <= 0 {
 		return nil, errors.New("the FIFO campaign needs a duration")
 	}
-	if fixed := phaseBudget + time.Duration(cfg.Holds)*cfg.Hold; !cfg.FIFOOnly && cfg.Duration <= fixed+time.Second {
+	if cfg.FIFOOnly && cfg.TxOnly {
+		return nil, errors.New("the FIFO campaign alone and the transactional campaign alone: choose one")
+	}
+	if cfg.TxOnly && (cfg.Tx.Ops == 0 || cfg.Tx.Duration <= 0) {
+		return nil, errors.New("the transactional campaign alone needs operations and a duration")
+	}
+	if fixed := phaseBudget + time.Duration(cfg.Holds)*cfg.Hold; !cfg.FIFOOnly && !cfg.TxOnly && cfg.Duration <= fixed+time.Second {
 		return nil, fmt.Errorf("duration %v: want more than the %v that the ledger phases and the holds of the ledger socket take", cfg.Duration, fixed+time.Second)
 	}
 	c := &campaign{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)), inHand: map[string]int{}, started: time.Now(), tl: &timeline{total: cfg.Duration}}
@@ -295,12 +319,12 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	}
 	c.mu.Lock()
 	notes := append([]string(nil), c.notes...)
-	fifo, shared := c.fifo, c.shared
+	fifo, shared, tx := c.fifo, c.shared, c.tx
 	c.mu.Unlock()
 	for _, o := range []struct {
 		c    *campaign
 		name string
-	}{{fifo, "FIFO"}, {shared, "shared"}} {
+	}{{fifo, "FIFO"}, {shared, "shared"}, {tx, "tx"}} {
 		if o.c == nil {
 			continue
 		}
@@ -320,13 +344,12 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 func (c *campaign) cleanup() {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
-	fifo, shared, pg := c.fifo, c.shared, c.pg
+	fifo, shared, tx, pg := c.fifo, c.shared, c.tx, c.pg
 	c.mu.Unlock()
-	if fifo != nil {
-		fifo.cleanup()
-	}
-	if shared != nil {
-		shared.cleanup()
+	for _, o := range []*campaign{fifo, shared, tx} {
+		if o != nil {
+			o.cleanup()
+		}
 	}
 	for _, p := range procs {
 		if p.alive() {
@@ -360,9 +383,10 @@ func (c *campaign) cleanup() {
 	}
 }
 
-// run runs the standard campaign and, beside it, the FIFO campaign, and
-// returns their report. A report may come with an error: then it is the
-// part that was done.
+// run runs the standard campaign and, beside it, the FIFO campaign, the
+// shared-ledger campaign and after that the transactional one, and returns
+// their report. A report may come with an error: then it is the part that
+// was done.
 func (c *campaign) run(ctx context.Context) (*Report, error) {
 	cfg := c.cfg
 	withFIFO := cfg.FIFO.Ops > 0
@@ -393,9 +417,10 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	defer stopFIFO()
 	c.phasesDone = make(chan struct{})
 	c.phasesOver = sync.OnceFunc(func() { close(c.phasesDone) })
-	if cfg.FIFOOnly {
+	if cfg.FIFOOnly || cfg.TxOnly {
 		c.phasesOver()
 	}
+	withFIFO = withFIFO && !cfg.TxOnly
 	if withFIFO {
 		f, err := c.fifoCampaign()
 		if err != nil {
@@ -417,12 +442,13 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		}()
 	}
 
-	withShared := cfg.Shared.Ops > 0 && !cfg.FIFOOnly
+	withShared := cfg.Shared.Ops > 0 && !cfg.FIFOOnly && !cfg.TxOnly
 	type sharedOutcome struct {
 		rep *Report
 		err error
 	}
 	var sharedDone chan sharedOutcome
+	sharedOver := make(chan struct{}) // closed once the shared-ledger campaign is over (or will not come)
 	sharedCtx, stopShared := context.WithCancel(ctx)
 	defer stopShared()
 	if withShared {
@@ -436,13 +462,48 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		sharedDone = make(chan sharedOutcome, 1)
 		go func() {
 			r, err := s.runShared(sharedCtx)
+			close(sharedOver)
 			sharedDone <- sharedOutcome{r, err}
+		}()
+	} else {
+		close(sharedOver)
+	}
+
+	// The transactional campaign comes after the shared-ledger one, while
+	// the standard campaign still runs: two campaigns of three workers on
+	// PostgreSQL at once would weigh on each other's waits.
+	withTx := cfg.Tx.Ops > 0 && !cfg.FIFOOnly
+	type txOutcome struct {
+		rep *txReport
+		err error
+	}
+	var txDone chan txOutcome
+	txCtx, stopTx := context.WithCancel(ctx)
+	defer stopTx()
+	if withTx {
+		t, err := c.txCampaign()
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.tx = t
+		c.mu.Unlock()
+		txDone = make(chan txOutcome, 1)
+		go func() {
+			select {
+			case <-sharedOver:
+			case <-txCtx.Done():
+				txDone <- txOutcome{nil, txCtx.Err()}
+				return
+			}
+			r, err := t.runTx(txCtx)
+			txDone <- txOutcome{r, err}
 		}()
 	}
 
 	rep := &Report{}
 	var err error
-	if !cfg.FIFOOnly {
+	if !cfg.FIFOOnly && !cfg.TxOnly {
 		rep, err = c.standard(ctx)
 	}
 	if withFIFO {
@@ -467,6 +528,18 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		}
 		if rep != nil {
 			rep.Shared = so.rep
+		}
+	}
+	if withTx {
+		if err != nil {
+			stopTx()
+		}
+		to := <-txDone
+		if to.err != nil && err == nil {
+			err = fmt.Errorf("the transactional campaign: %w", to.err)
+		}
+		if rep != nil {
+			rep.Tx = to.rep
 		}
 	}
 	return rep, err
@@ -678,8 +751,12 @@ func (c *campaign) send(ctx context.Context, s *sender, wl *workload) error {
 	return nil
 }
 
-// applied asks the downstream which operations it applied, and when.
+// applied asks the downstream which operations it applied, and when (in
+// the transactional campaign, the effects table: appliedRows).
 func (c *campaign) applied(ctx context.Context) (map[string]time.Time, error) {
+	if c.effects != "" {
+		return c.appliedRows(ctx), nil
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.downURL+"/applied", nil)
 	if err != nil {
 		return nil, err
@@ -716,7 +793,6 @@ func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
 		"-run", strconv.Itoa(id),
 		"-endpoint", c.cfg.Endpoint,
 		"-queue", c.queue,
-		"-downstream", c.downURL + "/op",
 		"-dir", c.runsDir,
 		"-crash-log", c.crashLog,
 		"-seed", strconv.FormatUint(c.cfg.Seed*1000+uint64(id), 10),
@@ -731,6 +807,13 @@ func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
 		args = append(args, "-postgres", c.pgWorkerURL, "-table", sharedTable, "-ledger-timeout", sharedLedgerTimeout.String())
 	} else {
 		args = append(args, "-ledger", ledgerPath)
+	}
+	if c.effects != "" {
+		tx := c.cfg.Tx
+		args = append(args, "-pgtx", "-effects", c.effects, "-control", c.control,
+			"-tx-hold-share", f(tx.HoldShare), "-tx-hold", tx.Hold.String())
+	} else {
+		args = append(args, "-downstream", c.downURL+"/op")
 	}
 	if o.crashAAt > 0 {
 		args = append(args, "-crash-a-at", strconv.FormatInt(o.crashAAt, 10))
@@ -807,7 +890,7 @@ func (c *campaign) checkEnd(p *proc) {
 	}
 	switch {
 	case sig == endRefused:
-	case killed && (sig == endKill || sig == endInHandler):
+	case killed && (sig == endKill || sig == endInHandler || sig == endInTx):
 	case killed && c.crashed(p.id) != "":
 	case !killed && code == 0 && sig == endTerm:
 	default:
@@ -1046,6 +1129,21 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 				p.wait(ctx, 10*time.Second)
 			}
 		}
+	case endInTx:
+		// Armed part way through (and told to hold its next attempt's
+		// transaction open, SIGWINCH), it is killed inside the transaction
+		// of the next attempt that holds it open (serveInTx); if none
+		// comes, the campaign kills it.
+		arm := s.dur * time.Duration(40+c.intN(40)) / 100
+		if !p.wait(ctx, arm) {
+			c.armInTx(p.id, true)
+			_ = p.cmd.Process.Signal(syscall.SIGWINCH)
+			if !p.wait(ctx, s.dur-arm+10*time.Second) {
+				c.armInTx(p.id, false)
+				p.kill(endKill, "")
+				p.wait(ctx, 10*time.Second)
+			}
+		}
 	case endTerm:
 		if !p.wait(ctx, s.dur) {
 			if s.double {
@@ -1086,7 +1184,7 @@ func (c *campaign) endOf(p *proc) string {
 	switch {
 	case sig == endRefused:
 		return endRefused
-	case killed && (sig == endKill || sig == endInHandler):
+	case killed && (sig == endKill || sig == endInHandler || sig == endInTx):
 		return sig
 	case killed:
 		switch c.crashed(p.id) {

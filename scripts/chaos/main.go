@@ -73,11 +73,38 @@
 // takeover with the database in reach all along is a finding). It reports
 // the workers' waits for the database and the takeovers.
 //
+// Once the shared-ledger campaign is over (so that two campaigns of three
+// workers on PostgreSQL do not weigh on each other's waits) comes the
+// transactional campaign (tx/ in the work directory): three chaos workers
+// at once with -pgtx, a transactional handler (package pgtx) whose effect
+// is a row that it inserts into an effects table of the ledger's database
+// in the transaction that records the operation complete, on one standard
+// queue with a dead-letter queue and a PostgreSQL cluster and proxy of its
+// own. Its workload is of the standard kind (transient and permanent
+// failures come after the insert, which must be rolled back), every
+// message tagged. Each worker is killed at random, in the windows around
+// its own completion (after the transaction committed) and inside the
+// transaction: a share of the attempts hold their transaction open after
+// the insert and ask the campaign, which kills an armed run with SIGKILL
+// before it answers; or drained. Meanwhile the database is stopped hard
+// and restarted, its connections refused and cut, and the proxy loses
+// commits: it holds back a COMMIT and cuts the connection (the server
+// rolls back), or passes it on and cuts the connection once the server
+// answered (the commit took effect, its answer is lost). Its audit reads
+// the database itself: every operation complete in the ledger has exactly
+// one effect row, of the attempt that completed it, every other operation
+// none, with no window excepted; every message sent is done, in the
+// dead-letter queue or still on the queue; every attempt whose handler
+// said it committed did, every row of an attempt killed inside its
+// transaction was rolled back, and every lost commit was resolved by the
+// operation's record as the database decided it.
+//
 // The exit status is 0 when no operation or message was lost, nothing was
 // acknowledged that was not done, every execution beyond the first is
 // explained by a crash in the documented window (or a kill that is
 // equivalent to one, or, on the shared ledger, the database out of reach),
-// no group ran out of order, and every check passed; 1 otherwise.
+// no effect of a transactional handler was applied twice, no group ran out
+// of order, and every check passed; 1 otherwise.
 //
 // It writes its progress to standard error and, as it goes, to progress.log
 // in its work directory. When the campaign fails or ends early, or with
@@ -87,10 +114,11 @@
 // its last line names them. runs/ holds every worker run's output, events
 // and counters.
 //
-// Run it through `make chaos` (full) or `go test ./scripts/chaos` (short),
-// which start the local server (and `make` makes sure PostgreSQL's server
-// binaries are installed). Mounting the tmpfs of the ledger phases needs
-// root.
+// Run it through `make chaos` (full) or `go test ./scripts/chaos` (short,
+// without the transactional campaign: see TestChaosShort), which start the
+// local server (and `make` makes sure PostgreSQL's server binaries are
+// installed). Mounting the tmpfs of the ledger phases needs root; the
+// transactional campaign alone (-tx-only) does not mount it.
 package main
 
 import (
@@ -105,7 +133,7 @@ import (
 )
 
 func main() {
-	short := flag.Bool("short", false, "the short form (the size TestChaosShort runs)")
+	short := flag.Bool("short", false, "the short form (the size TestChaosShort runs, which leaves the transactional campaign out)")
 	cfg := FullConfig()
 	seed := flag.Uint64("seed", 0, "seed of everything random (default 1)")
 	ops := flag.Int("ops", 0, "operations (default 10000, short 500)")
@@ -122,6 +150,9 @@ func main() {
 	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone")
 	sharedOps := flag.Int("shared-ops", -1, "operations of the shared-ledger campaign (PostgreSQL) beside the standard one, 0 for none (default 3000, short 300)")
 	sharedDuration := flag.Duration("shared-duration", 0, "planned length of the shared-ledger campaign's worker runs (default 150s, short 24s)")
+	txOps := flag.Int("tx-ops", -1, "operations of the transactional campaign (pgtx handlers on PostgreSQL) after the shared-ledger one, 0 for none (default 2000, short 200)")
+	txDuration := flag.Duration("tx-duration", 0, "planned length of the transactional campaign's worker runs (default 90s, short 20s)")
+	txOnly := flag.Bool("tx-only", false, "run the transactional campaign alone")
 	holds := flag.Int("holds", -1, "worker runs whose ledger socket a reader holds and stops reading (default 2, short 1)")
 	hold := flag.Duration("hold", 0, "how long a reader holds the ledger socket (default 15s, short 6s)")
 	races := flag.Int("races", -1, "compactions started together with a worker run (default 6, short 2)")
@@ -161,6 +192,14 @@ func main() {
 	if *sharedDuration > 0 {
 		cfg.Shared.Duration = *sharedDuration
 	}
+	if *txOps >= 0 {
+		cfg.Tx.Ops = *txOps
+		cfg.Tx.Deliveries = 3 * *txOps
+	}
+	if *txDuration > 0 {
+		cfg.Tx.Duration = *txDuration
+	}
+	cfg.TxOnly = *txOnly
 	if *holds >= 0 {
 		cfg.Holds = *holds
 	}

@@ -1,27 +1,65 @@
 package main
 
 import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
-// tcpProxy is the shared-ledger campaign's TCP proxy on 127.0.0.1, between
-// the workers and the database: it carries each connection byte for byte
-// to the server it points at, until it cuts it. It can refuse new
-// connections (accept and close them at once) for a while, and cut every
-// connection it carries, as a network failure between a host and its
-// database would. It is safe for concurrent use.
+// tcpProxy is the TCP proxy on 127.0.0.1 of the campaigns on PostgreSQL,
+// between the workers and the database: it carries each connection to the
+// server it points at, message by message of PostgreSQL's protocol, until
+// it cuts it. It can refuse new connections (accept and close them at
+// once) for a while, and cut every connection it carries, as a network
+// failure between a host and its database would. And it can lose a
+// commit: the next COMMIT a client sends is either never passed on (the
+// server rolls the transaction back when the connection goes) or passed
+// on and its answer dropped once the server committed; either way the
+// connection is then cut, and the client cannot tell which happened. It is
+// safe for concurrent use.
 type tcpProxy struct {
 	ln net.Listener
 
 	mu     sync.Mutex
 	target string
 	refuse bool
-	conns  map[net.Conn]net.Conn // client -> server
+	conns  map[net.Conn]*proxyConn // by the client's side
+	// Commits still to lose: their requests, and their answers.
+	loseRequests, loseAnswers int
+	lost                      []lostCommit
 
 	accepted, refused, cut atomic.Int64
 	wg                     sync.WaitGroup
+}
+
+// proxyConn is one connection the proxy carries.
+type proxyConn struct {
+	client, server net.Conn
+	// ready is closed once the client's first message said whether the
+	// connection speaks the protocol in the clear (raw false) or not
+	// (TLS, GSS encryption, a cancel request: raw true, carried byte for
+	// byte, no commit of it lost).
+	ready chan struct{}
+	raw   bool
+	// awaitCommit is set while a COMMIT whose answer is to be lost is on
+	// its way to the server.
+	awaitCommit atomic.Bool
+}
+
+// lostCommit is a commit that the proxy lost, cutting its connection.
+type lostCommit struct {
+	T      time.Time // when the proxy cut the connection
+	Client string    // the client's address, host:port
+	// Answered: the server committed and its answer was dropped; false:
+	// the commit never reached the server.
+	Answered bool
 }
 
 func newTCPProxy(target string) (*tcpProxy, error) {
@@ -29,7 +67,7 @@ func newTCPProxy(target string) (*tcpProxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]net.Conn{}}
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]*proxyConn{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -45,6 +83,13 @@ func (p *tcpProxy) setTarget(target string) {
 	p.mu.Unlock()
 }
 
+// targetAddr is the address of the server that new connections go to.
+func (p *tcpProxy) targetAddr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
+
 // setRefuse makes the proxy close new connections at once (on), or carry
 // them again (off).
 func (p *tcpProxy) setRefuse(on bool) {
@@ -58,14 +103,41 @@ func (p *tcpProxy) cutAll() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for c, s := range p.conns {
-		c.Close()
-		s.Close()
+	for c, pc := range p.conns {
+		pc.client.Close()
+		pc.server.Close()
 		delete(p.conns, c)
 		n++
 	}
 	p.cut.Add(int64(n))
 	return n
+}
+
+// loseCommits makes the proxy lose the next n commits that clients send,
+// whichever connections carry them: their answers (answered) or their
+// requests.
+func (p *tcpProxy) loseCommits(n int, answered bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if answered {
+		p.loseAnswers += n
+	} else {
+		p.loseRequests += n
+	}
+}
+
+// commitsToLose returns how many commits the proxy is still to lose.
+func (p *tcpProxy) commitsToLose() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.loseRequests + p.loseAnswers
+}
+
+// lostCommits returns the commits lost so far, in order.
+func (p *tcpProxy) lostCommits() []lostCommit {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]lostCommit(nil), p.lost...)
 }
 
 func (p *tcpProxy) accept() {
@@ -100,34 +172,154 @@ func (p *tcpProxy) accept() {
 			s.Close()
 			continue
 		}
-		p.conns[c] = s
+		pc := &proxyConn{client: c, server: s, ready: make(chan struct{})}
+		p.conns[c] = pc
 		p.mu.Unlock()
 		p.accepted.Add(1)
 		p.wg.Add(2)
-		go p.carry(c, s, c)
-		go p.carry(c, c, s)
+		go p.fromClient(pc)
+		go p.fromServer(pc)
 	}
 }
 
-// carry copies src to dst until either fails, then closes both.
-func (p *tcpProxy) carry(client, src, dst net.Conn) {
+// The codes of the first messages of a connection that are not a startup
+// message (PostgreSQL's protocol, "Message Formats").
+const (
+	pgCancelRequest = 80877102
+	pgSSLRequest    = 80877103
+	pgGSSENCRequest = 80877104
+)
+
+// fromClient carries what the client sends to the server, message by
+// message, and loses a COMMIT when told to.
+func (p *tcpProxy) fromClient(pc *proxyConn) {
 	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				break
-			}
+	defer p.end(pc)
+	r := bufio.NewReaderSize(pc.client, 32<<10)
+	w := bufio.NewWriterSize(pc.server, 32<<10)
+	var buf []byte
+	msg, err := readPGMessage(r, false, &buf)
+	if err != nil {
+		close(pc.ready)
+		return
+	}
+	if code := binary.BigEndian.Uint32(msg[4:8]); code == pgCancelRequest || code == pgSSLRequest || code == pgGSSENCRequest {
+		pc.raw = true
+		close(pc.ready)
+		if _, err := pc.server.Write(msg); err == nil {
+			_, _ = io.Copy(pc.server, r)
 		}
-		if err != nil {
-			break
+		return
+	}
+	close(pc.ready)
+	for {
+		if _, err := w.Write(msg); err != nil {
+			return
+		}
+		if !wholePGMessageBuffered(r, true) && w.Flush() != nil {
+			return
+		}
+		if msg, err = readPGMessage(r, true, &buf); err != nil {
+			return
+		}
+		if msg[0] != 'Q' || !isCommit(msg[5:]) {
+			continue
+		}
+		switch p.takeLoss() {
+		case lossRequest:
+			// Whatever came before it goes on; the commit does not.
+			_ = w.Flush()
+			p.lose(pc, false)
+			return
+		case lossAnswer:
+			pc.awaitCommit.Store(true)
 		}
 	}
-	src.Close()
-	dst.Close()
+}
+
+// fromServer carries what the server sends to the client, message by
+// message, and drops the answer of a COMMIT that is to lose it.
+func (p *tcpProxy) fromServer(pc *proxyConn) {
+	defer p.wg.Done()
+	defer p.end(pc)
+	<-pc.ready
+	if pc.raw {
+		_, _ = io.Copy(pc.client, pc.server)
+		return
+	}
+	r := bufio.NewReaderSize(pc.server, 32<<10)
+	w := bufio.NewWriterSize(pc.client, 32<<10)
+	var buf []byte
+	for {
+		msg, err := readPGMessage(r, true, &buf)
+		if err != nil {
+			return
+		}
+		if pc.awaitCommit.Load() {
+			switch msg[0] {
+			case 'C': // CommandComplete
+				if strings.TrimRight(string(msg[5:]), "\x00") == "COMMIT" {
+					// The server committed: its answer is lost.
+					_ = w.Flush()
+					p.lose(pc, true)
+					return
+				}
+				// ROLLBACK: the transaction had failed; lose another.
+				pc.awaitCommit.Store(false)
+				p.loseCommits(1, true)
+			case 'E': // ErrorResponse: it did not commit; lose another
+				pc.awaitCommit.Store(false)
+				p.loseCommits(1, true)
+			}
+		}
+		if _, err := w.Write(msg); err != nil {
+			return
+		}
+		if !wholePGMessageBuffered(r, true) && w.Flush() != nil {
+			return
+		}
+	}
+}
+
+// Which part of a commit the proxy loses.
+const (
+	lossNone = iota
+	lossRequest
+	lossAnswer
+)
+
+// takeLoss decides the fate of a commit on its way: lost (its request or
+// its answer) while commits are still to lose.
+func (p *tcpProxy) takeLoss() int {
 	p.mu.Lock()
-	delete(p.conns, client)
+	defer p.mu.Unlock()
+	switch {
+	case p.loseRequests > 0:
+		p.loseRequests--
+		return lossRequest
+	case p.loseAnswers > 0:
+		p.loseAnswers--
+		return lossAnswer
+	}
+	return lossNone
+}
+
+// lose cuts pc for a lost commit and records it.
+func (p *tcpProxy) lose(pc *proxyConn, answered bool) {
+	pc.client.Close()
+	pc.server.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lost = append(p.lost, lostCommit{T: time.Now(), Client: pc.client.RemoteAddr().String(), Answered: answered})
+	delete(p.conns, pc.client)
+}
+
+// end closes both sides of pc once either direction ends.
+func (p *tcpProxy) end(pc *proxyConn) {
+	pc.client.Close()
+	pc.server.Close()
+	p.mu.Lock()
+	delete(p.conns, pc.client)
 	p.mu.Unlock()
 }
 
@@ -136,4 +328,68 @@ func (p *tcpProxy) close() {
 	p.ln.Close()
 	p.cutAll()
 	p.wg.Wait()
+}
+
+// maxPGMessage bounds a message the proxy reads whole: far more than any
+// of the campaign's.
+const maxPGMessage = 64 << 20
+
+// readPGMessage reads one message of PostgreSQL's protocol from r into
+// *buf and returns it whole: with typed, a type byte, then a length that
+// counts itself and the body; without (a connection's first message), the
+// length and the body.
+func readPGMessage(r *bufio.Reader, typed bool, buf *[]byte) ([]byte, error) {
+	head := 4
+	if typed {
+		head = 5
+	}
+	if cap(*buf) < head {
+		*buf = make([]byte, head, 4096)
+	}
+	b := (*buf)[:head]
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(b[head-4:]))
+	if n < 4 || n > maxPGMessage || (!typed && n < 8) {
+		return nil, fmt.Errorf("a message of length %d: %w", n, errNotPG)
+	}
+	total := head - 4 + n
+	if cap(b) < total {
+		nb := make([]byte, total)
+		copy(nb, b)
+		b = nb
+	}
+	b = b[:total]
+	if _, err := io.ReadFull(r, b[head:]); err != nil {
+		return nil, err
+	}
+	*buf = b
+	return b, nil
+}
+
+// errNotPG: what a connection carries is not PostgreSQL's protocol.
+var errNotPG = errors.New("not PostgreSQL's protocol")
+
+// wholePGMessageBuffered reports whether r holds a whole typed message
+// already, which it can hand out without reading: until then what was
+// written is flushed, so that nothing waits in the proxy for bytes still
+// to come.
+func wholePGMessageBuffered(r *bufio.Reader, typed bool) bool {
+	if !typed || r.Buffered() < 5 {
+		return false
+	}
+	h, err := r.Peek(5)
+	if err != nil {
+		return false
+	}
+	return r.Buffered() >= 1+int(binary.BigEndian.Uint32(h[1:5]))
+}
+
+// isCommit reports whether the text of a simple query (NUL-terminated) is
+// COMMIT, as pgx sends it to commit a transaction.
+func isCommit(q []byte) bool {
+	s := strings.TrimSpace(strings.TrimRight(string(q), "\x00"))
+	s = strings.TrimSpace(strings.TrimSuffix(s, ";"))
+	return strings.EqualFold(s, "commit") || strings.EqualFold(s, "commit transaction") || strings.EqualFold(s, "end")
 }

@@ -22,6 +22,7 @@ const (
 	endWindowB   = "window b"   // killed itself after the completion, before the delete
 	endKill      = "kill"       // SIGKILL from the campaign at a random moment
 	endInHandler = "in-handler" // SIGKILL while the downstream served its request
+	endInTx      = "in-tx"      // SIGKILL inside a transactional handler's transaction, after its insert
 	endTerm      = "term"       // SIGTERM, drained, exit 0
 	endFailed    = "failed"     // anything else: a finding
 	endRefused   = "refused"    // a start that had to fail (ledger locked or read-only)
@@ -37,8 +38,8 @@ type proc struct {
 	started time.Time
 
 	mu      sync.Mutex
-	signal  string // what the campaign did to it: endKill, endInHandler, endTerm
-	killKey string // endInHandler: the key whose request was in flight
+	signal  string // what the campaign did to it: endKill, endInHandler, endInTx, endTerm
+	killKey string // endInHandler, endInTx: the key whose request or transaction was in flight
 	ended   time.Time
 	state   *os.ProcessState
 	waitErr error
@@ -86,7 +87,7 @@ func (p *proc) alive() bool {
 // killed a live process.
 func (p *proc) kill(why, key string) bool {
 	p.mu.Lock()
-	if p.signal == endKill || p.signal == endInHandler || !p.alive() {
+	if p.signal == endKill || p.signal == endInHandler || p.signal == endInTx || !p.alive() {
 		p.mu.Unlock()
 		return false
 	}

@@ -42,6 +42,9 @@ func (r *Report) checks() []check {
 	if r.Shared != nil {
 		cs = append(cs, r.Shared.standardChecks("shared: ")...)
 	}
+	if r.Tx != nil {
+		cs = append(cs, r.Tx.checks()...)
+	}
 	return cs
 }
 
@@ -103,6 +106,48 @@ type reportJSON struct {
 	Kills          int         `json:"kills"`
 	FIFO           *fifoJSON   `json:"fifo,omitempty"`
 	Shared         *sharedJSON `json:"shared,omitempty"`
+	Tx             *txJSON     `json:"tx,omitempty"`
+}
+
+// txJSON is the transactional campaign's part of report.json.
+type txJSON struct {
+	Workers                   int            `json:"workers"`
+	Runs                      int            `json:"runs"`
+	Kills                     int            `json:"kills"`
+	InTxKills                 int            `json:"kills_in_transaction"`
+	InTxHolds                 int            `json:"transactions_held"`
+	Restarts                  int            `json:"database_restarts"`
+	ConnsCut                  int            `json:"connections_cut"`
+	LostRequests              int            `json:"commit_requests_lost"`
+	LostAnswers               int            `json:"commit_answers_lost"`
+	ResolvedCommitted         int            `json:"lost_answers_told_committed"`
+	AnsweredToldFailed        int            `json:"lost_answers_told_not_committed"`
+	ResolvedNotCommitted      int            `json:"lost_requests_told_not_committed"`
+	LostUnresolved            int            `json:"lost_commits_of_killed_runs"`
+	EffectRows                int            `json:"effect_rows"`
+	OpsComplete               int            `json:"operations_complete"`
+	Completed                 int            `json:"completed"`
+	ExpectComplete            int            `json:"expect_complete"`
+	Attempts                  int            `json:"attempts_inserted"`
+	Committed                 int            `json:"attempts_committed"`
+	RolledBack                int            `json:"attempts_rolled_back"`
+	RolledBackBy              map[string]int `json:"rolled_back_by"`
+	Messages                  int            `json:"messages"`
+	MsgDone                   int            `json:"messages_done"`
+	MsgDLQ                    int            `json:"messages_in_dlq"`
+	MsgQueued                 int            `json:"messages_queued"`
+	MsgLost                   int            `json:"messages_not_accounted_for"`
+	Lost                      int            `json:"lost"`
+	AckNotDone                int            `json:"ack_not_done"`
+	EffectsTwice              int            `json:"effects_twice"`
+	RowWithoutCompletion      int            `json:"rows_without_completion"`
+	RowOfAnotherAttempt       int            `json:"rows_of_another_attempt"`
+	ToldCommittedNotCommitted int            `json:"told_committed_not_committed"`
+	InTxCommitted             int            `json:"in_transaction_kills_committed"`
+	LostRequestCommitted      int            `json:"lost_requests_committed"`
+	LostAnswerMissing         int            `json:"lost_answers_missing"`
+	ConflictRan               int            `json:"conflict_ran"`
+	KeylessRan                int            `json:"keyless_ran"`
 }
 
 // sharedJSON is the shared-ledger campaign's part of report.json.
@@ -211,6 +256,25 @@ func writeReport(dir string, rep *Report, runErr error, notes []string) error {
 			}
 			for _, d := range s.Details {
 				j.Details = append(j.Details, "shared: "+d)
+			}
+		}
+		if t := rep.Tx; t != nil {
+			j.Tx = &txJSON{Workers: t.Workers, Runs: t.Runs, Kills: t.Kills, InTxKills: t.InTxKills, InTxHolds: t.InTxHolds,
+				Restarts: t.Restarts, ConnsCut: t.ConnsCut, LostRequests: t.LostRequests, LostAnswers: t.LostAnswers,
+				ResolvedCommitted: t.ResolvedCommitted, AnsweredToldFailed: t.AnsweredToldFailed, ResolvedNotCommitted: t.ResolvedNotCommitted,
+				LostUnresolved: t.LostUnresolved, EffectRows: t.EffectRows, OpsComplete: t.OpsComplete, Completed: t.Completed,
+				ExpectComplete: t.ExpectComplete, Attempts: t.Attempts, Committed: t.Committed, RolledBack: t.RolledBack,
+				RolledBackBy: t.RolledBackBy, Messages: t.Messages, MsgDone: t.MsgDone, MsgDLQ: t.MsgDLQ, MsgQueued: t.MsgQueued,
+				MsgLost: t.MsgLost, Lost: t.Lost, AckNotDone: t.AckNotDone, EffectsTwice: t.EffectsTwice,
+				RowWithoutCompletion: t.RowWithoutCompletion, RowOfAnotherAttempt: t.RowOfAnotherAttempt,
+				ToldCommittedNotCommitted: t.ToldCommittedNotCommitted, InTxCommitted: t.InTxCommitted,
+				LostRequestCommitted: t.LostRequestCommitted, LostAnswerMissing: t.LostAnswerMissing,
+				ConflictRan: t.ConflictRan, KeylessRan: t.KeylessRan}
+			for _, n := range t.Notes {
+				j.Notes = append(j.Notes, "tx: "+n)
+			}
+			for _, d := range t.Details {
+				j.Details = append(j.Details, "tx: "+d)
 			}
 		}
 		if len(j.Details) > 0 || len(j.Notes) > 0 {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -128,26 +129,9 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 	c.logf("shared-ledger campaign: %d workers on one queue and one PostgreSQL table, %d operations, about %d deliveries over %v, %d kills, %d drains, the database stopped %d times, refused %d times, cut %d times",
 		sc.Workers, sc.Ops, sc.Deliveries, sc.Duration, sc.Kills, sc.Terms, sc.Stops, sc.Refusals, sc.Cuts)
 
-	// The database, behind the proxy.
-	pg, err := startPGCluster(ctx)
-	if err != nil {
+	if err := c.startDatabase(ctx, 8); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.pg = pg
-	c.mu.Unlock()
-	proxy, err := newTCPProxy(pg.addr())
-	if err != nil {
-		return nil, err
-	}
-	c.proxy = proxy
-	direct := pgURL(pg.addr())
-	if err := postgres.Init(ctx, postgres.Options{URL: direct, Table: sharedTable}); err != nil {
-		return nil, fmt.Errorf("init the shared ledger: %w", err)
-	}
-	c.pgWorkerURL = pgURL(proxy.addr()) + "&pool_max_conns=8"
-	c.logf("database: PostgreSQL (%s) at %s, the workers through the proxy at %s, table %s", filepath.Base(filepath.Dir(pg.bin)), pg.addr(), proxy.addr(), sharedTable)
-
 	if err := c.createQueues(ctx); err != nil {
 		return nil, err
 	}
@@ -185,8 +169,66 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 	outDone := make(chan error, 1)
 	go func() { outDone <- c.outages(outCtx) }()
 
-	// The workers: each slot runs its planned runs one after the other,
-	// then a last run that is killed no more.
+	if err := c.runSlots(ctx, slots); err != nil {
+		return nil, err
+	}
+	var sendErr error
+	select {
+	case sendErr = <-sendDone:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if sendErr != nil {
+		return nil, fmt.Errorf("sending: %w", sendErr)
+	}
+	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
+	if err := <-outDone; err != nil {
+		return nil, err
+	}
+
+	quiet, err := c.quietThenStop(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.downstream.term()
+	if !c.downstream.wait(ctx, 15*time.Second) {
+		c.note("the downstream did not stop on SIGTERM")
+		c.downstream.kill(endKill, "")
+		c.downstream.wait(ctx, 5*time.Second)
+	}
+	elapsed := time.Since(start)
+	c.logf("auditing")
+	return c.audit(ctx, wl, snd, elapsed, quiet)
+}
+
+// startDatabase starts the campaign's PostgreSQL cluster and the proxy in
+// front of it, creates the ledger's table, and sets the connection string
+// of the workers: through the proxy, with a pool of poolConns connections.
+func (c *campaign) startDatabase(ctx context.Context, poolConns int) error {
+	pg, err := startPGCluster(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.pg = pg
+	c.mu.Unlock()
+	proxy, err := newTCPProxy(pg.addr())
+	if err != nil {
+		return err
+	}
+	c.proxy = proxy
+	if err := postgres.Init(ctx, postgres.Options{URL: pgURL(pg.addr()), Table: sharedTable}); err != nil {
+		return fmt.Errorf("init the shared ledger: %w", err)
+	}
+	c.pgWorkerURL = pgURL(proxy.addr()) + "&pool_max_conns=" + strconv.Itoa(poolConns)
+	c.logf("database: PostgreSQL (%s) at %s, the workers through the proxy at %s, table %s", filepath.Base(filepath.Dir(pg.bin)), pg.addr(), proxy.addr(), sharedTable)
+	return nil
+}
+
+// runSlots runs the workers of a campaign of several at once: each slot
+// runs its planned runs one after the other, then a last run that is
+// killed no more (c.finals). The first slot's runs set the timeline's pace.
+func (c *campaign) runSlots(ctx context.Context, slots [][]step) error {
 	c.finals = make([]*proc, len(slots))
 	var wg sync.WaitGroup
 	errs := make([]error, len(slots))
@@ -222,23 +264,12 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 	}
 	wg.Wait()
 	c.tl.finish()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	var sendErr error
-	select {
-	case sendErr = <-sendDone:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if sendErr != nil {
-		return nil, fmt.Errorf("sending: %w", sendErr)
-	}
-	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
-	if err := <-outDone; err != nil {
-		return nil, err
-	}
+	return errors.Join(errs...)
+}
 
+// quietThenStop waits until the queue is empty, then drains the last run
+// of every slot, and reports whether the queue emptied (a note when not).
+func (c *campaign) quietThenStop(ctx context.Context) (bool, error) {
 	quiet, qerr := c.waitQuiet(ctx)
 	c.mu.Lock()
 	finals := append([]*proc(nil), c.finals...)
@@ -249,20 +280,12 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 	}
 	stop.Wait()
 	if qerr != nil {
-		return nil, qerr
+		return false, qerr
 	}
 	if !quiet {
 		c.note("the queue did not empty within %v after sending ended", c.cfg.Quiesce)
 	}
-	c.downstream.term()
-	if !c.downstream.wait(ctx, 15*time.Second) {
-		c.note("the downstream did not stop on SIGTERM")
-		c.downstream.kill(endKill, "")
-		c.downstream.wait(ctx, 5*time.Second)
-	}
-	elapsed := time.Since(start)
-	c.logf("auditing")
-	return c.audit(ctx, wl, snd, elapsed, quiet)
+	return quiet, nil
 }
 
 // startSharedRun starts a worker run on the shared ledger and waits until
@@ -297,8 +320,7 @@ func (c *campaign) startSharedRun(ctx context.Context) (*proc, error) {
 }
 
 // sharedPlan draws each worker's runs: the kills of four kinds and the
-// drains dealt out in turn after a shuffle, each run a random share of
-// Duration.
+// drains dealt out in turn after a shuffle (deal).
 func (c *campaign) sharedPlan() [][]step {
 	sc := c.cfg.Shared
 	var ends []string
@@ -319,6 +341,13 @@ func (c *campaign) sharedPlan() [][]step {
 	for range sc.Terms {
 		ends = append(ends, endTerm)
 	}
+	return c.deal(ends)
+}
+
+// deal shuffles the planned ends of runs and deals them out in turn to
+// the workers of c.cfg.Shared, each run a random share of its Duration.
+func (c *campaign) deal(ends []string) [][]step {
+	sc := c.cfg.Shared
 	c.rng.Shuffle(len(ends), func(i, j int) { ends[i], ends[j] = ends[j], ends[i] })
 	slots := make([][]step, sc.Workers)
 	for i, e := range ends {

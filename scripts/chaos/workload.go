@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
+	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 )
 
 // opClass is what an operation is expected to do.
@@ -293,6 +294,49 @@ type sender struct {
 	sent     atomic.Int64 // deliveries the client saw succeed
 	accepted *atomic.Int64
 	failures atomic.Int64 // send calls that failed and were retried
+
+	// tagged: every message sent carries the attribute event.AttrSend, a
+	// tag of its own, which its copies keep (those that a lost
+	// acknowledgement made too, since a retry sends the same tag); tags
+	// holds the body of each tag sent.
+	tagged bool
+	tagMu  sync.Mutex
+	tags   map[string]string
+}
+
+// tag returns a new tag for body, when the sender tags its messages (""
+// otherwise).
+func (s *sender) tag(body string) string {
+	if !s.tagged {
+		return ""
+	}
+	s.tagMu.Lock()
+	defer s.tagMu.Unlock()
+	if s.tags == nil {
+		s.tags = map[string]string{}
+	}
+	t := "s-" + strconv.Itoa(len(s.tags)+1)
+	s.tags[t] = body
+	return t
+}
+
+// sentTags returns every tag sent, with its body.
+func (s *sender) sentTags() map[string]string {
+	s.tagMu.Lock()
+	defer s.tagMu.Unlock()
+	out := make(map[string]string, len(s.tags))
+	for t, b := range s.tags {
+		out[t] = b
+	}
+	return out
+}
+
+// attrs returns the message attributes of a message with tag.
+func attrs(tag string) map[string]types.MessageAttributeValue {
+	if tag == "" {
+		return nil
+	}
+	return map[string]types.MessageAttributeValue{event.AttrSend: {DataType: aws.String("String"), StringValue: aws.String(tag)}}
 }
 
 func newSender(endpoint, queueURL string, seed uint64, lostAck float64) *sender {
@@ -313,13 +357,15 @@ func newSender(endpoint, queueURL string, seed uint64, lostAck float64) *sender 
 // entries that failed, up to a bound.
 func (s *sender) sendBatch(ctx context.Context, bodies []string) error {
 	left := make(map[string]string, len(bodies))
+	tags := make(map[string]string, len(bodies))
 	for i, b := range bodies {
 		left[strconv.Itoa(i)] = b
+		tags[strconv.Itoa(i)] = s.tag(b)
 	}
 	for attempt := 1; len(left) > 0; attempt++ {
 		entries := make([]types.SendMessageBatchRequestEntry, 0, len(left))
 		for id, b := range left {
-			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(b)})
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(b), MessageAttributes: attrs(tags[id])})
 		}
 		out, err := s.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &s.queueURL, Entries: entries})
 		if err == nil {
@@ -343,8 +389,9 @@ func (s *sender) sendBatch(ctx context.Context, bodies []string) error {
 // sendOne sends one body with SendMessage, again until it succeeds, up to a
 // bound.
 func (s *sender) sendOne(ctx context.Context, body string) error {
+	tag := s.tag(body)
 	for attempt := 1; ; attempt++ {
-		_, err := s.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &s.queueURL, MessageBody: aws.String(body)})
+		_, err := s.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &s.queueURL, MessageBody: aws.String(body), MessageAttributes: attrs(tag)})
 		if err == nil {
 			s.sent.Add(1)
 			return nil

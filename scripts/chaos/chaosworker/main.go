@@ -24,6 +24,22 @@
 //     (faults injected, worker stats, ledger commits and errors) are written
 //     to a file every 250 ms and at exit.
 //
+// With -pgtx (on -postgres) the handler is not the http handler but a
+// transactional one (package pgtx): in the transaction that also records
+// the operation complete, it inserts the attempt's effect row into the
+// -effects table of the same database (the key, the payload's SHA-256 and
+// the payload, the run, the attempt's claim, a sequence number of the run
+// and its connection's local address), logs the insert, and then does what
+// the body says, as the downstream would: {"fail":n} fails attempts 1..n
+// with a retryable error (with "retry_after", after that many seconds),
+// {"permanent":true} fails permanently, {"slow_ms":n} takes that long; the
+// insert of a failed attempt is rolled back with it. In a share of the
+// attempts (-tx-hold-share), and in the next attempt after a SIGWINCH, it
+// holds the transaction open after the insert for -tx-hold, and first logs
+// that it is inside and asks the campaign (POST
+// -control/intx?run=N&key=K&owner=O), which may kill it there with SIGKILL
+// before it answers.
+//
 // On a bbolt ledger it serves the ledger on a unix socket beside the file
 // (the path plus ".sock") for `sqsonce ledger` commands, as `sqsonce run`
 // does, with the same code: the campaign builds it with
@@ -42,6 +58,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -50,6 +68,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -62,11 +81,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/postgres"
+	"github.com/sqsonce/sqsonce/pgtx"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 	"github.com/sqsonce/sqsonce/worker"
 )
@@ -87,6 +108,11 @@ type options struct {
 	pgURL      string
 	pgTable    string
 	pgTimeout  time.Duration
+	pgtx       bool
+	effects    string
+	control    string
+	holdShare  float64
+	hold       time.Duration
 	downstream string
 	dir        string
 	crashLog   string
@@ -119,6 +145,11 @@ func main() {
 	flag.StringVar(&o.pgURL, "postgres", "", "PostgreSQL connection string: the ledger is the shared one in -table there, not a file")
 	flag.StringVar(&o.pgTable, "table", "", "the shared ledger's table (with -postgres; its default when empty)")
 	flag.DurationVar(&o.pgTimeout, "ledger-timeout", 3*time.Second, "bound of each attempt of a shared ledger's call (with -postgres)")
+	flag.BoolVar(&o.pgtx, "pgtx", false, "a transactional handler (package pgtx) that inserts each attempt's row into -effects, not the http handler (with -postgres)")
+	flag.StringVar(&o.effects, "effects", "chaos_effects", "the effects table of -pgtx")
+	flag.StringVar(&o.control, "control", "", "the campaign's control URL, asked from inside a held transaction (with -pgtx)")
+	flag.Float64Var(&o.holdShare, "tx-hold-share", 0, "share of the attempts that hold their transaction open after the insert (with -pgtx)")
+	flag.DurationVar(&o.hold, "tx-hold", 200*time.Millisecond, "how long such an attempt holds it (with -pgtx)")
 	flag.StringVar(&o.downstream, "downstream", "", "URL the http handler POSTs to")
 	flag.StringVar(&o.dir, "dir", "", "directory for this run's event log and counters")
 	flag.StringVar(&o.crashLog, "crash-log", "", "crash log (shared by all runs)")
@@ -161,8 +192,12 @@ func run(o options) (code int) {
 	defer func() {
 		fmt.Fprintf(os.Stderr, "chaosworker: run=%d exit=%d sqs_requests=%d\n", o.run, code, sqsRequests.Load())
 	}()
-	if o.endpoint == "" || o.queueURL == "" || (o.ledgerPath == "") == (o.pgURL == "") || o.downstream == "" || o.dir == "" || o.crashLog == "" {
-		fmt.Fprintln(os.Stderr, "chaosworker: -endpoint, -queue, -downstream, -dir, -crash-log and one of -ledger and -postgres are required")
+	if o.endpoint == "" || o.queueURL == "" || (o.ledgerPath == "") == (o.pgURL == "") || (o.downstream == "") != o.pgtx || o.dir == "" || o.crashLog == "" {
+		fmt.Fprintln(os.Stderr, "chaosworker: -endpoint, -queue, -dir, -crash-log, one of -ledger and -postgres, and -downstream or -pgtx are required")
+		return 2
+	}
+	if o.pgtx && o.pgURL == "" {
+		fmt.Fprintln(os.Stderr, "chaosworker: -pgtx needs -postgres")
 		return 2
 	}
 
@@ -174,6 +209,7 @@ func run(o options) (code int) {
 		Close() error
 	}
 	var db *ledger.DB
+	var pgl *postgres.Ledger
 	opened := time.Now()
 	if o.pgURL != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -183,7 +219,7 @@ func run(o options) (code int) {
 			fmt.Fprintf(os.Stderr, "chaosworker: %v\n", err)
 			return 3
 		}
-		store = pg
+		store, pgl = pg, pg
 		fmt.Fprintf(os.Stderr, "chaosworker: run=%d ledger opened in %dms: postgres\n", o.run, time.Since(opened).Milliseconds())
 	} else {
 		var err error
@@ -241,14 +277,36 @@ func run(o options) (code int) {
 		},
 	}, sqsclient.InMemoryBodies) // as sqsonce run builds its client
 
-	h, err := worker.NewHTTPHandler(worker.HTTPConfig{
-		URL:    o.downstream,
-		Client: &http.Client{Transport: runHeader{base: http.DefaultTransport, run: strconv.Itoa(o.run)}},
-		Logger: log,
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaosworker:", err)
-		return 1
+	var h worker.Handler
+	if o.pgtx {
+		tw := &txWork{
+			run:       o.run,
+			table:     pgx.Identifier{o.effects}.Sanitize(),
+			events:    events,
+			control:   o.control,
+			holdShare: o.holdShare,
+			hold:      o.hold,
+			rng:       rand.New(rand.NewPCG(o.seed, o.seed+2)),
+			client:    &http.Client{Timeout: 15 * time.Second},
+		}
+		winch := make(chan os.Signal, 1)
+		signal.Notify(winch, syscall.SIGWINCH)
+		go func() {
+			for range winch {
+				tw.armed.Store(true)
+			}
+		}()
+		h = pgtx.New(pgl, tw.do)
+	} else {
+		h, err = worker.NewHTTPHandler(worker.HTTPConfig{
+			URL:    o.downstream,
+			Client: &http.Client{Transport: runHeader{base: http.DefaultTransport, run: strconv.Itoa(o.run)}},
+			Logger: log,
+		})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaosworker:", err)
+			return 1
+		}
 	}
 
 	countsPath := filepath.Join(o.dir, fmt.Sprintf("run-%d.counts", o.run))
@@ -576,7 +634,7 @@ type messageKey struct{}
 func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
 	err := e.h.Handle(context.WithValue(ctx, messageKey{}, m), m)
 	ev := event.WorkerEvent{
-		Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID,
+		Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner,
 		Err: errText(err), T: time.Now().UnixNano(),
 	}
 	if err != nil && ctx.Err() != nil {
@@ -588,6 +646,129 @@ func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
 		fmt.Fprintln(os.Stderr, "chaosworker: event log:", aerr)
 	}
 	return err
+}
+
+// txWork is the work of the transactional handler (-pgtx): one effect row
+// per attempt, inserted in the transaction of the operation's completion,
+// then what the body asks for.
+type txWork struct {
+	run       int
+	table     string // the effects table, quoted
+	events    *event.Appender
+	control   string
+	holdShare float64
+	hold      time.Duration
+	client    *http.Client
+
+	seq   atomic.Int64
+	armed atomic.Bool // SIGWINCH came: hold the next attempt's transaction
+	mu    sync.Mutex
+	rng   *rand.Rand
+}
+
+// txBody is what the workload's bodies may ask of the work.
+type txBody struct {
+	Fail       int  `json:"fail"`
+	Permanent  bool `json:"permanent"`
+	RetryAfter int  `json:"retry_after"`
+	SlowMS     int  `json:"slow_ms"`
+}
+
+// do inserts the attempt's effect row in tx, logs it, holds the
+// transaction open when drawn, and then succeeds or fails as the body
+// says. Every error rolls the row back.
+func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+	sum := sha256.Sum256(m.Body)
+	hash := hex.EncodeToString(sum[:])
+	seq := t.seq.Add(1)
+	client := ""
+	if c := tx.Conn().PgConn().Conn(); c != nil {
+		client = c.LocalAddr().String()
+	}
+	_, err := tx.Exec(ctx, `INSERT INTO `+t.table+` (key, body_sha256, body, run, owner, attempt, seq, client) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		m.Key, hash, string(m.Body), t.run, m.Owner, m.Attempt, seq, client)
+	if err != nil {
+		return fmt.Errorf("insert the effect row: %w", err)
+	}
+	t.log(event.WorkerEvent{Ev: event.EvInsert, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, Seq: seq, Hash: hash, Client: client})
+	if t.armed.CompareAndSwap(true, false) || t.draw() {
+		t.log(event.WorkerEvent{Ev: event.EvInTx, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
+		if err := t.askControl(ctx, m); err != nil {
+			// Not killed while it asked: the campaign must know that this
+			// one went on.
+			t.log(event.WorkerEvent{Ev: event.EvInTx, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner, Err: "went on without an answer: " + err.Error()})
+		}
+		if err := sleepCtx(ctx, t.hold); err != nil {
+			return err
+		}
+	}
+	var b txBody
+	_ = json.Unmarshal(m.Body, &b)
+	if b.SlowMS > 0 {
+		if err := sleepCtx(ctx, time.Duration(b.SlowMS)*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	switch {
+	case b.Permanent:
+		return worker.Permanent(errors.New("permanent failure, the row rolled back"))
+	case m.Attempt <= b.Fail:
+		err := fmt.Errorf("transient failure %d of %d, the row rolled back", m.Attempt, b.Fail)
+		if b.RetryAfter > 0 {
+			return worker.RetryAfter(time.Duration(b.RetryAfter)*time.Second, err)
+		}
+		return err
+	}
+	m.Result = fmt.Appendf(nil, "row %d of run %d", seq, t.run)
+	return nil
+}
+
+func (t *txWork) draw() bool {
+	if t.holdShare <= 0 {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.rng.Float64() < t.holdShare
+}
+
+// askControl tells the campaign that this attempt is inside its
+// transaction, after the insert; a campaign that means to kill this run
+// there does so before it answers. An error says that the campaign did not
+// answer.
+func (t *txWork) askControl(ctx context.Context, m *worker.Message) error {
+	if t.control == "" {
+		return nil
+	}
+	q := url.Values{"run": {strconv.Itoa(t.run)}, "key": {m.Key}, "owner": {m.Owner}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.control+"/intx?"+q.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return err
+	}
+	return resp.Body.Close()
+}
+
+func (t *txWork) log(e event.WorkerEvent) {
+	e.T = time.Now().UnixNano()
+	if err := t.events.Append(e); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker: event log:", err)
+	}
+}
+
+// sleepCtx sleeps for d, or until ctx ends: then it returns why.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
 }
 
 // heldFile describes the file of path that this process holds open: its

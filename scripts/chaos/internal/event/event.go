@@ -51,6 +51,14 @@ const (
 	EvFail     = "fail"     // Ledger.Fail returned
 	EvSent     = "sent"     // SQS accepted a copy that the worker sent (to the dead-letter queue)
 	EvWait     = "wait"     // a wait for a ledger that could not record claims ended (Since: when it began; Err: WaitCutShort or empty)
+	// A transactional handler (chaosworker -pgtx) inserted the effect row
+	// of an attempt in its transaction, not committed yet (Owner, Seq,
+	// Hash, Client).
+	EvInsert = "insert"
+	// A transactional handler holds its transaction open after the
+	// insert, and asks the campaign whether to be killed there; a second
+	// one with Err says it went on without the campaign's answer.
+	EvInTx = "in-tx"
 )
 
 // WaitCutShort is the Err of an EvWait that ended with the run, not with
@@ -76,6 +84,16 @@ type WorkerEvent struct {
 	// MessageID is then the message copied.
 	Copy  string `json:"copy,omitempty"`
 	Queue string `json:"queue,omitempty"`
+	// Owner: the attempt's claim in the ledger (worker.Message.Owner), on
+	// EvHandled, EvInsert and EvInTx.
+	Owner string `json:"owner,omitempty"`
+	// EvInsert: the row's sequence number in its run, the SHA-256 of the
+	// payload (hex: the worker's fingerprint), and the local address of the
+	// transaction's connection (what the campaign's proxy sees as its
+	// client).
+	Seq    int64  `json:"seq,omitempty"`
+	Hash   string `json:"hash,omitempty"`
+	Client string `json:"client,omitempty"`
 }
 
 // Execution is a line of the downstream's log: one POST it served.

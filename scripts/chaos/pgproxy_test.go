@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqsonce/sqsonce/internal/pgtest"
+)
+
+// TestTCPProxy_LoseCommits runs transactions through the proxy against the
+// test server: they pass untouched until the proxy is told to lose
+// commits; then the next commit's request never reaches the server (the
+// transaction is rolled back), or its answer is dropped after the server
+// committed; either way the client's commit fails, its connection is cut
+// and the loss is recorded with the client's address.
+func TestTCPProxy_LoseCommits(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	url, _ := pgtest.Schema(t)
+	direct := pgtest.Connect(t, url)
+	if _, err := direct.Exec(ctx, `CREATE TABLE rows (n int NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	p, err := newTCPProxy(pgtest.Addr(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	through := pgtest.ReplaceAddr(t, url, p.addr())
+
+	// insert inserts n in a transaction of a new connection through the
+	// proxy, rolled back with rollback, and returns the connection's local
+	// address and the commit's (or the rollback's) error.
+	insert := func(n int, rollback bool) (string, error) {
+		t.Helper()
+		conn, err := pgx.Connect(ctx, through)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO rows (n) VALUES ($1)`, n); err != nil {
+			t.Fatal(err)
+		}
+		if rollback {
+			return conn.PgConn().Conn().LocalAddr().String(), tx.Rollback(ctx)
+		}
+		return conn.PgConn().Conn().LocalAddr().String(), tx.Commit(ctx)
+	}
+	has := func(n int) bool {
+		t.Helper()
+		var c int
+		if err := direct.QueryRow(ctx, `SELECT count(*) FROM rows WHERE n = $1`, n).Scan(&c); err != nil {
+			t.Fatal(err)
+		}
+		return c == 1
+	}
+
+	if _, err := insert(1, false); err != nil || !has(1) {
+		t.Fatalf("an ordinary commit through the proxy: %v, row there: %v", err, has(1))
+	}
+
+	p.loseCommits(1, false)
+	if _, err := insert(2, true); err != nil || has(2) {
+		t.Fatalf("a rollback while a commit is to lose: %v, row there: %v", err, has(2))
+	}
+	if p.commitsToLose() != 1 {
+		t.Fatalf("a rollback took the commit to lose: %d left", p.commitsToLose())
+	}
+	client, err := insert(3, false)
+	if err == nil {
+		t.Fatal("a commit whose request was lost succeeded")
+	}
+	if has(3) {
+		t.Fatal("a commit that never reached the server took effect")
+	}
+
+	p.loseCommits(1, true)
+	client2, err := insert(4, false)
+	if err == nil {
+		t.Fatal("a commit whose answer was lost succeeded")
+	}
+	if !has(4) {
+		t.Fatal("a commit whose answer was lost did not take effect")
+	}
+
+	if _, err := insert(5, false); err != nil || !has(5) {
+		t.Fatalf("a commit after the losses: %v, row there: %v", err, has(5))
+	}
+	lost := p.lostCommits()
+	if len(lost) != 2 || lost[0].Answered || lost[0].Client != client || !lost[1].Answered || lost[1].Client != client2 {
+		t.Fatalf("lost commits %+v, want the request of %s, then the answer of %s", lost, client, client2)
+	}
+	if p.commitsToLose() != 0 {
+		t.Fatalf("%d commits still to lose", p.commitsToLose())
+	}
+}
