@@ -158,8 +158,24 @@ func writeLedgers(w io.Writer, b *bench, results, warmups []*result) {
 				return func(r *result) float64 { return f(r) * float64(r.batches) / float64(r.processed) }
 			}
 			cm, om := spreadOf(ts, perMsg(mClaimRT)), spreadOf(ts, perMsg(mCompleteRT))
-			p("- %s: one round of concurrent requests per received batch, one request per message (no conditional batch write in DynamoDB): claims %.2f requests per message (worst run %.2f) — %s; completions %.2f (worst %.2f) — %s\n",
-				c, cm.med, cm.max, verdict(cm.max <= 1), om.med, om.max, verdict(om.max <= 1))
+			// A request the SDK retried (a throttle) counts twice: one
+			// in two hundred is allowed.
+			p("- %s: one round of concurrent requests per received batch, one request per message (no conditional batch write in DynamoDB): claims %.3f requests per message (worst run %.3f) — %s; completions %.3f (worst %.3f) — %s\n",
+				c, cm.med, cm.max, verdict(cm.max <= 1.005), om.med, om.max, verdict(om.max <= 1.005))
+			continue
+		}
+		if c.ledger == lPostgresTx {
+			// The completion is in each message's own transaction, by
+			// design: the target is the round trips per message, against
+			// the same write done apart.
+			write := ledgerConfig{lPostgresWrite, c.workers, c.concurrency}
+			if !has(write) {
+				continue
+			}
+			wt, _ := trips(write)
+			tx, sep := spreadOf(ts, mAllRT), spreadOf(wt, mAllRT)
+			p("- %s: no more round trips per message than claim + handler write + completion done apart (%s): %.2f against %.2f%s — %s\n",
+				c, write, tx.med, sep.med, mark, verdict(tx.med <= sep.med))
 			continue
 		}
 		unit := "round trips"
