@@ -107,7 +107,7 @@ func writeContenders(w io.Writer, b *bench, m machine, results []*result, dup *r
 		p("- **realistic**: %d messages per run; every contender's SQS requests go through the latency proxy (`scripts/bench/latencyproxy`, a child process of the driver, so its CPU is its own), which holds each request before forwarding it: "+
 			"%.0f %% of them %v ± %.0f %% (uniform), %.0f %% (at random, seeded %d) %v–%v (uniform), a mean of %v. "+
 			"Each message's handler takes %v: a timer in baseline and sqsonce-go, `setTimeout` in sqs-consumer (a batch's messages wait at once), `%s` for sqsonce-exec, the endpoint's delay for sqsonce-http. "+
-			"Baseline has %d delete loops, as sqsonce's worker has 4 (one, waiting a round trip per DeleteMessageBatch, would cap it at 10 messages per round trip). "+
+			"Baseline has %d delete loops, as many as the deletes sqsonce's worker has in flight (one, waiting a round trip per DeleteMessageBatch, would cap it at 10 messages per round trip). "+
 			"The driver fills and counts the queues straight.\n",
 			o.realMessages, 100*(1-o.latencyTailShare), o.latency, 100*o.latencyJitter, 100*o.latencyTailShare, o.latencySeed,
 			time.Duration(0.75*float64(o.latencyTail)), o.latencyTail, o.configuredDelayMean().Round(10*time.Microsecond), o.work, execCommand(o.work),
