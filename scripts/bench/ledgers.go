@@ -38,7 +38,7 @@ const (
 	// (package pgtx: tx).
 	lPostgresWrite = "postgres-write"
 	lPostgresTx    = "postgres-tx"
-	lDynamoDB = "dynamodb"
+	lDynamoDB      = "dynamodb"
 )
 
 var allLedgers = []string{lBbolt, lPostgres, lPostgresWrite, lPostgresTx, lDynamoDB}
