@@ -29,5 +29,14 @@
 //
 // The key is handed to the Handler (Message.Key, the SQSONCE_KEY variable
 // of the exec handler, the Idempotency-Key header of the http handler) so
-// that the system the work writes to can close these windows too.
+// that the system the work writes to can close these windows too. When that
+// system is the PostgreSQL database of a shared ledger, package pgtx closes
+// them outright: the Handler's writes and the completion commit in one
+// transaction.
+//
+// A worker receives ahead of its free handlers (Config.Prefetch): messages
+// received and claimed while every handler is busy wait, their visibility
+// and lease kept up, and start as handlers come free, so that a receive's
+// round trip and a claim's commit need not stand between one message and
+// the next.
 package worker
