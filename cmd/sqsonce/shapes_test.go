@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/internal/sqstest"
+)
+
+// shapesHandler records, for each message, its key, its body and the
+// EventType attribute as the command sees them.
+const shapesHandler = `body=$(cat)
+echo "$SQSONCE_KEY|$body|${SQSONCE_ATTR_EVENTTYPE:-}" >>"$STATE/seen"
+`
+
+// Each shape of message that production sends goes through the binary
+// with an exec handler, which sees the payload and the attributes.
+func TestMain_MessageShapes(t *testing.T) {
+	t.Parallel()
+	attr := func(v string) map[string]types.MessageAttributeValue {
+		return map[string]types.MessageAttributeValue{"EventType": {DataType: aws.String("String"), StringValue: aws.String(v)}}
+	}
+	publish := func(t *testing.T, c *sns.Client, topic, message, eventType string) {
+		t.Helper()
+		if _, err := c.Publish(context.Background(), &sns.PublishInput{
+			TopicArn: &topic, Message: &message,
+			MessageAttributes: map[string]snstypes.MessageAttributeValue{"EventType": {DataType: aws.String("String"), StringValue: aws.String(eventType)}},
+		}); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+	drain := func(t *testing.T, e *procEnv, want int, extra ...string) []string {
+		t.Helper()
+		cmd, out := e.start("run", extra...)
+		e.waitFor("every message handled", 20*time.Second, func() bool { return len(e.lines("seen")) >= want && e.queueEmpty() })
+		cmd.Process.Signal(syscall.SIGTERM)
+		if code := wait(t, cmd, 15*time.Second); code != 0 {
+			t.Fatalf("run exited %d:\n%s", code, out)
+		}
+		seen := e.lines("seen")
+		sort.Strings(seen)
+		return seen
+	}
+
+	t.Run("PlainAndRawSNS", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, shapesHandler)
+		if _, err := e.client.SendMessage(context.Background(), &sqs.SendMessageInput{
+			QueueUrl: &e.queue.URL, MessageBody: aws.String(`{"id":"plain-1"}`), MessageAttributes: attr("plain"),
+		}); err != nil {
+			t.Fatal(err)
+		}
+		snsc := sqstest.NewSNSClient(t)
+		topic := sqstest.Subscribe(t, snsc, e.queue, true)
+		publish(t, snsc, topic, `{"id":"raw-1"}`, "raw")
+		publish(t, snsc, topic, `{"id":"raw-1"}`, "raw") // a second delivery of one operation
+		got := drain(t, e, 2)
+		want := []string{`plain-1|{"id":"plain-1"}|plain`, `raw-1|{"id":"raw-1"}|raw`}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("the handler saw\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+
+	t.Run("SNSEnvelope", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, shapesHandler)
+		snsc := sqstest.NewSNSClient(t)
+		topic := sqstest.Subscribe(t, snsc, e.queue, false)
+		publish(t, snsc, topic, `{"id":"env-1"}`, "enveloped")
+		publish(t, snsc, topic, `{"id":"env-1"}`, "enveloped")
+		got := drain(t, e, 1, "SQSONCE_KEY_SNS=true")
+		if want := `env-1|{"id":"env-1"}|enveloped`; len(got) != 1 || got[0] != want {
+			t.Errorf("the handler saw %q, want once %q", got, want)
+		}
+	})
+}
