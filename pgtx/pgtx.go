@@ -12,8 +12,13 @@
 // the operation's record until the transaction ends: when another worker
 // has taken the operation over (this one's lease lapsed), the completion
 // fails and the whole transaction, the handler's writes included, is rolled
-// back; a takeover that comes while the transaction is open waits for it,
-// and finds the operation complete if it committed.
+// back; a takeover that reaches the record while the completion holds it
+// waits for the commit, and finds the operation complete.
+//
+// Each message costs two round trips of its own to the server beside the
+// handler's statements: BEGIN, and the completion sent together with the
+// COMMIT. The claim before and the worker's completion after are shared by
+// a receive's batch, as for any handler.
 //
 // Use it with a worker whose ledger is that same *postgres.Ledger:
 //
@@ -58,7 +63,7 @@ type Handler struct {
 	l  *postgres.Ledger
 	fn Func
 
-	beforeCommit func() // for tests: runs after the completion, before the commit
+	beforeCommit func() // for tests: runs after the handler's writes, before the commit
 }
 
 // New returns the Handler of fn on the ledger's database.
@@ -75,8 +80,9 @@ var ErrNotCommitted = errors.New("transaction not committed")
 // commit whose answer was lost.
 const recordReadTimeout = 10 * time.Second
 
-// Handle begins a transaction, runs the Func in it, records the operation
-// complete in it under m.Owner and commits. It returns nil only once the
+// Handle begins a transaction, runs the Func in it, then records the
+// operation complete in it under m.Owner and commits, both in one round
+// trip (postgres.OpTx). It returns nil only once the
 // commit is known to have taken effect: when its answer was lost, the
 // operation's record is read, and only a record complete under m.Owner
 // counts as committed. The worker then records the completion, which finds
@@ -85,26 +91,26 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	if m.Owner == "" {
 		return worker.Permanent(errors.New("pgtx: the message has no claim owner: the worker must claim it in the ledger first"))
 	}
-	tx, err := h.l.Begin(ctx)
+	op, err := h.l.BeginOp(ctx)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) // after a commit, nothing to do
-	if err := h.fn(ctx, tx, m); err != nil {
+	if err := h.fn(ctx, op.Tx(), m); err != nil {
+		op.Rollback(ctx)
 		return err
-	}
-	c := ledger.Completion{Key: m.Key, Owner: m.Owner, Result: m.Result}
-	if err := h.l.CompleteTx(ctx, tx, c); err != nil {
-		// Another claim owns the operation now (or the record is gone):
-		// this attempt's writes must not stand.
-		return fmt.Errorf("pgtx %q: the completion cannot be recorded, the writes are rolled back: %w: %w", m.Key, ErrNotCommitted, err)
 	}
 	if h.beforeCommit != nil {
 		h.beforeCommit()
 	}
-	cerr := tx.Commit(ctx)
+	c := ledger.Completion{Key: m.Key, Owner: m.Owner, Result: m.Result}
+	cerr := op.CommitComplete(ctx, c)
 	if cerr == nil {
 		return nil
+	}
+	if errors.Is(cerr, ledger.ErrNotOwner) || errors.Is(cerr, ledger.ErrNotFound) || errors.Is(cerr, ledger.ErrState) || errors.Is(cerr, ledger.ErrInvalidKey) {
+		// Another claim owns the operation now (or the record is gone):
+		// this attempt's writes did not stand.
+		return fmt.Errorf("pgtx %q: the completion cannot be recorded, the writes are rolled back: %w: %w", m.Key, ErrNotCommitted, cerr)
 	}
 	// The commit failed, or its answer was lost on the way: the record
 	// tells. A transaction still open on the server holds the record's

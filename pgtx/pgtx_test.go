@@ -161,8 +161,10 @@ func TestHandler(t *testing.T) {
 		}
 	})
 
-	// A takeover that comes once the completion is written waits for the
-	// transaction, and finds the operation complete.
+	// A takeover that reaches the record while the completion holds it
+	// waits for the commit, and finds the operation complete. Another
+	// transaction holds the record's row first, so that the completion
+	// (with its commit) is sure to be waiting ahead of the takeover.
 	t.Run("TakeoverWaitsForTheCommit", func(t *testing.T) {
 		t.Parallel()
 		url, _ := pgtest.Schema(t)
@@ -172,18 +174,31 @@ func TestHandler(t *testing.T) {
 		answered := make(chan ledger.Claim, 1)
 		h.beforeCommit = func() {
 			time.Sleep(1500 * time.Millisecond) // the lease lapses
-			go func() {
-				c, err := l.Claim(ctx, ledger.ClaimRequest{Key: "k", Owner: "b", Lease: time.Minute, Fingerprint: []byte("fp")})
-				if err != nil {
-					t.Error(err)
-				}
-				answered <- c
-			}()
-			select {
-			case c := <-answered:
-				t.Errorf("the takeover did not wait for the open transaction: %s", c.Outcome)
-			case <-time.After(500 * time.Millisecond):
+			blocker, err := l.Begin(ctx)
+			if err != nil {
+				t.Error(err)
+				return
 			}
+			if _, err := blocker.Exec(ctx, `SELECT 1 FROM sqsonce_operations WHERE key = convert_to('k', 'UTF8') FOR UPDATE`); err != nil {
+				t.Error(err)
+			}
+			go func() {
+				time.Sleep(300 * time.Millisecond) // the completion waits for the blocker by now
+				go func() {
+					c, err := l.Claim(ctx, ledger.ClaimRequest{Key: "k", Owner: "b", Lease: time.Minute, Fingerprint: []byte("fp")})
+					if err != nil {
+						t.Error(err)
+					}
+					answered <- c
+				}()
+				time.Sleep(300 * time.Millisecond) // and the takeover behind it
+				select {
+				case c := <-answered:
+					t.Errorf("the takeover did not wait: %s", c.Outcome)
+				default:
+				}
+				blocker.Rollback(ctx)
+			}()
 		}
 		if err := h.Handle(ctx, first); err != nil {
 			t.Fatal(err)

@@ -25,12 +25,17 @@ const columns = `key, state, permanent, fingerprint, attempts, owner, lease_expi
 // (Options.Now), or else the server's now(). The parameter is always $1.
 const nowExpr = `coalesce($1::timestamptz, now())`
 
+// notCompletedMark is in the error of completeOrAbort when the operation
+// was not in progress under the owner.
+const notCompletedMark = "sqsonce: the completion found no claim of its owner in progress: "
+
 // queries are the statements, with the table's name filled in. Those that
 // read the clock take it as $1 (see nowExpr), and those that write a record
 // the retention in microseconds as $2.
 type queries struct {
 	claim, readOne, readMany string
 	complete, fail, explain  string
+	completeOrAbort          string
 	release, releaseLast     string
 	extend, reset, forget    string
 	get, page, stats, sweep  string
@@ -166,6 +171,14 @@ DELETE FROM ` + t + ` WHERE key = ANY(ARRAY(
 	SELECT key FROM ` + t + ` WHERE expires <= ` + nowExpr + `
 	ORDER BY expires LIMIT $2::int FOR UPDATE SKIP LOCKED))`,
 	}
+	// The completion of one operation that ends an OpTx: the completion
+	// statement, made to fail when it completed nothing, so that the COMMIT
+	// sent behind it in the same round trip is skipped and the
+	// transaction, the handler's writes included, is rolled back. The
+	// cast of text to int is evaluated only then: it raises
+	// invalid_text_representation with notCompletedMark in its message.
+	q.completeOrAbort = strings.Replace(q.complete, "\nUPDATE ", ",\ndone AS (\nUPDATE ", 1) + `)
+SELECT CASE WHEN count(*) = 1 THEN 0 ELSE ('` + notCompletedMark + `' || count(*))::int END FROM done`
 	return q
 }
 

@@ -1,0 +1,112 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// CommitComplete commits the writes with the completion, and only when the
+// record is in progress under the owner: otherwise the writes are rolled
+// back and the error says why.
+func TestOpTx_CommitComplete(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	l := open(t, setup(t, nil))
+	tx, err := l.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE effects (key text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func(key string) int {
+		t.Helper()
+		var n int
+		op, err := l.BeginOp(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer op.Rollback(ctx)
+		if err := op.Tx().QueryRow(ctx, `SELECT count(*) FROM effects WHERE key = $1`, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	claim := func(key, owner string) {
+		t.Helper()
+		c, err := l.Claim(ctx, ledger.ClaimRequest{Key: key, Owner: owner, Lease: time.Minute, Fingerprint: []byte("fp")})
+		if err != nil || c.Outcome != ledger.Claimed {
+			t.Fatalf("claim %s by %s: %v, %v", key, owner, c.Outcome, err)
+		}
+	}
+	attempt := func(key, owner string) error {
+		t.Helper()
+		op, err := l.BeginOp(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := op.Tx().Exec(ctx, `INSERT INTO effects (key) VALUES ($1)`, key); err != nil {
+			t.Fatal(err)
+		}
+		return op.CommitComplete(ctx, ledger.Completion{Key: key, Owner: owner, Result: []byte("done")})
+	}
+
+	claim("ok", "a")
+	if err := attempt("ok", "a"); err != nil {
+		t.Fatalf("CommitComplete: %v", err)
+	}
+	if rec, _ := l.Get(ctx, "ok"); rec.State != ledger.StateComplete || string(rec.Result) != "done" || count("ok") != 1 {
+		t.Fatalf("after the commit: record %s %q, %d effects; want complete, the result, one effect", rec.State, rec.Result, count("ok"))
+	}
+
+	for _, tc := range []struct {
+		name, key, owner string
+		want             error
+	}{
+		{"NotOwner", "taken", "a", ledger.ErrNotOwner},
+		{"NotFound", "never-claimed", "a", ledger.ErrNotFound},
+		{"AlreadyComplete", "ok", "a", ledger.ErrState},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.key == "taken" {
+				claim(tc.key, "b")
+			}
+			before := count(tc.key)
+			err := attempt(tc.key, tc.owner)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("CommitComplete: %v, want %v", err, tc.want)
+			}
+			if got := count(tc.key); got != before {
+				t.Fatalf("%d effects after a completion refused, want %d: the writes were committed", got, before)
+			}
+		})
+	}
+
+	// A statement that failed inside the transaction aborts it: nothing
+	// is committed, completion included.
+	t.Run("AbortedTransaction", func(t *testing.T) {
+		claim("aborted", "a")
+		op, err := l.BeginOp(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		op.Tx().Exec(ctx, `INSERT INTO effects (key) VALUES ($1)`, "aborted")
+		if _, err := op.Tx().Exec(ctx, `SELECT 1/0`); err == nil {
+			t.Fatal("division by zero succeeded")
+		}
+		err = op.CommitComplete(ctx, ledger.Completion{Key: "aborted", Owner: "a"})
+		if err == nil {
+			t.Fatal("CommitComplete of an aborted transaction succeeded")
+		}
+		if rec, _ := l.Get(ctx, "aborted"); rec.State != ledger.StateInProgress || count("aborted") != 0 {
+			t.Fatalf("record %s, %d effects; want in progress, none", rec.State, count("aborted"))
+		}
+	})
+}
