@@ -48,6 +48,8 @@ const (
 	execEnvReceiveCount = "SQSONCE_RECEIVE_COUNT"
 	execEnvQueueURL     = "SQSONCE_QUEUE_URL"
 	execEnvGroupID      = "SQSONCE_GROUP_ID" // only for a message with a group id
+	execEnvTraceParent  = "TRACEPARENT"      // only for a message with a trace context
+	execEnvTraceState   = "TRACESTATE"       // only with a non-empty tracestate
 )
 
 // ExecConfig configures an ExecHandler.
@@ -78,10 +80,13 @@ type ExecConfig struct {
 //
 // The command gets the message body on stdin and the worker's environment
 // (or the part of it that ExecConfig.Env lets through) plus SQSONCE_KEY (Message.Key), SQSONCE_MESSAGE_ID, SQSONCE_ATTEMPT,
-// SQSONCE_RECEIVE_COUNT, SQSONCE_QUEUE_URL and, for a message with a group
-// id, SQSONCE_GROUP_ID. These replace inherited variables of the same names;
-// an inherited SQSONCE_GROUP_ID is removed for a message without a group
-// id. The first 4096 bytes of stdout become Message.Result; the rest is read
+// SQSONCE_RECEIVE_COUNT, SQSONCE_QUEUE_URL, for a message with a group
+// id SQSONCE_GROUP_ID, and, for a message with a trace context, TRACEPARENT
+// and (when not empty) TRACESTATE (Message.TraceParent and TraceState, the
+// variables OpenTelemetry's SDKs read for a process's parent context).
+// These replace inherited variables of the same names; an inherited
+// SQSONCE_GROUP_ID, TRACEPARENT or TRACESTATE is removed for a message
+// without one. The first 4096 bytes of stdout become Message.Result; the rest is read
 // and discarded. Each stderr line is logged at Warn level with the
 // attributes "key" and "message_id" (lines are cut to 1 KiB and at most 100
 // lines are logged per run; the number of further lines is logged once at
@@ -316,6 +321,12 @@ func execEnviron(base []string, m *Message) ([]string, error) {
 	if m.GroupID != "" {
 		own = append(own, execEnvGroupID+"="+m.GroupID)
 	}
+	if m.TraceParent != "" {
+		own = append(own, execEnvTraceParent+"="+m.TraceParent)
+		if m.TraceState != "" {
+			own = append(own, execEnvTraceState+"="+m.TraceState)
+		}
+	}
 	for _, kv := range own {
 		if name, value, _ := strings.Cut(kv, "="); strings.IndexByte(value, 0) >= 0 {
 			return nil, fmt.Errorf("environment variable %s has a NUL byte", name)
@@ -324,7 +335,8 @@ func execEnviron(base []string, m *Message) ([]string, error) {
 	env := make([]string, 0, len(base)+len(own))
 	for _, kv := range base {
 		switch name, _, _ := strings.Cut(kv, "="); name {
-		case execEnvKey, execEnvMessageID, execEnvAttempt, execEnvReceiveCount, execEnvQueueURL, execEnvGroupID:
+		case execEnvKey, execEnvMessageID, execEnvAttempt, execEnvReceiveCount, execEnvQueueURL, execEnvGroupID,
+			execEnvTraceParent, execEnvTraceState:
 			continue
 		}
 		env = append(env, kv)

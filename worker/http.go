@@ -48,8 +48,10 @@ type HTTPConfig struct {
 // when the body is valid JSON and application/octet-stream otherwise, and
 // the headers Idempotency-Key (Message.Key), X-Sqsonce-Message-Id,
 // X-Sqsonce-Attempt, X-Sqsonce-Receive-Count, X-Sqsonce-Queue-Url,
-// X-Sqsonce-Group-Id (for a message with a group id) and User-Agent sqsonce.
-// The endpoint should use Idempotency-Key to apply the operation once.
+// X-Sqsonce-Group-Id (for a message with a group id), traceparent and
+// tracestate (Message.TraceParent and TraceState, W3C Trace Context, each
+// when not empty) and User-Agent sqsonce. The endpoint should use
+// Idempotency-Key to apply the operation once.
 //
 // Handle returns nil only for a 2xx response: the endpoint has taken the
 // operation as done (a 202 Accepted counts, so answer 202 only once the
@@ -126,6 +128,12 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 	}
 	if m.GroupID != "" {
 		headers = append(headers, [2]string{"X-Sqsonce-Group-Id", m.GroupID})
+	}
+	if m.TraceParent != "" {
+		headers = append(headers, [2]string{"traceparent", m.TraceParent})
+	}
+	if m.TraceState != "" {
+		headers = append(headers, [2]string{"tracestate", m.TraceState})
 	}
 	for _, kv := range headers {
 		if !httpValidHeaderValue(kv[1]) {
