@@ -36,8 +36,9 @@ const (
 // tracerName names the worker's tracer (its instrumentation scope).
 const tracerName = "github.com/sqsonce/sqsonce/worker"
 
-// queueName is the last segment of a queue URL: the queue's name.
-func queueName(queueURL string) string {
+// QueueName is the last segment of a queue URL: the queue's name, as
+// trace spans name it.
+func QueueName(queueURL string) string {
 	u, err := url.Parse(queueURL)
 	if err != nil {
 		return queueURL

@@ -112,7 +112,7 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 		completeLinger: completeLinger,
 		hurry:          make(chan struct{}),
 		now:            time.Now,
-		queueName:      queueName(cfg.QueueURL),
+		queueName:      QueueName(cfg.QueueURL),
 	}
 	w.spanName = spanNameOf(w.queueName)
 	if cfg.TracerProvider != nil {
