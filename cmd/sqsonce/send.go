@@ -29,7 +29,7 @@ const maxBody = 256 << 10
 // sendCommand is `sqsonce send`: each line of JSON becomes one message.
 func (m *Main) sendCommand(ctx context.Context, args []string) error {
 	var c commonFlags
-	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Prints how many messages were sent.", &c)
+	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Each message carries a traceparent attribute: its\nproducer span's context when tracing is on, else a fresh unsampled one.\nPrints how many messages were sent.", &c)
 	cfg, log, err := m.parse(fs, &c, args)
 	if err != nil {
 		return err
