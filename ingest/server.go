@@ -18,7 +18,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sqsonce/sqsonce/internal/w3ctrace"
 	"github.com/sqsonce/sqsonce/worker"
 )
 
@@ -31,7 +35,8 @@ type SQSClient interface {
 
 // The message attributes of an enqueued event. A worker reads the key back
 // with key.from = "attribute" and key.attribute = AttrKey, without parsing
-// the body.
+// the body. Each event also carries a W3C trace context in the attributes
+// traceparent and (when not empty) tracestate: see Config.TracerProvider.
 const (
 	AttrKey        = "SqsonceKey"        // the sender's event id: the operation key
 	AttrSource     = "SqsonceSource"     // Source.Name
@@ -87,6 +92,19 @@ type Config struct {
 
 	// Registerer, when set, receives the receiver's metrics.
 	Registerer prometheus.Registerer
+
+	// TracerProvider, when set, records a producer span for each event
+	// sent ("<queue name> send", attributes messaging.system "aws_sqs",
+	// messaging.operation.type "send", messaging.destination.name,
+	// messaging.message.id once sent, sqsonce.key, sqsonce.source; status
+	// Error when the event was not queued; never the body). Its parent is
+	// the request's traceparent and tracestate headers when they are
+	// valid, and the event's traceparent attribute is the span's context.
+	// Nil records no spans: the event carries the request's trace context
+	// unchanged, or, without a valid one, a fresh context that is not
+	// sampled (nothing of it is recorded here) but whose trace id ties
+	// together what becomes of the event.
+	TracerProvider trace.TracerProvider
 }
 
 // Server receives webhooks and enqueues them. Create it with New, serve
@@ -100,6 +118,7 @@ type Server struct {
 	slots   chan struct{}
 	metrics *metrics
 	now     func() time.Time
+	tracer  trace.Tracer // nil: no spans
 
 	ready    atomic.Bool // the queues were read and the listener serves
 	draining atomic.Bool
@@ -127,6 +146,9 @@ func New(cfg Config, client SQSClient) (*Server, error) {
 	}
 	for _, src := range sources {
 		s.byPath[src.Path] = src
+	}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer("github.com/sqsonce/sqsonce/ingest")
 	}
 	s.metrics = newMetrics(s)
 	if cfg.Registerer != nil {
@@ -372,7 +394,10 @@ func (s *Server) handle(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			AttrReceivedAt: stringAttr(received.UTC().Format(time.RFC3339Nano)),
 		},
 	}
+	span := s.traceEvent(r.Header, src, key, in)
+	defer span.End()
 	if size := messageSize(in); size > src.queue.maxSize {
+		span.SetStatus(codes.Error, "too large")
 		log.Warn("body too large with its attributes: answered 413", "size", size, "limit", src.queue.maxSize)
 		s.reply(w, src, http.StatusRequestEntityTooLarge, answer{Status: "rejected", Key: key, Error: fmt.Sprintf("body and attributes of %d bytes are more than the queue takes (%d)", size, src.queue.maxSize)})
 		return
@@ -381,6 +406,7 @@ func (s *Server) handle(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		group := key
 		if src.group != nil {
 			if group, err = src.group(body); err != nil {
+				span.SetStatus(codes.Error, err.Error())
 				log.Warn("no message group: answered 400", "error", err)
 				s.reply(w, src, http.StatusBadRequest, answer{Status: "rejected", Key: key, Error: err.Error()})
 				return
@@ -393,11 +419,13 @@ func (s *Server) handle(ctx context.Context, w http.ResponseWriter, r *http.Requ
 	out, err := s.sqs.SendMessage(ctx, in)
 	s.metrics.sendSeconds.Observe(s.now().Sub(start).Seconds())
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		s.stats.sendFailed.Add(1)
 		log.Error("send to SQS failed: answered 503, the sender will retry", "queue", src.QueueURL, "error", err)
 		s.unavailable(w, src, "the event could not be queued; try again")
 		return
 	}
+	span.SetAttributes(attribute.String("messaging.message.id", aws.ToString(out.MessageId)))
 	s.stats.accepted.Add(1)
 	log.Debug("event queued", "message_id", aws.ToString(out.MessageId))
 	s.reply(w, src, http.StatusOK, answer{Status: "accepted", Key: key, MessageID: aws.ToString(out.MessageId)})
@@ -417,6 +445,46 @@ func (s *Server) reply(w http.ResponseWriter, src *source, code int, a answer) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	json.NewEncoder(w).Encode(a)
+}
+
+// traceEvent sets the trace context attributes of an event's message and
+// returns its producer span: a span that records nothing without a tracer.
+func (s *Server) traceEvent(h http.Header, src *source, key string, in *sqs.SendMessageInput) trace.Span {
+	tp, ts := h.Get(w3ctrace.TraceParent), h.Get(w3ctrace.TraceState)
+	incoming, err := w3ctrace.Parse(tp)
+	if err != nil {
+		tp, ts = "", ""
+	} else if state, err := trace.ParseTraceState(ts); err != nil {
+		ts = ""
+	} else {
+		incoming = incoming.WithTraceState(state)
+	}
+	span := trace.SpanFromContext(context.Background()) // records nothing
+	if s.tracer != nil {
+		parent := context.Background()
+		if incoming.IsValid() {
+			parent = trace.ContextWithRemoteSpanContext(parent, incoming)
+		}
+		queue := worker.QueueName(src.QueueURL)
+		_, span = s.tracer.Start(parent, queue+" send", trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(
+				attribute.String("messaging.system", "aws_sqs"),
+				attribute.String("messaging.operation.type", "send"),
+				attribute.String("messaging.destination.name", queue),
+				attribute.String("sqsonce.key", key),
+				attribute.String("sqsonce.source", src.Name),
+			))
+		sc := span.SpanContext()
+		tp, ts = w3ctrace.Format(sc), sc.TraceState().String()
+	}
+	if tp == "" {
+		tp = w3ctrace.Format(w3ctrace.New(0))
+	}
+	in.MessageAttributes[w3ctrace.TraceParent] = stringAttr(tp)
+	if ts != "" {
+		in.MessageAttributes[w3ctrace.TraceState] = stringAttr(ts)
+	}
+	return span
 }
 
 func stringAttr(v string) types.MessageAttributeValue {

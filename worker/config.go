@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sqsonce/sqsonce/ledger"
 )
@@ -154,6 +155,21 @@ type Config struct {
 	// StallAfter is how long a receive loop may go without moving before
 	// Health reports it not alive (a stuck receive); default WaitTime + 1m.
 	StallAfter time.Duration
+
+	// TracerProvider, when set, records a span for each attempt: a
+	// handler's run from its start until its outcome is recorded (the
+	// completion and the delete queued, the retry's back-off set, the
+	// dead-lettering done). The span is of kind Consumer, named "<queue
+	// name> process", a child of the producer's trace context when the
+	// message carries one (Message.TraceParent), and linked to it; its
+	// attributes are messaging.system ("aws_sqs"),
+	// messaging.operation.type ("process"), messaging.destination.name,
+	// messaging.message.id, sqsonce.key, sqsonce.attempt and
+	// sqsonce.outcome (complete, complete_failed, retry, permanent or
+	// lease_lost), with status Error and the error's text when the attempt
+	// failed. The body is never recorded. Nil records no spans: the
+	// producer's context, when there is one, is still handed to the work.
+	TracerProvider trace.TracerProvider
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of New and

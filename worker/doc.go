@@ -34,6 +34,12 @@
 // them outright: the Handler's writes and the completion commit in one
 // transaction.
 //
+// The producer's trace context (the traceparent and tracestate attributes,
+// or the AWSTraceHeader of X-Ray) goes on to the work too
+// (Message.TraceParent, TRACEPARENT for exec, the traceparent header for
+// http, the Handler's context); with Config.TracerProvider each attempt
+// records a consumer span, which the work continues instead.
+//
 // A worker receives ahead of its free handlers (Config.Prefetch): messages
 // received and claimed while every handler is busy wait, their visibility
 // and lease kept up, and start as handlers come free, so that a receive's

@@ -51,6 +51,8 @@ const (
 	execEnvQueueURL     = "SQSONCE_QUEUE_URL"
 	execEnvGroupID      = "SQSONCE_GROUP_ID" // only for a message with a group id
 	execEnvAttrPrefix   = "SQSONCE_ATTR_"    // one per message attribute
+	execEnvTraceParent  = "TRACEPARENT"      // only for a message with a trace context
+	execEnvTraceState   = "TRACESTATE"       // only with a non-empty tracestate
 )
 
 // ExecConfig configures an ExecHandler.
@@ -82,11 +84,14 @@ type ExecConfig struct {
 // The command gets the message body on stdin and the worker's environment
 // (or the part of it that ExecConfig.Env lets through) plus SQSONCE_KEY (Message.Key), SQSONCE_MESSAGE_ID, SQSONCE_ATTEMPT,
 // SQSONCE_RECEIVE_COUNT, SQSONCE_QUEUE_URL, for a message with a group
-// id SQSONCE_GROUP_ID, and SQSONCE_ATTR_<NAME> for each of
-// Message.Attributes up to MaxAttrValue bytes (NAME in upper case, with "_"
-// for each character that is not a letter, a digit or "_"). These replace inherited variables of
-// the same names; an inherited SQSONCE_GROUP_ID is removed for a message
-// without a group id, and every inherited SQSONCE_ATTR_ variable is
+// id SQSONCE_GROUP_ID, SQSONCE_ATTR_<NAME> for each of Message.Attributes
+// up to MaxAttrValue bytes (NAME in upper case, with "_" for each character
+// that is not a letter, a digit or "_"), and, for a message with a trace
+// context, TRACEPARENT and (when not empty) TRACESTATE (Message.TraceParent
+// and TraceState, the variables OpenTelemetry's SDKs read for a process's
+// parent context). These replace inherited variables of the same names; an
+// inherited SQSONCE_GROUP_ID, TRACEPARENT or TRACESTATE is removed for a
+// message without one, and every inherited SQSONCE_ATTR_ variable is
 // removed. The first 4096 bytes of stdout become Message.Result; the rest is read
 // and discarded. Each stderr line is logged at Warn level with the
 // attributes "key" and "message_id" (lines are cut to 1 KiB and at most 100
@@ -323,6 +328,12 @@ func execEnviron(base []string, m *Message) ([]string, error) {
 		own = append(own, execEnvGroupID+"="+m.GroupID)
 	}
 	own = append(own, attrEnviron(m.Attributes)...)
+	if m.TraceParent != "" {
+		own = append(own, execEnvTraceParent+"="+m.TraceParent)
+		if m.TraceState != "" {
+			own = append(own, execEnvTraceState+"="+m.TraceState)
+		}
+	}
 	for _, kv := range own {
 		if name, value, _ := strings.Cut(kv, "="); strings.IndexByte(value, 0) >= 0 {
 			return nil, fmt.Errorf("environment variable %s has a NUL byte", name)
@@ -331,7 +342,8 @@ func execEnviron(base []string, m *Message) ([]string, error) {
 	env := make([]string, 0, len(base)+len(own))
 	for _, kv := range base {
 		switch name, _, _ := strings.Cut(kv, "="); name {
-		case execEnvKey, execEnvMessageID, execEnvAttempt, execEnvReceiveCount, execEnvQueueURL, execEnvGroupID:
+		case execEnvKey, execEnvMessageID, execEnvAttempt, execEnvReceiveCount, execEnvQueueURL, execEnvGroupID,
+			execEnvTraceParent, execEnvTraceState:
 			continue
 		default:
 			if strings.HasPrefix(name, execEnvAttrPrefix) {

@@ -51,8 +51,10 @@ type HTTPConfig struct {
 // X-Sqsonce-Group-Id (for a message with a group id), X-Sqsonce-Attr-<Name>
 // for each of Message.Attributes (left out when the value holds a control
 // character such as a line break, which no header can carry, or is longer
-// than MaxAttrValue) and User-Agent sqsonce.
-// The endpoint should use Idempotency-Key to apply the operation once.
+// than MaxAttrValue), traceparent and tracestate (Message.TraceParent and
+// TraceState, W3C Trace Context, each when not empty) and User-Agent
+// sqsonce. The endpoint should use Idempotency-Key to apply the operation
+// once.
 //
 // Handle returns nil only for a 2xx response: the endpoint has taken the
 // operation as done (a 202 Accepted counts, so answer 202 only once the
@@ -154,6 +156,12 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 	}
 	if m.GroupID != "" {
 		headers = append(headers, [2]string{"X-Sqsonce-Group-Id", m.GroupID})
+	}
+	if m.TraceParent != "" {
+		headers = append(headers, [2]string{"traceparent", m.TraceParent})
+	}
+	if m.TraceState != "" {
+		headers = append(headers, [2]string{"tracestate", m.TraceState})
 	}
 	for _, kv := range headers {
 		if !httpValidHeaderValue(kv[1]) {

@@ -33,6 +33,14 @@ type Message struct {
 	// pgtx), names it; after a takeover it is no longer the record's
 	// owner, and that completion fails.
 	Owner string
+	// TraceParent and TraceState are the W3C trace context the work
+	// continues: the context of the attempt's span when the worker records
+	// one (Config.TracerProvider), else the producer's as the message
+	// carried it (its traceparent and tracestate attributes, or its
+	// AWSTraceHeader converted), else empty. The handler's context carries
+	// the same (trace.SpanContextFromContext).
+	TraceParent string
+	TraceState  string
 
 	// Result is stored with the completed operation (cut to 4 KiB) and
 	// shown for its duplicates.
@@ -47,7 +55,10 @@ type Message struct {
 //
 // Handle is called concurrently, up to the configured concurrency. Its
 // context ends when the handler timeout passes, when the shutdown grace
-// runs out, or when the worker loses the operation's lease.
+// runs out, or when the worker loses the operation's lease. It carries the
+// trace context of Message.TraceParent, when there is one: the attempt's
+// span when one is recorded (trace.SpanFromContext), else the producer's
+// as a remote span context (trace.SpanContextFromContext).
 type Handler interface {
 	Handle(ctx context.Context, m *Message) error
 }

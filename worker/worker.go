@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/sqsonce/sqsonce/ledger"
@@ -30,6 +31,10 @@ type Worker struct {
 	handler Handler
 	keyer   *keyer
 	log     *slog.Logger
+
+	tracer    trace.Tracer // nil: no spans
+	queueName string       // the queue's name, for spans
+	spanName  string
 
 	queue   queueInfo // read from SQS when Run starts
 	ownerID string    // this process, for owner tokens
@@ -107,6 +112,11 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 		completeLinger: completeLinger,
 		hurry:          make(chan struct{}),
 		now:            time.Now,
+		queueName:      QueueName(cfg.QueueURL),
+	}
+	w.spanName = spanNameOf(w.queueName)
+	if cfg.TracerProvider != nil {
+		w.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	for range cap(w.slots) {
 		w.slots <- struct{}{}
@@ -335,6 +345,7 @@ var systemAttributes = []types.MessageSystemAttributeName{
 	types.MessageSystemAttributeNameSentTimestamp,
 	types.MessageSystemAttributeNameMessageGroupId,
 	types.MessageSystemAttributeNameMessageDeduplicationId,
+	types.MessageSystemAttributeNameAWSTraceHeader,
 }
 
 func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
@@ -766,6 +777,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	if ms, err := strconv.ParseInt(j.msg.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
 		m.SentAt = time.UnixMilli(ms)
 	}
+	producer := producerContext(m, j.msg.Attributes, log)
 
 	// The heartbeat starts before a handler is free, since a message
 	// claimed ahead may wait for one.
@@ -786,6 +798,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errHandlerTimeout)
 	defer cancel()
 	start := w.now()
+	hctx, span := w.traceAttempt(hctx, m, producer)
 	err := w.handle(hctx, m)
 	<-w.handlers
 	s.free()
@@ -798,14 +811,20 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		// The heartbeat goes on until the completion is recorded: while
 		// the ledger cannot take it, the message stays out of sight.
 		done := log.withDuration(elapsed)
-		ok := w.complete(workCtx, j, m, &done)
+		cerr := w.complete(workCtx, j, m, &done)
 		hb.stop()
-		return ok
+		if cerr != nil {
+			span.end(spanCompleteFailed, cerr)
+			return false
+		}
+		span.end(spanComplete, nil)
+		return true
 	}
 	hb.stop()
 	if errors.Is(context.Cause(hctx), errLeaseLost) {
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
+		span.end(spanLeaseLost, err)
 		return false
 	}
 	var perm *PermanentError
@@ -817,7 +836,9 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	if permanent {
 		w.stats.failedPermanently.Add(1)
 		log.Error("work failed permanently", "error", err, "duration", elapsed)
-		return w.deadLetter(j, "failed permanently: "+err.Error(), log)
+		moved := w.deadLetter(j, "failed permanently: "+err.Error(), log)
+		span.end(spanPermanent, err)
+		return moved
 	}
 	w.stats.retried.Add(1)
 	wait := backoff(m.Attempt, w.cfg.MinBackoff, w.cfg.MaxBackoff)
@@ -830,6 +851,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	}
 	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "duration", elapsed)
 	w.makeVisible([]types.Message{j.msg}, wait)
+	span.end(spanRetry, err)
 	return false
 }
 
@@ -883,8 +905,9 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 // the worker stops (the end of the shutdown grace). An answer about the
 // record (another claim owns it, it is gone, it is in another state) cannot
 // change by asking again and is not retried. When the completion cannot be
-// recorded the message is left, and its redelivery may run the work again.
-func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobLog) bool {
+// recorded the message is left, and its redelivery may run the work again;
+// complete returns the ledger's error then.
+func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobLog) error {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
 	for attempt := 1; ; attempt++ {
@@ -900,12 +923,12 @@ func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobL
 	if err != nil {
 		w.stats.completeFailed.Add(1)
 		log.Error("work done but not recorded complete: leaving the message; its redelivery may run the work again", "error", err)
-		return false
+		return err
 	}
 	w.stats.completed.Add(1)
 	log.Debug("operation complete")
 	w.delete(j.msg)
-	return true
+	return nil
 }
 
 // mayChange reports whether a ledger call that failed with err may succeed

@@ -29,6 +29,12 @@ func (m *Main) ingestCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	tp, flush, err := m.newTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer flush()
+	icfg.TracerProvider = tp
 	client, err := newSQSClient(ctx, cfg.Queue)
 	if err != nil {
 		return err

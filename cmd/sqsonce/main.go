@@ -141,6 +141,12 @@ func (m *Main) flagSet(name, synopsis string, c *commonFlags) *flag.FlagSet {
 		for _, v := range EnvVars() {
 			fmt.Fprintf(fs.Output(), "  %s\n", v)
 		}
+		if name == "run" || name == "ingest" || name == "send" {
+			fmt.Fprintf(fs.Output(), "\nTracing (OpenTelemetry, OTLP over HTTP) is on when OTEL_TRACES_EXPORTER=otlp, or when it is\nunset and an OTLP endpoint is; the SDK reads its other OTEL_* variables itself:\n")
+			for _, v := range tracingVars {
+				fmt.Fprintf(fs.Output(), "  %s\n", v)
+			}
+		}
 	}
 	return fs
 }

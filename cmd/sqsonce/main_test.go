@@ -185,6 +185,7 @@ func TestMain_Usage(t *testing.T) {
 		{"version", nil, exitOK, "sqsonce "},
 		{"run --help", nil, exitOK, "SQSONCE_QUEUE_URL"},
 		{"send --help", nil, exitOK, "MessageDeduplicationId"},
+		{"ingest --help", nil, exitOK, "OTEL_TRACES_EXPORTER"},
 		{"run --no-such-flag", nil, exitUsage, "no-such-flag"},
 		{"run --log-format xml", []string{"SQSONCE_QUEUE_URL=http://127.0.0.1:1/q"}, exitUsage, "--log-format"},
 		{"run", []string{"SQSONCE_QUEUE_URL="}, exitUsage, "queue.url"},

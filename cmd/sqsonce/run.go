@@ -21,6 +21,11 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
 	}
+	tp, flush, err := m.newTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer flush()
 	handler, err := newHandler(cfg.Handler, log)
 	if err != nil {
 		return err
@@ -50,6 +55,7 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 
 	wcfg := workerConfig(cfg, log)
 	wcfg.Registerer = reg
+	wcfg.TracerProvider = tp
 	w, err := worker.New(wcfg, client, st, handler)
 	if err != nil {
 		return err

@@ -15,6 +15,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sqsonce/sqsonce/internal/w3ctrace"
 	"github.com/sqsonce/sqsonce/worker"
 )
 
@@ -24,14 +29,19 @@ const maxBody = 256 << 10
 // sendCommand is `sqsonce send`: each line of JSON becomes one message.
 func (m *Main) sendCommand(ctx context.Context, args []string) error {
 	var c commonFlags
-	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Prints how many messages were sent.", &c)
-	cfg, _, err := m.parse(fs, &c, args)
+	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Each message carries a traceparent attribute: its\nproducer span's context when tracing is on, else a fresh unsampled one.\nPrints how many messages were sent.", &c)
+	cfg, log, err := m.parse(fs, &c, args)
 	if err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
 		return fmt.Errorf("want at most one input file, got %q: %w", fs.Args(), errUsage)
 	}
+	tp, flush, err := m.newTracing(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer flush()
 	in := m.Stdin
 	name := "standard input"
 	if fs.NArg() == 1 && fs.Arg(0) != "-" {
@@ -60,9 +70,12 @@ func (m *Main) sendCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	sent := 0
+	tr := newSendTracer(tp, cfg.Queue.URL)
 	for start := 0; start < len(entries); start += 10 {
 		batch := entries[start:min(start+10, len(entries))]
+		spans := tr.start(batch)
 		out, err := client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &cfg.Queue.URL, Entries: batch})
+		spans.end(out, err)
 		if err != nil {
 			return fmt.Errorf("sent %d of %d messages, then: %w", sent, len(entries), err)
 		}
@@ -111,4 +124,87 @@ func readLines(r io.Reader, name string, keyOf func([]byte) (string, error)) ([]
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}
 	return entries, nil
+}
+
+// sendTracer gives each message sent a traceparent attribute: the context
+// of a producer span of its own when tracing is on, else a fresh context
+// that is not sampled (no span of it is recorded), whose trace id still
+// ties together what becomes of the message.
+type sendTracer struct {
+	tracer      trace.Tracer // nil: tracing is off
+	queue, name string
+}
+
+func newSendTracer(tp trace.TracerProvider, queueURL string) sendTracer {
+	t := sendTracer{queue: worker.QueueName(queueURL)}
+	t.name = t.queue + " send"
+	if tp != nil {
+		t.tracer = tp.Tracer(tracerName)
+	}
+	return t
+}
+
+// sendSpans are the producer spans of one batch, by entry; nil without
+// tracing.
+type sendSpans []trace.Span
+
+// start sets each entry's traceparent, starting its span first when
+// tracing is on.
+func (t sendTracer) start(batch []types.SendMessageBatchRequestEntry) sendSpans {
+	var spans sendSpans
+	for i := range batch {
+		sc := w3ctrace.New(0)
+		if t.tracer != nil {
+			_, span := t.tracer.Start(context.Background(), t.name, trace.WithSpanKind(trace.SpanKindProducer),
+				trace.WithAttributes(
+					attribute.String("messaging.system", "aws_sqs"),
+					attribute.String("messaging.operation.type", "send"),
+					attribute.String("messaging.destination.name", t.queue),
+				))
+			spans = append(spans, span)
+			sc = span.SpanContext()
+		}
+		if batch[i].MessageAttributes == nil {
+			batch[i].MessageAttributes = map[string]types.MessageAttributeValue{}
+		}
+		batch[i].MessageAttributes[w3ctrace.TraceParent] = types.MessageAttributeValue{
+			DataType: aws.String("String"), StringValue: aws.String(w3ctrace.Format(sc)),
+		}
+	}
+	return spans
+}
+
+// end ends the spans with what SQS answered for their entries.
+func (s sendSpans) end(out *sqs.SendMessageBatchOutput, err error) {
+	if len(s) == 0 {
+		return
+	}
+	if err != nil {
+		for _, span := range s {
+			span.SetStatus(codes.Error, err.Error())
+			span.End()
+		}
+		return
+	}
+	ended := make([]bool, len(s))
+	for _, ok := range out.Successful {
+		if i, err := strconv.Atoi(aws.ToString(ok.Id)); err == nil && i >= 0 && i < len(s) && !ended[i] {
+			s[i].SetAttributes(attribute.String("messaging.message.id", aws.ToString(ok.MessageId)))
+			s[i].End()
+			ended[i] = true
+		}
+	}
+	for _, f := range out.Failed {
+		if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(s) && !ended[i] {
+			s[i].SetStatus(codes.Error, aws.ToString(f.Code)+": "+aws.ToString(f.Message))
+			s[i].End()
+			ended[i] = true
+		}
+	}
+	for i, span := range s {
+		if !ended[i] {
+			span.SetStatus(codes.Error, "no answer for this entry")
+			span.End()
+		}
+	}
 }

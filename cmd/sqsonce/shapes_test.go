@@ -17,18 +17,22 @@ import (
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 )
 
-// shapesHandler records, for each message, its key, its body and the
-// EventType attribute as the command sees them.
+// shapesHandler records, for each message, its key, its body, the
+// EventType attribute and the trace context as the command sees them.
 const shapesHandler = `body=$(cat)
-echo "$SQSONCE_KEY|$body|${SQSONCE_ATTR_EVENTTYPE:-}" >>"$STATE/seen"
+echo "$SQSONCE_KEY|$body|${SQSONCE_ATTR_EVENTTYPE:-}|${TRACEPARENT:-}" >>"$STATE/seen"
 `
+
+// shapesTrace is the producer's trace context of the plain message.
+const shapesTrace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 // Each shape of message that production sends goes through the binary
 // with an exec handler, which sees the payload and the attributes.
 func TestMain_MessageShapes(t *testing.T) {
 	t.Parallel()
-	attr := func(v string) map[string]types.MessageAttributeValue {
-		return map[string]types.MessageAttributeValue{"EventType": {DataType: aws.String("String"), StringValue: aws.String(v)}}
+	attrs := map[string]types.MessageAttributeValue{
+		"EventType":   {DataType: aws.String("String"), StringValue: aws.String("plain")},
+		"traceparent": {DataType: aws.String("String"), StringValue: aws.String(shapesTrace)},
 	}
 	publish := func(t *testing.T, c *sns.Client, topic, message, eventType string) {
 		t.Helper()
@@ -56,7 +60,7 @@ func TestMain_MessageShapes(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, shapesHandler)
 		if _, err := e.client.SendMessage(context.Background(), &sqs.SendMessageInput{
-			QueueUrl: &e.queue.URL, MessageBody: aws.String(`{"id":"plain-1"}`), MessageAttributes: attr("plain"),
+			QueueUrl: &e.queue.URL, MessageBody: aws.String(`{"id":"plain-1"}`), MessageAttributes: attrs,
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +69,7 @@ func TestMain_MessageShapes(t *testing.T) {
 		publish(t, snsc, topic, `{"id":"raw-1"}`, "raw")
 		publish(t, snsc, topic, `{"id":"raw-1"}`, "raw") // a second delivery of one operation
 		got := drain(t, e, 2)
-		want := []string{`plain-1|{"id":"plain-1"}|plain`, `raw-1|{"id":"raw-1"}|raw`}
+		want := []string{`plain-1|{"id":"plain-1"}|plain|` + shapesTrace, `raw-1|{"id":"raw-1"}|raw|`}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("the handler saw\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
@@ -79,7 +83,7 @@ func TestMain_MessageShapes(t *testing.T) {
 		publish(t, snsc, topic, `{"id":"env-1"}`, "enveloped")
 		publish(t, snsc, topic, `{"id":"env-1"}`, "enveloped")
 		got := drain(t, e, 1, "SQSONCE_KEY_SNS=true")
-		if want := `env-1|{"id":"env-1"}|enveloped`; len(got) != 1 || got[0] != want {
+		if want := `env-1|{"id":"env-1"}|enveloped|`; len(got) != 1 || got[0] != want {
 			t.Errorf("the handler saw %q, want once %q", got, want)
 		}
 	})
