@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 // The test binary doubles as the sqsonce binary: with SQSONCE_TEST_AS_BINARY
@@ -237,6 +239,61 @@ func TestMain_Send(t *testing.T) {
 		}
 		if v, _ := sqstest.Count(t, e.client, e.queue.URL); v != 2 {
 			t.Fatalf("a refused input sent messages: %d in the queue", v)
+		}
+	})
+
+	// A line over SQS's limit goes to S3, and the message points to it in
+	// the SQS Extended Client's format.
+	t.Run("LargeThroughS3", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		big := `{"id":"big-1","blob":"` + strings.Repeat("x", 300<<10) + `"}`
+		code, out := e.run("send", big+"\n")
+		if code != exitUsage || !strings.Contains(out, "set payload.bucket to send it through S3") {
+			t.Fatalf("without a bucket: exit %d: %s", code, out)
+		}
+		code, out = e.run("send", big+"\n{\"id\":\"small\"}\n", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t))
+		if code != 0 || !strings.Contains(out, "sent 2 messages") {
+			t.Fatalf("exit %d: %s", code, out)
+		}
+		msgs := sqstest.Drain(t, e.client, e.queue.URL, 2, 5*time.Second)
+		if len(msgs) != 2 {
+			t.Fatalf("%d messages", len(msgs))
+		}
+		var pointers int
+		for _, m := range msgs {
+			body := aws.ToString(m.Body)
+			if body == `{"id":"small"}` {
+				if len(m.MessageAttributes) != 0 {
+					t.Errorf("the small line has attributes %v", m.MessageAttributes)
+				}
+				continue
+			}
+			pointers++
+			p, err := worker.ParseS3Pointer([]byte(body))
+			if err != nil || p.Bucket != bucket {
+				t.Fatalf("body %.200s: %+v, %v", body, p, err)
+			}
+			if !strings.HasPrefix(body, `["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":`) {
+				t.Errorf("body %s", body)
+			}
+			a := m.MessageAttributes[worker.AttrExtendedPayloadSize]
+			if aws.ToString(a.DataType) != "Number" || aws.ToString(a.StringValue) != strconv.Itoa(len(big)) {
+				t.Errorf("ExtendedPayloadSize %s %s, want Number %d", aws.ToString(a.DataType), aws.ToString(a.StringValue), len(big))
+			}
+			got, ok := sqstest.GetObject(t, s3c, p.Bucket, p.Key)
+			if !ok || string(got) != big {
+				t.Fatalf("the object holds %d bytes (found: %v), want the line's %d", len(got), ok, len(big))
+			}
+		}
+		if pointers != 1 {
+			t.Fatalf("%d pointer messages", pointers)
+		}
+		code, out = e.run("send", big+"\n", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_MAX_SIZE=1000")
+		if code != exitUsage || !strings.Contains(out, "and than payload.max_size (1000 bytes)") {
+			t.Fatalf("over max_size: exit %d: %s", code, out)
 		}
 	})
 
