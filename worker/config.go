@@ -84,6 +84,20 @@ const NoDelay time.Duration = -1
 // handler is free for it.
 const NoPrefetch = -1
 
+// BodyMode says what a handler receives as the message body.
+type BodyMode string
+
+// Body modes.
+const (
+	// BodyPayload is the message's payload: the Message of an SNS envelope
+	// when KeyConfig.SNS is on, else the body as received. It is the
+	// default (the zero BodyMode).
+	BodyPayload BodyMode = "payload"
+	// BodyAsReceived is the body exactly as SQS delivered it, an SNS
+	// envelope included.
+	BodyAsReceived BodyMode = "as_received"
+)
+
 // Config configures a Worker. A zero field takes the default named on it;
 // see NoDelay for a duration of zero where zero picks a default.
 type Config struct {
@@ -94,6 +108,9 @@ type Config struct {
 	Pollers           int           // concurrent receive loops, 1..64; default 1
 
 	Key KeyConfig // required: where each message's operation key comes from
+
+	// Body is what a handler's Message.Body holds; default BodyPayload.
+	Body BodyMode
 
 	Concurrency    int           // handlers running at once, 1..10000; default 8
 	HandlerTimeout time.Duration // per attempt, up to 12h; default 30s
@@ -267,6 +284,11 @@ func (c *Config) validate() error {
 	between("Pollers", c.Pollers, 1, MaxPollers)
 	if err := c.Key.validate(); err != nil {
 		errs = append(errs, err)
+	}
+	switch c.Body {
+	case "", BodyPayload, BodyAsReceived:
+	default:
+		bad("Body", strconv.Quote(string(c.Body)), "must be %s or %s", BodyPayload, BodyAsReceived)
 	}
 	between("Concurrency", c.Concurrency, 1, MaxConcurrency)
 	if c.Prefetch < 0 || c.Prefetch > MaxConcurrency {

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +50,7 @@ const (
 	execEnvReceiveCount = "SQSONCE_RECEIVE_COUNT"
 	execEnvQueueURL     = "SQSONCE_QUEUE_URL"
 	execEnvGroupID      = "SQSONCE_GROUP_ID" // only for a message with a group id
+	execEnvAttrPrefix   = "SQSONCE_ATTR_"    // one per message attribute
 )
 
 // ExecConfig configures an ExecHandler.
@@ -78,10 +81,13 @@ type ExecConfig struct {
 //
 // The command gets the message body on stdin and the worker's environment
 // (or the part of it that ExecConfig.Env lets through) plus SQSONCE_KEY (Message.Key), SQSONCE_MESSAGE_ID, SQSONCE_ATTEMPT,
-// SQSONCE_RECEIVE_COUNT, SQSONCE_QUEUE_URL and, for a message with a group
-// id, SQSONCE_GROUP_ID. These replace inherited variables of the same names;
-// an inherited SQSONCE_GROUP_ID is removed for a message without a group
-// id. The first 4096 bytes of stdout become Message.Result; the rest is read
+// SQSONCE_RECEIVE_COUNT, SQSONCE_QUEUE_URL, for a message with a group
+// id SQSONCE_GROUP_ID, and SQSONCE_ATTR_<NAME> for each of
+// Message.Attributes up to MaxAttrValue bytes (NAME in upper case, with "_"
+// for each character that is not a letter, a digit or "_"). These replace inherited variables of
+// the same names; an inherited SQSONCE_GROUP_ID is removed for a message
+// without a group id, and every inherited SQSONCE_ATTR_ variable is
+// removed. The first 4096 bytes of stdout become Message.Result; the rest is read
 // and discarded. Each stderr line is logged at Warn level with the
 // attributes "key" and "message_id" (lines are cut to 1 KiB and at most 100
 // lines are logged per run; the number of further lines is logged once at
@@ -316,6 +322,7 @@ func execEnviron(base []string, m *Message) ([]string, error) {
 	if m.GroupID != "" {
 		own = append(own, execEnvGroupID+"="+m.GroupID)
 	}
+	own = append(own, attrEnviron(m.Attributes)...)
 	for _, kv := range own {
 		if name, value, _ := strings.Cut(kv, "="); strings.IndexByte(value, 0) >= 0 {
 			return nil, fmt.Errorf("environment variable %s has a NUL byte", name)
@@ -326,10 +333,49 @@ func execEnviron(base []string, m *Message) ([]string, error) {
 		switch name, _, _ := strings.Cut(kv, "="); name {
 		case execEnvKey, execEnvMessageID, execEnvAttempt, execEnvReceiveCount, execEnvQueueURL, execEnvGroupID:
 			continue
+		default:
+			if strings.HasPrefix(name, execEnvAttrPrefix) {
+				continue
+			}
 		}
 		env = append(env, kv)
 	}
 	return append(env, own...), nil
+}
+
+// attrEnviron returns the message attributes as SQSONCE_ATTR_<NAME>
+// variables: the name in upper case with each character other than a
+// letter, a digit or "_" made "_". Of names that become one variable, the
+// first in byte order is kept; a value with a NUL byte, which no
+// environment can hold, or longer than MaxAttrValue is left out.
+func attrEnviron(attrs map[string]string) []string {
+	if len(attrs) == 0 {
+		return nil
+	}
+	names := slices.Sorted(maps.Keys(attrs))
+	out := make([]string, 0, len(names))
+	seen := make(map[string]bool, len(names))
+	for _, name := range names {
+		v := attrs[name]
+		if len(v) > MaxAttrValue || strings.IndexByte(v, 0) >= 0 {
+			continue
+		}
+		env := execEnvAttrPrefix + strings.Map(func(r rune) rune {
+			switch {
+			case r >= 'a' && r <= 'z':
+				return r - 'a' + 'A'
+			case r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_':
+				return r
+			}
+			return '_'
+		}, name)
+		if seen[env] {
+			continue
+		}
+		seen[env] = true
+		out = append(out, env+"="+v)
+	}
+	return out
 }
 
 // execStop records whether Handle stopped the command, and when.

@@ -621,3 +621,38 @@ func BenchmarkExecHandler(b *testing.B) {
 	})
 	b.ReportMetric(float64((self()-start).Nanoseconds())/float64(b.N), "own-cpu-ns/op")
 }
+
+// Message attributes reach the command as SQSONCE_ATTR_<NAME>; an
+// inherited SQSONCE_ATTR_ variable does not, and a value that no
+// variable can hold, or too long to pass, is left out. It sets the test
+// process's environment, so it cannot run in parallel with other tests.
+func TestExecHandler_Attributes(t *testing.T) {
+	t.Setenv("SQSONCE_ATTR_STALE", "inherited")
+	h := newExecHandler(t, worker.ExecConfig{Command: execScript(t, "exec_attrs.sh")})
+	m := execMessage()
+	m.Attributes = map[string]string{
+		"EventType": "payment.succeeded",
+		"order.id":  "42",
+		"order-id":  "shadowed", // also SQSONCE_ATTR_ORDER_ID: the first name in byte order wins
+		"Multi":     "line one\nline two",
+		"Nul":       "a\x00b",
+		"Long":      strings.Repeat("x", worker.MaxAttrValue+1),
+		"Longest":   strings.Repeat("y", worker.MaxAttrValue),
+		"batch_no":  "00",
+	}
+	if err := execHandle(t, h, m); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	want := strings.Join([]string{
+		"SQSONCE_ATTR_BATCH_NO=00",
+		"SQSONCE_ATTR_EVENTTYPE=payment.succeeded",
+		"SQSONCE_ATTR_LONGEST=yyyyy... " + strconv.Itoa(len("SQSONCE_ATTR_LONGEST=")+worker.MaxAttrValue),
+		"SQSONCE_ATTR_MULTI=line one", // its second line does not start with SQSONCE_ATTR_
+		"SQSONCE_ATTR_ORDER_ID=shadowed",
+		"multi: 17 bytes",
+	}, "\n") + "\n"
+	// "order-id" < "order.id" in byte order, so "order-id" is kept.
+	if string(m.Result) != want {
+		t.Errorf("Result:\n%s\nwant:\n%s", m.Result, want)
+	}
+}

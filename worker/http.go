@@ -48,7 +48,10 @@ type HTTPConfig struct {
 // when the body is valid JSON and application/octet-stream otherwise, and
 // the headers Idempotency-Key (Message.Key), X-Sqsonce-Message-Id,
 // X-Sqsonce-Attempt, X-Sqsonce-Receive-Count, X-Sqsonce-Queue-Url,
-// X-Sqsonce-Group-Id (for a message with a group id) and User-Agent sqsonce.
+// X-Sqsonce-Group-Id (for a message with a group id), X-Sqsonce-Attr-<Name>
+// for each of Message.Attributes (left out when the value holds a control
+// character such as a line break, which no header can carry, or is longer
+// than MaxAttrValue) and User-Agent sqsonce.
 // The endpoint should use Idempotency-Key to apply the operation once.
 //
 // Handle returns nil only for a 2xx response: the endpoint has taken the
@@ -111,6 +114,31 @@ func httpTransport() *http.Transport {
 	}
 }
 
+// MaxAttrValue is the longest attribute value that the exec and http
+// handlers pass on (as a variable or a header): SQS allows values of up to
+// 256 KiB, far more than a server takes in a header or Linux in one
+// variable. A Go handler has every value in Message.Attributes.
+const MaxAttrValue = 4096
+
+// httpAttrPrefix starts the header of each message attribute.
+const httpAttrPrefix = "X-Sqsonce-Attr-"
+
+// validHeaderName reports whether the attribute name can end a header
+// name: SQS and SNS allow letters, digits, "-", "_" and ".", all of them
+// token characters.
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
 // Handle POSTs m to the handler's URL. See HTTPHandler for what it returns.
 func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(m.Body))
@@ -133,6 +161,14 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 			return Permanent(fmt.Errorf("http: header %s: value has a control character", kv[0]))
 		}
 		req.Header.Set(kv[0], kv[1])
+	}
+	for name, v := range m.Attributes {
+		// An attribute's value may hold a line break, which a header
+		// cannot: such an attribute is left out rather than failing work
+		// that may not need it.
+		if len(v) <= MaxAttrValue && httpValidHeaderValue(v) && validHeaderName(name) {
+			req.Header.Set(httpAttrPrefix+name, v)
+		}
 	}
 	if json.Valid(m.Body) {
 		req.Header.Set("Content-Type", "application/json")

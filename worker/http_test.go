@@ -455,3 +455,36 @@ func TestHTTPHandler_InvalidHeaderValue(t *testing.T) {
 		t.Error("the request was sent")
 	}
 }
+
+// Message attributes reach the endpoint as X-Sqsonce-Attr-<Name> headers,
+// except values that no header can carry or too long to pass.
+func TestHTTPHandler_Attributes(t *testing.T) {
+	t.Parallel()
+	headers := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		headers <- r.Header.Clone()
+	}))
+	defer srv.Close()
+	h := newHTTPHandler(t, srv.URL)
+	m := httpMessage()
+	m.Attributes = map[string]string{
+		"EventType": "payment.succeeded",
+		"order.id":  "42",
+		"Multi":     "line one\nline two",
+		"Long":      strings.Repeat("x", worker.MaxAttrValue+1),
+	}
+	if err := httpHandle(t, h, m); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	got := <-headers
+	for name, want := range map[string]string{"X-Sqsonce-Attr-Eventtype": "payment.succeeded", "X-Sqsonce-Attr-Order.id": "42"} {
+		if v := got.Get(name); v != want {
+			t.Errorf("header %s = %q, want %q", name, v, want)
+		}
+	}
+	for _, name := range []string{"X-Sqsonce-Attr-Multi", "X-Sqsonce-Attr-Long"} {
+		if v, ok := got[http.CanonicalHeaderKey(name)]; ok {
+			t.Errorf("header %s = %q, want none", name, v)
+		}
+	}
+}

@@ -3,15 +3,18 @@ package worker
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/ledger"
@@ -116,20 +119,49 @@ type derived struct {
 	hashed      bool   // the key is the payload hash (HashMissing)
 }
 
+// opened is a message as its key and its handler read it.
+type opened struct {
+	// payload is the SNS envelope's Message when KeyConfig.SNS is on, else
+	// the body. When the envelope cannot be opened it is the body, and err
+	// says why: a hashed key must never be the hash of nothing.
+	payload []byte
+	// attrs are the message's attributes and, for an SNS envelope, the
+	// envelope's MessageAttributes beside them (the message's own win on a
+	// name given in both).
+	attrs map[string]types.MessageAttributeValue
+	err   error
+}
+
+// open returns what the key and the handler read of a message.
+func (k *keyer) open(body []byte, attrs map[string]types.MessageAttributeValue) opened {
+	o := opened{payload: body, attrs: attrs}
+	if !k.cfg.SNS {
+		return o
+	}
+	env, err := openSNS(body)
+	if err != nil {
+		o.err = err
+		return o
+	}
+	o.payload = env.message
+	if len(env.attrs) > 0 {
+		merged := make(map[string]types.MessageAttributeValue, len(attrs)+len(env.attrs))
+		maps.Copy(merged, env.attrs)
+		maps.Copy(merged, attrs)
+		o.attrs = merged
+	}
+	return o
+}
+
 // derive returns the key and payload fingerprint of a message. The error
 // wraps ErrNoKey and says why, without quoting the body.
 func (k *keyer) derive(body []byte, attrs map[string]types.MessageAttributeValue, system map[string]string) (derived, error) {
-	payload := body
-	var err error
-	if k.cfg.SNS {
-		// On failure the payload stays the body: a hashed key must never
-		// be the hash of nothing.
-		if p, uerr := unwrapSNS(body); uerr == nil {
-			payload = p
-		} else {
-			err = uerr
-		}
-	}
+	return k.deriveOpened(k.open(body, attrs), system)
+}
+
+// deriveOpened is derive of a message already opened.
+func (k *keyer) deriveOpened(o opened, system map[string]string) (derived, error) {
+	payload, attrs, err := o.payload, o.attrs, o.err
 	var raw string
 	if err == nil {
 		switch k.cfg.From {
@@ -189,18 +221,53 @@ func attributeKey(attrs map[string]types.MessageAttributeValue, name string) (st
 
 // unwrapSNS returns the Message of an SNS notification envelope.
 func unwrapSNS(body []byte) ([]byte, error) {
+	env, err := openSNS(body)
+	return env.message, err
+}
+
+// snsEnvelope is what the worker reads of an SNS notification envelope.
+type snsEnvelope struct {
+	message []byte
+	attrs   map[string]types.MessageAttributeValue
+}
+
+// openSNS reads an SNS notification envelope: its Message, and its
+// MessageAttributes as SQS message attributes. An attribute whose Binary
+// value is not base64 is left out.
+func openSNS(body []byte) (snsEnvelope, error) {
 	var env struct {
-		Type     string  `json:"Type"`
-		Message  *string `json:"Message"`
-		TopicArn string  `json:"TopicArn"`
+		Type              string  `json:"Type"`
+		Message           *string `json:"Message"`
+		TopicArn          string  `json:"TopicArn"`
+		MessageAttributes map[string]struct {
+			Type  string `json:"Type"`
+			Value string `json:"Value"`
+		} `json:"MessageAttributes"`
 	}
 	if err := json.Unmarshal(body, &env); err != nil {
-		return nil, fmt.Errorf("body is not an SNS envelope: %v", jsonProblem(err))
+		return snsEnvelope{}, fmt.Errorf("body is not an SNS envelope: %v", jsonProblem(err))
 	}
 	if env.Message == nil || env.Type != "Notification" {
-		return nil, errors.New("body is not an SNS notification envelope (no Type Notification with a Message)")
+		return snsEnvelope{}, errors.New("body is not an SNS notification envelope (no Type Notification with a Message)")
 	}
-	return []byte(*env.Message), nil
+	out := snsEnvelope{message: []byte(*env.Message)}
+	if len(env.MessageAttributes) > 0 {
+		out.attrs = make(map[string]types.MessageAttributeValue, len(env.MessageAttributes))
+		for name, a := range env.MessageAttributes {
+			v := types.MessageAttributeValue{DataType: aws.String(a.Type)}
+			if strings.HasPrefix(a.Type, "Binary") {
+				b, err := base64.StdEncoding.DecodeString(a.Value)
+				if err != nil {
+					continue
+				}
+				v.BinaryValue = b
+			} else {
+				v.StringValue = aws.String(a.Value)
+			}
+			out.attrs[name] = v
+		}
+	}
+	return out, nil
 }
 
 // parsePointer splits an RFC 6901 pointer into unescaped reference tokens.

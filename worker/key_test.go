@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"bytes"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 
@@ -227,5 +229,43 @@ func BenchmarkKeyer_Derive(b *testing.B) {
 		if _, err := k.derive(body, nil, nil); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// An SNS envelope's MessageAttributes stand beside the message's own, which
+// win on a name given in both; a Binary one is decoded, one that is not
+// base64 is left out; keys may come from them.
+func TestKeyer_SNSAttributes(t *testing.T) {
+	t.Parallel()
+	k, err := newKeyer(KeyConfig{From: KeyFromAttribute, Attribute: "EventId", SNS: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"Type":"Notification","Message":"{\"id\":1}","MessageAttributes":{
+		"EventId":{"Type":"String","Value":"evt-9"},
+		"Region":{"Type":"String","Value":"from-envelope"},
+		"Count":{"Type":"Number","Value":"3"},
+		"Blob":{"Type":"Binary","Value":"AAEC"},
+		"Bad":{"Type":"Binary","Value":"not base64!"}}}`)
+	own := map[string]types.MessageAttributeValue{"Region": {DataType: aws.String("String"), StringValue: aws.String("own")}}
+	o := k.open(body, own)
+	if o.err != nil || string(o.payload) != `{"id":1}` {
+		t.Fatalf("open = %q, %v; want the inner message", o.payload, o.err)
+	}
+	if got := stringAttributes(o.attrs); !maps.Equal(got, map[string]string{"EventId": "evt-9", "Region": "own", "Count": "3"}) {
+		t.Errorf("string attributes = %v", got)
+	}
+	if b := o.attrs["Blob"].BinaryValue; !bytes.Equal(b, []byte{0, 1, 2}) {
+		t.Errorf("Blob = %v, want 00 01 02", b)
+	}
+	if _, ok := o.attrs["Bad"]; ok {
+		t.Error("a Binary attribute that is not base64 was kept")
+	}
+	if len(own) != 1 {
+		t.Errorf("the message's own attributes were changed: %v", own)
+	}
+	d, err := k.deriveOpened(o, nil)
+	if err != nil || d.key != "evt-9" {
+		t.Errorf("key = %q, %v; want evt-9 from the envelope's attribute", d.key, err)
 	}
 }

@@ -10,8 +10,11 @@ import (
 // Message is one delivery handed to a Handler. The Handler may set Result;
 // everything else is read-only.
 type Message struct {
-	Key             string // the operation key, with its prefix
-	Body            []byte // the message body as received (an SNS envelope is not unwrapped here)
+	Key string // the operation key, with its prefix
+	// Body is the message's payload: the Message of an SNS envelope when
+	// KeyConfig.SNS is on, else the body as received. With Config.Body
+	// BodyAsReceived it is always the body as received.
+	Body            []byte
 	MessageID       string // SQS message id of this delivery
 	QueueURL        string
 	Attempt         int // this operation's attempt number in the ledger, from 1
@@ -19,7 +22,10 @@ type Message struct {
 	GroupID         string
 	DeduplicationID string
 	SentAt          time.Time
-	// Attributes holds the message attributes that have a string value.
+	// Attributes holds the message attributes that have a string value
+	// (String and Number ones), and with KeyConfig.SNS those of the SNS
+	// envelope's MessageAttributes too; the message's own win on a name
+	// given in both.
 	Attributes map[string]string
 	// Owner is this attempt's owner token in the ledger: the claim the
 	// worker holds for the operation. A handler that records the

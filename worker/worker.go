@@ -363,7 +363,8 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 // job is one received message on its way through the worker.
 type job struct {
 	msg     types.Message
-	body    []byte // the body, keyed and then handed to the handler
+	body    []byte // the body as received
+	opened  opened // what the key and the handler read of it
 	key     derived
 	keyErr  error
 	claim   ledger.Claim
@@ -388,7 +389,8 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 	for i, m := range msgs {
 		j := &job{msg: m, body: []byte(aws.ToString(m.Body))}
 		all[i] = j
-		j.key, j.keyErr = w.keyer.derive(j.body, m.MessageAttributes, m.Attributes)
+		j.opened = w.keyer.open(j.body, m.MessageAttributes)
+		j.key, j.keyErr = w.keyer.deriveOpened(j.opened, m.Attributes)
 		if j.keyErr != nil {
 			continue
 		}
@@ -745,15 +747,19 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		w.giveBack([]*job{j})
 		return false
 	}
+	body := j.opened.payload
+	if w.cfg.Body == BodyAsReceived {
+		body = j.body
+	}
 	m := &Message{
 		Key:             j.key.key,
-		Body:            j.body,
+		Body:            body,
 		MessageID:       j.id(),
 		QueueURL:        w.cfg.QueueURL,
 		Attempt:         j.claim.Record.Attempts,
 		GroupID:         j.groupID(),
 		DeduplicationID: j.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
-		Attributes:      stringAttributes(j.msg.MessageAttributes),
+		Attributes:      stringAttributes(j.opened.attrs),
 		Owner:           j.owner,
 	}
 	m.ReceiveCount, _ = strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])

@@ -64,6 +64,12 @@ const (
 	HandlerHTTP = "http"
 )
 
+// Values of HandlerConfig.Body.
+const (
+	BodyPayload    = string(worker.BodyPayload)
+	BodyAsReceived = string(worker.BodyAsReceived)
+)
+
 // Config is the whole sqsonce configuration. It is plain data: build it with
 // DefaultConfig or LoadConfig, and call Validate after changing it by hand.
 // A Config returned by LoadConfig without error has passed Validate.
@@ -206,6 +212,10 @@ type HandlerConfig struct {
 	// means done and any code not listed means a permanent failure, so each
 	// code must be 1 to 255.
 	RetryExitCodes []int `toml:"retry_exit_codes"`
+	// Body is what the handler receives: BodyPayload (the Message of an SNS
+	// envelope when key.sns is on, else the body) or BodyAsReceived (the
+	// body exactly as SQS delivered it).
+	Body string `toml:"body"`
 	// Env lists the variables of sqsonce's own environment that the exec
 	// handler's command inherits: names, or prefixes ending in "*". The
 	// default ["*"] passes everything, AWS credentials included; [] passes
@@ -374,6 +384,7 @@ func DefaultConfig() Config {
 			Timeout:        Duration{worker.DefaultHandlerTimeout},
 			Concurrency:    worker.DefaultConcurrency,
 			RetryExitCodes: []int{75},
+			Body:           BodyPayload,
 			Env:            []string{"*"},
 		},
 		Retry: RetryConfig{
@@ -809,6 +820,7 @@ var workerKeys = map[string]string{
 	"Key.Pointer":       "key.pointer",
 	"Key.Attribute":     "key.attribute",
 	"Key.Prefix":        "key.prefix",
+	"Body":              "handler.body",
 	"HandlerTimeout":    "handler.timeout",
 	"Concurrency":       "handler.concurrency",
 	"MinBackoff":        "retry.min_backoff",

@@ -110,6 +110,7 @@ func workerConfig(cfg Config, log *slog.Logger) worker.Config {
 		VisibilityTimeout: refusedZeroDuration(cfg.Queue.VisibilityTimeout),
 		Pollers:           refusedZero(cfg.Queue.Pollers),
 		Key:               keyConfig(cfg.Key),
+		Body:              worker.BodyMode(cfg.Handler.Body),
 		Concurrency:       refusedZero(cfg.Handler.Concurrency),
 		HandlerTimeout:    refusedZeroDuration(cfg.Handler.Timeout),
 		MinBackoff:        explicit(cfg.Retry.MinBackoff),
