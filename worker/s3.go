@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -174,4 +176,102 @@ func classifyS3(p S3Pointer, err error) error {
 		return &payloadError{permanent: true, err: fmt.Errorf("payload %s: access denied (403): s3:GetObject on the bucket is needed: %w", p, err)}
 	}
 	return &payloadError{err: fmt.Errorf("read payload %s: %w", p, err)}
+}
+
+// readPayloads reads from S3 the payload of each job whose message points
+// there (Config.S3 set, the size attribute present in the message's or the
+// SNS envelope's attributes, the body or the envelope's Message a pointer):
+// the object becomes the job's payload. They are read together, one
+// request per pointer (at most a receive's ten), all bounded by
+// payloadTimeout, before the batch's claims. A job whose payload cannot be
+// read gets payloadErr and is not claimed.
+func (w *Worker) readPayloads(ctx context.Context, all []*job) {
+	if w.cfg.S3 == nil {
+		return
+	}
+	var todo []*job
+	for _, j := range all {
+		if j.opened.err != nil || !HasPayloadSize(j.opened.attrs) {
+			continue
+		}
+		p, err := ParseS3Pointer(j.opened.payload)
+		if err != nil {
+			j.payloadErr = &payloadError{permanent: true, err: fmt.Errorf("the message has the %s attribute but no S3 pointer: %v", sizeAttribute(j.opened.attrs), err)}
+			continue
+		}
+		j.pointer = &p
+		todo = append(todo, j)
+	}
+	if len(todo) == 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, w.payloadTimeout())
+	defer cancel()
+	var reads sync.WaitGroup
+	for _, j := range todo {
+		reads.Go(func() {
+			b, err := readS3Payload(rctx, w.cfg.S3, *j.pointer, w.cfg.MaxPayload)
+			if err != nil {
+				j.payloadErr = err.(*payloadError)
+				return
+			}
+			w.stats.payloadsRead.Add(1)
+			j.opened.payload = b
+		})
+	}
+	reads.Wait()
+}
+
+// payloadTimeout bounds the reads of one batch's payloads: half the
+// visibility timeout, so that the messages are still out of sight when
+// their claims are written, and at most a minute.
+func (w *Worker) payloadTimeout() time.Duration {
+	return min(w.cfg.VisibilityTimeout/2, time.Minute)
+}
+
+func sizeAttribute(attrs map[string]types.MessageAttributeValue) string {
+	if _, ok := attrs[AttrExtendedPayloadSize]; ok {
+		return AttrExtendedPayloadSize
+	}
+	return AttrLegacyPayloadSize
+}
+
+// payloadFailed settles a message whose payload could not be read, before
+// any claim: a permanent failure goes to the dead-letter queue with the
+// reason, another comes back after the back-off of its receive count. It
+// reports whether the message is settled.
+func (w *Worker) payloadFailed(j *job, log *jobLog) bool {
+	err := j.payloadErr
+	if err.permanent {
+		w.stats.payloadsRejected.Add(1)
+		log.Warn("the message's payload in S3 cannot be read: rejected", "reason", err)
+		return w.deadLetter(j, "payload unreadable: "+err.Error(), log)
+	}
+	w.stats.payloadsRetried.Add(1)
+	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	wait := backoff(max(n, 1), w.cfg.MinBackoff, w.cfg.MaxBackoff)
+	log.Warn("the message's payload in S3 could not be read: will retry", "error", err, "retry_in", wait)
+	w.makeVisible([]types.Message{j.msg}, wait)
+	return false
+}
+
+// afterDelete is what to do once j's message is deleted with its operation
+// complete: with Config.DeleteObjects, delete its payload's object; nil
+// otherwise. A failed object delete is logged and leaves the object.
+func (w *Worker) afterDelete(j *job, log *jobLog) func() {
+	if !w.cfg.DeleteObjects || j.pointer == nil {
+		return nil
+	}
+	p, l := *j.pointer, *log
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
+		defer cancel()
+		if _, err := w.cfg.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &p.Bucket, Key: &p.Key}); err != nil {
+			w.stats.objectDeleteFailed.Add(1)
+			l.Warn("could not delete the payload's S3 object: it stays", "object", p.String(), "error", err)
+			return
+		}
+		w.stats.objectsDeleted.Add(1)
+		l.Debug("deleted the payload's S3 object", "object", p.String())
+	}
 }
