@@ -275,3 +275,41 @@ func (w *Worker) afterDelete(j *job, log *jobLog) func() {
 		l.Debug("deleted the payload's S3 object", "object", p.String())
 	}
 }
+
+// MessageKeyFuncS3 is MessageKeyFunc for messages that may point to their
+// payload in S3, derived as a worker with Config.S3 derives them: from the
+// object, read through c (at most maxPayload bytes; 0 means
+// DefaultMaxPayload). A payload that cannot be read gives an error that
+// wraps ErrNoKey and says why. Each call that meets a pointer reads its
+// object, bounded by a minute. A nil c is MessageKeyFunc. It is safe for
+// concurrent use.
+func MessageKeyFuncS3(cfg KeyConfig, c S3Client, maxPayload int64) (func(m types.Message) (key string, fingerprint []byte, err error), error) {
+	if c == nil {
+		return MessageKeyFunc(cfg)
+	}
+	if maxPayload == 0 {
+		maxPayload = DefaultMaxPayload
+	}
+	k, err := newKeyer(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return func(m types.Message) (string, []byte, error) {
+		o := k.open([]byte(aws.ToString(m.Body)), m.MessageAttributes)
+		if o.err == nil && HasPayloadSize(o.attrs) {
+			p, err := ParseS3Pointer(o.payload)
+			if err != nil {
+				return "", nil, fmt.Errorf("%w: the message has the %s attribute but no S3 pointer: %v", ErrNoKey, sizeAttribute(o.attrs), err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			b, err := readS3Payload(ctx, c, p, maxPayload)
+			if err != nil {
+				return "", nil, fmt.Errorf("%w: payload unreadable: %v", ErrNoKey, err)
+			}
+			o.payload = b
+		}
+		d, err := k.deriveOpened(o, m.Attributes)
+		return d.key, d.fingerprint, err
+	}, nil
+}
