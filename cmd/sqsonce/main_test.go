@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
@@ -353,6 +354,49 @@ echo "$SQSONCE_KEY" >>"$STATE/effects"
 		}
 		if !strings.Contains(out.String(), `"completed":6`) {
 			t.Fatalf("no summary of counts on exit:\n%s", out)
+		}
+	})
+
+	// A line over SQS's limit, sent through S3, is one operation for the
+	// worker: keyed by the line, its handler given the line; a resend of
+	// it is suppressed, and with delete_objects its objects go.
+	t.Run("LargeThroughS3", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, `cat >"$STATE/body-$SQSONCE_KEY"
+echo "$SQSONCE_KEY" >>"$STATE/effects"
+`)
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		e.vars = append(e.vars, "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t), "SQSONCE_PAYLOAD_DELETE_OBJECTS=true")
+		big := `{"id":"big-1","blob":"` + strings.Repeat("z", 300<<10) + `"}`
+		for range 2 {
+			if code, out := e.run("send", big+"\n"); code != 0 {
+				t.Fatalf("send: %d %s", code, out)
+			}
+		}
+		cmd, out := e.start("run --log-format json")
+		e.waitFor("the queue to empty", 20*time.Second, e.queueEmpty)
+		e.waitFor("the objects' deletes", 10*time.Second, func() bool {
+			l, err := s3c.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &bucket})
+			return err == nil && len(l.Contents) == 0
+		})
+		cmd.Process.Signal(syscall.SIGTERM)
+		if code := wait(t, cmd, 15*time.Second); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		if got := e.lines("effects"); len(got) != 1 || got[0] != "big-1" {
+			t.Fatalf("effects %q:\n%s", got, out)
+		}
+		if b, err := os.ReadFile(filepath.Join(e.dir, "body-big-1")); err != nil || string(b) != big {
+			t.Fatalf("the handler got %d bytes (%v), want the line's %d", len(b), err, len(big))
+		}
+		if strings.Contains(out.String(), "SDK ") {
+			t.Errorf("the AWS SDK logs on its own:\n%s", out)
+		}
+		for _, want := range []string{`"completed":1`, `"duplicates":1`, `"payloads_rejected":0`, `"objects_deleted":2`} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("no %s in:\n%s", want, out)
+			}
 		}
 	})
 
