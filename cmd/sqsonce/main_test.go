@@ -298,6 +298,33 @@ func TestMain_Send(t *testing.T) {
 		}
 	})
 
+	// On FIFO queues a line sent through S3 is deduplicated by its own
+	// key, not by the pointer's random object key.
+	t.Run("LargeThroughS3FIFO", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, true, "exit 0\n")
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		big := `{"id":"big-fifo","blob":"` + strings.Repeat("x", 300<<10) + `"}`
+		for range 2 {
+			code, out := e.run("send", big+"\n", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t))
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, out)
+			}
+		}
+		msgs := sqstest.Drain(t, e.client, e.queue.URL, 10, 2*time.Second)
+		if len(msgs) != 1 {
+			t.Fatalf("%d messages after sending one operation twice", len(msgs))
+		}
+		id := worker.DeduplicationID("big-fifo")
+		if g, d := msgs[0].Attributes["MessageGroupId"], msgs[0].Attributes["MessageDeduplicationId"]; g != id || d != id {
+			t.Fatalf("group %q, deduplication id %q, want %q", g, d, id)
+		}
+		if _, err := worker.ParseS3Pointer([]byte(aws.ToString(msgs[0].Body))); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("FIFOKeysFromTheOperation", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, true, "exit 0\n")
