@@ -212,7 +212,9 @@ func (w *Worker) readPayloads(ctx context.Context, all []*job) {
 		reads.Go(func() {
 			b, err := readS3Payload(rctx, w.cfg.S3, *j.pointer, w.cfg.MaxPayload)
 			if err != nil {
-				j.payloadErr = err.(*payloadError)
+				if !errors.As(err, &j.payloadErr) {
+					j.payloadErr = &payloadError{err: err}
+				}
 				return
 			}
 			w.stats.payloadsRead.Add(1)
