@@ -347,6 +347,53 @@ func TestReplayer_Run(t *testing.T) {
 		}
 	})
 
+	// A dead letter that points to its payload in S3 is decided by the
+	// object's key and moves as it is: the pointer body and its
+	// ExtendedPayloadSize attribute.
+	t.Run("S3Pointer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, false)
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		sqstest.PutObject(t, s3c, bucket, "big", []byte(`{"id":"big"}`))
+		sqstest.PutObject(t, s3c, bucket, "done", []byte(`{"id":"done"}`))
+		b.prepare(map[string]string{"big": "permanent", "done": "complete"})
+		pointer := func(key string) seed {
+			return seed{body: worker.S3Pointer{Bucket: bucket, Key: key}.Body(), attrs: map[string]types.MessageAttributeValue{
+				worker.AttrExtendedPayloadSize: num(12), worker.AttrReason: str("failed permanently: x"),
+			}}
+		}
+		b.put(b.queue.DLQURL, []seed{pointer("big"), pointer("done")})
+		cfg := b.config()
+		var err error
+		if cfg.KeyOf, err = worker.MessageKeyFuncS3(worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"}, s3c, 0); err != nil {
+			t.Fatal(err)
+		}
+		sum, err := b.run(cfg)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 1, SkippedComplete: 1, Reset: 1})
+		got := b.visible(b.queue.URL, "the queue")
+		m, ok := got[""]
+		if len(got) != 1 || !ok {
+			t.Fatalf("moved %v", ids(got))
+		}
+		if aws.ToString(m.Body) != pointer("big").body {
+			t.Errorf("body %q, want %q", aws.ToString(m.Body), pointer("big").body)
+		}
+		if a := m.MessageAttributes[worker.AttrExtendedPayloadSize]; aws.ToString(a.DataType) != "Number" || aws.ToString(a.StringValue) != "12" {
+			t.Errorf("ExtendedPayloadSize %+v", a)
+		}
+		left := b.visible(b.queue.DLQURL, "the DLQ")
+		if m, ok := left[""]; len(left) != 1 || !ok || aws.ToString(m.Body) != pointer("done").body {
+			t.Fatalf("left in the DLQ: %v", left)
+		}
+		if rec, err := b.db.Get(context.Background(), "big"); err != nil || rec.State != ledger.StateFailed || rec.Permanent {
+			t.Errorf("big: %+v, %v", rec, err)
+		}
+	})
+
 	// A dead letter whose payload differs from the one its key's record
 	// was claimed with is a different operation under the same key: it is
 	// neither dropped as complete (it would be lost) nor sent (it would

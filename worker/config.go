@@ -170,6 +170,24 @@ type Config struct {
 	// failed. The body is never recorded. Nil records no spans: the
 	// producer's context, when there is one, is still handed to the work.
 	TracerProvider trace.TracerProvider
+	// S3, when set, reads the payloads of messages that point to an S3
+	// object in the SQS Extended Client's format (see S3Pointer): the
+	// object's bytes are the message's payload, for its key, its
+	// fingerprint and the handler's Body. A pointer is only taken as one
+	// with the ExtendedPayloadSize (or SQSLargePayloadSize) attribute. Nil
+	// turns this off: a pointer body is handed on as it is.
+	S3 S3Client
+	// MaxPayload bounds the size of a payload read from S3, 1 byte to
+	// MaxMaxPayload; default DefaultMaxPayload (64 MiB). A larger object
+	// is a permanent failure: its message is dead-lettered.
+	MaxPayload int64
+	// DeleteObjects deletes a payload's S3 object once its message is
+	// deleted with the operation complete (or a duplicate of a completed
+	// one). Off by default: other consumers (an SNS fan-out) may still
+	// need the object. A copy of the message delivered after its object
+	// was deleted is dead-lettered with a reason saying the object is
+	// gone. It needs S3.
+	DeleteObjects bool
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of New and
@@ -240,6 +258,9 @@ func (c *Config) setDefaults() {
 	case NoPrefetch:
 		c.Prefetch = 0
 	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = DefaultMaxPayload
+	}
 	if c.StallAfter == 0 {
 		c.StallAfter = c.WaitTime + time.Minute
 	}
@@ -302,6 +323,12 @@ func (c *Config) validate() error {
 	if held := c.VisibilityTimeout + c.HandlerTimeout; c.Retention > 0 && c.Retention < held {
 		bad("Retention", short(c.Retention), "must be at least the visibility timeout plus the handler timeout (%v), "+
 			"the longest a claim is held, so that no record expires while its work runs", short(held))
+	}
+	if c.MaxPayload < 1 || c.MaxPayload > MaxMaxPayload {
+		bad("MaxPayload", strconv.FormatInt(c.MaxPayload, 10), "must be between 1 and %d bytes", MaxMaxPayload)
+	}
+	if c.DeleteObjects && c.S3 == nil {
+		bad("DeleteObjects", "", "needs an S3 client (S3) to delete objects with")
 	}
 	return errors.Join(errs...)
 }

@@ -46,6 +46,9 @@ func TestConfig_Validate(t *testing.T) {
 		{"pointer", func(c *worker.Config) { c.Key.Pointer = "id" }, "Key.Pointer", `starting with "/", got "id"`},
 		{"negative prefetch", func(c *worker.Config) { c.Prefetch = -2 }, "Prefetch", "between 1 and 10000, or NoPrefetch, got -2"},
 		{"prefetch beside bad pollers", func(c *worker.Config) { c.Pollers = -1 }, "Pollers", "between 1 and 64, got -1"},
+		{"negative max payload", func(c *worker.Config) { c.MaxPayload = -1 }, "MaxPayload", "between 1 and 2147483648 bytes, got -1"},
+		{"huge max payload", func(c *worker.Config) { c.MaxPayload = 3 << 30 }, "MaxPayload", "got 3221225472"},
+		{"delete objects without S3", func(c *worker.Config) { c.DeleteObjects = true }, "DeleteObjects", "needs an S3 client"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

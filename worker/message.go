@@ -12,8 +12,9 @@ import (
 type Message struct {
 	Key string // the operation key, with its prefix
 	// Body is the message's payload: the Message of an SNS envelope when
-	// KeyConfig.SNS is on, else the body as received. With Config.Body
-	// BodyAsReceived it is always the body as received.
+	// KeyConfig.SNS is on, else the body as received; and when that is a
+	// pointer to an S3 object (see Config.S3), the object's bytes. With
+	// Config.Body BodyAsReceived it is always the body as received.
 	Body            []byte
 	MessageID       string // SQS message id of this delivery
 	QueueURL        string

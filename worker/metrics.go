@@ -93,6 +93,11 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		counter("messages_deleted_total", "Messages deleted from the queue.", c.deleted.Load, nil),
 		counter("delete_failures_total", "Deletes that failed (the message comes back as a duplicate).", c.deleteFailed.Load, nil),
 		counter("heartbeats_total", "Visibility and lease extensions of running work.", c.heartbeats.Load, nil),
+		counter("s3_payloads_read_total", "Payloads read from S3 for messages that point there.", c.payloadsRead.Load, nil),
+		counter("s3_payload_failures_total", "Pointer messages whose payload could not be read, by class.", c.payloadsRetried.Load, prometheus.Labels{"class": "retryable"}),
+		counter("s3_payload_failures_total", "Pointer messages whose payload could not be read, by class.", c.payloadsRejected.Load, prometheus.Labels{"class": "permanent"}),
+		counter("s3_objects_deleted_total", "Payload objects deleted from S3 after their message.", c.objectsDeleted.Load, nil),
+		counter("s3_object_delete_failures_total", "Payload objects whose delete failed (left in S3).", c.objectDeleteFailed.Load, nil),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "sqsonce", Name: "work_in_flight", Help: "Messages in hand: running, claimed ahead of a free handler, or being settled.",
 		}, func() float64 { return float64(w.inFlight()) }),

@@ -127,17 +127,31 @@ func (w *Worker) warnRetention() {
 const sqsCallTimeout = 20 * time.Second
 
 // deletion is a message to delete once its operation is settled: its
-// receipt handle, as received.
+// receipt handle, as received, and what to do once SQS said it deleted it
+// (nil: nothing).
 type deletion struct {
 	receipt *string
+	after   func()
 }
 
-func (w *Worker) delete(m types.Message) {
+func (w *Worker) delete(m types.Message) { w.deleteThen(m, nil) }
+
+// deleteThen deletes m, then calls after (when not nil) if and only if SQS
+// answered that it deleted m: on a deleter's goroutine, never for a delete
+// that failed.
+func (w *Worker) deleteThen(m types.Message, after func()) {
 	receipt := m.ReceiptHandle
 	if receipt == nil {
 		receipt = aws.String("") // refused by SQS for this entry alone
 	}
-	w.deletes <- deletion{receipt: receipt}
+	w.deletes <- deletion{receipt: receipt, after: after}
+}
+
+// deleteBatch is up to ten deletions, the entries of one call and what
+// to do after each.
+type deleteBatch struct {
+	entries []types.DeleteMessageBatchRequestEntry
+	after   []func()
 }
 
 // entryIDs are the Ids of the entries of a batch request, in order: shared,
@@ -169,23 +183,23 @@ const (
 func (w *Worker) deleteLoop() {
 	var callers sync.WaitGroup
 	defer callers.Wait()
-	batches := make(chan []types.DeleteMessageBatchRequestEntry)
+	batches := make(chan *deleteBatch)
 	defer close(batches)
 	running := 0
 	linger := time.NewTimer(deleteLinger)
 	linger.Stop()
 	for d := range w.deletes {
-		batch := make([]types.DeleteMessageBatchRequestEntry, 1, MaxMessagesPerReceive)
-		batch[0] = entry(0, d)
+		batch := &deleteBatch{entries: make([]types.DeleteMessageBatchRequestEntry, 0, MaxMessagesPerReceive)}
+		batch.add(d)
 		linger.Reset(deleteLinger)
 	gather:
-		for len(batch) < MaxMessagesPerReceive {
+		for len(batch.entries) < MaxMessagesPerReceive {
 			select {
 			case d, ok := <-w.deletes:
 				if !ok {
 					break gather
 				}
-				batch = append(batch, entry(len(batch), d))
+				batch.add(d)
 			case <-linger.C:
 				break gather
 			}
@@ -210,20 +224,26 @@ func (w *Worker) deleteLoop() {
 	}
 }
 
-func entry(i int, d deletion) types.DeleteMessageBatchRequestEntry {
-	return types.DeleteMessageBatchRequestEntry{Id: &entryIDs[i], ReceiptHandle: d.receipt}
+func (b *deleteBatch) add(d deletion) {
+	b.entries = append(b.entries, types.DeleteMessageBatchRequestEntry{Id: &entryIDs[len(b.entries)], ReceiptHandle: d.receipt})
+	if d.after != nil {
+		if b.after == nil {
+			b.after = make([]func(), MaxMessagesPerReceive)
+		}
+		b.after[len(b.entries)-1] = d.after
+	}
 }
 
-func (w *Worker) deleteBatch(batch []types.DeleteMessageBatchRequestEntry) {
+func (w *Worker) deleteBatch(batch *deleteBatch) {
 	ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
 	defer cancel()
 	out, err := w.sqs.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{
 		QueueUrl: &w.cfg.QueueURL,
-		Entries:  batch,
+		Entries:  batch.entries,
 	})
 	if err != nil {
-		w.stats.deleteFailed.Add(int64(len(batch)))
-		w.log.Warn("delete failed: the messages will be redelivered and suppressed as duplicates", "error", err, "messages", len(batch))
+		w.stats.deleteFailed.Add(int64(len(batch.entries)))
+		w.log.Warn("delete failed: the messages will be redelivered and suppressed as duplicates", "error", err, "messages", len(batch.entries))
 		return
 	}
 	w.stats.deleted.Add(int64(len(out.Successful)))
@@ -232,6 +252,21 @@ func (w *Worker) deleteBatch(batch []types.DeleteMessageBatchRequestEntry) {
 		w.log.Warn("delete failed: the message will be redelivered and suppressed as a duplicate",
 			"code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
 	}
+	if batch.after == nil {
+		return
+	}
+	// Only what SQS says it deleted: a message whose delete failed comes
+	// back, and its redelivery needs what after would undo. They run
+	// together, and this deleter waits for them.
+	var afters sync.WaitGroup
+	for _, s := range out.Successful {
+		i, err := strconv.Atoi(aws.ToString(s.Id))
+		if err == nil && i >= 0 && i < len(batch.entries) && batch.after[i] != nil {
+			afters.Go(batch.after[i])
+			batch.after[i] = nil
+		}
+	}
+	afters.Wait()
 }
 
 // makeVisible sets the visibility of messages to d from now, so that they

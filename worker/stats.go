@@ -24,12 +24,18 @@ type Stats struct {
 	DeleteFailed        int64 // deletes that failed (the message will come back as a duplicate)
 	Heartbeats          int64 // visibility and lease extensions
 	ClaimFailures       int64 // batches whose claims the ledger could not record (given back)
+	PayloadsRead        int64 // payloads read from S3 (pointer messages)
+	PayloadsRetried     int64 // pointer messages whose payload could not be read for now (a timeout, throttling, S3's 5xx): left for a retry
+	PayloadsRejected    int64 // pointer messages whose payload cannot be read (malformed pointer, object gone, access denied, too large): dead-lettered
+	ObjectsDeleted      int64 // payload objects deleted after their message (Config.DeleteObjects)
+	ObjectDeleteFailed  int64 // payload objects whose delete failed: left in S3
 }
 
 type counters struct {
 	received, claimed, completed, duplicates, redeliveredFailed, inProgressElsewhere, retried,
 	failedPermanently, deadLettered, keyless, conflicts, unreadable, givenBack, takeovers,
-	leaseLost, completeFailed, deleted, deleteFailed, heartbeats, claimFailures atomic.Int64
+	leaseLost, completeFailed, deleted, deleteFailed, heartbeats, claimFailures,
+	payloadsRead, payloadsRetried, payloadsRejected, objectsDeleted, objectDeleteFailed atomic.Int64
 }
 
 // Stats returns the worker's counters. Safe to call at any time.
@@ -43,6 +49,8 @@ func (w *Worker) Stats() Stats {
 		GivenBack: c.givenBack.Load(), Takeovers: c.takeovers.Load(), LeaseLost: c.leaseLost.Load(),
 		CompleteFailed: c.completeFailed.Load(), Deleted: c.deleted.Load(),
 		DeleteFailed: c.deleteFailed.Load(), Heartbeats: c.heartbeats.Load(), ClaimFailures: c.claimFailures.Load(),
+		PayloadsRead: c.payloadsRead.Load(), PayloadsRetried: c.payloadsRetried.Load(), PayloadsRejected: c.payloadsRejected.Load(),
+		ObjectsDeleted: c.objectsDeleted.Load(), ObjectDeleteFailed: c.objectDeleteFailed.Load(),
 	}
 }
 
@@ -54,5 +62,7 @@ func (s Stats) logAttrs() []any {
 		"dead_lettered", s.DeadLettered, "keyless", s.Keyless, "conflicts", s.Conflicts, "unreadable", s.Unreadable,
 		"given_back", s.GivenBack, "takeovers", s.Takeovers, "lease_lost", s.LeaseLost,
 		"complete_failed", s.CompleteFailed, "deleted", s.Deleted, "delete_failed", s.DeleteFailed, "claim_failures", s.ClaimFailures,
+		"payloads_read", s.PayloadsRead, "payloads_retried", s.PayloadsRetried, "payloads_rejected", s.PayloadsRejected,
+		"objects_deleted", s.ObjectsDeleted, "object_delete_failed", s.ObjectDeleteFailed,
 	}
 }

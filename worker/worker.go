@@ -373,16 +373,20 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 
 // job is one received message on its way through the worker.
 type job struct {
-	msg     types.Message
-	body    []byte // the body as received
-	opened  opened // what the key and the handler read of it
-	key     derived
-	keyErr  error
-	claim   ledger.Claim
-	owner   string
-	claimed bool // the ledger holds a claim of ours for it
-	running bool // this process is already working on the key
-	sib     *siblings
+	msg    types.Message
+	body   []byte // the body as received
+	opened opened // what the key and the handler read of it
+	// pointer is the S3 object that holds the payload, when the body
+	// points there; payloadErr says why that payload could not be read.
+	pointer    *S3Pointer
+	payloadErr *payloadError
+	key        derived
+	keyErr     error
+	claim      ledger.Claim
+	owner      string
+	claimed    bool // the ledger holds a claim of ours for it
+	running    bool // this process is already working on the key
+	sib        *siblings
 }
 
 func (j *job) id() string { return aws.ToString(j.msg.MessageId) }
@@ -401,7 +405,15 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		j := &job{msg: m, body: []byte(aws.ToString(m.Body))}
 		all[i] = j
 		j.opened = w.keyer.open(j.body, m.MessageAttributes)
-		j.key, j.keyErr = w.keyer.deriveOpened(j.opened, m.Attributes)
+	}
+	// The key needs the payload: a pointer's is read from S3 first, and a
+	// message whose payload cannot be read is not claimed.
+	w.readPayloads(ctx, all)
+	for _, j := range all {
+		if j.payloadErr != nil {
+			continue
+		}
+		j.key, j.keyErr = w.keyer.deriveOpened(j.opened, j.msg.Attributes)
 		if j.keyErr != nil {
 			continue
 		}
@@ -447,7 +459,7 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		w.makeVisible(retry, w.cfg.MinBackoff)
 		w.freeSlots(len(keyed))
 		for _, j := range all {
-			if j.keyErr != nil || j.running {
+			if j.payloadErr != nil || j.keyErr != nil || j.running {
 				jobs.Add(1)
 				go w.processAlone(ctx, workCtx, j, jobs)
 			}
@@ -668,6 +680,9 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 		w.makeVisible([]types.Message{j.msg}, wait)
 		return false
 	}
+	if j.payloadErr != nil {
+		return w.payloadFailed(j, &log)
+	}
 	if j.keyErr != nil {
 		w.stats.keyless.Add(1)
 		log.Warn("message has no usable operation key: rejected", "reason", j.keyErr)
@@ -693,7 +708,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	case ledger.AlreadyComplete:
 		w.stats.duplicates.Add(1)
 		log.Debug("duplicate of a completed operation: deleted without running")
-		w.delete(j.msg)
+		w.deleteThen(j.msg, w.afterDelete(j, &log))
 		return true
 	case ledger.InProgress:
 		w.stats.inProgressElsewhere.Add(1)
@@ -927,7 +942,7 @@ func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobL
 	}
 	w.stats.completed.Add(1)
 	log.Debug("operation complete")
-	w.delete(j.msg)
+	w.deleteThen(j.msg, w.afterDelete(j, log))
 	return nil
 }
 

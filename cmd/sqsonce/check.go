@@ -12,9 +12,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsonce/sqsonce/ingest"
 	"github.com/sqsonce/sqsonce/ledger"
@@ -38,7 +42,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nand the handler, and with [[ingest.source]] tables each source's secrets and\nqueue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, and with [[ingest.source]] tables each source's secrets and\nqueue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -135,6 +139,7 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 			c.line("fail", "handler", "%s does not answer: %v", cfg.Handler.URL, err)
 		}
 	}
+	checkPayload(ctx, c, cfg)
 	if len(cfg.Ingest.Source) > 0 {
 		checkIngest(ctx, c, cfg, client, m.LookupEnv)
 	}
@@ -175,6 +180,69 @@ func checkIngest(ctx context.Context, c *checker, cfg Config, client *sqs.Client
 		c.line("warn", "ingest key", "the worker reads keys from the %s; the events ingest sends carry theirs in the attribute %s: set key.from = %q and key.attribute = %q so that both agree",
 			cfg.Key.From, ingest.AttrKey, KeyFromAttribute, ingest.AttrKey)
 	}
+}
+
+// checkPayload checks what reading payloads from S3 and `sqsonce send`
+// will need in payload.bucket: s3:GetObject, by asking for an object that
+// does not exist (S3 answers NoSuchKey to a reader that may read it, and
+// AccessDenied to one that may not, even when the key exists); then
+// s3:PutObject and s3:DeleteObject with a marker object that is deleted at
+// once. Without a bucket, the producers' buckets are not known.
+func checkPayload(ctx context.Context, c *checker, cfg Config) {
+	if cfg.Payload.Bucket == "" {
+		if cfg.Payload.S3 {
+			c.line("ok", "payload", "read from S3 when a message points there (set payload.bucket to check access to a bucket)")
+		}
+		return
+	}
+	s3c, err := newS3Client(ctx, cfg)
+	if err != nil {
+		c.line("fail", "payload bucket", "%v", err)
+		return
+	}
+	bucket := cfg.Payload.Bucket
+	key := ".sqsonce-check-" + randomKey()
+	_, err = s3c.GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: &key})
+	var noKey *s3types.NoSuchKey
+	switch {
+	case err == nil:
+		c.line("fail", "payload bucket", "%s: reading %s, which should not exist, succeeded", bucket, key)
+		return
+	case errors.As(err, &noKey):
+		c.line("ok", "payload bucket", "%s exists and this host may read it (s3:GetObject)", bucket)
+	default:
+		c.line("fail", "payload bucket", "%s: %s", bucket, s3Problem(err, "s3:GetObject"))
+		return
+	}
+	_, err = s3c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: strings.NewReader(""), ContentLength: aws.Int64(0)})
+	if err != nil {
+		c.line("fail", "payload send", "%s: %s: `sqsonce send` cannot put a large body there", bucket, s3Problem(err, "s3:PutObject"))
+		return
+	}
+	if _, err = s3c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: &key}); err != nil {
+		level := "warn"
+		if cfg.Payload.DeleteObjects {
+			level = "fail"
+		}
+		c.line(level, "payload delete", "%s: %s: the empty object %s is left behind; payload.delete_objects needs it", bucket, s3Problem(err, "s3:DeleteObject"), key)
+	}
+	c.line("ok", "payload send", "this host may put large bodies into %s (s3:PutObject)", bucket)
+}
+
+// s3Problem says what an S3 error means for check: a permission missing
+// (403), a bucket missing, or S3 out of reach.
+func s3Problem(err error, permission string) string {
+	var status interface{ HTTPStatusCode() int }
+	var api smithy.APIError
+	switch {
+	case errors.As(err, &api) && api.ErrorCode() == "NoSuchBucket":
+		return "no such bucket"
+	case errors.As(err, &status) && status.HTTPStatusCode() == http.StatusForbidden:
+		return "access denied: this host's credentials lack " + permission + " on the bucket"
+	case errors.As(err, &status) && status.HTTPStatusCode() > 0:
+		return fmt.Sprintf("S3 answered %d: %v", status.HTTPStatusCode(), err)
+	}
+	return fmt.Sprintf("S3 is unreachable: %v", err)
 }
 
 // checkLedgerPath checks that the ledger can be opened for writing and is

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -9,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 )
@@ -90,6 +94,49 @@ func TestMain_Check(t *testing.T) {
 		code, out = e.run("check", "", "SQSONCE_HANDLER_TYPE=http", "SQSONCE_HANDLER_URL=http://127.0.0.1:1/")
 		if code != exitFailure || !strings.Contains(out, "does not answer") {
 			t.Fatalf("closed server: exit %d:\n%s", code, out)
+		}
+	})
+
+	t.Run("PayloadBucket", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		endpoint := "SQSONCE_PAYLOAD_ENDPOINT=" + sqstest.Endpoint(t)
+		code, out := e.run("check", "", "SQSONCE_PAYLOAD_BUCKET="+bucket, endpoint, "SQSONCE_PAYLOAD_DELETE_OBJECTS=true")
+		for _, want := range []string{"ok payload bucket " + bucket + " exists and this host may read it (s3:GetObject)", "ok payload send"} {
+			if !strings.Contains(squash(out), want) {
+				t.Errorf("no %q in:\n%s", want, out)
+			}
+		}
+		if strings.Contains(out, "fail payload") || strings.Contains(out, "warn payload") {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		if out, err := s3c.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &bucket}); err != nil || len(out.Contents) != 0 {
+			t.Fatalf("check left objects behind: %v, %v", out, err)
+		}
+
+		code, out = e.run("check", "", "SQSONCE_PAYLOAD_BUCKET="+bucket+"-missing", endpoint)
+		if code != exitFailure || !strings.Contains(squash(out), "fail payload bucket "+bucket+"-missing: no such bucket") {
+			t.Fatalf("missing bucket: exit %d:\n%s", code, out)
+		}
+
+		// S3 in front of which a policy without s3:GetObject stands: every
+		// read answers 403, as S3 does to a reader without the permission.
+		deny := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/xml")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>`)
+		}))
+		defer deny.Close()
+		code, out = e.run("check", "", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT="+deny.URL)
+		if code != exitFailure || !strings.Contains(squash(out), "fail payload bucket "+bucket+": access denied: this host's credentials lack s3:GetObject on the bucket") {
+			t.Fatalf("denied: exit %d:\n%s", code, out)
+		}
+
+		code, out = e.run("check", "", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT=http://"+closedAddr(t))
+		if code != exitFailure || !strings.Contains(squash(out), "fail payload bucket "+bucket+": S3 is unreachable") {
+			t.Fatalf("unreachable: exit %d:\n%s", code, out)
 		}
 	})
 

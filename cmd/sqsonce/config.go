@@ -79,6 +79,7 @@ const (
 type Config struct {
 	Queue    QueueConfig    `toml:"queue"`
 	Key      KeyConfig      `toml:"key"`
+	Payload  PayloadConfig  `toml:"payload"`
 	Ledger   LedgerConfig   `toml:"ledger"`
 	Handler  HandlerConfig  `toml:"handler"`
 	Retry    RetryConfig    `toml:"retry"`
@@ -129,6 +130,30 @@ type KeyConfig struct {
 	// Prefix is prepended to every key. At most 128 bytes of valid UTF-8
 	// without control characters; may be empty.
 	Prefix string `toml:"prefix"`
+}
+
+// PayloadConfig says how payloads kept in S3 are read: the bodies that the
+// Amazon SQS Extended Client libraries put in S3, sending a pointer to the
+// object in their place.
+type PayloadConfig struct {
+	// S3 reads the payload of a pointer message (one with the attribute
+	// ExtendedPayloadSize or SQSLargePayloadSize) from S3; the object is
+	// the message's payload for its key and for the handler. false hands
+	// a pointer body on as it is.
+	S3 bool `toml:"s3"`
+	// MaxSize is the largest payload read from S3, in bytes: 1 to 2 GiB.
+	// A larger object is a permanent failure.
+	MaxSize int `toml:"max_size"`
+	// DeleteObjects deletes a payload's object once its message is deleted
+	// with the operation complete. Needs S3.
+	DeleteObjects bool `toml:"delete_objects"`
+	// Bucket is where `sqsonce send` puts a body over SQS's limit; empty:
+	// such a body is refused.
+	Bucket string `toml:"bucket"`
+	// Endpoint, when set, replaces the AWS endpoint of S3 with an
+	// S3-compatible one, addressed path-style (http://host/bucket/key).
+	// Empty or an absolute http(s) URL.
+	Endpoint string `toml:"endpoint"`
 }
 
 // maxCompleteDelay bounds ledger.complete_delay: longer would only widen the
@@ -337,6 +362,13 @@ func DefaultConfig() Config {
 			SNS:       false,
 			OnMissing: OnMissingReject,
 			Prefix:    "",
+		},
+		Payload: PayloadConfig{
+			S3:            true,
+			MaxSize:       int(worker.DefaultMaxPayload),
+			DeleteObjects: false,
+			Bucket:        "",
+			Endpoint:      "",
 		},
 		Ledger: LedgerConfig{
 			Backend:       BackendBbolt,
@@ -681,6 +713,22 @@ var rules = []rule{
 
 	{key: "key.on_missing", check: func(c *Config) error { return oneOf(c.Key.OnMissing, OnMissingReject, OnMissingHash) }},
 
+	{
+		key:   "payload.delete_objects",
+		when:  func(c *Config) bool { return c.Payload.DeleteObjects && !c.Payload.S3 },
+		check: func(c *Config) error { return errors.New("needs payload.s3 = true") },
+	},
+	{
+		key:   "payload.bucket",
+		when:  func(c *Config) bool { return c.Payload.Bucket != "" },
+		check: func(c *Config) error { return bucketName(c.Payload.Bucket) },
+	},
+	{
+		key:   "payload.endpoint",
+		when:  func(c *Config) bool { return c.Payload.Endpoint != "" },
+		check: func(c *Config) error { return httpURL(c.Payload.Endpoint) },
+	},
+
 	{key: "ledger.backend", check: func(c *Config) error {
 		return oneOf(c.Ledger.Backend, BackendBbolt, BackendPostgres, BackendDynamoDB)
 	}},
@@ -779,6 +827,7 @@ var workerKeys = map[string]string{
 	"MaxBackoff":        "retry.max_backoff",
 	"Grace":             "shutdown.grace",
 	"Retention":         "ledger.retention",
+	"MaxPayload":        "payload.max_size",
 }
 
 // postgresURL accepts a postgres:// or postgresql:// URL or a connection
@@ -812,6 +861,21 @@ func tableName(backend, name string) error {
 	}
 	if err != nil {
 		return errors.New(strings.TrimSuffix(err.Error(), ": "+ledger.ErrInvalidArgument.Error()))
+	}
+	return nil
+}
+
+// bucketName accepts an S3 bucket name: 3 to 63 lower-case letters,
+// digits, dots and hyphens, starting and ending with a letter or digit.
+func bucketName(s string) error {
+	ok := len(s) >= 3 && len(s) <= 63
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		ok = alnum || (c == '.' || c == '-') && i > 0 && i < len(s)-1
+	}
+	if !ok {
+		return fmt.Errorf("must be an S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens), got %q", s)
 	}
 	return nil
 }

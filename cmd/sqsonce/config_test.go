@@ -56,6 +56,12 @@ func fullConfig() Config {
 			OnMissing: OnMissingHash,
 			Prefix:    "orders:",
 		},
+		Payload: PayloadConfig{
+			S3:       false,
+			MaxSize:  1 << 20,
+			Bucket:   "orders-payloads",
+			Endpoint: "http://127.0.0.1:4566",
+		},
 		Ledger: LedgerConfig{
 			Backend:       BackendPostgres,
 			Path:          "/srv/sqsonce/orders.db",
@@ -148,6 +154,7 @@ func TestDefaultConfig(t *testing.T) {
 			Pointer:   "/id",
 			OnMissing: "reject",
 		},
+		Payload: PayloadConfig{S3: true, MaxSize: 64 << 20},
 		Ledger: LedgerConfig{
 			Backend:       "bbolt",
 			Path:          "/var/lib/sqsonce/ledger.db",
@@ -336,6 +343,13 @@ func TestValidateRejects(t *testing.T) {
 		{"queue visibility_timeout fraction", func(c *Config) { c.Queue.VisibilityTimeout = Duration{2500 * time.Millisecond} }, "queue.visibility_timeout", "whole seconds", nil},
 		{"queue pollers zero", func(c *Config) { c.Queue.Pollers = 0 }, "queue.pollers", "must be between 1 and 64, got 0", nil},
 		{"queue pollers over", func(c *Config) { c.Queue.Pollers = 65 }, "queue.pollers", "got 65", nil},
+		{"payload max_size zero", func(c *Config) { c.Payload.MaxSize = 0 }, "payload.max_size", "must be between 1 and 2147483648 bytes, got 0", nil},
+		{"payload max_size over", func(c *Config) { c.Payload.MaxSize = 3 << 30 }, "payload.max_size", "got 3221225472", nil},
+		{"payload delete_objects without s3", func(c *Config) { c.Payload.S3, c.Payload.DeleteObjects = false, true }, "payload.delete_objects", "needs payload.s3 = true", nil},
+		{"payload bucket upper case", func(c *Config) { c.Payload.Bucket = "Orders" }, "payload.bucket", `must be an S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens), got "Orders"`, nil},
+		{"payload bucket short", func(c *Config) { c.Payload.Bucket = "ab" }, "payload.bucket", "S3 bucket name", nil},
+		{"payload bucket hyphen end", func(c *Config) { c.Payload.Bucket = "orders-" }, "payload.bucket", "S3 bucket name", nil},
+		{"payload endpoint no scheme", func(c *Config) { c.Payload.Endpoint = "localhost:4566" }, "payload.endpoint", "absolute http or https URL", nil},
 		{"key from unknown", func(c *Config) { c.Key.From = "header" }, "key.from", `must be one of body, attribute, deduplication_id, got "header"`, nil},
 		{"key from empty", func(c *Config) { c.Key.From = "" }, "key.from", `got ""`, nil},
 		{"key pointer empty", func(c *Config) { c.Key.Pointer = "" }, "key.pointer", "is required when keys come from the body", nil},
@@ -651,6 +665,8 @@ func TestLoadConfigEnvOverrides(t *testing.T) {
 			func(c Config) any { return c.Queue.MaxMessages }, 3},
 		{"bool", map[string]string{"SQSONCE_KEY_SNS": "false"},
 			func(c Config) any { return c.Key.SNS }, false},
+		{"payload bool", map[string]string{"SQSONCE_PAYLOAD_S3": "true"},
+			func(c Config) any { return c.Payload.S3 }, true},
 		{"bool short form", map[string]string{"SQSONCE_KEY_SNS": "0"},
 			func(c Config) any { return c.Key.SNS }, false},
 		{"duration", map[string]string{"SQSONCE_HANDLER_TIMEOUT": "45s"},
@@ -719,6 +735,11 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_KEY_SNS":                  "true",
 		"SQSONCE_KEY_ON_MISSING":           "hash",
 		"SQSONCE_KEY_PREFIX":               "orders:",
+		"SQSONCE_PAYLOAD_S3":               "false",
+		"SQSONCE_PAYLOAD_MAX_SIZE":         "1048576",
+		"SQSONCE_PAYLOAD_DELETE_OBJECTS":   "false",
+		"SQSONCE_PAYLOAD_BUCKET":           "orders-payloads",
+		"SQSONCE_PAYLOAD_ENDPOINT":         "http://127.0.0.1:4566",
 		"SQSONCE_LEDGER_BACKEND":           "postgres",
 		"SQSONCE_LEDGER_PATH":              "/srv/sqsonce/orders.db",
 		"SQSONCE_LEDGER_URL":               "postgres://sqsonce@db.internal:5432/orders",
@@ -871,6 +892,11 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_KEY_SNS",
 		"SQSONCE_KEY_ON_MISSING",
 		"SQSONCE_KEY_PREFIX",
+		"SQSONCE_PAYLOAD_S3",
+		"SQSONCE_PAYLOAD_MAX_SIZE",
+		"SQSONCE_PAYLOAD_DELETE_OBJECTS",
+		"SQSONCE_PAYLOAD_BUCKET",
+		"SQSONCE_PAYLOAD_ENDPOINT",
 		"SQSONCE_LEDGER_BACKEND",
 		"SQSONCE_LEDGER_PATH",
 		"SQSONCE_LEDGER_URL",
@@ -918,7 +944,7 @@ func TestEnvVars(t *testing.T) {
 		ruled[key] = true
 	}
 	for _, s := range settings() {
-		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" {
+		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" && s.key != "payload.s3" {
 			t.Errorf("no validation rule for %s", s.key)
 		}
 	}

@@ -16,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 // The test binary doubles as the sqsonce binary: with SQSONCE_TEST_AS_BINARY
@@ -241,6 +244,88 @@ func TestMain_Send(t *testing.T) {
 		}
 	})
 
+	// A line over SQS's limit goes to S3, and the message points to it in
+	// the SQS Extended Client's format.
+	t.Run("LargeThroughS3", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		big := `{"id":"big-1","blob":"` + strings.Repeat("x", 300<<10) + `"}`
+		code, out := e.run("send", big+"\n")
+		if code != exitUsage || !strings.Contains(out, "set payload.bucket to send it through S3") {
+			t.Fatalf("without a bucket: exit %d: %s", code, out)
+		}
+		code, out = e.run("send", big+"\n{\"id\":\"small\"}\n", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t))
+		if code != 0 || !strings.Contains(out, "sent 2 messages") {
+			t.Fatalf("exit %d: %s", code, out)
+		}
+		msgs := sqstest.Drain(t, e.client, e.queue.URL, 2, 5*time.Second)
+		if len(msgs) != 2 {
+			t.Fatalf("%d messages", len(msgs))
+		}
+		var pointers int
+		for _, m := range msgs {
+			body := aws.ToString(m.Body)
+			if body == `{"id":"small"}` {
+				if _, ok := m.MessageAttributes[worker.AttrExtendedPayloadSize]; ok || len(m.MessageAttributes) != 1 {
+					t.Errorf("the small line has attributes %v, want its traceparent alone", m.MessageAttributes)
+				}
+				continue
+			}
+			pointers++
+			p, err := worker.ParseS3Pointer([]byte(body))
+			if err != nil || p.Bucket != bucket {
+				t.Fatalf("body %.200s: %+v, %v", body, p, err)
+			}
+			if !strings.HasPrefix(body, `["software.amazon.payloadoffloading.PayloadS3Pointer",{"s3BucketName":`) {
+				t.Errorf("body %s", body)
+			}
+			a := m.MessageAttributes[worker.AttrExtendedPayloadSize]
+			if aws.ToString(a.DataType) != "Number" || aws.ToString(a.StringValue) != strconv.Itoa(len(big)) {
+				t.Errorf("ExtendedPayloadSize %s %s, want Number %d", aws.ToString(a.DataType), aws.ToString(a.StringValue), len(big))
+			}
+			got, ok := sqstest.GetObject(t, s3c, p.Bucket, p.Key)
+			if !ok || string(got) != big {
+				t.Fatalf("the object holds %d bytes (found: %v), want the line's %d", len(got), ok, len(big))
+			}
+		}
+		if pointers != 1 {
+			t.Fatalf("%d pointer messages", pointers)
+		}
+		code, out = e.run("send", big+"\n", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_MAX_SIZE=1000")
+		if code != exitUsage || !strings.Contains(out, "and than payload.max_size (1000 bytes)") {
+			t.Fatalf("over max_size: exit %d: %s", code, out)
+		}
+	})
+
+	// On FIFO queues a line sent through S3 is deduplicated by its own
+	// key, not by the pointer's random object key.
+	t.Run("LargeThroughS3FIFO", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, true, "exit 0\n")
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		big := `{"id":"big-fifo","blob":"` + strings.Repeat("x", 300<<10) + `"}`
+		for range 2 {
+			code, out := e.run("send", big+"\n", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t))
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, out)
+			}
+		}
+		msgs := sqstest.Drain(t, e.client, e.queue.URL, 10, 2*time.Second)
+		if len(msgs) != 1 {
+			t.Fatalf("%d messages after sending one operation twice", len(msgs))
+		}
+		id := worker.DeduplicationID("big-fifo")
+		if g, d := msgs[0].Attributes["MessageGroupId"], msgs[0].Attributes["MessageDeduplicationId"]; g != id || d != id {
+			t.Fatalf("group %q, deduplication id %q, want %q", g, d, id)
+		}
+		if _, err := worker.ParseS3Pointer([]byte(aws.ToString(msgs[0].Body))); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("FIFOKeysFromTheOperation", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, true, "exit 0\n")
@@ -297,6 +382,49 @@ echo "$SQSONCE_KEY" >>"$STATE/effects"
 		}
 		if !strings.Contains(out.String(), `"completed":6`) {
 			t.Fatalf("no summary of counts on exit:\n%s", out)
+		}
+	})
+
+	// A line over SQS's limit, sent through S3, is one operation for the
+	// worker: keyed by the line, its handler given the line; a resend of
+	// it is suppressed, and with delete_objects its objects go.
+	t.Run("LargeThroughS3", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, `cat >"$STATE/body-$SQSONCE_KEY"
+echo "$SQSONCE_KEY" >>"$STATE/effects"
+`)
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		e.vars = append(e.vars, "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t), "SQSONCE_PAYLOAD_DELETE_OBJECTS=true")
+		big := `{"id":"big-1","blob":"` + strings.Repeat("z", 300<<10) + `"}`
+		for range 2 {
+			if code, out := e.run("send", big+"\n"); code != 0 {
+				t.Fatalf("send: %d %s", code, out)
+			}
+		}
+		cmd, out := e.start("run --log-format json")
+		e.waitFor("the queue to empty", 20*time.Second, e.queueEmpty)
+		e.waitFor("the objects' deletes", 10*time.Second, func() bool {
+			l, err := s3c.ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &bucket})
+			return err == nil && len(l.Contents) == 0
+		})
+		cmd.Process.Signal(syscall.SIGTERM)
+		if code := wait(t, cmd, 15*time.Second); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		if got := e.lines("effects"); len(got) != 1 || got[0] != "big-1" {
+			t.Fatalf("effects %q:\n%s", got, out)
+		}
+		if b, err := os.ReadFile(filepath.Join(e.dir, "body-big-1")); err != nil || string(b) != big {
+			t.Fatalf("the handler got %d bytes (%v), want the line's %d", len(b), err, len(big))
+		}
+		if strings.Contains(out.String(), "SDK ") {
+			t.Errorf("the AWS SDK logs on its own:\n%s", out)
+		}
+		for _, want := range []string{`"completed":1`, `"duplicates":1`, `"payloads_rejected":0`, `"objects_deleted":2`} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("no %s in:\n%s", want, out)
+			}
 		}
 	})
 

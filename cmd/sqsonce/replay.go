@@ -123,7 +123,15 @@ func (m *Main) replayCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	rc.Logger = log
-	rc.KeyOf, err = worker.MessageKeyFunc(keyConfig(cfg.Key))
+	// A message that points to its payload in S3 is keyed by the object,
+	// as the worker keys it; the pointer itself moves unchanged.
+	var s3c worker.S3Client
+	if cfg.Payload.S3 {
+		if s3c, err = newS3Client(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	rc.KeyOf, err = worker.MessageKeyFuncS3(keyConfig(cfg.Key), s3c, int64(cfg.Payload.MaxSize))
 	if err != nil {
 		return fmt.Errorf("key: %v: %w", err, ErrInvalidConfig)
 	}

@@ -56,6 +56,12 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	wcfg := workerConfig(cfg, log)
 	wcfg.Registerer = reg
 	wcfg.TracerProvider = tp
+	if cfg.Payload.S3 {
+		if wcfg.S3, err = newS3Client(ctx, cfg); err != nil {
+			return err
+		}
+		wcfg.DeleteObjects = cfg.Payload.DeleteObjects
+	}
 	w, err := worker.New(wcfg, client, st, handler)
 	if err != nil {
 		return err
@@ -117,6 +123,7 @@ func workerConfig(cfg Config, log *slog.Logger) worker.Config {
 		MaxBackoff:        explicit(cfg.Retry.MaxBackoff),
 		Grace:             explicit(cfg.Shutdown.Grace),
 		Retention:         cfg.Ledger.Retention.Duration,
+		MaxPayload:        int64(refusedZero(cfg.Payload.MaxSize)),
 		SweepInterval:     sweepInterval(cfg.Ledger),
 		Logger:            log,
 	}

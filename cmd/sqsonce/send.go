@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -23,13 +25,20 @@ import (
 	"github.com/sqsonce/sqsonce/worker"
 )
 
-// maxBody is SQS's largest message body.
+// maxBody is the largest message send sends (its body and its attributes:
+// each attribute's name, type and value) and the largest batch of them:
+// 256 KiB, the size at which the SQS Extended Client offloads a body, and
+// what a queue takes unless its MaximumMessageSize was set lower.
 const maxBody = 256 << 10
+
+// maxInline is the longest body that send sends inline: the room that its
+// traceparent attribute leaves under maxBody.
+const maxInline = maxBody - (len(w3ctrace.TraceParent) + len("String") + w3ctrace.FormattedLen)
 
 // sendCommand is `sqsonce send`: each line of JSON becomes one message.
 func (m *Main) sendCommand(ctx context.Context, args []string) error {
 	var c commonFlags
-	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Each message carries a traceparent attribute: its\nproducer span's context when tracing is on, else a fresh unsampled one.\nPrints how many messages were sent.", &c)
+	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Each message carries a traceparent attribute: its\nproducer span's context when tracing is on, else a fresh unsampled one.\nPrints how many messages were sent.\n\nA line over SQS's 256 KiB limit is refused, unless payload.bucket names an\nS3 bucket: the line is then put there (s3:PutObject) under a random key, and\nthe message carries a pointer to it in the SQS Extended Client's format,\nwith the attribute ExtendedPayloadSize; the worker reads it back. The FIFO\nkeys still come from the line itself.", &c)
 	cfg, log, err := m.parse(fs, &c, args)
 	if err != nil {
 		return err
@@ -61,7 +70,12 @@ func (m *Main) sendCommand(ctx context.Context, args []string) error {
 		}
 	}
 	// Read and check everything before sending anything.
-	entries, err := readLines(in, name, keyOf)
+	maxLine, tooLong := maxInline, fmt.Sprintf("longer than %d bytes, SQS's %d-byte message limit less the traceparent attribute (set payload.bucket to send it through S3)", maxInline, maxBody)
+	if cfg.Payload.Bucket != "" {
+		maxLine = max(cfg.Payload.MaxSize, maxInline)
+		tooLong = fmt.Sprintf("longer than SQS's %d-byte message limit and than payload.max_size (%d bytes), the most the worker reads from S3", maxBody, cfg.Payload.MaxSize)
+	}
+	entries, err := readLines(in, name, keyOf, maxLine, tooLong)
 	if err != nil {
 		return err
 	}
@@ -69,10 +83,14 @@ func (m *Main) sendCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := m.offload(ctx, cfg, entries); err != nil {
+		return err
+	}
 	sent := 0
 	tr := newSendTracer(tp, cfg.Queue.URL)
-	for start := 0; start < len(entries); start += 10 {
-		batch := entries[start:min(start+10, len(entries))]
+	for start, end := 0, 0; start < len(entries); start = end {
+		end = batchEnd(entries, start)
+		batch := entries[start:end]
 		spans := tr.start(batch)
 		out, err := client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &cfg.Queue.URL, Entries: batch})
 		spans.end(out, err)
@@ -89,12 +107,74 @@ func (m *Main) sendCommand(ctx context.Context, args []string) error {
 	return nil
 }
 
+// batchEnd is where the batch that starts at entries[start] ends: at ten
+// entries, or before the entry that would take the batch over SQS's limit
+// of maxBody bytes for all its messages (bodies, attributes and the
+// traceparent that each will carry), and after one entry at least.
+func batchEnd(entries []types.SendMessageBatchRequestEntry, start int) int {
+	size, end := 0, start
+	for end < len(entries) && end-start < 10 {
+		n := len(aws.ToString(entries[end].MessageBody)) + maxBody - maxInline
+		for name, a := range entries[end].MessageAttributes {
+			n += len(name) + len(aws.ToString(a.DataType)) + len(aws.ToString(a.StringValue)) + len(a.BinaryValue)
+		}
+		if end > start && size+n > maxBody {
+			break
+		}
+		size += n
+		end++
+	}
+	return end
+}
+
+// offload puts each entry's body that is over SQS's limit into the
+// payload bucket and makes the entry a pointer to it, as the SQS Extended
+// Client does: the pointer body and the attribute ExtendedPayloadSize, the
+// only message attribute send sets (SQS allows ten).
+func (m *Main) offload(ctx context.Context, cfg Config, entries []types.SendMessageBatchRequestEntry) error {
+	var s3c *s3.Client
+	for i := range entries {
+		e := &entries[i]
+		body := aws.ToString(e.MessageBody)
+		if len(body) <= maxInline {
+			continue
+		}
+		if s3c == nil {
+			var err error
+			if s3c, err = newS3Client(ctx, cfg); err != nil {
+				return err
+			}
+		}
+		p := worker.S3Pointer{Bucket: cfg.Payload.Bucket, Key: randomKey()}
+		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{
+			Bucket: &p.Bucket, Key: &p.Key, Body: strings.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
+		}); err != nil {
+			return fmt.Errorf("put a %d-byte body into S3 bucket %s (payload.bucket): nothing was sent: %w", len(body), p.Bucket, err)
+		}
+		e.MessageBody = aws.String(p.Body())
+		e.MessageAttributes = map[string]types.MessageAttributeValue{
+			worker.AttrExtendedPayloadSize: {DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(len(body)))},
+		}
+	}
+	return nil
+}
+
+// randomKey is a random (version 4) UUID, the Extended Client's keys.
+func randomKey() string {
+	var b [16]byte
+	rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
 // readLines turns each non-blank line into a batch entry, refusing lines that
-// are not JSON or (on FIFO queues) have no operation key.
-func readLines(r io.Reader, name string, keyOf func([]byte) (string, error)) ([]types.SendMessageBatchRequestEntry, error) {
+// are not JSON, longer than maxLine (saying they are tooLong) or (on FIFO
+// queues) have no operation key.
+func readLines(r io.Reader, name string, keyOf func([]byte) (string, error), maxLine int, tooLong string) ([]types.SendMessageBatchRequestEntry, error) {
 	var entries []types.SendMessageBatchRequestEntry
 	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxBody+1)
+	sc.Buffer(make([]byte, 64<<10), maxLine+1)
 	for n := 1; sc.Scan(); n++ {
 		line := bytes.TrimSpace(sc.Bytes())
 		if len(line) == 0 {
@@ -119,7 +199,7 @@ func readLines(r io.Reader, name string, keyOf func([]byte) (string, error)) ([]
 	}
 	if err := sc.Err(); err != nil {
 		if err == bufio.ErrTooLong {
-			return nil, fmt.Errorf("%s: a line is longer than SQS's %d-byte message limit: %w", name, maxBody, errUsage)
+			return nil, fmt.Errorf("%s: a line is %s: %w", name, tooLong, errUsage)
 		}
 		return nil, fmt.Errorf("read %s: %w", name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/xml"
 	"fmt"
 	"io"
 	"maps"
@@ -40,6 +41,9 @@ const (
 	// syscall.ECONNRESET: the request happened but the client never learns
 	// it. The SDK retries such errors.
 	LostAck Kind = "LostAck"
+	// Denied answers with the service's refusal for want of a permission,
+	// [Service].Denied, as an IAM policy without the action does.
+	Denied Kind = "Denied"
 )
 
 // Answer is an error answer of a service.
@@ -53,8 +57,8 @@ type Answer struct {
 	Message string
 }
 
-// Service describes how a service that speaks the AWS JSON protocol
-// (awsJson1_0) answers errors.
+// Service describes how a service answers errors: in the AWS JSON protocol
+// (awsJson1_0), or in S3's REST-XML when XML is set.
 type Service struct {
 	// Namespace comes before Code in the answer's __type, e.g.
 	// "com.amazonaws.sqs#".
@@ -63,9 +67,13 @@ type Service struct {
 	// "Code;Receiver" for a 5xx status), as services that moved from the
 	// query protocol, such as SQS, send it.
 	QueryCompatible bool
-	// Throttle and ServerError are the answers to requests given those
-	// faults.
-	Throttle, ServerError Answer
+	// XML answers as S3 does: an <Error> document with Code and Message,
+	// Content-Type application/xml. Namespace and QueryCompatible are then
+	// ignored.
+	XML bool
+	// Throttle, ServerError and Denied are the answers to requests given
+	// those faults.
+	Throttle, ServerError, Denied Answer
 }
 
 // Transport is an [http.RoundTripper] for an AWS client that gives each
@@ -141,6 +149,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return t.service.answer(req, t.service.Throttle), nil
 	case ServerError:
 		return t.service.answer(req, t.service.ServerError), nil
+	case Denied:
+		return t.service.answer(req, t.service.Denied), nil
 	case Timeout:
 		ctx := req.Context()
 		<-ctx.Done()
@@ -220,21 +230,37 @@ func connReset(op string, kind Kind) error {
 
 // answer builds the service's error answer a to req.
 func (s Service) answer(req *http.Request, a Answer) *http.Response {
-	body, _ := json.Marshal(map[string]string{
-		"__type":  s.Namespace + a.Code,
-		"message": a.Message,
-	})
+	id := requestID()
+	var body []byte
 	h := make(http.Header)
-	h.Set("Content-Type", "application/x-amz-json-1.0")
+	if s.XML {
+		var doc struct {
+			XMLName   xml.Name `xml:"Error"`
+			Code      string
+			Message   string
+			RequestID string `xml:"RequestId"`
+		}
+		doc.Code, doc.Message, doc.RequestID = a.Code, a.Message, id
+		out, _ := xml.Marshal(doc)
+		body = append([]byte(xml.Header), out...)
+		h.Set("Content-Type", "application/xml")
+		h.Set("X-Amz-Request-Id", id)
+	} else {
+		body, _ = json.Marshal(map[string]string{
+			"__type":  s.Namespace + a.Code,
+			"message": a.Message,
+		})
+		h.Set("Content-Type", "application/x-amz-json-1.0")
+	}
 	h.Set("Content-Length", strconv.Itoa(len(body)))
-	if s.QueryCompatible {
+	if s.QueryCompatible && !s.XML {
 		fault := "Sender"
 		if a.Status >= 500 {
 			fault = "Receiver"
 		}
 		h.Set("X-Amzn-Query-Error", a.Code+";"+fault)
 	}
-	h.Set("X-Amzn-Requestid", requestID())
+	h.Set("X-Amzn-Requestid", id)
 	return &http.Response{
 		Status:        fmt.Sprintf("%d %s", a.Status, http.StatusText(a.Status)),
 		StatusCode:    a.Status,

@@ -3,6 +3,7 @@ package awsfault_test
 import (
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"io"
 	"net/http"
@@ -101,6 +102,27 @@ func TestTransport(t *testing.T) {
 		}
 		if got := b.hits.Load(); got != 1 {
 			t.Errorf("%d requests reached the server, want 1", got)
+		}
+	})
+
+	// S3's REST-XML answers, and the refusal of a missing permission.
+	t.Run("XMLDenied", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, awsfault.Service{XML: true, Denied: awsfault.Answer{Status: http.StatusForbidden, Code: "AccessDenied", Message: "Access Denied"}})
+		b.next(awsfault.Denied)
+		resp, body, err := b.call(t.Context(), t, "")
+		if err != nil || resp.StatusCode != http.StatusForbidden || resp.Header.Get("Content-Type") != "application/xml" {
+			t.Fatalf("got %v, %v; want a 403 in XML", resp, err)
+		}
+		var doc struct {
+			Code, Message string
+			RequestID     string `xml:"RequestId"`
+		}
+		if err := xml.Unmarshal(body, &doc); err != nil || doc.Code != "AccessDenied" || doc.Message != "Access Denied" || doc.RequestID == "" {
+			t.Fatalf("body %s: %v", body, err)
+		}
+		if resp.Header.Get("X-Amzn-Query-Error") != "" || b.hits.Load() != 0 {
+			t.Errorf("headers %v, %d requests reached the server", resp.Header, b.hits.Load())
 		}
 	})
 

@@ -96,12 +96,15 @@ func FromAWSTraceHeader(h string) (trace.SpanContext, error) {
 	return sc, nil
 }
 
+// FormattedLen is the length of a traceparent that Format writes.
+const FormattedLen = 55
+
 // Format writes sc as a version 00 traceparent; "" when sc is not valid.
 func Format(sc trace.SpanContext) string {
 	if !sc.IsValid() {
 		return ""
 	}
-	var b [55]byte
+	var b [FormattedLen]byte
 	tid, sid := sc.TraceID(), sc.SpanID()
 	b[0], b[1], b[2] = '0', '0', '-'
 	hex.Encode(b[3:35], tid[:])
