@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -51,6 +52,9 @@ type proxyConn struct {
 	// awaitCommit is set while a COMMIT whose answer is to be lost is on
 	// its way to the server.
 	awaitCommit atomic.Bool
+	// commitStmts are the statements that the client prepared (Parse) as
+	// a COMMIT, by name; read and written by fromClient alone.
+	commitStmts map[string]bool
 }
 
 // lostCommit is a commit that the proxy lost, cutting its connection.
@@ -222,7 +226,7 @@ func (p *tcpProxy) fromClient(pc *proxyConn) {
 		if msg, err = readPGMessage(r, true, &buf); err != nil {
 			return
 		}
-		if msg[0] != 'Q' || !isCommit(msg[5:]) {
+		if !pc.commits(msg) {
 			continue
 		}
 		switch p.takeLoss() {
@@ -235,6 +239,38 @@ func (p *tcpProxy) fromClient(pc *proxyConn) {
 			pc.awaitCommit.Store(true)
 		}
 	}
+}
+
+// commits reports whether msg, from the client, asks the server to commit:
+// a simple Query of COMMIT, or in the extended protocol the Bind of a
+// statement whose Parse on this connection was a COMMIT (a batch sends the
+// completion and the COMMIT behind it in one go).
+func (pc *proxyConn) commits(msg []byte) bool {
+	switch msg[0] {
+	case 'Q':
+		return isCommit(msg[5:])
+	case 'P': // Parse: statement name, query, ...
+		name, rest, _ := cutCString(msg[5:])
+		query, _, _ := cutCString(rest)
+		if pc.commitStmts == nil {
+			pc.commitStmts = map[string]bool{}
+		}
+		pc.commitStmts[name] = isCommit([]byte(query))
+	case 'B': // Bind: portal name, statement name, ...
+		_, rest, _ := cutCString(msg[5:])
+		name, _, _ := cutCString(rest)
+		return pc.commitStmts[name]
+	}
+	return false
+}
+
+// cutCString splits b after its first NUL-terminated string.
+func cutCString(b []byte) (s string, rest []byte, ok bool) {
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return "", nil, false
+	}
+	return string(b[:i]), b[i+1:], true
 }
 
 // fromServer carries what the server sends to the client, message by
@@ -258,15 +294,18 @@ func (p *tcpProxy) fromServer(pc *proxyConn) {
 		if pc.awaitCommit.Load() {
 			switch msg[0] {
 			case 'C': // CommandComplete
-				if strings.TrimRight(string(msg[5:]), "\x00") == "COMMIT" {
+				switch strings.TrimRight(string(msg[5:]), "\x00") {
+				case "COMMIT":
 					// The server committed: its answer is lost.
 					_ = w.Flush()
 					p.lose(pc, true)
 					return
+				case "ROLLBACK":
+					// The transaction had failed; lose another.
+					pc.awaitCommit.Store(false)
+					p.loseCommits(1, true)
 				}
-				// ROLLBACK: the transaction had failed; lose another.
-				pc.awaitCommit.Store(false)
-				p.loseCommits(1, true)
+				// Another statement's, sent with the COMMIT behind it.
 			case 'E': // ErrorResponse: it did not commit; lose another
 				pc.awaitCommit.Store(false)
 				p.loseCommits(1, true)

@@ -18,6 +18,21 @@ import (
 // and the loss is recorded with the client's address.
 func TestTCPProxy_LoseCommits(t *testing.T) {
 	t.Parallel()
+	// A commit by a simple query (pgx's Tx.Commit), and by a batch that
+	// sends a statement and a prepared COMMIT behind it (postgres.OpTx).
+	for _, batch := range []bool{false, true} {
+		name := "Query"
+		if batch {
+			name = "Batch"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testLoseCommits(t, batch)
+		})
+	}
+}
+
+func testLoseCommits(t *testing.T, batch bool) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	url, _ := pgtest.Schema(t)
@@ -49,10 +64,20 @@ func TestTCPProxy_LoseCommits(t *testing.T) {
 		if _, err := tx.Exec(ctx, `INSERT INTO rows (n) VALUES ($1)`, n); err != nil {
 			t.Fatal(err)
 		}
+		addr := conn.PgConn().Conn().LocalAddr().String()
 		if rollback {
-			return conn.PgConn().Conn().LocalAddr().String(), tx.Rollback(ctx)
+			return addr, tx.Rollback(ctx)
 		}
-		return conn.PgConn().Conn().LocalAddr().String(), tx.Commit(ctx)
+		if !batch {
+			return addr, tx.Commit(ctx)
+		}
+		if _, err := conn.Prepare(ctx, "COMMIT", "COMMIT"); err != nil {
+			t.Fatal(err)
+		}
+		b := &pgx.Batch{}
+		b.Queue(`SELECT $1::int`, n)
+		b.Queue("COMMIT")
+		return addr, conn.SendBatch(ctx, b).Close()
 	}
 	has := func(n int) bool {
 		t.Helper()
