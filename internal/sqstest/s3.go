@@ -12,11 +12,9 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/sqsonce/sqsonce/internal/awsfault"
-	"github.com/sqsonce/sqsonce/internal/loopback"
 )
 
 // S3Errors is how S3 answers the faults of an [awsfault.Transport]
@@ -39,15 +37,10 @@ var S3Errors = awsfault.Service{
 // does. optFns adjust the options last.
 func NewS3Client(t testing.TB, rt http.RoundTripper, optFns ...func(*s3.Options)) *s3.Client {
 	t.Helper()
-	endpoint := Endpoint(t)
-	if rt == nil {
-		rt = loopback.Transport()
-	}
-	hc := &http.Client{Transport: rt, Timeout: HTTPTimeout}
-	t.Cleanup(hc.CloseIdleConnections)
+	endpoint, hc := clientParts(t, rt)
 	return s3.New(s3.Options{
 		Region:       Region,
-		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		Credentials:  testCredentials,
 		BaseEndpoint: aws.String(endpoint),
 		UsePathStyle: true,
 		HTTPClient:   hc,

@@ -2,15 +2,11 @@ package sqstest
 
 import (
 	"context"
-	"net/http"
 	"strconv"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
-
-	"github.com/sqsonce/sqsonce/internal/loopback"
 )
 
 // NewSNSClient returns an SNS client for the local server at [Endpoint],
@@ -18,12 +14,10 @@ import (
 // configures its SQS client.
 func NewSNSClient(t testing.TB) *sns.Client {
 	t.Helper()
-	endpoint := Endpoint(t)
-	hc := &http.Client{Transport: loopback.Transport(), Timeout: HTTPTimeout}
-	t.Cleanup(hc.CloseIdleConnections)
+	endpoint, hc := clientParts(t, nil)
 	return sns.New(sns.Options{
 		Region:       Region,
-		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		Credentials:  testCredentials,
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   hc,
 	})

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
+	awscreds "github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -62,18 +62,31 @@ func Endpoint(t testing.TB) string {
 // func(o *sqs.Options) { o.RetryMaxAttempts = 1 } to disable retries.
 func NewClient(t testing.TB, rt http.RoundTripper, optFns ...func(*sqs.Options)) *sqs.Client {
 	t.Helper()
-	endpoint := Endpoint(t)
-	if rt == nil {
-		rt = loopback.Transport()
-	}
-	hc := &http.Client{Transport: rt, Timeout: HTTPTimeout}
-	t.Cleanup(hc.CloseIdleConnections)
+	endpoint, hc := clientParts(t, rt)
 	return sqs.New(sqs.Options{
 		Region:       Region,
-		Credentials:  credentials.NewStaticCredentialsProvider("test", "test", ""),
+		Credentials:  testCredentials,
 		BaseEndpoint: aws.String(endpoint),
 		HTTPClient:   hc,
 	}, append([]func(*sqs.Options){sqsclient.InMemoryBodies}, optFns...)...)
+}
+
+// testCredentials are the static credentials of every client of this package.
+var testCredentials = awscreds.NewStaticCredentialsProvider("test", "test", "")
+
+// clientParts returns what every client of this package shares: the local
+// server's [Endpoint], and an HTTP client with [HTTPTimeout] over rt (nil:
+// a clone of [http.DefaultTransport] without proxy) whose idle connections
+// are closed when the test ends.
+func clientParts(t testing.TB, rt http.RoundTripper) (endpoint string, hc *http.Client) {
+	t.Helper()
+	endpoint = Endpoint(t)
+	if rt == nil {
+		rt = loopback.Transport()
+	}
+	hc = &http.Client{Transport: rt, Timeout: HTTPTimeout}
+	t.Cleanup(hc.CloseIdleConnections)
+	return endpoint, hc
 }
 
 // Queue identifies a queue made by [CreateQueue]. DLQURL and DLQARN are
