@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 // shapesHandler records, for each message, its key, its body, the
@@ -72,6 +74,31 @@ func TestMain_MessageShapes(t *testing.T) {
 		want := []string{`plain-1|{"id":"plain-1"}|plain|` + shapesTrace, `raw-1|{"id":"raw-1"}|raw|`}
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("the handler saw\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+
+	// A payload that an Extended Client put in S3, the message a pointer
+	// to it.
+	t.Run("S3Pointer", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, shapesHandler)
+		s3c := sqstest.NewS3Client(t, nil)
+		bucket := sqstest.CreateBucket(t, s3c)
+		payload := `{"id":"big-1","blob":"` + strings.Repeat("x", 300<<10) + `"}`
+		sqstest.PutObject(t, s3c, bucket, "payloads/big-1", []byte(payload))
+		pointer := worker.S3Pointer{Bucket: bucket, Key: "payloads/big-1"}
+		if _, err := e.client.SendMessage(context.Background(), &sqs.SendMessageInput{
+			QueueUrl: &e.queue.URL, MessageBody: aws.String(pointer.Body()),
+			MessageAttributes: map[string]types.MessageAttributeValue{
+				worker.AttrExtendedPayloadSize: {DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(len(payload)))},
+				"EventType":                    {DataType: aws.String("String"), StringValue: aws.String("offloaded")},
+			},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		got := drain(t, e, 1, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t))
+		if want := `big-1|` + payload + `|offloaded|`; len(got) != 1 || got[0] != want {
+			t.Errorf("the handler saw %d lines (the first %.80q), want once the object's payload", len(got), strings.Join(got, ""))
 		}
 	})
 
