@@ -42,7 +42,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, and with [[ingest.source]] tables each source's secrets and\nqueue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, the OTEL_ tracing variables, and with\n[[ingest.source]] tables each source's secrets and queue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -139,6 +139,8 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 			c.line("fail", "handler", "%s does not answer: %v", cfg.Handler.URL, err)
 		}
 	}
+
+	checkTracing(c, m.LookupEnv)
 	checkPayload(ctx, c, cfg)
 	if len(cfg.Ingest.Source) > 0 {
 		checkIngest(ctx, c, cfg, client, m.LookupEnv)
@@ -303,5 +305,27 @@ func checkSharedLedger(ctx context.Context, c *checker, cfg Config) {
 	}
 	if cfg.Ledger.Backend == BackendDynamoDB {
 		checkDynamoDBTTL(ctx, c, cfg)
+	}
+}
+
+// checkTracing reports what the OTEL_ variables make of tracing: off, on
+// (and where spans go), or a variable that would stop sqsonce from
+// starting.
+func checkTracing(c *checker, lookupEnv func(string) (string, bool)) {
+	on, err := tracingOn(lookupEnv)
+	switch {
+	case err != nil:
+		c.line("fail", "tracing", "%v", err)
+	case !on:
+		c.line("ok", "tracing", "off (on with %s=otlp or an OTLP endpoint)", envTracesExporter)
+	default:
+		to := "the default endpoint, http://localhost:4318"
+		for _, name := range []string{envTracesEndpoint, envEndpoint} {
+			if v, ok := lookupEnv(name); ok && v != "" {
+				to = v + " (" + name + ")"
+				break
+			}
+		}
+		c.line("ok", "tracing", "spans exported by OTLP over HTTP to %s", to)
 	}
 }

@@ -28,13 +28,26 @@ func TestMain_Check(t *testing.T) {
 		if code != 0 || strings.Contains(out, "fail") || strings.Contains(out, "warn") {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
-		for _, want := range []string{"ok config", "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler"} {
+		for _, want := range []string{"ok config", "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}
 		}
 		if _, err := os.Stat(filepath.Join(e.dir, "ledger.db")); !os.IsNotExist(err) {
 			t.Error("check created the ledger file")
+		}
+	})
+
+	t.Run("Tracing", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		code, out := e.run("check", "", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318")
+		if !strings.Contains(squash(out), "ok tracing spans exported by OTLP over HTTP to http://127.0.0.1:4318 (OTEL_EXPORTER_OTLP_ENDPOINT)") {
+			t.Errorf("exit %d, no tracing line for an endpoint in:\n%s", code, out)
+		}
+		code, out = e.run("check", "", "OTEL_TRACES_EXPORTER=zipkin")
+		if code != 1 || !strings.Contains(squash(out), `fail tracing OTEL_TRACES_EXPORTER="zipkin": supported: otlp`) {
+			t.Errorf("an exporter that is not built in: exit %d:\n%s", code, out)
 		}
 	})
 
