@@ -91,11 +91,12 @@ type BodyMode string
 // Body modes.
 const (
 	// BodyPayload is the message's payload: the Message of an SNS envelope
-	// when KeyConfig.SNS is on, else the body as received. It is the
+	// when KeyConfig.SNS is on, else the body as received, and for a
+	// pointer to an S3 object (Config.S3) the object's bytes. It is the
 	// default (the zero BodyMode).
 	BodyPayload BodyMode = "payload"
 	// BodyAsReceived is the body exactly as SQS delivered it, an SNS
-	// envelope included.
+	// envelope or an S3 pointer included.
 	BodyAsReceived BodyMode = "as_received"
 )
 

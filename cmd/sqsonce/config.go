@@ -213,8 +213,9 @@ type HandlerConfig struct {
 	// code must be 1 to 255.
 	RetryExitCodes []int `toml:"retry_exit_codes"`
 	// Body is what the handler receives: BodyPayload (the Message of an SNS
-	// envelope when key.sns is on, else the body) or BodyAsReceived (the
-	// body exactly as SQS delivered it).
+	// envelope when key.sns is on, else the body; for a pointer to a
+	// payload in S3, the object) or BodyAsReceived (the body exactly as SQS
+	// delivered it).
 	Body string `toml:"body"`
 	// Env lists the variables of sqsonce's own environment that the exec
 	// handler's command inherits: names, or prefixes ending in "*". The
