@@ -638,9 +638,11 @@ func TestWorker_Run(t *testing.T) {
 				claimedAhead++
 			}
 		}
+		// What had started, read before the handlers are let go.
+		n := started.Load()
 		close(release)
-		if started.Load() != 2 || inflight != 5 || visible != 5 || claimedAhead != 5 {
-			t.Fatalf("2 handlers and a prefetch of 3: %d started, %d in flight, %d visible, %d claimed", started.Load(), inflight, visible, claimedAhead)
+		if n != 2 || inflight != 5 || visible != 5 || claimedAhead != 5 {
+			t.Fatalf("2 handlers and a prefetch of 3: %d started, %d in flight, %d visible, %d claimed", n, inflight, visible, claimedAhead)
 		}
 		b.waitEmpty(20 * time.Second)
 		s := stop()
