@@ -585,9 +585,10 @@ func TestWorker_Run(t *testing.T) {
 		}
 		time.Sleep(1500 * time.Millisecond) // give the poller time to over-receive, if it would
 		visible, inflight := sqstest.Count(t, b.client, b.queue.URL)
+		n := started.Load() // before the handlers are let go
 		close(release)
-		if started.Load() != 2 || inflight != 2 || visible != 8 {
-			t.Fatalf("with 2 slots: %d started, %d in flight, %d visible", started.Load(), inflight, visible)
+		if n != 2 || inflight != 2 || visible != 8 {
+			t.Fatalf("with 2 slots: %d started, %d in flight, %d visible", n, inflight, visible)
 		}
 		b.waitEmpty(20 * time.Second)
 		if s := stop(); s.Completed != 10 {
