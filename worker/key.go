@@ -614,16 +614,5 @@ func BodyKeyFunc(cfg KeyConfig) (func(body []byte) (string, error), error) {
 // payload that the ledger compares to tell a conflict, or an error wrapping
 // ErrNoKey. It is safe for concurrent use.
 func MessageKeyFunc(cfg KeyConfig) (func(m types.Message) (key string, fingerprint []byte, err error), error) {
-	k, err := newKeyer(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return func(m types.Message) (string, []byte, error) {
-		body := ""
-		if m.Body != nil {
-			body = *m.Body
-		}
-		d, err := k.derive([]byte(body), m.MessageAttributes, m.Attributes)
-		return d.key, d.fingerprint, err
-	}, nil
+	return MessageKeyFuncS3(cfg, nil, 0)
 }

@@ -283,12 +283,9 @@ func (w *Worker) afterDelete(j *job, log *jobLog) func() {
 // object, read through c (at most maxPayload bytes; 0 means
 // DefaultMaxPayload). A payload that cannot be read gives an error that
 // wraps ErrNoKey and says why. Each call that meets a pointer reads its
-// object, bounded by a minute. A nil c is MessageKeyFunc. It is safe for
-// concurrent use.
+// object, bounded by a minute. A nil c reads no object: pointers are keyed
+// as the bodies they are. It is safe for concurrent use.
 func MessageKeyFuncS3(cfg KeyConfig, c S3Client, maxPayload int64) (func(m types.Message) (key string, fingerprint []byte, err error), error) {
-	if c == nil {
-		return MessageKeyFunc(cfg)
-	}
 	if maxPayload == 0 {
 		maxPayload = DefaultMaxPayload
 	}
@@ -298,7 +295,7 @@ func MessageKeyFuncS3(cfg KeyConfig, c S3Client, maxPayload int64) (func(m types
 	}
 	return func(m types.Message) (string, []byte, error) {
 		o := k.open([]byte(aws.ToString(m.Body)), m.MessageAttributes)
-		if o.err == nil && HasPayloadSize(o.attrs) {
+		if c != nil && o.err == nil && HasPayloadSize(o.attrs) {
 			p, err := ParseS3Pointer(o.payload)
 			if err != nil {
 				return "", nil, fmt.Errorf("%w: the message has the %s attribute but no S3 pointer: %v", ErrNoKey, sizeAttribute(o.attrs), err)

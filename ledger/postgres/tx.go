@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +14,11 @@ import (
 	"github.com/sqsonce/sqsonce/ledger"
 )
 
-// Begin starts a transaction on a connection of the ledger's pool, on the
-// database that holds the ledger's table: the transaction that a handler's
-// writes and its operation's completion (CompleteTx) commit in together.
-// The caller commits or rolls it back; either gives the connection back.
+// Begin starts a plain transaction on a connection of the ledger's pool,
+// on the database that holds the ledger's table, for writes that belong to
+// no operation (a schema of the caller's, say); the writes of an operation
+// commit with its completion in an OpTx. The caller commits or rolls it
+// back; either gives the connection back.
 func (l *Ledger) Begin(ctx context.Context) (pgx.Tx, error) {
 	if l.closed.Load() {
 		return nil, ledger.ErrClosed
@@ -26,55 +28,6 @@ func (l *Ledger) Begin(ctx context.Context) (pgx.Tx, error) {
 		return nil, fmt.Errorf("begin: %w", classify(ctx, err))
 	}
 	return tx, nil
-}
-
-// CompleteTx records c complete inside tx, a transaction on the ledger's
-// database (see Begin), without committing it: the completion becomes
-// durable when tx commits, together with the rest of tx's writes, or not at
-// all. The record must be in progress under c.Owner; the record is locked
-// until tx ends, so that no claim can take the operation over meanwhile.
-// It fails with ledger.ErrNotOwner when another claim took the operation
-// over, ledger.ErrState when the record is not in progress, and
-// ledger.ErrNotFound when there is no live record: the caller must then
-// roll tx back, since its writes belong to an attempt that no longer owns
-// the operation. A record already complete under c.Owner is a success, as
-// for Complete. An error of the connection leaves tx unusable: roll it
-// back.
-func (l *Ledger) CompleteTx(ctx context.Context, tx pgx.Tx, c ledger.Completion) error {
-	it := item{key: c.Key, owner: c.Owner}
-	if !it.valid("complete") {
-		return it.err
-	}
-	result := c.Result
-	if len(result) > ledger.MaxResultLen {
-		result = result[:ledger.MaxResultLen]
-	}
-	keys := [][]byte{[]byte(c.Key)}
-	b := &pgx.Batch{}
-	b.Queue(l.q.complete, l.clock(), micros(l.cfg.retention), keys, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
-	b.Queue(l.q.explain, l.clock(), keys)
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	ct, err := br.Exec()
-	if err != nil {
-		return fmt.Errorf("complete %q: %w", c.Key, classify(ctx, err))
-	}
-	f, err := readFound(br.QueryRow())
-	if err != nil {
-		return fmt.Errorf("complete %q: %w", c.Key, classify(ctx, err))
-	}
-	if err := br.Close(); err != nil {
-		return fmt.Errorf("complete %q: %w", c.Key, classify(ctx, err))
-	}
-	if ct.RowsAffected() == 1 {
-		return nil
-	}
-	return l.explainOne("complete", c.Key, c.Owner, f, func(f *found) error {
-		if f.state == stateComplete {
-			return nil // already done by this owner
-		}
-		return fmt.Errorf("complete %q: record is %s: %w", c.Key, ledger.State(f.state), ledger.ErrState)
-	})
 }
 
 // OpTx is a transaction on the ledger's database that ends by recording
@@ -124,11 +77,10 @@ func (t *OpTx) Tx() pgx.Tx { return t.tx }
 // c.Owner. When it is not (another claim took the operation over, the
 // record is gone or in another state), nothing is committed: the
 // transaction is rolled back, and the error wraps ledger.ErrNotOwner,
-// ledger.ErrNotFound or ledger.ErrState, as CompleteTx's. Unlike
-// CompleteTx, a record already complete is an ErrState too, since these
-// writes did not commit with it. Any other error (the connection lost, the
-// commit refused) leaves it unknown whether the commit took effect: read
-// the record to tell.
+// ledger.ErrNotFound or ledger.ErrState (a record already complete
+// included, since these writes did not commit with it). Any other error
+// (the connection lost, the commit refused) leaves it unknown whether the
+// commit took effect: read the record to tell.
 func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	if t.done {
 		return fmt.Errorf("complete %q: %w", c.Key, pgx.ErrTxClosed)
@@ -149,14 +101,9 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
 	b.Queue("COMMIT")
 	br := t.conn.SendBatch(ctx, b)
-	_, cerr := br.Exec()
-	commit, err := br.Exec()
-	if err := br.Close(); cerr == nil {
-		cerr = err
-	}
-	if cerr == nil {
-		cerr = err
-	}
+	_, completeErr := br.Exec()
+	commit, commitErr := br.Exec()
+	cerr := cmp.Or(completeErr, commitErr, br.Close()) // the completion's own first: it tells a refusal
 	if cerr == nil && commit.String() != "COMMIT" {
 		cerr = fmt.Errorf("the server answered %q to the commit", commit.String())
 	}
@@ -176,7 +123,7 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	}
 	// Not committed: say why, from the record as it is now.
 	var f *found
-	err = l.do(ctx, func(ctx context.Context, _ bool) error {
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
 		var err error
 		f, err = readFound(l.pool.QueryRow(ctx, l.q.explain, l.clock(), [][]byte{[]byte(c.Key)}))
 		return err

@@ -152,37 +152,8 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 	snd := newSender(c.cfg.Endpoint, c.queue, c.cfg.Seed+11, c.cfg.SendLost)
 	c.logf("workload: %d operations, %d deliveries planned (%d keyless), %d units in the main phase", len(wl.ops), wl.planned(), len(wl.keyless), len(wl.main))
 
-	slots := c.sharedPlan()
-	var planned time.Duration
-	for _, s := range slots[0] {
-		planned += s.dur
-	}
-	c.tl = &timeline{total: planned} // the first worker's runs set the pace
 	start := time.Now()
-	sendCtx, stopSend := context.WithCancel(ctx)
-	defer stopSend()
-	sendDone := make(chan error, 1)
-	go func() { sendDone <- c.send(sendCtx, snd, wl) }()
-
-	outCtx, stopOutages := context.WithCancel(ctx)
-	defer stopOutages()
-	outDone := make(chan error, 1)
-	go func() { outDone <- c.outages(outCtx) }()
-
-	if err := c.runSlots(ctx, slots); err != nil {
-		return nil, err
-	}
-	var sendErr error
-	select {
-	case sendErr = <-sendDone:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if sendErr != nil {
-		return nil, fmt.Errorf("sending: %w", sendErr)
-	}
-	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
-	if err := <-outDone; err != nil {
+	if err := c.driveWorkers(ctx, c.sharedPlan(), snd, wl, nil); err != nil {
 		return nil, err
 	}
 
@@ -199,6 +170,55 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 	elapsed := time.Since(start)
 	c.logf("auditing")
 	return c.audit(ctx, wl, snd, elapsed, quiet)
+}
+
+// driveWorkers runs the main phase of a campaign of several workers at
+// once: the workers' runs (slots, paced by the first worker's), the
+// sender's deliveries of wl and the database's outages together, and
+// also, when not nil, another fault of the database alongside the
+// outages. It returns once the runs ended, sending is done and the
+// outages (and also) have finished.
+func (c *campaign) driveWorkers(ctx context.Context, slots [][]step, snd *sender, wl *workload, also func(context.Context)) error {
+	var planned time.Duration
+	for _, s := range slots[0] {
+		planned += s.dur
+	}
+	c.tl = &timeline{total: planned} // the first worker's runs set the pace
+	sendCtx, stopSend := context.WithCancel(ctx)
+	defer stopSend()
+	sendDone := make(chan error, 1)
+	go func() { sendDone <- c.send(sendCtx, snd, wl) }()
+
+	outCtx, stopOutages := context.WithCancel(ctx)
+	defer stopOutages()
+	outDone := make(chan error, 1)
+	go func() { outDone <- c.outages(outCtx) }()
+	alsoDone := make(chan struct{})
+	go func() {
+		defer close(alsoDone)
+		if also != nil {
+			also(outCtx)
+		}
+	}()
+
+	if err := c.runSlots(ctx, slots); err != nil {
+		return err
+	}
+	var sendErr error
+	select {
+	case sendErr = <-sendDone:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if sendErr != nil {
+		return fmt.Errorf("sending: %w", sendErr)
+	}
+	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
+	if err := <-outDone; err != nil {
+		return err
+	}
+	<-alsoDone
+	return nil
 }
 
 // startDatabase starts the campaign's PostgreSQL cluster and the proxy in

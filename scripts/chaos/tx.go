@@ -136,41 +136,10 @@ func (c *campaign) runTx(ctx context.Context) (*txReport, error) {
 	snd.tagged = true
 	c.logf("workload: %d operations, %d deliveries planned (%d keyless), %d units in the main phase; every message tagged (%s)", len(wl.ops), wl.planned(), len(wl.keyless), len(wl.main), event.AttrSend)
 
-	slots := c.txPlan()
-	var planned time.Duration
-	for _, s := range slots[0] {
-		planned += s.dur
-	}
-	c.tl = &timeline{total: planned} // the first worker's runs set the pace
 	start := time.Now()
-	sendCtx, stopSend := context.WithCancel(ctx)
-	defer stopSend()
-	sendDone := make(chan error, 1)
-	go func() { sendDone <- c.send(sendCtx, snd, wl) }()
-	outCtx, stopOutages := context.WithCancel(ctx)
-	defer stopOutages()
-	outDone := make(chan error, 1)
-	go func() { outDone <- c.outages(outCtx) }()
-	lossDone := make(chan struct{})
-	go func() { c.loseCommits(outCtx); close(lossDone) }()
-
-	if err := c.runSlots(ctx, slots); err != nil {
+	if err := c.driveWorkers(ctx, c.txPlan(), snd, wl, c.loseCommits); err != nil {
 		return nil, err
 	}
-	var sendErr error
-	select {
-	case sendErr = <-sendDone:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if sendErr != nil {
-		return nil, fmt.Errorf("sending: %w", sendErr)
-	}
-	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
-	if err := <-outDone; err != nil {
-		return nil, err
-	}
-	<-lossDone
 	quiet, err := c.quietThenStop(ctx)
 	if err != nil {
 		return nil, err
