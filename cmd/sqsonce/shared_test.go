@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -383,7 +382,14 @@ func TestMain_SharedLedgerUnreachable(t *testing.T) {
 		took  time.Duration
 		done  chan struct{}
 	}
-	var attempts []*attempt
+	// Every store first, so that one whose server is missing fails the
+	// test before any process runs (a process started, then left to the
+	// cleanup while a goroutine waits for it, would hang the test).
+	type setup struct {
+		what string
+		e    *procEnv
+	}
+	var setups []setup
 	for _, b := range sharedBackends {
 		for _, kind := range []string{"refused", "silent"} {
 			st := b.new(t)
@@ -393,12 +399,16 @@ func TestMain_SharedLedgerUnreachable(t *testing.T) {
 			}
 			e := newSharedEnv(t, st, addr, "cat >/dev/null\n")
 			e.sendOps([]string{`{"id":"op-1"}`})
-			for _, args := range []string{"run", "ledger stats", "ledger init", "check"} {
-				cmd, out := e.start(args)
-				a := &attempt{what: fmt.Sprintf("%s with the %s store %s", args, b.name, kind), e: e, cmd: cmd, out: out, start: time.Now(), done: make(chan struct{})}
-				go func() { a.cmd.Wait(); a.took = time.Since(a.start); close(a.done) }()
-				attempts = append(attempts, a)
-			}
+			setups = append(setups, setup{what: "the " + b.name + " store " + kind, e: e})
+		}
+	}
+	var attempts []*attempt
+	for _, su := range setups {
+		for _, args := range []string{"run", "ledger stats", "ledger init", "check"} {
+			cmd, out := su.e.start(args)
+			a := &attempt{what: args + " with " + su.what, e: su.e, cmd: cmd, out: out, start: time.Now(), done: make(chan struct{})}
+			go func() { a.cmd.Wait(); a.took = time.Since(a.start); close(a.done) }()
+			attempts = append(attempts, a)
 		}
 	}
 	deadline := time.After(60 * time.Second)
