@@ -57,7 +57,8 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	done
 
 .PHONY: lint
-lint: ## gofmt, go vet and staticcheck.
+lint: ## gofmt, go vet, staticcheck, and no build output tracked in git.
+	scripts/lint/tracked-binaries.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	go run $(STATICCHECK) ./...
