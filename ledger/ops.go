@@ -74,6 +74,14 @@ type Claim struct {
 	Outcome  Outcome
 	Record   Record // after the claim when Claimed; as found otherwise
 	Takeover bool   // Claimed over an in-progress claim whose lease lapsed
+	// LeaseLeft is how long the lease of the claim that holds the
+	// operation runs on, measured by the ledger's own clock (the database
+	// server's, for a shared ledger): for InProgress, how long until the
+	// operation may be taken over; for Claimed, the new lease. It is what
+	// a caller should wait, rather than Record.LeaseExpiry less its own
+	// clock, which may differ from the ledger's. Zero for the other
+	// outcomes.
+	LeaseLeft time.Duration
 	// Err is non-nil, wrapping ErrCorrupt, when this request's stored
 	// record could not be read. Outcome is then 0 and nothing was written
 	// for this request; the other requests of the batch are decided and
@@ -194,7 +202,7 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 			Claimed:     now,
 			MessageID:   textcut.Cut(req.MessageID, MaxMessageIDLen),
 		}
-		return Claim{Outcome: Claimed, Record: *rec}, rec
+		return Claim{Outcome: Claimed, Record: *rec, LeaseLeft: req.Lease}, rec
 	}
 	if len(cur.Fingerprint) > 0 && len(req.Fingerprint) > 0 && !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
 		return Claim{Outcome: Conflict, Record: *cur}, nil
@@ -209,7 +217,7 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 		}
 	case StateInProgress:
 		if cur.LeaseExpiry.After(now) {
-			return Claim{Outcome: InProgress, Record: *cur}, nil
+			return Claim{Outcome: InProgress, Record: *cur, LeaseLeft: cur.LeaseExpiry.Sub(now)}, nil
 		}
 		takeover = true
 	}
@@ -226,7 +234,7 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 	if req.MessageID != "" {
 		rec.MessageID = textcut.Cut(req.MessageID, MaxMessageIDLen)
 	}
-	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover}, &rec
+	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover, LeaseLeft: req.Lease}, &rec
 }
 
 // Completion reports the work of a claim as done.
@@ -305,11 +313,25 @@ func (db *DB) FailBatch(ctx context.Context, fs []Failure) []error {
 	})
 }
 
+// ClaimRef names one claim: the operation's key and the claim's owner
+// token.
+type ClaimRef struct {
+	Key   string
+	Owner string
+}
+
 // Release gives back a claim whose work never started, without counting an
 // attempt: the operation becomes claimable at once. A key claimed for the
 // first time is forgotten again.
 func (db *DB) Release(ctx context.Context, key, owner string) error {
-	errs := db.transitionBatch(ctx, "release", 1, func(int) string { return key }, func(s *store, _ int) error {
+	return db.ReleaseBatch(ctx, []ClaimRef{{Key: key, Owner: owner}})[0]
+}
+
+// ReleaseBatch releases many claims in one commit, one error per claim, as
+// Release does each.
+func (db *DB) ReleaseBatch(ctx context.Context, refs []ClaimRef) []error {
+	return db.transitionBatch(ctx, "release", len(refs), func(i int) string { return refs[i].Key }, func(s *store, i int) error {
+		key, owner := refs[i].Key, refs[i].Owner
 		cur, old, err := s.owned(key, owner, "release")
 		if err != nil {
 			return err
@@ -327,7 +349,6 @@ func (db *DB) Release(ctx context.Context, key, owner string) error {
 		rec.LeaseExpiry = time.Time{}
 		return s.put(old, &rec)
 	})
-	return errs[0]
 }
 
 // Extend renews the claim's lease to now+lease (the heartbeat) and returns
@@ -360,6 +381,36 @@ func (db *DB) Extend(ctx context.Context, key, owner string, lease time.Duration
 		return time.Time{}, errs[0]
 	}
 	return expiry, nil
+}
+
+// ExtendBatch renews the leases of many claims to now+lease in one commit,
+// one error per claim, as Extend does each.
+func (db *DB) ExtendBatch(ctx context.Context, refs []ClaimRef, lease time.Duration) []error {
+	errs := make([]error, len(refs))
+	if lease <= 0 {
+		for i := range errs {
+			errs[i] = fmt.Errorf("extend %q: lease must be positive: %w", refs[i].Key, ErrInvalidArgument)
+		}
+		return errs
+	}
+	if len(refs) > 0 {
+		if err := db.checkLease("extend", refs[0].Key, lease); err != nil {
+			for i := range errs {
+				errs[i] = err
+			}
+			return errs
+		}
+	}
+	return db.transitionBatch(ctx, "extend", len(refs), func(i int) string { return refs[i].Key }, func(s *store, i int) error {
+		key := refs[i].Key
+		return s.transition(key, refs[i].Owner, "extend", func(rec *Record) (bool, error) {
+			if rec.State != StateInProgress {
+				return false, fmt.Errorf("extend %q: record is %s: %w", key, rec.State, ErrState)
+			}
+			rec.LeaseExpiry = s.now.Add(lease)
+			return true, nil
+		})
+	})
 }
 
 // Reset makes a failed operation claimable again, permanent or not: what an

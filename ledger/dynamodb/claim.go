@@ -168,7 +168,7 @@ func (l *Ledger) claim(ctx context.Context, req *ledger.ClaimRequest) (ledger.Cl
 			// In progress under this request's own owner token: this
 			// claim's own write, whose answer was lost and whose retry
 			// found it.
-			return ledger.Claim{Outcome: ledger.Claimed, Record: *cur}, nil
+			return ledger.Claim{Outcome: ledger.Claimed, Record: *cur, LeaseLeft: cur.LeaseExpiry.Sub(now)}, nil
 		}
 		c, rec := ledger.DecideClaim(cur, req, now)
 		if rec == nil {
@@ -263,7 +263,7 @@ func (l *Ledger) claimedAsStored(ctx context.Context, req *ledger.ClaimRequest) 
 	if cur == nil || cur.Owner != req.Owner || cur.State != ledger.StateInProgress {
 		return ledger.Claim{}, fmt.Errorf("claim %q: the claim was written but the item is %+v", req.Key, cur)
 	}
-	return ledger.Claim{Outcome: ledger.Claimed, Record: *cur}, nil
+	return ledger.Claim{Outcome: ledger.Claimed, Record: *cur, LeaseLeft: req.Lease}, nil
 }
 
 // claimExpired writes a new record over an expired item (or where the item

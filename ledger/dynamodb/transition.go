@@ -260,6 +260,14 @@ func (l *Ledger) Release(ctx context.Context, key, owner string) error {
 	return l.guard("release", key, func() error { return l.release(ctx, key, owner) })
 }
 
+// ReleaseBatch releases many claims, up to Options.Concurrency at once,
+// one error per claim, as Release does each.
+func (l *Ledger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error {
+	return l.batch("release", len(refs), func(i int) string { return refs[i].Key }, func(i int) error {
+		return l.release(ctx, refs[i].Key, refs[i].Owner)
+	})
+}
+
 func (l *Ledger) release(ctx context.Context, key, owner string) error {
 	first := true // the last read saw a first claim (or none yet): delete it
 	return l.transition(ctx, "release", key, func(now time.Time, writeID string) *write {
@@ -313,6 +321,28 @@ func (l *Ledger) Extend(ctx context.Context, key, owner string, lease time.Durat
 		return time.Time{}, err
 	}
 	return expiry, nil
+}
+
+// ExtendBatch renews the leases of many claims, up to Options.Concurrency
+// at once, one error per claim, as Extend does each.
+func (l *Ledger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error {
+	var bad error
+	if lease <= 0 {
+		bad = fmt.Errorf("extend: lease must be positive: %w", ledger.ErrInvalidArgument)
+	} else if len(refs) > 0 {
+		bad = l.checkLease("extend", refs[0].Key, lease)
+	}
+	if bad != nil {
+		errs := make([]error, len(refs))
+		for i := range errs {
+			errs[i] = bad
+		}
+		return errs
+	}
+	return l.batch("extend", len(refs), func(i int) string { return refs[i].Key }, func(i int) error {
+		var expiry time.Time
+		return l.extend(ctx, refs[i].Key, refs[i].Owner, lease, &expiry)
+	})
 }
 
 func (l *Ledger) extend(ctx context.Context, key, owner string, lease time.Duration, expiry *time.Time) error {

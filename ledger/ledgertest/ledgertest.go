@@ -25,7 +25,9 @@ type Ledger interface {
 	Fail(ctx context.Context, f ledger.Failure) error
 	FailBatch(ctx context.Context, fs []ledger.Failure) []error
 	Release(ctx context.Context, key, owner string) error
+	ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error
 	Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error)
+	ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error
 	Reset(ctx context.Context, key string) error
 	Forget(ctx context.Context, key string) error
 	Get(ctx context.Context, key string) (ledger.Record, error)
@@ -337,6 +339,97 @@ func Run(t *testing.T, open Open) {
 		mustClaim(t, l, req("k", "b"), ledger.InProgress)
 		clock.Advance(lease)
 		mustClaim(t, l, req("k", "b"), ledger.Claimed)
+	})
+
+	// The time left of a lease is the ledger's to tell: a caller whose
+	// clock differs from the ledger's (a database server's) waits what
+	// the ledger says, not its own clock's idea of the expiry.
+	t.Run("LeaseLeft", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		c := mustClaim(t, l, req("k", "a"), ledger.Claimed)
+		if c.LeaseLeft != lease {
+			t.Fatalf("a new claim's lease left %v, want %v", c.LeaseLeft, lease)
+		}
+		clock.Advance(lease / 4)
+		c = mustClaim(t, l, req("k", "b"), ledger.InProgress)
+		if want := lease - lease/4; c.LeaseLeft != want {
+			t.Fatalf("in progress: lease left %v, want %v (the ledger's clock)", c.LeaseLeft, want)
+		}
+		cs, err := l.ClaimBatch(ctx, []ledger.ClaimRequest{req("j", "c"), req("j", "d")})
+		must(t, err)
+		if cs[0].Outcome != ledger.Claimed || cs[1].Outcome != ledger.InProgress || cs[1].LeaseLeft != lease {
+			t.Fatalf("a key twice in a batch: %v then %v with %v left, want claimed then in progress with %v left",
+				cs[0].Outcome, cs[1].Outcome, cs[1].LeaseLeft, lease)
+		}
+		clock.Advance(lease)
+		c = mustClaim(t, l, req("k", "b"), ledger.Claimed)
+		if !c.Takeover || c.LeaseLeft != lease {
+			t.Fatalf("takeover: %+v, want a takeover with the new lease %v left", c, lease)
+		}
+		for _, o := range []struct {
+			key string
+			end func() error
+		}{
+			{"done", func() error { return l.Complete(ctx, ledger.Completion{Key: "done", Owner: "a"}) }},
+			{"perm", func() error { return l.Fail(ctx, ledger.Failure{Key: "perm", Owner: "a", Permanent: true}) }},
+		} {
+			mustClaim(t, l, req(o.key, "a"), ledger.Claimed)
+			must(t, o.end())
+			if c, err := l.Claim(ctx, req(o.key, "b")); err != nil || c.LeaseLeft != 0 {
+				t.Fatalf("claim of %q: %+v, %v: want no lease left", o.key, c, err)
+			}
+		}
+	})
+
+	// The heartbeat of a received batch extends its claims in one call,
+	// and a stop gives back the unstarted ones in one call: each claim
+	// gets its own answer, as from Extend and Release.
+	t.Run("ExtendAndReleaseBatches", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		mustClaim(t, l, req("a", "o1"), ledger.Claimed)
+		mustClaim(t, l, req("b", "o1"), ledger.Claimed)
+		mustClaim(t, l, req("c", "o1"), ledger.Claimed)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "c", Owner: "o1"}))
+		clock.Advance(lease / 2)
+		errs := l.ExtendBatch(ctx, []ledger.ClaimRef{{Key: "b", Owner: "o1"}, {Key: "a", Owner: "o1"},
+			{Key: "a", Owner: "other"}, {Key: "c", Owner: "o1"}, {Key: "gone", Owner: "o1"}, {Key: "", Owner: "o1"}}, lease)
+		if len(errs) != 6 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ledger.ErrNotOwner) ||
+			!errors.Is(errs[3], ledger.ErrState) || !errors.Is(errs[4], ledger.ErrNotFound) || !errors.Is(errs[5], ledger.ErrInvalidKey) {
+			t.Fatalf("extend batch: %v", errs)
+		}
+		for _, k := range []string{"a", "b"} {
+			rec, err := l.Get(ctx, k)
+			must(t, err)
+			if !rec.LeaseExpiry.Equal(clock.Now().Add(lease)) {
+				t.Fatalf("%s: lease until %v after the batch, want %v", k, rec.LeaseExpiry, clock.Now().Add(lease))
+			}
+		}
+		if errs := l.ExtendBatch(ctx, []ledger.ClaimRef{{Key: "a", Owner: "o1"}}, Retention+time.Second); !errors.Is(errs[0], ledger.ErrInvalidArgument) {
+			t.Fatalf("extend batch beyond the retention: %v, want ErrInvalidArgument", errs)
+		}
+		if errs := l.ExtendBatch(ctx, nil, lease); len(errs) != 0 {
+			t.Fatalf("empty extend batch: %v", errs)
+		}
+		// b failed once and was claimed again: its release keeps its history.
+		must(t, l.Fail(ctx, ledger.Failure{Key: "b", Owner: "o1", Err: "first"}))
+		mustClaim(t, l, req("b", "o2"), ledger.Claimed)
+		errs = l.ReleaseBatch(ctx, []ledger.ClaimRef{{Key: "b", Owner: "o2"}, {Key: "a", Owner: "o1"},
+			{Key: "c", Owner: "o1"}, {Key: "a", Owner: "o1"}})
+		if len(errs) != 4 || errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], ledger.ErrState) || !errors.Is(errs[3], ledger.ErrNotFound) {
+			t.Fatalf("release batch: %v", errs)
+		}
+		if _, err := l.Get(ctx, "a"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("a released first claim: err %v, want ErrNotFound", err)
+		}
+		rec, err := l.Get(ctx, "b")
+		must(t, err)
+		if rec.State != ledger.StateFailed || rec.Attempts != 1 || rec.LastError != "first" {
+			t.Fatalf("b after its release: %+v", rec)
+		}
+		mustClaim(t, l, req("a", "o3"), ledger.Claimed)
+		mustClaim(t, l, req("b", "o3"), ledger.Claimed)
 	})
 
 	// A lease longer than the retention would let an in-progress record

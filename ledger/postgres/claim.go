@@ -89,10 +89,10 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 			if p+1 < len(order) && reqs[order[p+1]].Key == r.Key {
 				// The next request writes the same record: read what
 				// decided this one first.
-				b.Queue(l.q.readOne, []byte(r.Key))
+				b.Queue(l.q.readOne, now, []byte(r.Key))
 			}
 		}
-		b.Queue(l.q.readMany, keys)
+		b.Queue(l.q.readMany, now, keys)
 
 		br := l.pool.SendBatch(ctx, b)
 		defer br.Close()
@@ -108,10 +108,12 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 				taken[i] = &rw
 			}
 			if p+1 < len(order) && reqs[order[p+1]].Key == reqs[i].Key {
-				rw, _, err := scanRecord(br.QueryRow())
+				var at time.Time
+				rw, _, err := scanRecord(br.QueryRow(), &at)
 				if err != nil {
 					return err
 				}
+				rw.at = at
 				found[i] = &rw
 			}
 		}
@@ -121,11 +123,13 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 		}
 		last := map[string]*row{}
 		for rows.Next() {
-			rw, _, err := scanRecord(rows)
+			var at time.Time
+			rw, _, err := scanRecord(rows, &at)
 			if err != nil {
 				rows.Close()
 				return err
 			}
+			rw.at = at
 			last[rw.rec.Key] = &rw
 		}
 		rows.Close()
@@ -160,14 +164,15 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 // claim.
 func decide(req *ledger.ClaimRequest, taken, found *row, again bool) (ledger.Claim, error) {
 	if taken != nil {
-		return ledger.Claim{Outcome: ledger.Claimed, Record: taken.rec, Takeover: taken.takeover}, nil
+		return ledger.Claim{Outcome: ledger.Claimed, Record: taken.rec, Takeover: taken.takeover, LeaseLeft: req.Lease}, nil
 	}
 	if found == nil {
 		return ledger.Claim{}, fmt.Errorf("claim %q: the statement neither took the record nor found it", req.Key)
 	}
 	cur := found.rec
+	left := cur.LeaseExpiry.Sub(found.at)
 	if again && cur.State == ledger.StateInProgress && cur.Owner == req.Owner {
-		return ledger.Claim{Outcome: ledger.Claimed, Record: cur, Takeover: found.takeover}, nil
+		return ledger.Claim{Outcome: ledger.Claimed, Record: cur, Takeover: found.takeover, LeaseLeft: left}, nil
 	}
 	if len(cur.Fingerprint) > 0 && len(req.Fingerprint) > 0 && !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
 		return ledger.Claim{Outcome: ledger.Conflict, Record: cur}, nil
@@ -178,7 +183,7 @@ func decide(req *ledger.ClaimRequest, taken, found *row, again bool) (ledger.Cla
 	case cur.State == ledger.StateFailed && cur.Permanent:
 		return ledger.Claim{Outcome: ledger.FailedPermanently, Record: cur}, nil
 	case cur.State == ledger.StateInProgress:
-		return ledger.Claim{Outcome: ledger.InProgress, Record: cur}, nil
+		return ledger.Claim{Outcome: ledger.InProgress, Record: cur, LeaseLeft: left}, nil
 	}
 	return ledger.Claim{}, fmt.Errorf("claim %q: the statement did not take a record that is %s", req.Key, cur.State)
 }

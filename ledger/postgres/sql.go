@@ -76,9 +76,11 @@ WHERE o.expires <= excluded.claimed
 RETURNING ` + columns,
 
 		// The records claims did not take: each is locked by the claim's
-		// statement, so this reads the version that decided it.
-		readOne:  `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $1::bytea`,
-		readMany: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = ANY($1::bytea[])`,
+		// statement, so this reads the version that decided it. The
+		// clock comes with it, so that the time left of a lease is
+		// measured by the clock that decided it.
+		readOne:  `SELECT ` + columns + `, ` + nowExpr + ` FROM ` + t + ` WHERE key = $2::bytea`,
+		readMany: `SELECT ` + columns + `, ` + nowExpr + ` FROM ` + t + ` WHERE key = ANY($2::bytea[])`,
 
 		// Completions and failures of a batch, in one statement each.
 		// The records are first locked in key order, as claims lock them
@@ -195,6 +197,7 @@ func prefixed(p, list string) string {
 type row struct {
 	rec      ledger.Record
 	takeover bool
+	at       time.Time // the clock of the statement that read it, when it reads one
 }
 
 // scanRecord reads the columns of a record (see columns) and then extra.

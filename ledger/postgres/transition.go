@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -151,23 +153,8 @@ func (l *Ledger) transitionBatch(ctx context.Context, op string, items []item, q
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		live := map[string]*found{}
-		rows, err = br.Query()
+		live, err := readLive(br)
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var key, owner, lastErr []byte
-			f := &found{}
-			if err := rows.Scan(&key, &f.state, &f.permanent, &owner, &lastErr); err != nil {
-				rows.Close()
-				return err
-			}
-			f.owner, f.lastError = string(owner), string(lastErr)
-			live[string(key)] = f
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		if err := br.Close(); err != nil {
@@ -215,6 +202,27 @@ func (l *Ledger) explainOne(op, key, owner string, f *found, other func(*found) 
 	return other(f)
 }
 
+// readLive reads the rows of the explain statement: the live records of
+// its keys.
+func readLive(br pgx.BatchResults) (map[string]*found, error) {
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	live := map[string]*found{}
+	for rows.Next() {
+		var key, owner, lastErr []byte
+		f := &found{}
+		if err := rows.Scan(&key, &f.state, &f.permanent, &owner, &lastErr); err != nil {
+			return nil, err
+		}
+		f.owner, f.lastError = string(owner), string(lastErr)
+		live[string(key)] = f
+	}
+	return live, rows.Err()
+}
+
 // readFound reads the row of the explain statement for one key.
 func readFound(r pgx.Row) (*found, error) {
 	var key, owner, lastErr []byte
@@ -235,52 +243,131 @@ func readFound(r pgx.Row) (*found, error) {
 // first time is forgotten again. It fails with ledger.ErrNotOwner after a
 // takeover and ledger.ErrState when the record is not in progress.
 func (l *Ledger) Release(ctx context.Context, key, owner string) error {
-	if err := ledger.ValidateKey(key); err != nil {
-		return fmt.Errorf("release: %w", err)
-	}
-	var answer error
-	err := l.do(ctx, func(ctx context.Context, again bool) error {
-		now := l.clock()
-		b := &pgx.Batch{}
-		b.Queue(l.q.releaseLast, now, []byte(key), []byte(owner))
-		b.Queue(l.q.release, now, micros(l.cfg.retention), []byte(key), []byte(owner))
-		b.Queue(l.q.explain, now, [][]byte{[]byte(key)})
-		br := l.pool.SendBatch(ctx, b)
-		defer br.Close()
-		changed := 0
+	return l.ReleaseBatch(ctx, []ledger.ClaimRef{{Key: key, Owner: owner}})[0]
+}
+
+// ReleaseBatch releases many claims in one transaction and one round trip,
+// one error per claim, as Release does each.
+func (l *Ledger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error {
+	return l.eachBatch(ctx, "release", refs, func(b *pgx.Batch, now any, r ledger.ClaimRef) {
+		b.Queue(l.q.releaseLast, now, []byte(r.Key), []byte(r.Owner))
+		b.Queue(l.q.release, now, micros(l.cfg.retention), []byte(r.Key), []byte(r.Owner))
+	}, func(br pgx.BatchResults) (bool, error) {
+		changed := false
 		for range 2 {
 			tag, err := br.Exec()
 			if err != nil {
+				return false, err
+			}
+			changed = changed || tag.RowsAffected() > 0
+		}
+		return changed, nil
+	}, func(r ledger.ClaimRef, f *found, again bool) error {
+		if again && (f == nil || f.owner == r.Owner && f.state == stateFailed) {
+			return nil // the earlier attempt's release (of a first claim: forgotten)
+		}
+		return l.explainOne("release", r.Key, r.Owner, f, func(f *found) error {
+			return fmt.Errorf("release %q: record is %s: %w", r.Key, ledger.State(f.state), ledger.ErrState)
+		})
+	})
+}
+
+// ExtendBatch renews the leases of many claims to now+lease, now being the
+// server's clock, in one transaction and one round trip, one error per
+// claim, as Extend does each.
+func (l *Ledger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error {
+	var bad error
+	if lease <= 0 {
+		bad = fmt.Errorf("extend: lease must be positive: %w", ledger.ErrInvalidArgument)
+	} else if len(refs) > 0 {
+		bad = l.checkLease("extend", refs[0].Key, lease)
+	}
+	if bad != nil {
+		errs := make([]error, len(refs))
+		for i := range errs {
+			errs[i] = bad
+		}
+		return errs
+	}
+	return l.eachBatch(ctx, "extend", refs, func(b *pgx.Batch, now any, r ledger.ClaimRef) {
+		b.Queue(l.q.extend, now, micros(l.cfg.retention), []byte(r.Key), []byte(r.Owner), micros(lease))
+	}, func(br pgx.BatchResults) (bool, error) {
+		tag, err := br.Exec()
+		return tag.RowsAffected() > 0, err
+	}, func(r ledger.ClaimRef, f *found, again bool) error {
+		return l.explainOne("extend", r.Key, r.Owner, f, func(f *found) error {
+			return fmt.Errorf("extend %q: record is %s: %w", r.Key, ledger.State(f.state), ledger.ErrState)
+		})
+	})
+}
+
+// eachBatch sends the statements that queue adds for each claim, in key
+// order (the order claims lock records in), and an explaining read of the
+// live records, in one round trip. changed reads a claim's results and
+// says whether its statements changed the record; the answer of a claim
+// whose statements changed nothing is explain's, from the record found
+// (nil when there is none). again is true when an earlier attempt of the
+// call may have committed.
+func (l *Ledger) eachBatch(ctx context.Context, op string, refs []ledger.ClaimRef,
+	queue func(b *pgx.Batch, now any, r ledger.ClaimRef),
+	changed func(br pgx.BatchResults) (bool, error),
+	explain func(r ledger.ClaimRef, f *found, again bool) error) []error {
+	errs := make([]error, len(refs))
+	var order []int
+	var keys [][]byte
+	for i, r := range refs {
+		if err := ledger.ValidateKey(r.Key); err != nil {
+			errs[i] = fmt.Errorf("%s: %w", op, err)
+			continue
+		}
+		order = append(order, i)
+		keys = append(keys, []byte(r.Key))
+	}
+	if len(order) == 0 {
+		return errs
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(refs[a].Key, refs[b].Key) })
+	answers := make([]error, len(refs))
+	err := l.do(ctx, func(ctx context.Context, again bool) error {
+		now := l.clock()
+		b := &pgx.Batch{}
+		for _, i := range order {
+			queue(b, now, refs[i])
+		}
+		b.Queue(l.q.explain, now, keys)
+		br := l.pool.SendBatch(ctx, b)
+		defer br.Close()
+		took := make([]bool, len(refs))
+		for _, i := range order {
+			ok, err := changed(br)
+			if err != nil {
 				return err
 			}
-			changed += int(tag.RowsAffected())
+			took[i] = ok
 		}
-		f, err := readFound(br.QueryRow())
+		live, err := readLive(br)
 		if err != nil {
 			return err
 		}
 		if err := br.Close(); err != nil {
 			return err
 		}
-		answer = nil
-		if changed > 0 {
-			return nil
-		}
-		if again && f == nil {
-			return nil // the earlier attempt forgot the first claim
-		}
-		answer = l.explainOne("release", key, owner, f, func(f *found) error {
-			if again && f.state == stateFailed {
-				return nil // the earlier attempt's release
+		for _, i := range order {
+			answers[i] = nil
+			if !took[i] {
+				answers[i] = explain(refs[i], live[refs[i].Key], again)
 			}
-			return fmt.Errorf("release %q: record is %s: %w", key, ledger.State(f.state), ledger.ErrState)
-		})
+		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("release %q: %w", key, err)
+	for _, i := range order {
+		if err != nil {
+			errs[i] = fmt.Errorf("%s %q: %w", op, refs[i].Key, err)
+		} else {
+			errs[i] = answers[i]
+		}
 	}
-	return answer
+	return errs
 }
 
 // Extend renews the claim's lease to now+lease (the heartbeat), now being
