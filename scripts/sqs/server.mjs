@@ -17,8 +17,56 @@
 //
 // fauxqs' own startFauxqs() always binds 0.0.0.0; this script builds the same
 // Fastify app with buildApp() and binds it to the loopback interface instead.
+//
+// FIFO receives return what SQS returns: up to ten messages of one group in
+// one receive, in order, behind each other (AWS: "Amazon SQS FIFO queues
+// ... messages ... in the same message group ID are returned in order";
+// a receive may return several of one group). fauxqs 1.9.2 returns only a
+// group's head and locks the group until it is settled, which would hide
+// every case of a message that waits behind another of its group in a
+// worker's hands. fifoLikeSQS below makes one receive take a group's next
+// messages too; the group stays locked for other receives while any of
+// them is in flight, as before.
 
 import { buildApp } from "fauxqs";
+import { SqsQueue } from "./node_modules/fauxqs/dist/sqs/sqsStore.js";
+
+fifoLikeSQS(SqsQueue);
+
+// fifoLikeSQS wraps dequeueFifo, which takes at most one message per
+// unlocked group per call: it calls it again while the receive has room,
+// letting each call see the groups that this receive locked (and only
+// those) as unlocked, so that their next messages follow in order.
+function fifoLikeSQS(Queue) {
+  const dequeueOne = Queue.prototype.dequeueFifo;
+  if (typeof dequeueOne !== "function") {
+    throw new Error("fauxqs has no SqsQueue.dequeueFifo: the FIFO receive patch does not fit this version");
+  }
+  Queue.prototype.dequeueFifo = function (maxCount, visibilityTimeoutOverride, dlqResolver) {
+    const want = Math.min(maxCount, 10);
+    const lockedBefore = new Set(this.fifoLockedGroups.keys());
+    const out = [];
+    for (;;) {
+      const mine = new Map();
+      for (const [group, n] of this.fifoLockedGroups) {
+        if (!lockedBefore.has(group)) {
+          mine.set(group, n);
+        }
+      }
+      for (const group of mine.keys()) {
+        this.fifoLockedGroups.delete(group);
+      }
+      const got = dequeueOne.call(this, want - out.length, visibilityTimeoutOverride, dlqResolver);
+      for (const [group, n] of mine) {
+        this.fifoLockedGroups.set(group, (this.fifoLockedGroups.get(group) ?? 0) + n);
+      }
+      out.push(...got);
+      if (got.length === 0 || out.length >= want) {
+        return out;
+      }
+    }
+  };
+}
 
 import { HOST, intFromEnv, serve } from "../lib/server.mjs";
 
