@@ -38,8 +38,12 @@ type Ledger interface {
 	// call, so that a shared ledger makes one round trip for them.
 	CompleteBatch(ctx context.Context, cs []ledger.Completion) []error
 	Fail(ctx context.Context, f ledger.Failure) error
-	Release(ctx context.Context, key, owner string) error
-	Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error)
+	// ReleaseBatch gives back claims whose work never started, one error
+	// per claim: the messages of a batch that a stop gives back.
+	ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error
+	// ExtendBatch renews leases, one error per claim: the heartbeat of
+	// the claimed messages of one received batch.
+	ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error
 	Sweep(ctx context.Context) (int, error)
 }
 

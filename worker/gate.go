@@ -44,6 +44,17 @@ func isFatal(err error) bool {
 // claimFailed records that a batch's claims could not be recorded.
 func (w *Worker) claimFailed(err error) {
 	w.stats.claimFailures.Add(1)
+	w.ledgerFailed(err, "the ledger cannot record claims: no new work starts until it can; running work goes on")
+}
+
+// completionFailed records that a completion could not be recorded: no
+// new work starts either, since its completion could not be recorded
+// now.
+func (w *Worker) completionFailed(err error) {
+	w.ledgerFailed(err, "the ledger cannot record completions: no new work starts until it records again; done work waits out of sight")
+}
+
+func (w *Worker) ledgerFailed(err error, why string) {
 	g := &w.gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -52,12 +63,12 @@ func (w *Worker) claimFailed(err error) {
 	}
 	if !g.down {
 		g.down, g.since = true, w.now()
-		w.log.Error("the ledger cannot record claims: no new work starts until it can; running work goes on", "error", err)
+		w.log.Error(why, "error", err)
 	}
 }
 
-// claimsRecorded records that the ledger took a batch's claims (or answered
-// a ping).
+// claimsRecorded records that the ledger took a batch's claims or a
+// completion (or answered a ping).
 func (w *Worker) claimsRecorded() {
 	g := &w.gate
 	g.mu.Lock()

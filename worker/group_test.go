@@ -73,7 +73,8 @@ func TestWorker_FIFOWaitingMessagesKept(t *testing.T) {
 	var deleters, completers, jobs sync.WaitGroup
 	deleters.Go(w.deleteLoop)
 	completers.Go(w.completeLoop)
-	w.dispatch(ctx, ctx, msgs, &jobs)
+	w.inHand.Add(int64(len(msgs)))
+	w.dispatch(ctx, ctx, time.Now(), msgs, &jobs)
 
 	// While the group runs, nothing of it may be received again.
 	again := make(chan []string, 1)

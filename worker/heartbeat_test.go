@@ -22,7 +22,7 @@ func TestWorker_HeartbeatDoesNotDelayCompletion(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{maxReceive: 5})
 	faults := sqstest.NewFaults(1, nil)
-	faults.Set("ChangeMessageVisibility", sqstest.Rates{Timeout: 1})
+	faults.Set("ChangeMessageVisibilityBatch", sqstest.Rates{Timeout: 1})
 	client := sqstest.NewClient(t, faults)
 	cfg := b.config() // a heartbeat every 2s/3
 	var returned atomic.Int64
@@ -53,7 +53,7 @@ func TestWorker_HeartbeatDoesNotDelayCompletion(t *testing.T) {
 	if gap := rec.Completed.Sub(time.Unix(0, returned.Load())); gap > time.Second {
 		t.Errorf("completion recorded %v after the handler returned", gap)
 	}
-	if faults.Count("ChangeMessageVisibility", sqstest.Timeout) == 0 {
+	if faults.Count("ChangeMessageVisibilityBatch", sqstest.Timeout) == 0 {
 		t.Fatal("no heartbeat ran into the hanging visibility call: the test did not test anything")
 	}
 
@@ -75,8 +75,12 @@ func TestWorker_HeartbeatDoesNotDelayCompletion(t *testing.T) {
 // that refuses writes for a while.
 type noExtend struct{ *ledger.DB }
 
-func (noExtend) Extend(context.Context, string, string, time.Duration) (time.Time, error) {
-	return time.Time{}, errors.New("ledger write refused")
+func (noExtend) ExtendBatch(_ context.Context, refs []ledger.ClaimRef, _ time.Duration) []error {
+	errs := make([]error, len(refs))
+	for i := range errs {
+		errs[i] = errors.New("ledger write refused")
+	}
+	return errs
 }
 
 // A duplicate of an operation this process is running must not be claimed

@@ -119,9 +119,10 @@ func (w *Worker) register(r prometheus.Registerer) error {
 	return nil
 }
 
-// inFlight is the number of messages in hand: running, waiting for a
-// handler, or being settled.
-func (w *Worker) inFlight() int { return cap(w.slots) - len(w.slots) }
+// inFlight is the number of messages in hand: received and not settled
+// yet (running, waiting for a handler or their group, or being settled).
+// A poller's slots held for a receive in flight are not messages.
+func (w *Worker) inFlight() int { return int(w.inHand.Load()) }
 
 // instrumented counts the calls and errors of an SQSClient.
 type instrumented struct {

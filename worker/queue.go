@@ -270,14 +270,34 @@ func (w *Worker) deleteBatch(batch *deleteBatch) {
 }
 
 // makeVisible sets the visibility of messages to d from now, so that they
-// are received again after d.
+// are received again after d. A change that SQS refused for now (throttled,
+// a server error, no answer) is tried again a few times, for up to about
+// visibilityRetries: a message whose change is lost stays out of sight for
+// the receive's whole visibility timeout instead.
 func (w *Worker) makeVisible(msgs []types.Message, d time.Duration) {
-	w.changeVisibility(context.Background(), msgs, d)
+	start := time.Now()
+	for attempt := 1; len(msgs) > 0; attempt++ {
+		msgs = w.changeVisibility(context.Background(), msgs, d-time.Since(start))
+		if len(msgs) == 0 || attempt == visibilityAttempts {
+			break
+		}
+		time.Sleep(backoff(attempt, 100*time.Millisecond, time.Second))
+	}
+	if len(msgs) > 0 {
+		w.log.Warn("could not change visibility: the messages return after the receive's visibility timeout instead", "messages", len(msgs))
+	}
 }
 
+// visibilityAttempts is how often makeVisible tries a change: with its
+// back-off, about two seconds in all.
+const visibilityAttempts = 4
+
 // changeVisibility sets the visibility of messages to d from now, ten at a
-// time, each call bounded by sqsCallTimeout and ctx.
-func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, d time.Duration) {
+// time, each call bounded by sqsCallTimeout and ctx. It returns the
+// messages whose change may succeed if tried again: those of calls that
+// failed, and entries that SQS failed on its side; an entry refused for the
+// caller's fault (a receipt handle no longer valid) is not.
+func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, d time.Duration) (again []types.Message) {
 	secs := int32(min(max((d+time.Second-1)/time.Second, 0), MaxVisibility/time.Second))
 	for start := 0; start < len(msgs) && parent.Err() == nil; start += MaxMessagesPerReceive {
 		chunk := msgs[start:min(start+MaxMessagesPerReceive, len(msgs))]
@@ -297,14 +317,22 @@ func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, 
 		cancel()
 		if err != nil {
 			if parent.Err() == nil {
-				w.log.Warn("could not change visibility: the messages return after the receive's visibility timeout instead", "error", err, "messages", len(chunk))
+				w.log.Debug("changing visibility failed", "error", err, "messages", len(chunk))
 			}
+			again = append(again, chunk...)
 			continue
 		}
 		for _, f := range out.Failed {
+			if !f.SenderFault {
+				if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(chunk) {
+					again = append(again, chunk[i])
+					continue
+				}
+			}
 			w.log.Warn("could not change visibility of a message", "code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
 		}
 	}
+	return again
 }
 
 // Attributes the worker adds to a message it moves to the dead-letter queue.

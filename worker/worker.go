@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,26 +46,38 @@ type Worker struct {
 	// does not run. handlers bound the handlers running: a message takes
 	// one (a send) when its handler starts and gives it back (a receive)
 	// when it returns.
-	slots     chan struct{}
-	handlers  chan struct{}
+	slots    chan struct{}
+	handlers chan struct{}
+	// inHand counts the messages received and not yet settled. slotDebt
+	// counts slots that went back to the pool while their message was
+	// still in hand (a completion that the ledger did not take at once):
+	// the next slots to come free pay them back, so that the messages in
+	// hand never exceed the slots.
+	inHand    atomic.Int64
+	slotDebt  atomic.Int64
 	completes chan completion
 	// completeLinger bounds how long a completion waits for its
 	// batch's other messages (see complete.go).
 	completeLinger time.Duration
 	deletes        chan deletion
-	hurry          chan struct{} // closed by StopNow
+	beats          sync.WaitGroup // the keepers' beats in flight
+	hurry          chan struct{}  // closed by StopNow
 	hurryOne       sync.Once
 	stats          counters
 	gate           gate
 	metrics        *metrics
 	now            func() time.Time
 
-	// active holds the keys this process is working on. A delivery of one
-	// of them is not claimed again here, even when the ledger would let it
-	// (its lease lapsed while the process was paused, or could not be
-	// extended): the work is running, here.
+	// active holds the keys this process is claiming or working on, and
+	// the job that holds each. A delivery of one of them from another
+	// receive is not claimed here, even when the ledger would let it (its
+	// lease lapsed while the process was paused, or could not be
+	// extended): the work is running, here. And a record in progress
+	// under one of this process's owner tokens whose key is not active is
+	// a claim this process holds without working on it (its failure or
+	// release could not be recorded): it is released and claimed again.
 	activeMu sync.Mutex
-	active   map[string]struct{}
+	active   map[string]*job
 
 	healthMu    sync.Mutex
 	running     bool
@@ -98,7 +110,7 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 		cfg:            cfg,
 		sqs:            instrumented{SQSClient: client, m: m},
 		metrics:        m,
-		active:         map[string]struct{}{},
+		active:         map[string]*job{},
 		pollers:        make([]pollerState, cfg.Pollers),
 		ledger:         l,
 		handler:        h,
@@ -217,6 +229,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	cancelWork()
 	<-drained
+	// Every message has left its keeper: no beat starts any more, and
+	// those in flight end within a beat interval.
+	w.beats.Wait()
 	close(w.completes)
 	completers.Wait()
 	close(w.deletes)
@@ -258,6 +273,7 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 			return nil
 		}
 		w.turn(i, false)
+		sent := time.Now() // the visibility timeout runs from about then
 		msgs, err := w.receive(ctx, n)
 		w.turn(i, false)
 		if n > len(msgs) {
@@ -279,15 +295,16 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 			continue
 		}
 		w.stats.received.Add(int64(len(msgs)))
+		w.inHand.Add(int64(len(msgs)))
 		if ctx.Err() != nil {
 			// Received as the stop came: give them back untouched.
 			w.makeVisible(msgs, 0)
-			w.freeSlots(len(msgs))
+			w.settled(len(msgs))
 			return nil
 		}
 		// Claim and start the batch while this loop receives the next:
 		// the claim's commit (an fsync) need not hold back the poll.
-		jobs.Go(func() { w.dispatch(ctx, workCtx, msgs, jobs) })
+		jobs.Go(func() { w.dispatch(ctx, workCtx, sent, msgs, jobs) })
 	}
 	return nil
 }
@@ -333,9 +350,43 @@ func (w *Worker) acquire(ctx context.Context, max int) int {
 // before it receives.
 const acquireLinger = 2 * time.Millisecond
 
+// freeSlots gives n slots back to the pool, paying the debt first.
 func (w *Worker) freeSlots(n int) {
+	for n > 0 {
+		d := w.slotDebt.Load()
+		if d == 0 {
+			break
+		}
+		if w.slotDebt.CompareAndSwap(d, d-1) {
+			n--
+		}
+	}
 	for range n {
 		w.slots <- struct{}{}
+	}
+}
+
+// settled says that n messages are settled: out of hand, their slots free.
+func (w *Worker) settled(n int) {
+	w.inHand.Add(-int64(n))
+	w.freeSlots(n)
+}
+
+// owe records that a message whose slot went back to the pool is still in
+// hand; repay, once it is settled, cancels the debt or, when a slot paid
+// it already, gives that slot back.
+func (w *Worker) owe() { w.slotDebt.Add(1) }
+
+func (w *Worker) repay() {
+	for {
+		d := w.slotDebt.Load()
+		if d == 0 {
+			w.slots <- struct{}{}
+			return
+		}
+		if w.slotDebt.CompareAndSwap(d, d-1) {
+			return
+		}
 	}
 }
 
@@ -385,8 +436,11 @@ type job struct {
 	claim      ledger.Claim
 	owner      string
 	claimed    bool // the ledger holds a claim of ours for it
-	running    bool // this process is already working on the key
+	running    bool // this process is already working on the key, for another receive
+	holds      bool // the job holds its key in Worker.active
 	sib        *siblings
+	keep       *keeper // the keeper of its received batch
+	kept       kept    // guarded by keep.mu
 }
 
 func (j *job) id() string { return aws.ToString(j.msg.MessageId) }
@@ -396,19 +450,22 @@ func (j *job) groupID() string {
 }
 
 // dispatch derives keys, claims the keyed messages in one ledger commit and
-// starts their handling. It does not wait for the work.
-func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jobs *sync.WaitGroup) {
+// starts their handling. It does not wait for the work. The batch's keeper
+// keeps the messages out of sight from the receive (sent is when it was
+// sent) until each is settled.
+func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []types.Message, jobs *sync.WaitGroup) {
 	all := make([]*job, len(msgs))
-	var reqs []ledger.ClaimRequest
-	var keyed []*job
 	for i, m := range msgs {
 		j := &job{msg: m, body: []byte(aws.ToString(m.Body))}
 		all[i] = j
 		j.opened = w.keyer.open(j.body, m.MessageAttributes)
 	}
+	keep := w.keepBatch(sent, all)
 	// The key needs the payload: a pointer's is read from S3 first, and a
 	// message whose payload cannot be read is not claimed.
 	w.readPayloads(ctx, all)
+	var reqs []ledger.ClaimRequest
+	var keyed []*job
 	for _, j := range all {
 		if j.payloadErr != nil {
 			continue
@@ -417,11 +474,11 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		if j.keyErr != nil {
 			continue
 		}
-		if w.isActive(j.key.key) {
+		if !w.hold(j, all) {
 			j.running = true
 			continue
 		}
-		j.owner = w.ownerID + "/" + strconv.FormatUint(w.claimN.Add(1), 10)
+		j.owner = w.newOwner()
 		reqs = append(reqs, ledger.ClaimRequest{
 			Key:         j.key.key,
 			Fingerprint: j.key.fingerprint,
@@ -431,33 +488,19 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		})
 		keyed = append(keyed, j)
 	}
-	var claimErr error
-	if len(reqs) > 0 {
-		claims, err := w.ledger.ClaimBatch(context.WithoutCancel(ctx), reqs)
-		if err != nil {
-			claimErr = err
-			w.claimFailed(err)
-		} else {
-			w.claimsRecorded()
-			for i, j := range keyed {
-				j.claim = claims[i]
-				j.claimed = claims[i].Outcome == ledger.Claimed
-				if j.claimed {
-					w.setActive(j.key.key, true)
-				}
-			}
-		}
-	}
-	if claimErr != nil {
-		// Nothing was claimed: every keyed message comes back after a
-		// back-off, and the ledger may work again by then.
-		w.log.Error("ledger claim failed: leaving the batch for redelivery", "error", claimErr, "messages", len(keyed))
+	if err := w.claim(ctx, keyed, reqs); err != nil {
+		// Nothing was claimed, or the outcome is unknown: every keyed
+		// message comes back after a back-off, and the ledger may work
+		// again by then. A claim that was written after all is this
+		// process's, on no work: its redelivery releases it.
+		w.log.Error("ledger claim failed: leaving the batch for redelivery", "error", err, "messages", len(keyed))
 		var retry []types.Message
 		for _, j := range keyed {
+			keep.leave(j, true)
 			retry = append(retry, j.msg)
 		}
 		w.makeVisible(retry, w.cfg.MinBackoff)
-		w.freeSlots(len(keyed))
+		w.settled(len(keyed))
 		for _, j := range all {
 			if j.payloadErr != nil || j.keyErr != nil || j.running {
 				jobs.Add(1)
@@ -469,8 +512,8 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 	if ctx.Err() != nil {
 		// The stop came while the claims were being written: none of
 		// this batch has started, so all of it goes back.
-		w.giveBack(all)
-		w.freeSlots(len(all))
+		keep.giveBack(all, false, 0)
+		w.settled(len(all))
 		return
 	}
 	if !w.queue.fifo {
@@ -481,7 +524,8 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 		}
 		return
 	}
-	// FIFO: the messages of one group run in order, one at a time.
+	// FIFO: the messages of one group run in order, one at a time; those
+	// behind the first wait, kept by the keeper, and go back at a stop.
 	var order []string
 	groups := map[string][]*job{}
 	for _, j := range all {
@@ -493,147 +537,122 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, msgs []types.Message, jo
 	}
 	for _, g := range order {
 		group := groups[g]
+		for _, j := range group[1:] {
+			keep.setBehind(j, true)
+		}
+		w.stats.groupWaited.Add(int64(len(group) - 1))
 		jobs.Go(func() { w.processGroup(ctx, workCtx, group) })
 	}
 }
 
+// claim claims the keyed jobs' operations (reqs) in one ledger call,
+// bounded by claimTimeout, and records the outcomes in the jobs. Jobs that
+// are not Claimed let go of their keys. On error no job is claimed, and
+// none holds its key.
+func (w *Worker) claim(ctx context.Context, keyed []*job, reqs []ledger.ClaimRequest) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	start := time.Now()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.claimTimeout())
+	claims, err := w.ledger.ClaimBatch(cctx, reqs)
+	cancel()
+	if err != nil {
+		w.claimFailed(err)
+		for _, j := range keyed {
+			w.letGo(j)
+		}
+		return err
+	}
+	w.claimsRecorded()
+	for i, j := range keyed {
+		j.claim = claims[i]
+		j.claimed = claims[i].Outcome == ledger.Claimed
+		if j.claimed {
+			j.keep.claimed(j, start)
+		} else {
+			w.letGo(j)
+		}
+	}
+	return nil
+}
+
+// claimTimeout bounds a claim call (and a release): half the visibility
+// timeout, at least five seconds. The keeper keeps the messages out of
+// sight meanwhile; a claim that takes longer is taken as failed, its
+// outcome unknown (a claim written after all is released when its message
+// comes back).
+func (w *Worker) claimTimeout() time.Duration {
+	return max(w.cfg.VisibilityTimeout/2, 5*time.Second)
+}
+
+// newOwner returns a new owner token of this process.
+func (w *Worker) newOwner() string {
+	return w.ownerID + "/" + strconv.FormatUint(w.claimN.Add(1), 10)
+}
+
+// ownedHere reports whether owner is a token of this process.
+func (w *Worker) ownedHere(owner string) bool {
+	return len(owner) > len(w.ownerID) && owner[len(w.ownerID)] == '/' && owner[:len(w.ownerID)] == w.ownerID
+}
+
 // processGroup handles one FIFO group's messages in order. At the first
 // message that is left for a retry, or when the worker stops, the rest are
-// given back unstarted so they cannot run out of order.
-//
-// While one message runs, the messages waiting behind it are kept: their
-// visibility and their claims' leases are extended with the same rhythm as
-// the running message's heartbeat, so that none comes back (raising its
-// receive count towards the dead-letter queue) while it waits its turn.
+// given back unstarted so they cannot run out of order. The messages
+// waiting behind the one running are kept by the batch's keeper, so that
+// none comes back (raising its receive count towards the dead-letter
+// queue) while it waits its turn; one whose claim is lost meanwhile never
+// starts.
 func (w *Worker) processGroup(ctx, workCtx context.Context, group []*job) {
-	keep := w.keepWaiting(group)
-	defer keep.stop()
 	for i, j := range group {
 		if ctx.Err() != nil {
-			keep.stop()
-			w.giveBack(group[i:])
-			w.freeSlots(len(group) - i)
+			j.keep.giveBack(group[i:], true, 0)
+			w.settled(len(group) - i)
 			return
 		}
-		keep.waitingFrom(i + 1)
+		j.keep.setBehind(j, false)
 		ok := w.process(ctx, workCtx, j, nil)
-		w.freeSlots(1)
+		w.settled(1)
 		if !ok {
-			keep.stop()
-			w.giveBack(group[i+1:])
-			w.freeSlots(len(group) - i - 1)
+			j.keep.giveBack(group[i+1:], false, 0)
+			w.settled(len(group) - i - 1)
 			return
 		}
 	}
-}
-
-// keeper extends the visibility and leases of a FIFO group's messages that
-// wait behind the one running. It is a timer, not a goroutine: most groups
-// are done before the first beat.
-type keeper struct {
-	w     *Worker
-	group []*job
-	every time.Duration
-
-	mu      sync.Mutex
-	from    int // group[from:] are waiting
-	stopped bool
-	t       *time.Timer
-	ctx     context.Context // made at the first beat; cancelled by stop
-	cancel  context.CancelFunc
-	beats   sync.WaitGroup
-}
-
-func (w *Worker) keepWaiting(group []*job) *keeper {
-	k := &keeper{w: w, group: group, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond), from: len(group)}
-	if len(group) > 1 {
-		k.mu.Lock()
-		k.t = time.AfterFunc(k.every, k.fire)
-		k.mu.Unlock()
-	}
-	return k
-}
-
-// waitingFrom says that group[i:] are now the waiting messages.
-func (k *keeper) waitingFrom(i int) {
-	k.mu.Lock()
-	k.from = i
-	k.mu.Unlock()
-}
-
-func (k *keeper) fire() {
-	k.mu.Lock()
-	if k.stopped || k.from >= len(k.group) {
-		k.mu.Unlock()
-		return
-	}
-	if k.ctx == nil {
-		k.ctx, k.cancel = context.WithCancel(context.Background())
-	}
-	ctx, waiting := k.ctx, k.group[k.from:]
-	k.beats.Add(1)
-	k.mu.Unlock()
-	defer k.beats.Done()
-
-	bctx, cancel := context.WithTimeout(ctx, k.every)
-	defer cancel()
-	w := k.w
-	msgs := make([]types.Message, 0, len(waiting))
-	for _, j := range waiting {
-		msgs = append(msgs, j.msg)
-		if !j.claimed {
-			continue
-		}
-		if _, err := w.ledger.Extend(bctx, j.key.key, j.owner, w.cfg.VisibilityTimeout); err != nil && ctx.Err() == nil {
-			w.log.Warn("extending the lease of a message waiting in its FIFO group failed", "key", j.key.key, "message_id", j.id(), "error", err)
-		}
-	}
-	if ctx.Err() == nil {
-		w.changeVisibility(bctx, msgs, w.cfg.VisibilityTimeout)
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if !k.stopped {
-		k.t.Reset(k.every)
-	}
-}
-
-// stop ends the keeping, cancels a beat in flight and waits for it. It may
-// be called more than once.
-func (k *keeper) stop() {
-	k.mu.Lock()
-	k.stopped = true
-	if k.t != nil {
-		k.t.Stop()
-	}
-	cancel := k.cancel
-	k.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	k.beats.Wait()
 }
 
 // giveBack gives back messages whose work never started: their claims are
-// released in the ledger and they become visible at once. Their slots are
-// the caller's to free.
-func (w *Worker) giveBack(js []*job) {
+// released in the ledger, in one call, and they become visible after wait
+// (at once, mostly). Their slots are the caller's to free.
+func (w *Worker) giveBack(js []*job, wait time.Duration) {
 	if len(js) == 0 {
 		return
 	}
-	bg := context.Background()
 	msgs := make([]types.Message, 0, len(js))
+	var refs []ledger.ClaimRef
+	var claimed []*job
 	for _, j := range js {
 		if j.claimed {
-			if err := w.ledger.Release(bg, j.key.key, j.owner); err != nil {
-				w.log.Warn("release claim failed", "key", j.key.key, "message_id", j.id(), "error", err)
-			}
-			w.setActive(j.key.key, false)
+			refs = append(refs, ledger.ClaimRef{Key: j.key.key, Owner: j.owner})
+			claimed = append(claimed, j)
 		}
 		msgs = append(msgs, j.msg)
 	}
+	if len(refs) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), w.claimTimeout())
+		errs := w.ledger.ReleaseBatch(ctx, refs)
+		cancel()
+		for i, err := range errs {
+			if err != nil {
+				w.log.Warn("release claim failed", "key", refs[i].Key, "message_id", claimed[i].id(), "error", err)
+			}
+		}
+		for _, j := range claimed {
+			w.letGo(j)
+		}
+	}
 	w.stats.givenBack.Add(int64(len(js)))
-	w.makeVisible(msgs, 0)
+	w.makeVisible(msgs, wait)
 }
 
 // slot is one message's hold on handler capacity, given back once. It is
@@ -657,6 +676,7 @@ func (s *slot) free() {
 // closure for every message.
 func (w *Worker) processAlone(ctx, workCtx context.Context, j *job, jobs *sync.WaitGroup) {
 	defer jobs.Done()
+	defer w.inHand.Add(-1)
 	s := slot{w: w}
 	defer s.free()
 	w.process(ctx, workCtx, j, &s)
@@ -670,8 +690,14 @@ func (w *Worker) processAlone(ctx, workCtx context.Context, j *job, jobs *sync.W
 func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	log := newJobLog(w.log, j.id())
 	defer w.leaveSiblings(j)
-	if j.claimed {
-		defer w.setActive(j.key.key, false)
+	defer w.letGo(j)
+	defer j.keep.leave(j, true)
+	if j.claim.Err == nil && j.claim.Outcome == ledger.InProgress && w.ownedHere(j.claim.Record.Owner) && !w.isActive(j.key.key) {
+		w.reclaim(ctx, j, &log)
+	}
+	if !j.claimed {
+		// Settled here and now: no more keeping.
+		j.keep.leave(j, true)
 	}
 	if j.running {
 		w.stats.inProgressElsewhere.Add(1)
@@ -702,7 +728,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	case ledger.Claimed:
 		if j.claim.Takeover {
 			w.stats.takeovers.Add(1)
-			log.Warn("took over an operation whose lease had lapsed", "previous_owner_lease", j.claim.Record.LeaseExpiry)
+			log.Warn("took over an operation whose lease had lapsed: its previous attempt may have been cut off, or may still be running on a host that stopped answering")
 		}
 		return w.run(ctx, workCtx, j, s, &log)
 	case ledger.AlreadyComplete:
@@ -712,10 +738,11 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 		return true
 	case ledger.InProgress:
 		w.stats.inProgressElsewhere.Add(1)
-		wait := j.claim.Record.LeaseExpiry.Sub(w.now()) + time.Second
-		if strings.HasPrefix(j.claim.Record.Owner, w.ownerID+"/") {
-			// Our own claim (a copy in the same batch, say): it will be
-			// settled soon, so look again well before its lease lapses.
+		wait := w.untilLapsed(j.claim.LeaseLeft)
+		if w.ownedHere(j.claim.Record.Owner) {
+			// Our own claim, running here (a copy in the same batch, say):
+			// it will be settled soon, so look again well before its
+			// lease lapses.
 			wait = min(wait, w.recheck())
 		}
 		log.Info("operation in progress under another claim: retry when it is settled or its lease lapses", "retry_in", wait)
@@ -734,21 +761,95 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	return false
 }
 
+// untilLapsed is the back-off of a delivery whose operation is in progress
+// under a claim with left of its lease to run (by the ledger's clock): a
+// second past it, bounded below by the recheck and above by SQS's limit, so
+// that neither a lease about to lapse nor a clock that disagrees makes a
+// delivery come back at once, again and again, towards the dead-letter
+// queue.
+func (w *Worker) untilLapsed(left time.Duration) time.Duration {
+	return min(max(left+time.Second, w.recheck()), MaxVisibility)
+}
+
+// reclaim deals with a record in progress under one of this process's own
+// claims that no job here works on: a claim whose failure, release or
+// outcome could not be recorded (the ledger failed at that moment). Nobody
+// will settle it, and its lease would send every redelivery back until it
+// lapsed, each raising the receive count towards the dead-letter queue.
+// reclaim releases that claim and claims the operation again for j, which
+// then goes on with the new claim's outcome. When the ledger cannot do it
+// now, j keeps its InProgress answer and waits out the stale lease.
+func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
+	stale := j.claim.Record.Owner
+	if !w.hold(j, nil) {
+		return // another job here took the key meanwhile: it is running
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.claimTimeout())
+	defer cancel()
+	if err := w.ledger.ReleaseBatch(cctx, []ledger.ClaimRef{{Key: j.key.key, Owner: stale}})[0]; err != nil && !claimLost(err) {
+		w.letGo(j)
+		log.Warn("found this process's own stale claim of an operation it is not running, and could not release it: waiting for its lease to lapse",
+			"key", j.key.key, "stale_owner", stale, "error", err)
+		return
+	}
+	owner := w.newOwner()
+	start := time.Now()
+	cs, err := w.ledger.ClaimBatch(cctx, []ledger.ClaimRequest{{Key: j.key.key, Fingerprint: j.key.fingerprint, Owner: owner,
+		Lease: w.cfg.VisibilityTimeout, MessageID: j.id()}})
+	if err != nil {
+		w.letGo(j)
+		w.claimFailed(err)
+		log.Warn("released this process's own stale claim, but could not claim the operation again: leaving the message", "key", j.key.key, "error", err)
+		j.claim.LeaseLeft = 0
+		return
+	}
+	w.claimsRecorded()
+	w.stats.staleReclaimed.Add(1)
+	j.owner, j.claim = owner, cs[0]
+	j.claimed = cs[0].Outcome == ledger.Claimed
+	if j.claimed {
+		j.keep.claimed(j, start)
+	} else {
+		w.letGo(j)
+	}
+	log.Warn("released this process's own stale claim of an operation it was not running (its failure or release could not be recorded) and claimed it again",
+		"key", j.key.key, "stale_owner", stale, "outcome", cs[0].Outcome)
+}
+
+// hold makes j the holder of its key in Worker.active and reports true,
+// unless a job of another receive holds it. A job of batch (the same
+// receive) that holds it already lets j go on to claim without holding:
+// the ledger then answers j InProgress under that job's claim, or the same
+// as that job (a duplicate, say).
+func (w *Worker) hold(j *job, batch []*job) bool {
+	w.activeMu.Lock()
+	defer w.activeMu.Unlock()
+	if h, ok := w.active[j.key.key]; ok {
+		return h != j && slices.Contains(batch, h)
+	}
+	w.active[j.key.key] = j
+	j.holds = true
+	return true
+}
+
+// letGo gives up j's hold of its key, if it has one.
+func (w *Worker) letGo(j *job) {
+	if !j.holds {
+		return
+	}
+	w.activeMu.Lock()
+	defer w.activeMu.Unlock()
+	if w.active[j.key.key] == j {
+		delete(w.active, j.key.key)
+	}
+	j.holds = false
+}
+
 func (w *Worker) isActive(key string) bool {
 	w.activeMu.Lock()
 	defer w.activeMu.Unlock()
 	_, ok := w.active[key]
 	return ok
-}
-
-func (w *Worker) setActive(key string, on bool) {
-	w.activeMu.Lock()
-	defer w.activeMu.Unlock()
-	if on {
-		w.active[key] = struct{}{}
-	} else {
-		delete(w.active, key)
-	}
 }
 
 // recheck is when a duplicate of work running in this process comes back
@@ -767,10 +868,12 @@ var (
 
 // run executes the handler for a claimed message and records the outcome.
 // When the worker is stopping, the handler is not started: the message is
-// given back.
+// given back, with the other messages of its batch that wait to start.
+// Nor does it start when its claim was lost, or its lease cannot be
+// confirmed (see keeper.startable).
 func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog) bool {
 	if ctx.Err() != nil {
-		w.giveBack([]*job{j})
+		j.keep.giveBack([]*job{j}, true, 0)
 		return false
 	}
 	body := j.opened.payload
@@ -794,19 +897,36 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	}
 	producer := producerContext(m, j.msg.Attributes, log)
 
-	// The heartbeat starts before a handler is free, since a message
-	// claimed ahead may wait for one.
+	// The keeper cuts the attempt off when the ledger says the claim is
+	// lost, also while it waits for a handler.
 	leaseCtx, cancelLease := context.WithCancelCause(workCtx)
 	defer cancelLease(nil)
-	hb := w.heartbeat(j, log, cancelLease)
-	if !w.takeHandler(ctx, leaseCtx) {
-		hb.stop()
+	lost := func(err error) bool {
+		w.stats.leaseLost.Add(1)
+		j.keep.leave(j, true)
+		log.Error("lost the operation's claim before its work started: another claim owns it now, or it is gone; leaving the message", "error", err)
+		return false
+	}
+	if !j.keep.attempt(j, cancelLease) {
+		return lost(errLeaseLost)
+	}
+	j.keep.setWaiting(j, true)
+	took := w.takeHandler(ctx, leaseCtx)
+	j.keep.setWaiting(j, false)
+	if !took {
 		if errors.Is(context.Cause(leaseCtx), errLeaseLost) {
-			w.stats.leaseLost.Add(1)
-			log.Error("lost the operation's lease while waiting for a handler: another claim owns it now; leaving the message")
-			return false
+			return lost(errLeaseLost)
 		}
-		w.giveBack([]*job{j})
+		j.keep.giveBack([]*job{j}, true, 0)
+		return false
+	}
+	if ok, err := j.keep.startable(leaseCtx, j); !ok {
+		<-w.handlers
+		if errors.Is(err, errLeaseLost) || errors.Is(context.Cause(leaseCtx), errLeaseLost) {
+			return lost(errLeaseLost)
+		}
+		log.Warn("could not confirm the claim's lease before starting the work: giving the message back for later", "error", err, "retry_in", w.cfg.MinBackoff)
+		j.keep.giveBack([]*job{j}, false, w.cfg.MinBackoff)
 		return false
 	}
 	w.stats.claimed.Add(1)
@@ -823,11 +943,11 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	elapsed := w.now().Sub(start)
 	w.metrics.handlerDuration(outcome(err, hctx)).Observe(elapsed.Seconds())
 	if err == nil {
-		// The heartbeat goes on until the completion is recorded: while
+		// The keeper goes on until the completion is recorded: while
 		// the ledger cannot take it, the message stays out of sight.
 		done := log.withDuration(elapsed)
-		cerr := w.complete(workCtx, j, m, &done)
-		hb.stop()
+		cerr := w.complete(workCtx, j, m, s != nil, &done)
+		j.keep.leave(j, false)
 		if cerr != nil {
 			span.end(spanCompleteFailed, cerr)
 			return false
@@ -835,7 +955,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		span.end(spanComplete, nil)
 		return true
 	}
-	hb.stop()
+	j.keep.leave(j, true)
 	if errors.Is(context.Cause(hctx), errLeaseLost) {
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
@@ -846,7 +966,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	permanent := errors.As(err, &perm)
 	ferr := w.ledger.Fail(context.WithoutCancel(ctx), ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent})
 	if ferr != nil {
-		log.Error("could not record the failure in the ledger", "error", ferr)
+		log.Error("could not record the failure in the ledger: the claim stays until this process sees the message again and releases it, or its lease lapses", "error", ferr)
 	}
 	if permanent {
 		w.stats.failedPermanently.Add(1)
@@ -922,13 +1042,25 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 // change by asking again and is not retried. When the completion cannot be
 // recorded the message is left, and its redelivery may run the work again;
 // complete returns the ledger's error then.
-func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobLog) error {
+func (w *Worker) complete(workCtx context.Context, j *job, m *Message, slotFreed bool, log *jobLog) error {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
 	var err error
+	retried := false
 	for attempt := 1; ; attempt++ {
 		err = w.recordComplete(j, c)
 		if err == nil || !mayChange(err) || workCtx.Err() != nil {
 			break
+		}
+		if attempt == 1 {
+			// The message stays in hand while its completion is tried
+			// again: no new work starts meanwhile, and the message takes
+			// a slot back, so that no new work is received in its place.
+			retried = true
+			w.completionFailed(err)
+			if slotFreed {
+				w.owe()
+				defer w.repay()
+			}
 		}
 		if attempt == 4 {
 			log.Warn("work done, the completion not recorded yet: trying again while the message stays out of sight", "error", err)
@@ -939,6 +1071,9 @@ func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobL
 		w.stats.completeFailed.Add(1)
 		log.Error("work done but not recorded complete: leaving the message; its redelivery may run the work again", "error", err)
 		return err
+	}
+	if retried {
+		w.claimsRecorded()
 	}
 	w.stats.completed.Add(1)
 	log.Debug("operation complete")
@@ -955,119 +1090,6 @@ func mayChange(err error) bool {
 		if errors.Is(err, final) {
 			return false
 		}
-	}
-	return true
-}
-
-// heartbeat extends the message's visibility and the claim's lease together
-// while the work runs. It calls lost with errLeaseLost when the ledger says
-// another claim owns the operation. The returned beater's stop stops it and
-// waits for it.
-//
-// Each extension is bounded by the beat interval, so that a call that hangs
-// (SQS that never answers, the SDK retrying) cannot hold back the next
-// extension of the lease; and stopping cancels the calls in flight, so that
-// the work's completion never waits for them: both would widen the window
-// in which done work is not yet recorded, and a lease that lapses while the
-// work runs lets a redelivery run it again.
-func (w *Worker) heartbeat(j *job, log *jobLog, lost context.CancelCauseFunc) *beater {
-	h := &beater{w: w, j: j, log: *log, lost: lost, every: max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)}
-	h.mu.Lock()
-	h.due = time.Now().Add(h.every)
-	h.t = time.AfterFunc(h.every, h.fire)
-	h.mu.Unlock()
-	return h
-}
-
-// beater is one message's heartbeat: a timer rather than a goroutine, since
-// most work ends before the first beat. Each beat re-arms the timer for the
-// next multiple of every, or at once when it took longer, unless stopped.
-type beater struct {
-	w     *Worker
-	j     *job
-	log   jobLog
-	lost  context.CancelCauseFunc
-	every time.Duration
-
-	mu      sync.Mutex
-	stopped bool
-	t       *time.Timer
-	due     time.Time
-	ctx     context.Context // made at the first beat; cancelled by stop
-	cancel  context.CancelFunc
-	beats   sync.WaitGroup
-}
-
-func (h *beater) fire() {
-	h.mu.Lock()
-	if h.stopped {
-		h.mu.Unlock()
-		return
-	}
-	if h.ctx == nil {
-		h.ctx, h.cancel = context.WithCancel(context.Background())
-	}
-	ctx := h.ctx
-	h.beats.Add(1)
-	h.mu.Unlock()
-	defer h.beats.Done()
-	if !h.w.beat(ctx, h.j, &h.log, h.lost, h.every) {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if !h.stopped {
-		h.due = h.due.Add(h.every)
-		if now := time.Now(); h.due.Before(now) {
-			h.due = now
-		}
-		h.t.Reset(time.Until(h.due))
-	}
-}
-
-// stop ends the heartbeat, cancels a beat in flight and waits for it.
-func (h *beater) stop() {
-	h.mu.Lock()
-	h.stopped = true
-	h.t.Stop()
-	cancel := h.cancel
-	h.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	h.beats.Wait()
-}
-
-// beat extends the lease, then the visibility, each call bounded by every.
-// It reports whether the heartbeat goes on.
-func (w *Worker) beat(ctx context.Context, j *job, log *jobLog, lost context.CancelCauseFunc, every time.Duration) bool {
-	ectx, ecancel := context.WithTimeout(ctx, every)
-	_, err := w.ledger.Extend(ectx, j.key.key, j.owner, w.cfg.VisibilityTimeout)
-	ecancel()
-	if ctx.Err() != nil {
-		return false // stopped: the work is over
-	}
-	if err != nil {
-		if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrState) || errors.Is(err, ledger.ErrNotFound) {
-			lost(errLeaseLost)
-			return false
-		}
-		log.Warn("heartbeat: extending the lease failed", "error", err)
-	}
-	vctx, vcancel := context.WithTimeout(ctx, every)
-	_, err = w.sqs.ChangeMessageVisibility(vctx, &sqs.ChangeMessageVisibilityInput{
-		QueueUrl:          &w.cfg.QueueURL,
-		ReceiptHandle:     j.msg.ReceiptHandle,
-		VisibilityTimeout: int32(w.cfg.VisibilityTimeout / time.Second),
-	})
-	vcancel()
-	if ctx.Err() != nil {
-		return false
-	}
-	if err != nil {
-		log.Warn("heartbeat: extending visibility failed", "error", err)
-	} else {
-		w.stats.heartbeats.Add(1)
 	}
 	return true
 }

@@ -39,9 +39,9 @@ const (
 	LostAck = awsfault.LostAck
 )
 
-// sqsErrors is how SQS answers the faults Throttle and ServerError
+// SQSErrors is how SQS answers the faults Throttle and ServerError
 // (awsJson1_0, query-compatible).
-var sqsErrors = awsfault.Service{
+var SQSErrors = awsfault.Service{
 	Namespace:       "com.amazonaws.sqs#",
 	QueryCompatible: true,
 	Throttle:        awsfault.Answer{Status: http.StatusBadRequest, Code: "RequestThrottled", Message: "Rate exceeded"},
@@ -125,7 +125,7 @@ func NewFaults(seed uint64, base http.RoundTripper) *Faults {
 		enabled: true,
 		rates:   make(map[string]Rates),
 	}
-	f.rt = awsfault.New(base, sqsErrors, f.pick)
+	f.rt = awsfault.New(base, SQSErrors, f.pick)
 	return f
 }
 

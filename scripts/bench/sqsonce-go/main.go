@@ -374,12 +374,12 @@ func (l *timedLedger) Fail(ctx context.Context, f ledger.Failure) error {
 	return l.Ledger.Fail(benchkit.WithCall(ctx, "fail"), f)
 }
 
-func (l *timedLedger) Release(ctx context.Context, key, owner string) error {
-	return l.Ledger.Release(benchkit.WithCall(ctx, "release"), key, owner)
+func (l *timedLedger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error {
+	return l.Ledger.ReleaseBatch(benchkit.WithCall(ctx, "release"), refs)
 }
 
-func (l *timedLedger) Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error) {
-	return l.Ledger.Extend(benchkit.WithCall(ctx, "extend"), key, owner, lease)
+func (l *timedLedger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error {
+	return l.Ledger.ExtendBatch(benchkit.WithCall(ctx, "extend"), refs, lease)
 }
 
 func (l *timedLedger) Sweep(ctx context.Context) (int, error) {

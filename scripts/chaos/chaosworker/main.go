@@ -513,18 +513,22 @@ func (l *chaosLedger) waits() (int64, int64, bool) {
 	return l.nWaits, int64(l.waited), l.down
 }
 
-// Release is the real Release.
-func (l *chaosLedger) Release(ctx context.Context, key, owner string) error {
-	err := l.inner.Release(ctx, key, owner)
-	l.unavailable(err)
-	return err
+// ReleaseBatch is the real ReleaseBatch.
+func (l *chaosLedger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error {
+	errs := l.inner.ReleaseBatch(ctx, refs)
+	for _, err := range errs {
+		l.unavailable(err)
+	}
+	return errs
 }
 
-// Extend is the real Extend.
-func (l *chaosLedger) Extend(ctx context.Context, key, owner string, lease time.Duration) (time.Time, error) {
-	t, err := l.inner.Extend(ctx, key, owner, lease)
-	l.unavailable(err)
-	return t, err
+// ExtendBatch is the real ExtendBatch.
+func (l *chaosLedger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error {
+	errs := l.inner.ExtendBatch(ctx, refs, lease)
+	for _, err := range errs {
+		l.unavailable(err)
+	}
+	return errs
 }
 
 // Sweep is the real Sweep.

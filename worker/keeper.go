@@ -1,0 +1,338 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// Keeping messages: every received batch has one keeper, which keeps the
+// batch's messages out of sight and their claims' leases alive until each
+// is settled, whether it runs, waits for a free handler, waits behind a
+// running message of its FIFO group, or waits for its completion to be
+// recorded. Each beat changes the visibility of all of them in one call
+// (ten per call) and extends their leases in one ledger call, the two
+// side by side, each bounded by the beat interval: a ledger call that hangs
+// cannot hold back the visibility, nor one message's another's.
+//
+// The first beat is timed from the receive, not from when a message is
+// handed to a handler: reading payloads from S3, claiming and waiting for
+// a handler all count against the visibility timeout that the receive
+// started.
+//
+// The keeper also knows, for each claimed message, until when its lease
+// holds for sure (timed from the start of the call that set it, on this
+// host's monotonic clock, so that neither the ledger's clock nor a wall
+// clock step can stretch it) and whether the ledger said that another
+// claim owns the operation. A message whose claim was lost never starts,
+// and one whose lease may lapse before the next beat is confirmed first
+// (see startable).
+type keeper struct {
+	w     *Worker
+	every time.Duration
+
+	mu      sync.Mutex
+	jobs    []*job // kept: not settled yet
+	stopped bool
+	t       *time.Timer
+	due     time.Time
+	ctx     context.Context // made at the first beat; cancelled by stop
+	cancel  context.CancelFunc
+	beat    *beatRun // the beat in flight, if any
+	beats   sync.WaitGroup
+}
+
+// beatRun is one beat in flight: the jobs it covers, and closed when done.
+type beatRun struct {
+	jobs map[*job]bool
+	done chan struct{}
+}
+
+// kept is the part of a job that its keeper guards with its mutex.
+type kept struct {
+	member     bool      // kept by the keeper: not settled yet
+	leased     bool      // claimed here: its lease is extended
+	leaseUntil time.Time // the lease holds until then at least (monotonic)
+	lost       bool      // the ledger said another claim owns the operation, or it is gone
+	waiting    bool      // not started, and would be given back at a stop
+	behind     bool      // waiting behind a message of its FIFO group
+	givenBack  bool
+	cancel     context.CancelCauseFunc // cuts the running attempt off when the claim is lost
+}
+
+// keepBatch starts keeping js, received at received.
+func (w *Worker) keepBatch(received time.Time, js []*job) *keeper {
+	k := &keeper{w: w, every: w.beatEvery(), jobs: slices.Clone(js)}
+	for _, j := range js {
+		j.keep = k
+		j.kept.member = true
+	}
+	k.mu.Lock()
+	k.due = received.Add(k.every)
+	k.t = time.AfterFunc(time.Until(k.due), k.fire)
+	k.mu.Unlock()
+	return k
+}
+
+// beatEvery is the interval of the beats: a third of the visibility
+// timeout, so that two beats in a row may fail before a message shows.
+func (w *Worker) beatEvery() time.Duration {
+	return max(w.cfg.VisibilityTimeout/3, 200*time.Millisecond)
+}
+
+// claimed records that j's claim was written, by a call that started at
+// start: its lease holds until start + the lease at least.
+func (k *keeper) claimed(j *job, start time.Time) {
+	k.mu.Lock()
+	j.kept.leased = true
+	j.kept.lost = false
+	j.kept.leaseUntil = start.Add(k.w.cfg.VisibilityTimeout)
+	k.mu.Unlock()
+}
+
+// setWaiting marks j as waiting to start (on is true) or started.
+func (k *keeper) setWaiting(j *job, on bool) {
+	k.mu.Lock()
+	j.kept.waiting = on
+	k.mu.Unlock()
+}
+
+// setBehind marks j as waiting behind a message of its FIFO group (on is
+// true), or not any more.
+func (k *keeper) setBehind(j *job, on bool) {
+	k.mu.Lock()
+	j.kept.waiting, j.kept.behind = on, on
+	k.mu.Unlock()
+}
+
+// attempt registers the cancel function of j's running attempt, which the
+// keeper calls with errLeaseLost when the ledger says another claim owns
+// the operation. It reports false, registering nothing, when that is
+// already known.
+func (k *keeper) attempt(j *job, cancel context.CancelCauseFunc) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if j.kept.lost {
+		return false
+	}
+	j.kept.cancel = cancel
+	return true
+}
+
+// leave stops keeping j, which is settled. When wait is true it returns
+// only once no beat that covers j is in flight, so that the caller's own
+// visibility change (a back-off) cannot be undone by a beat's.
+func (k *keeper) leave(j *job, wait bool) {
+	k.mu.Lock()
+	if !j.kept.member {
+		k.mu.Unlock()
+		return
+	}
+	j.kept.member = false
+	j.kept.cancel = nil
+	for i, m := range k.jobs {
+		if m == j {
+			k.jobs = append(k.jobs[:i], k.jobs[i+1:]...)
+			break
+		}
+	}
+	var inFlight chan struct{}
+	if b := k.beat; b != nil && b.jobs[j] {
+		inFlight = b.done
+	}
+	if len(k.jobs) == 0 && !k.stopped {
+		k.stopped = true
+		k.t.Stop()
+	}
+	k.mu.Unlock()
+	if wait && inFlight != nil {
+		<-inFlight
+	}
+}
+
+// stop stops the keeper, cancels a beat in flight and waits for it.
+func (k *keeper) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.t.Stop()
+	cancel := k.cancel
+	k.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	k.beats.Wait()
+}
+
+// giveBack gives back js, whose work never started, unless given back
+// already: their claims are released and they become visible after wait.
+// With all set, every job of the batch that is waiting to start goes
+// with them, so that a stop gives a batch back in one call. Their slots
+// are their own goroutines' to free.
+func (k *keeper) giveBack(js []*job, all bool, wait time.Duration) {
+	k.mu.Lock()
+	var out []*job
+	take := func(j *job) {
+		if j.kept.givenBack || !j.kept.member {
+			return
+		}
+		j.kept.givenBack = true
+		out = append(out, j)
+	}
+	for _, j := range js {
+		take(j)
+	}
+	if all {
+		for _, j := range k.jobs {
+			if j.kept.waiting && !j.kept.lost {
+				take(j)
+			}
+		}
+	}
+	k.mu.Unlock()
+	for _, j := range out {
+		k.leave(j, true)
+	}
+	k.w.giveBack(out, wait)
+}
+
+// givenBack reports whether j was given back (by another job's giveBack).
+func (k *keeper) givenBack(j *job) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return j.kept.givenBack
+}
+
+// startable decides whether j, claimed here, may start its work now. It
+// may not when the ledger said another claim owns the operation (lost). A
+// lease that may lapse before the next beat could extend it (a beat or
+// two failed: the ledger is slow or away) is extended first, and the work
+// starts only when that succeeds: work that starts on a lapsed lease may
+// run beside a takeover.
+func (k *keeper) startable(ctx context.Context, j *job) (ok bool, err error) {
+	k.mu.Lock()
+	lost, left := j.kept.lost, time.Until(j.kept.leaseUntil)
+	k.mu.Unlock()
+	if lost {
+		return false, errLeaseLost
+	}
+	if left > k.every {
+		return true, nil
+	}
+	start := time.Now()
+	ectx, cancel := context.WithTimeout(ctx, k.every)
+	errs := k.w.ledger.ExtendBatch(ectx, []ledger.ClaimRef{{Key: j.key.key, Owner: j.owner}}, k.w.cfg.VisibilityTimeout)
+	cancel()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case errs[0] == nil:
+		j.kept.leaseUntil = start.Add(k.w.cfg.VisibilityTimeout)
+		return !j.kept.lost, nil
+	case claimLost(errs[0]):
+		j.kept.lost = true
+		return false, errLeaseLost
+	}
+	return false, errs[0]
+}
+
+// claimLost reports whether a ledger error about a claim says that it is
+// no longer this claim's: another owns the operation, or it is gone or
+// settled.
+func claimLost(err error) bool {
+	return errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrState) || errors.Is(err, ledger.ErrNotFound)
+}
+
+func (k *keeper) fire() {
+	k.mu.Lock()
+	if k.stopped || len(k.jobs) == 0 {
+		k.mu.Unlock()
+		return
+	}
+	if k.ctx == nil {
+		k.ctx, k.cancel = context.WithCancel(context.Background())
+	}
+	ctx := k.ctx
+	run := &beatRun{jobs: make(map[*job]bool, len(k.jobs)), done: make(chan struct{})}
+	msgs := make([]types.Message, 0, len(k.jobs))
+	var leased []*job
+	var refs []ledger.ClaimRef
+	behind := false
+	for _, j := range k.jobs {
+		run.jobs[j] = true
+		behind = behind || j.kept.behind
+		msgs = append(msgs, j.msg)
+		if j.kept.leased && !j.kept.lost {
+			leased = append(leased, j)
+			refs = append(refs, ledger.ClaimRef{Key: j.key.key, Owner: j.owner})
+		}
+	}
+	k.beat = run
+	k.beats.Add(1)
+	k.w.beats.Add(1)
+	k.mu.Unlock()
+	defer k.w.beats.Done()
+	defer k.beats.Done()
+
+	w := k.w
+	start := time.Now()
+	bctx, cancel := context.WithTimeout(ctx, k.every)
+	var errs []error
+	var unchanged []types.Message
+	var calls sync.WaitGroup
+	calls.Go(func() { unchanged = w.changeVisibility(bctx, msgs, w.cfg.VisibilityTimeout) })
+	if len(refs) > 0 {
+		calls.Go(func() { errs = w.ledger.ExtendBatch(bctx, refs, w.cfg.VisibilityTimeout) })
+	}
+	calls.Wait()
+	cancel()
+
+	var lost []context.CancelCauseFunc
+	k.mu.Lock()
+	k.beat = nil
+	close(run.done)
+	if ctx.Err() != nil {
+		k.mu.Unlock()
+		return // stopped
+	}
+	w.stats.heartbeats.Add(int64(len(msgs) - len(unchanged)))
+	if len(unchanged) > 0 {
+		w.log.Warn("heartbeat: extending the visibility of kept messages failed: the next beat tries again", "messages", len(unchanged))
+	}
+	if behind {
+		w.stats.groupWaitBeats.Add(1)
+	}
+	for i, j := range leased {
+		if !j.kept.member {
+			continue // settled meanwhile: its answer says nothing
+		}
+		switch err := errs[i]; {
+		case err == nil:
+			j.kept.leaseUntil = start.Add(w.cfg.VisibilityTimeout)
+		case claimLost(err):
+			j.kept.lost = true
+			if j.kept.cancel != nil {
+				lost = append(lost, j.kept.cancel)
+			}
+			w.log.Warn("heartbeat: the claim is no longer this worker's", "key", j.key.key, "message_id", j.id(), "error", err)
+		default:
+			w.log.Warn("heartbeat: extending the lease failed", "key", j.key.key, "message_id", j.id(), "error", err)
+		}
+	}
+	if !k.stopped {
+		k.due = k.due.Add(k.every)
+		if now := time.Now(); k.due.Before(now) {
+			k.due = now
+		}
+		k.t.Reset(time.Until(k.due))
+	}
+	k.mu.Unlock()
+	for _, c := range lost {
+		c(errLeaseLost)
+	}
+}
