@@ -437,6 +437,16 @@ func (s *Server) handle(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		s.reply(w, src, http.StatusBadRequest, answer{Status: "rejected", Error: err.Error()})
 		return
 	}
+	if i := invalidSQSChar([]byte(key)); i >= 0 {
+		// SQS holds a string attribute to the rules of a body (see
+		// MessageAttributeValue in its API reference): its refusal would
+		// be answered 503 and retried for ever. An id written as a JSON
+		// escape (\uffff) passes the body's check and lands here.
+		s.stats.keyless.Add(1)
+		log.Warn("event id SQS cannot carry: answered 400", "offset", i)
+		s.reply(w, src, http.StatusBadRequest, answer{Status: "rejected", Error: fmt.Sprintf("the event id has a character that SQS cannot carry in an attribute (at byte %d of the key)", i)})
+		return
+	}
 	log = log.With("key", key)
 	in := &sqs.SendMessageInput{
 		QueueUrl:    aws.String(src.QueueURL),

@@ -750,3 +750,20 @@ func TestConfig_SharedKeySpaces(t *testing.T) {
 		}
 	}
 }
+
+// An event id that SQS cannot carry in an attribute (U+FFFF, written as a
+// JSON escape in a body SQS does carry) is the sender's to fix: 400, not a
+// 503 that the sender would retry for ever.
+func TestServer_KeyNotSQSText(t *testing.T) {
+	t.Parallel()
+	r := setup(t, setupOptions{sources: func(q string) []ingest.Source {
+		return []ingest.Source{{Name: "orders", Path: "/orders", QueueURL: q, KeyPointer: "/id",
+			Verify: ingest.VerifyConfig{Scheme: ingest.SchemeHMACSHA256, SignatureHeader: "X-Signature", Secrets: secrets("s")}}}
+	}})
+	b := `{"id":"a\uffffb"}`
+	a := r.post("/orders", header("X-Signature", hex.EncodeToString(mac([]byte("s"), b))), []byte(b))
+	if a.code != 400 || !strings.Contains(a.Error, "the event id has a character that SQS cannot carry in an attribute (at byte 8 of the key)") {
+		t.Fatalf("answer %+v, want 400", a)
+	}
+	r.empty()
+}
