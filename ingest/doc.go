@@ -1,6 +1,16 @@
-// Package ingest checks the signatures of incoming webhooks before
-// `sqsonce ingest` takes a sender's event id as the key and enqueues the
-// event.
+// Package ingest receives webhooks for `sqsonce ingest`: it checks each
+// request's signature, derives the event's operation key from what the
+// signature covers, and enqueues the event (see Server and Source).
+//
+// A key is taken only from signed bytes, so that a captured request re-sent
+// with other headers is the same operation (answered 200, suppressed
+// downstream), never a new one: for github (which signs only the body) a
+// SHA-256 of the body, unless an id in the body is named; for stripe the
+// body's /id; for standard the signed webhook-id; for hmac-sha256 an id in
+// the body or a SHA-256 of it. A header that no signature covers, such as
+// X-GitHub-Delivery, is never a key. Each source's keys begin with its name
+// and a colon unless Source.KeyPrefix says otherwise, so that two senders
+// with alike ids keep apart.
 //
 // A Verifier is built once from a VerifyConfig and checks one request at a
 // time with Verify, given the request's headers, its raw body exactly as

@@ -130,8 +130,10 @@ type standardHeaders struct {
 	id, ts, sig string
 }
 
-// verifyStandard checks the Standard Webhooks headers.
-func (v *Verifier) verifyStandard(h http.Header, body []byte, now time.Time) error {
+// verifyStandard checks the Standard Webhooks headers and returns the id
+// that was signed: the webhook-id, or the svix-id when the svix-* headers
+// were read.
+func (v *Verifier) verifyStandard(h http.Header, body []byte, now time.Time) (string, error) {
 	names := standardHeaders{headerWebhookID, headerWebhookTime, headerWebhookSig}
 	if h.Get(headerWebhookID) == "" && h.Get(headerWebhookTime) == "" && h.Get(headerWebhookSig) == "" &&
 		(h.Get(headerSvixID) != "" || h.Get(headerSvixTime) != "" || h.Get(headerSvixSig) != "") {
@@ -140,18 +142,18 @@ func (v *Verifier) verifyStandard(h http.Header, body []byte, now time.Time) err
 	id, ts, value := h.Get(names.id), h.Get(names.ts), h.Get(names.sig)
 	switch {
 	case id == "":
-		return sigErrorf("no %s header", names.id)
+		return "", sigErrorf("no %s header", names.id)
 	case len(id) > maxHeaderLen:
-		return sigErrorf("%s header longer than %d bytes", names.id, maxHeaderLen)
+		return "", sigErrorf("%s header longer than %d bytes", names.id, maxHeaderLen)
 	case strings.Contains(id, "."):
 		// The signed content is "<id>.<timestamp>.<body>": a full stop
 		// in the id would let one signature stand for another id and
 		// timestamp.
-		return sigErrorf("%s header holds a full stop", names.id)
+		return "", sigErrorf("%s header holds a full stop", names.id)
 	case value == "":
-		return sigErrorf("no %s header", names.sig)
+		return "", sigErrorf("no %s header", names.sig)
 	case len(value) > maxHeaderLen:
-		return sigErrorf("%s header longer than %d bytes", names.sig, maxHeaderLen)
+		return "", sigErrorf("%s header longer than %d bytes", names.sig, maxHeaderLen)
 	}
 	var (
 		sigs  [][]byte
@@ -163,26 +165,29 @@ func (v *Verifier) verifyStandard(h http.Header, body []byte, now time.Time) err
 			continue
 		}
 		if count++; count > maxSignatures {
-			return sigErrorf("%s header has more than %d v1 signatures", names.sig, maxSignatures)
+			return "", sigErrorf("%s header has more than %d v1 signatures", names.sig, maxSignatures)
 		}
 		if sig, ok := decodeBase64(base64.StdEncoding, enc); ok {
 			sigs = append(sigs, sig)
 		}
 	}
 	if count == 0 {
-		return sigErrorf("%s header has no v1 signature", names.sig)
+		return "", sigErrorf("%s header has no v1 signature", names.sig)
 	}
 	if ts == "" {
-		return timestampErrorf("no %s header", names.ts)
+		return "", timestampErrorf("no %s header", names.ts)
 	}
 	t, ok := parseUnix(ts)
 	if !ok {
-		return timestampErrorf("%s header is not a unix time in seconds", names.ts)
+		return "", timestampErrorf("%s header is not a unix time in seconds", names.ts)
 	}
 	if !v.matches(sigs, []byte(id), dot, []byte(ts), dot, body) {
-		return sigErrorf("no %s v1 signature matched", names.sig)
+		return "", sigErrorf("no %s v1 signature matched", names.sig)
 	}
-	return checkAge(t, now, v.tolerance)
+	if err := checkAge(t, now, v.tolerance); err != nil {
+		return "", err
+	}
+	return id, nil
 }
 
 // decodeHex decodes a SHA-256 sized signature from hex digits of either

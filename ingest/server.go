@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -38,9 +39,14 @@ type SQSClient interface {
 // the body. Each event also carries a W3C trace context in the attributes
 // traceparent and (when not empty) tracestate: see Config.TracerProvider.
 const (
-	AttrKey        = "SqsonceKey"        // the sender's event id: the operation key
+	AttrKey        = "SqsonceKey"        // the operation key: the source's key prefix and the event id its signature covers
 	AttrSource     = "SqsonceSource"     // Source.Name
 	AttrReceivedAt = "SqsonceReceivedAt" // when the request arrived, RFC 3339 with nanoseconds, UTC
+	// AttrDeliveryID is the sender's delivery id as it arrived, where the
+	// scheme has one that is not the key (github: X-GitHub-Delivery), for
+	// support: it is not signed, and nothing reads it. Left out when it is
+	// longer than 256 bytes or not text SQS can carry.
+	AttrDeliveryID = "SqsonceDeliveryId"
 )
 
 // Defaults and limits of Config.
@@ -166,6 +172,45 @@ func (c Config) Validate() error {
 	return err
 }
 
+// SharedKeySpaces names, a sentence each, the sources of c that send to
+// one queue with one key prefix: an event id sent by both is one operation
+// to the worker, so the second is suppressed as a duplicate or
+// dead-lettered as a conflict. Only prefixes set explicitly can be shared:
+// the default ones are the sources' names, which are unique. Sources that
+// cannot be prepared are left out.
+func (c Config) SharedKeySpaces() []string {
+	type space struct{ queue, prefix string }
+	names := map[space][]string{}
+	var order []space
+	for _, src := range c.Sources {
+		p, err := src.keyPrefix()
+		if err != nil || src.QueueURL == "" {
+			continue
+		}
+		sp := space{src.QueueURL, p}
+		if names[sp] == nil {
+			order = append(order, sp)
+		}
+		names[sp] = append(names[sp], src.Name)
+	}
+	var out []string
+	for _, sp := range order {
+		if n := names[sp]; len(n) > 1 {
+			out = append(out, fmt.Sprintf("sources %s send to %s with one key prefix %q: the same event id from two of them is one operation, and only the first takes effect; give each its own key_prefix, or leave key_prefix unset",
+				strings.Join(quoteAll(n), ", "), sp.queue, sp.prefix))
+		}
+	}
+	return out
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
+}
+
 // prepare fills the defaults of a copy of c and prepares its sources.
 func (c Config) prepare() (Config, []*source, error) {
 	err := c.setDefaults()
@@ -285,6 +330,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	for _, shared := range s.cfg.SharedKeySpaces() {
+		s.log.Warn("sources share a key space", "problem", shared)
+	}
 	s.ready.Store(true)
 	s.log.Info("receiving webhooks", "address", ln.Addr().String(), "sources", len(s.sources))
 
@@ -366,7 +414,8 @@ func (s *Server) handle(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		s.reply(w, src, http.StatusRequestTimeout, answer{Status: "rejected", Error: "the body could not be read"})
 		return
 	}
-	if err := src.verifier.Verify(r.Header, body, received); err != nil {
+	signedID, err := src.verifier.verify(r.Header, body, received)
+	if err != nil {
 		s.stats.unverified.Add(1)
 		log.Warn("signature refused: answered 401", "error", err)
 		s.reply(w, src, http.StatusUnauthorized, answer{Status: "rejected", Error: err.Error()})
@@ -377,11 +426,25 @@ func (s *Server) handle(ctx context.Context, w http.ResponseWriter, r *http.Requ
 		s.reply(w, src, http.StatusBadRequest, answer{Status: "rejected", Error: fmt.Sprintf("body has a character at byte %d that SQS cannot carry (invalid UTF-8 or a control character)", i)})
 		return
 	}
-	key, err := src.key(r.Header, body)
+	delivery := src.deliveryID(r.Header)
+	if delivery != "" {
+		log = log.With("delivery", delivery)
+	}
+	key, err := src.key(r.Header, body, signedID)
 	if err != nil {
 		s.stats.keyless.Add(1)
 		log.Warn("no event id: answered 400", "error", err)
 		s.reply(w, src, http.StatusBadRequest, answer{Status: "rejected", Error: err.Error()})
+		return
+	}
+	if i := invalidSQSChar([]byte(key)); i >= 0 {
+		// SQS holds a string attribute to the rules of a body (see
+		// MessageAttributeValue in its API reference): its refusal would
+		// be answered 503 and retried for ever. An id written as a JSON
+		// escape (\uffff) passes the body's check and lands here.
+		s.stats.keyless.Add(1)
+		log.Warn("event id SQS cannot carry: answered 400", "offset", i)
+		s.reply(w, src, http.StatusBadRequest, answer{Status: "rejected", Error: fmt.Sprintf("the event id has a character that SQS cannot carry in an attribute (at byte %d of the key)", i)})
 		return
 	}
 	log = log.With("key", key)
@@ -393,6 +456,9 @@ func (s *Server) handle(ctx context.Context, w http.ResponseWriter, r *http.Requ
 			AttrSource:     stringAttr(src.Name),
 			AttrReceivedAt: stringAttr(received.UTC().Format(time.RFC3339Nano)),
 		},
+	}
+	if delivery != "" {
+		in.MessageAttributes[AttrDeliveryID] = stringAttr(delivery)
 	}
 	span := s.traceEvent(r.Header, src, key, in)
 	defer span.End()

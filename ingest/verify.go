@@ -228,20 +228,29 @@ func (v *Verifier) Scheme() string {
 // or a computed signature. A nil h is a request without headers. Verify
 // does not modify h or body.
 func (v *Verifier) Verify(h http.Header, body []byte, now time.Time) error {
+	_, err := v.verify(h, body, now)
+	return err
+}
+
+// verify is Verify that also returns the event id the signature covers
+// beside the body: for SchemeStandard the webhook-id (or svix-id) that was
+// signed with the timestamp and the body; "" for the other schemes, which
+// sign no header that holds an id.
+func (v *Verifier) verify(h http.Header, body []byte, now time.Time) (signedID string, err error) {
 	if v == nil || v.scheme == "" {
-		return fmt.Errorf("%w: verifier not built by NewVerifier", ErrInvalidConfig)
+		return "", fmt.Errorf("%w: verifier not built by NewVerifier", ErrInvalidConfig)
 	}
 	switch v.scheme {
 	case SchemeStripe:
-		return v.verifyStripe(h, body, now)
+		return "", v.verifyStripe(h, body, now)
 	case SchemeGitHub:
-		return v.verifyGitHub(h, body)
+		return "", v.verifyGitHub(h, body)
 	case SchemeStandard:
 		return v.verifyStandard(h, body, now)
 	case SchemeHMACSHA256:
-		return v.verifyHMAC(h, body)
+		return "", v.verifyHMAC(h, body)
 	default: // SchemeNone
-		return nil
+		return "", nil
 	}
 }
 

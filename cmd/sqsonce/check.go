@@ -42,7 +42,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, the OTEL_ tracing variables, and with\n[[ingest.source]] tables each source's secrets and queue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, the OTEL_ tracing variables, and with\n[[ingest.source]] tables each source's secrets, keys and queue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -153,7 +153,8 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 }
 
 // checkIngest checks what `sqsonce ingest` will need: each source's
-// secrets, its configuration with them, and its queue.
+// secrets, its configuration with them, and its queue; and it says how each
+// source makes its keys, and which sources share a key space.
 func checkIngest(ctx context.Context, c *checker, cfg Config, client *sqs.Client, lookupEnv func(string) (string, bool)) {
 	icfg, err := ingestConfig(cfg, lookupEnv, nil)
 	if err != nil {
@@ -175,8 +176,12 @@ func checkIngest(ctx context.Context, c *checker, cfg Config, client *sqs.Client
 		case src.GroupPointer != "" && out.Attributes[string(types.QueueAttributeNameFifoQueue)] != "true":
 			c.line("fail", "ingest "+src.Name, "group_pointer is for FIFO queues, and %s is a standard queue", src.QueueURL)
 		default:
-			c.line("ok", "ingest "+src.Name, "POST %s, verify %s (%d secrets), to %s", src.Path, src.Verify.Scheme, len(src.Verify.Secrets), src.QueueURL)
+			keys, _ := src.KeyFormat() // valid: Validate passed
+			c.line("ok", "ingest "+src.Name, "POST %s, verify %s (%d secrets), key %s, to %s", src.Path, src.Verify.Scheme, len(src.Verify.Secrets), keys, src.QueueURL)
 		}
+	}
+	for _, shared := range icfg.SharedKeySpaces() {
+		c.line("warn", "ingest keys", "%s", shared)
 	}
 	if cfg.Key.From != KeyFromAttribute || cfg.Key.Attribute != ingest.AttrKey {
 		c.line("warn", "ingest key", "the worker reads keys from the %s; the events ingest sends carry theirs in the attribute %s: set key.from = %q and key.attribute = %q so that both agree",

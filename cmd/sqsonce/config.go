@@ -292,10 +292,15 @@ type IngestSource struct {
 	Tolerance Duration `toml:"tolerance" json:"tolerance"`
 	// QueueURL is the queue the events go to; empty means queue.url.
 	QueueURL string `toml:"queue_url" json:"queue_url"`
-	// KeyHeader or KeyPointer says where the sender's event id is; empty
-	// means the scheme's own (X-GitHub-Delivery, webhook-id, Stripe's /id).
+	// KeyPointer or KeyHeader says where the sender's event id is; empty
+	// means the scheme's own (github: a SHA-256 of the body, standard: the
+	// signed webhook-id, stripe: /id). KeyHeader may name only a header
+	// the signature covers (standard's webhook-id; any for none).
 	KeyHeader  string `toml:"key_header" json:"key_header"`
 	KeyPointer string `toml:"key_pointer" json:"key_pointer"`
+	// KeyPrefix is put before every key of the source; absent means the
+	// name and a colon, "" keeps the bare event id.
+	KeyPrefix *string `toml:"key_prefix" json:"key_prefix"`
 	// GroupPointer is the body's value that is the FIFO message group;
 	// empty means the key.
 	GroupPointer string `toml:"group_pointer" json:"group_pointer"`

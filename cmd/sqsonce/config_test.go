@@ -105,7 +105,7 @@ func fullConfig() Config {
 					Tolerance: Duration{10 * time.Minute}, QueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/payments.fifo",
 					KeyPointer: "/id", GroupPointer: "/data/object/customer", OnMissing: "reject"},
 				{Name: "partner", Path: "/hooks/partner", Verify: "hmac-sha256", SecretFile: "/etc/sqsonce/partner.secrets",
-					SignatureHeader: "X-Partner-Signature", KeyHeader: "X-Partner-Event", OnMissing: "hash"},
+					SignatureHeader: "X-Partner-Signature", KeyPointer: "/event/id", KeyPrefix: ptr("partner/"), OnMissing: "hash"},
 			},
 		},
 	}
@@ -770,7 +770,7 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 			{"name": "stripe", "path": "/hooks/stripe", "verify": "stripe", "secret_file": "/etc/sqsonce/stripe.secrets", "tolerance": "10m",
 			 "queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/payments.fifo", "key_pointer": "/id", "group_pointer": "/data/object/customer", "on_missing": "reject"},
 			{"name": "partner", "path": "/hooks/partner", "verify": "hmac-sha256", "secret_file": "/etc/sqsonce/partner.secrets",
-			 "signature_header": "X-Partner-Signature", "key_header": "X-Partner-Event", "on_missing": "hash"}]`,
+			 "signature_header": "X-Partner-Signature", "key_pointer": "/event/id", "key_prefix": "partner/", "on_missing": "hash"}]`,
 	}
 	if len(vars) != len(EnvVars()) {
 		t.Fatalf("test sets %d variables, EnvVars lists %d", len(vars), len(EnvVars()))
@@ -1038,3 +1038,5 @@ func TestHandlerEnvEmptyPassesNothing(t *testing.T) {
 		t.Errorf("the default %q does not pass everything", d)
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

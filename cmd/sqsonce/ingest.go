@@ -17,7 +17,7 @@ import (
 // SIGINT.
 func (m *Main) ingestCommand(ctx context.Context, args []string) error {
 	var c commonFlags
-	fs := m.flagSet("ingest", "Usage: sqsonce ingest [--config FILE]\n\nReceive webhooks on ingest.listen, one [[ingest.source]] per sender: verify\neach request's signature, take the sender's event id as the key, send the\nevent to SQS, and answer 200 only once SQS holds it (503 with Retry-After\nwhen it could not be sent, so that the sender tries again). SIGTERM or\nSIGINT stops taking requests, finishes those in flight, and exits 0.", &c)
+	fs := m.flagSet("ingest", "Usage: sqsonce ingest [--config FILE]\n\nReceive webhooks on ingest.listen, one [[ingest.source]] per sender: verify\neach request's signature, key the event by what the signature covers (the\nsender's event id, or for GitHub a SHA-256 of the body) after the source's\nname, send the event to SQS, and answer 200 only once SQS holds it (503\nwith Retry-After when it could not be sent, so that the sender tries\nagain). SIGTERM or SIGINT stops taking requests, finishes those in flight,\nand exits 0.", &c)
 	cfg, log, err := m.parse(fs, &c, args)
 	if err != nil {
 		return err
@@ -127,6 +127,7 @@ func ingestSource(cfg Config, src IngestSource, secrets [][]byte) ingest.Source 
 		QueueURL:     queue,
 		KeyHeader:    src.KeyHeader,
 		KeyPointer:   src.KeyPointer,
+		KeyPrefix:    src.KeyPrefix,
 		GroupPointer: src.GroupPointer,
 		HashMissing:  src.OnMissing == OnMissingHash,
 		Verify: ingest.VerifyConfig{

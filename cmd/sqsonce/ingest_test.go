@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -235,6 +236,99 @@ func TestIngest_KilledMidRequest(t *testing.T) {
 	}
 }
 
+// runIngestAndWorker starts `sqsonce ingest` with the sources given as
+// SQSONCE_INGEST_SOURCE and `sqsonce run` reading the key ingest sends,
+// and returns the receiver's base URL and a stop that checks both exit 0.
+func (e *procEnv) runIngestAndWorker(sources string, vars ...string) (base string, stop func()) {
+	e.t.Helper()
+	ing, url := e.startIngest(append([]string{"SQSONCE_INGEST_SOURCE=" + sources}, vars...)...)
+	worker, wout := e.start("run", "SQSONCE_KEY_FROM=attribute", "SQSONCE_KEY_ATTRIBUTE=SqsonceKey")
+	return strings.TrimSuffix(url, "/hooks/github"), func() {
+		for _, p := range []*cmdRun{ing, {cmd: worker, out: wout}} {
+			p.cmd.Process.Signal(syscall.SIGTERM)
+			if code := wait(e.t, p.cmd, 30*time.Second); code != 0 {
+				e.t.Errorf("exit %d:\n%s", code, p.out)
+			}
+		}
+	}
+}
+
+// post sends one request and returns its status.
+func post(t *testing.T, req *http.Request) int {
+	t.Helper()
+	resp, err := (&http.Client{Transport: loopback.Transport(), Timeout: 15 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A captured GitHub request, re-sent with other delivery ids to a standard
+// queue (no deduplication by SQS), takes effect once: GitHub signs only
+// the body, so every copy has the key of the body, and the worker runs the
+// first and deletes the others as duplicates.
+func TestIngest_CapturedGitHubRequestRunsOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, `cat >/dev/null; echo "$SQSONCE_KEY" >>"$STATE/effects"`+"\n")
+	base, stop := e.runIngestAndWorker(`[{"name": "github", "path": "/hooks/github", "verify": "github", "secret_env": "TEST_GITHUB_SECRETS"}]`)
+	body := []byte(`{"action":"opened","pull_request":{"number":7}}`)
+	for _, id := range []string{"72d3162e-cc78-11e3-81ab-4c9367dc0958", "attacker-1", "attacker-2"} {
+		req := delivery(id, body)
+		req.URL, _ = req.URL.Parse(base + "/hooks/github")
+		if code := post(t, req); code != 200 {
+			t.Fatalf("delivery %s answered %d", id, code)
+		}
+	}
+	e.waitFor("the event's effect and an empty queue", 60*time.Second, func() bool {
+		return len(e.lines("effects")) > 0 && e.queueEmpty()
+	})
+	time.Sleep(2 * time.Second) // a late copy would run now
+	sum := sha256.Sum256(body)
+	if got, want := e.lines("effects"), []string{"github:sha256:" + hex.EncodeToString(sum[:])}; !slices.Equal(got, want) {
+		t.Errorf("effects %q, want one, %q", got, want)
+	}
+	stop()
+}
+
+// Two senders on one queue that both number their events from 1: each
+// source keeps its own keys, so both events take effect, neither a
+// conflict of the other.
+func TestIngest_SourcesOnOneQueueKeepTheirKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, `cat >/dev/null; echo "$SQSONCE_KEY" >>"$STATE/effects"`+"\n")
+	base, stop := e.runIngestAndWorker(`[`+
+		`{"name": "shop", "path": "/shop", "verify": "hmac-sha256", "signature_header": "X-Signature", "secret_env": "SHOP_SECRET", "key_pointer": "/id"},`+
+		`{"name": "crm", "path": "/crm", "verify": "hmac-sha256", "signature_header": "X-Signature", "secret_env": "CRM_SECRET", "key_pointer": "/id"}]`,
+		"SHOP_SECRET=shop-secret", "CRM_SECRET=crm-secret")
+	for _, ev := range []struct{ path, secret, body string }{
+		{"/shop", "shop-secret", `{"id":"1","order":"o-17"}`},
+		{"/crm", "crm-secret", `{"id":"1","contact":"c-4"}`},
+	} {
+		m := hmac.New(sha256.New, []byte(ev.secret))
+		m.Write([]byte(ev.body))
+		req, _ := http.NewRequest(http.MethodPost, base+ev.path, strings.NewReader(ev.body))
+		req.Header.Set("X-Signature", hex.EncodeToString(m.Sum(nil)))
+		if code := post(t, req); code != 200 {
+			t.Fatalf("%s answered %d", ev.path, code)
+		}
+	}
+	e.waitFor("both events' effects", 60*time.Second, func() bool {
+		return len(e.lines("effects")) == 2 && e.queueEmpty()
+	})
+	time.Sleep(2 * time.Second)
+	got := e.lines("effects")
+	slices.Sort(got)
+	if want := []string{"crm:1", "shop:1"}; !slices.Equal(got, want) {
+		t.Errorf("effects %q, want %q", got, want)
+	}
+	if v, n := sqstest.Count(t, e.client, e.queue.DLQURL); v+n != 0 {
+		t.Errorf("%d messages in the dead-letter queue", v+n)
+	}
+	stop()
+}
+
 // Configuration mistakes exit 2 naming the key, before listening.
 func TestIngest_BadConfiguration(t *testing.T) {
 	t.Parallel()
@@ -251,6 +345,14 @@ func TestIngest_BadConfiguration(t *testing.T) {
 		{"NoKey", []string{`SQSONCE_INGEST_SOURCE=[{"name":"plain","path":"/p","verify":"none"}]`}, "set key_header or key_pointer"},
 		{"BadScheme", []string{`SQSONCE_INGEST_SOURCE=[{"name":"x","path":"/x","verify":"md5","secret_env":"X"}]`}, "verify: must be one of"},
 		{"BadListen", []string{"SQSONCE_INGEST_LISTEN=8080", `SQSONCE_INGEST_SOURCE=[{"name":"gh","path":"/gh","verify":"github","secret_env":"X"}]`, "X=s"}, "ingest.listen"},
+		{"GitHubKeyHeader", []string{`SQSONCE_INGEST_SOURCE=[{"name":"gh","path":"/gh","verify":"github","secret_env":"X","key_header":"X-GitHub-Delivery"}]`, "X=s"},
+			`source "gh": key_header X-GitHub-Delivery: verify github signs only the body (X-Hub-Signature-256), not this header`},
+		{"HMACKeyHeader", []string{`SQSONCE_INGEST_SOURCE=[{"name":"p","path":"/p","verify":"hmac-sha256","signature_header":"X-Sig","secret_env":"X","key_header":"X-Event-Id"}]`, "X=s"},
+			`source "p": key_header X-Event-Id: verify hmac-sha256 signs only the body, not this header`},
+		{"HMACNoKey", []string{`SQSONCE_INGEST_SOURCE=[{"name":"p","path":"/p","verify":"hmac-sha256","signature_header":"X-Sig","secret_env":"X"}]`, "X=s"},
+			`verify hmac-sha256 has no event id of its own: set key_pointer to the id in the body, or on_missing = "hash"`},
+		{"LongKeyPrefix", []string{`SQSONCE_INGEST_SOURCE=[{"name":"gh","path":"/gh","verify":"github","secret_env":"X","key_prefix":"` + strings.Repeat("p", 200) + `"}]`, "X=s"},
+			"key_prefix of 200 bytes: at most 128"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -290,7 +392,7 @@ func TestIngest_Check(t *testing.T) {
 	e := newEnv(t, false, "exit 0\n")
 	common := []string{"SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_SHUTDOWN_GRACE=30s", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s"}
 	code, out := e.run("check", "", append(append(common, ingestVars()...), "SQSONCE_KEY_FROM=attribute", "SQSONCE_KEY_ATTRIBUTE=SqsonceKey")...)
-	if code != 0 || !strings.Contains(squash(out), "ok ingest github POST /hooks/github, verify github (2 secrets)") || strings.Contains(out, "ingest key") {
+	if code != 0 || !strings.Contains(squash(out), "ok ingest github POST /hooks/github, verify github (2 secrets), key github:sha256:<SHA-256 of the body>, to") || strings.Contains(out, "ingest key") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	code, out = e.run("check", "", append(common, ingestVars()...)...)
@@ -302,5 +404,18 @@ func TestIngest_Check(t *testing.T) {
 		`{"name":"other","path":"/o","verify":"github","secret_env":"S","queue_url":"`+e.queue.URL+`-missing"}]`, "S=x")...)
 	if code != 1 || !strings.Contains(squash(out), "fail ingest") || !strings.Contains(out, "UNSET_SECRET_VARIABLE is not set") {
 		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	// Two sources on one queue with one explicit key prefix share a key
+	// space: a warning; each with its own prefix: none.
+	shared := `[{"name":"shop","path":"/shop","verify":"stripe","secret_env":"S","key_prefix":""},` +
+		`{"name":"crm","path":"/crm","verify":"stripe","secret_env":"S","key_prefix":""},` +
+		`{"name":"github","path":"/gh","verify":"github","secret_env":"S"}]`
+	code, out = e.run("check", "", append(common, "SQSONCE_INGEST_SOURCE="+shared, "S=x", "SQSONCE_KEY_FROM=attribute", "SQSONCE_KEY_ATTRIBUTE=SqsonceKey")...)
+	if code != 0 || !strings.Contains(squash(out), `warn ingest keys sources "shop", "crm" send to `+e.queue.URL+` with one key prefix ""`) ||
+		!strings.Contains(squash(out), "ok ingest shop POST /shop, verify stripe (1 secrets), key <the body's /id>") {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	if strings.Contains(out, `"github"`) {
+		t.Errorf("github, with its own prefix, named as sharing:\n%s", out)
 	}
 }

@@ -300,10 +300,12 @@ func TestTracing_Ingest(t *testing.T) {
 			t.Fatalf("answered %d", resp.StatusCode)
 		}
 	}
-	byKey := func(msgs []types.Message) map[string]types.Message {
+	// The three requests carry one body, and so one key: they are told
+	// apart by their delivery ids.
+	byDelivery := func(msgs []types.Message) map[string]types.Message {
 		out := map[string]types.Message{}
 		for _, m := range msgs {
-			out[aws.ToString(m.MessageAttributes["SqsonceKey"].StringValue)] = m
+			out[aws.ToString(m.MessageAttributes["SqsonceDeliveryId"].StringValue)] = m
 		}
 		return out
 	}
@@ -314,7 +316,7 @@ func TestTracing_Ingest(t *testing.T) {
 		post(t, url, "with-context", map[string]string{"traceparent": otelTraceParent, "tracestate": "vendor=abc"})
 		post(t, url, "without", nil)
 		post(t, url, "invalid", map[string]string{"traceparent": "00-zz"})
-		msgs := byKey(sqstest.Drain(t, e.client, e.queue.URL, 3, 5*time.Second))
+		msgs := byDelivery(sqstest.Drain(t, e.client, e.queue.URL, 3, 5*time.Second))
 		if tp, ts := traceParentOf(t, msgs["with-context"]), aws.ToString(msgs["with-context"].MessageAttributes["tracestate"].StringValue); tp != otelTraceParent || ts != "vendor=abc" {
 			t.Errorf("with-context: traceparent %q tracestate %q, want the request's", tp, ts)
 		}
@@ -330,7 +332,7 @@ func TestTracing_Ingest(t *testing.T) {
 		e := newEnv(t, false, "")
 		ing, url := e.startIngest(rcv.vars()...)
 		post(t, url, "with-context", map[string]string{"traceparent": otelTraceParent})
-		msgs := byKey(sqstest.Drain(t, e.client, e.queue.URL, 1, 5*time.Second))
+		msgs := byDelivery(sqstest.Drain(t, e.client, e.queue.URL, 1, 5*time.Second))
 		ing.cmd.Process.Signal(syscall.SIGTERM)
 		if code := wait(t, ing.cmd, 30*time.Second); code != 0 {
 			t.Fatalf("exit %d:\n%s", code, ing.out)
@@ -343,7 +345,8 @@ func TestTracing_Ingest(t *testing.T) {
 		if hex.EncodeToString(s.TraceId) != otelTraceID || hex.EncodeToString(s.ParentSpanId) != otelSpanID || s.Kind != tracepb.Span_SPAN_KIND_PRODUCER {
 			t.Errorf("span: trace %x parent %x kind %v, want a producer child of %s", s.TraceId, s.ParentSpanId, s.Kind, otelTraceParent)
 		}
-		if spanAttr(s, "sqsonce.key") != "with-context" || spanAttr(s, "messaging.message.id") != aws.ToString(msgs["with-context"].MessageId) {
+		if key := aws.ToString(msgs["with-context"].MessageAttributes["SqsonceKey"].StringValue); spanAttr(s, "sqsonce.key") != key || !strings.HasPrefix(key, "github:sha256:") ||
+			spanAttr(s, "messaging.message.id") != aws.ToString(msgs["with-context"].MessageId) {
 			t.Errorf("span attributes %v", s.Attributes)
 		}
 		if tp, want := traceParentOf(t, msgs["with-context"]), "00-"+otelTraceID+"-"+hex.EncodeToString(s.SpanId)+"-01"; tp != want {

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Send signed webhooks to `sqsonce ingest` as GitHub, Stripe and a Standard
-# Webhooks sender (Svix and others) would, each twice (senders retry), and a
-# forged one. These are the requests of the README's "Receiving webhooks".
+# Webhooks sender (Svix and others) would, each twice (senders retry), the
+# GitHub one once more under another delivery id (a captured request
+# replayed), and a forged one. These are the requests of the README's
+# "Receiving webhooks".
 #
 # Usage: scripts/demo/webhooks.sh BASE_URL
 # with GITHUB_WEBHOOK_SECRET, STRIPE_WEBHOOK_SECRET and STANDARD_WEBHOOK_SECRET
@@ -22,16 +24,18 @@ post() {
 	printf 'POST %-16s %s %s\n' "$path" "${answer##*$'\n'}" "$reply"
 }
 
-# GitHub: X-Hub-Signature-256 is the HMAC-SHA256 of the body, in hex;
-# X-GitHub-Delivery is the event id.
+# GitHub: X-Hub-Signature-256 is the HMAC-SHA256 of the body, in hex. It
+# signs nothing else, so the key is the body's SHA-256 ("github:sha256:...");
+# X-GitHub-Delivery travels beside it for support. A copy of the request
+# under another delivery id is the same event: answered 200, the same key.
 body='{"action":"opened","pull_request":{"number":7}}'
 sig=$(printf '%s' "$body" | openssl dgst -sha256 -hmac "$GITHUB_WEBHOOK_SECRET" | sed 's/^.* //')
-for _ in 1 2; do
-	post /hooks/github "$body" "X-GitHub-Delivery: 72d3162e-cc78-11e3-81ab-4c9367dc0958" "X-Hub-Signature-256: sha256=$sig"
+for delivery in 72d3162e-cc78-11e3-81ab-4c9367dc0958 72d3162e-cc78-11e3-81ab-4c9367dc0958 replayed-1; do
+	post /hooks/github "$body" "X-GitHub-Delivery: $delivery" "X-Hub-Signature-256: sha256=$sig"
 done
 
 # Stripe: Stripe-Signature holds a timestamp and the HMAC-SHA256 of
-# "timestamp.body"; the event id is the body's /id.
+# "timestamp.body"; the event id is the body's /id ("stripe:evt_...").
 body='{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","type":"payment_intent.succeeded","data":{"object":{"customer":"cus_9s6XKzkNRiz8i3"}}}'
 t=$(date +%s)
 sig=$(printf '%s.%s' "$t" "$body" | openssl dgst -sha256 -hmac "$STRIPE_WEBHOOK_SECRET" | sed 's/^.* //')
@@ -41,7 +45,7 @@ done
 
 # Standard Webhooks: webhook-signature is "v1," and the base64 HMAC-SHA256,
 # keyed with the base64-decoded secret after "whsec_", of "id.timestamp.body";
-# webhook-id is the event id.
+# the signed webhook-id is the event id ("standard:msg_...").
 body='{"type":"invoice.paid","data":{"invoice":"in_42"}}'
 id=msg_2KWPBgLlAfxdpx2AI54pPJ85f4W
 t=$(date +%s)
