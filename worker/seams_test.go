@@ -644,3 +644,19 @@ func TestWorker_ThrottledGiveBackRetried(t *testing.T) {
 		t.Fatalf("%d throttled visibility changes, want 3", n)
 	}
 }
+
+// A stop that comes before the worker started (while it reads its queue's
+// attributes) is a stop, not a failure to start.
+func TestWorker_StoppedBeforeStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{})
+	w, err := worker.New(b.config(), b.client, b.db, worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Run(ctx); err != nil {
+		t.Fatalf("Run stopped before it started: %v, want nil", err)
+	}
+}

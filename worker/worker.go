@@ -161,15 +161,22 @@ func (w *Worker) StopNow() {
 // stops receiving at once (the long poll is cancelled), lets running work
 // finish for up to Config.Grace (or until StopNow), gives back what never
 // started, flushes pending deletes, and returns. It returns nil after a
-// clean shutdown and an error when it could not start (the queue cannot be
-// read, for example) or when the ledger cannot be used at all (its table is
-// missing or newer than this code: ledger.ErrNoSchema, ledger.ErrSchema);
+// clean shutdown (also one that came before it started) and an error when
+// it could not start (the queue cannot be read, for example) or when the
+// ledger cannot be used at all (its table is missing or newer than this
+// code: ledger.ErrNoSchema, ledger.ErrSchema);
 // then it shuts down the same way first. While the ledger merely fails to
 // record claims, Run receives nothing and waits for it (Health.Ready is
 // false meanwhile). Run joins every goroutine it started before returning.
 func (w *Worker) Run(ctx context.Context) error {
 	info, err := inspectQueue(ctx, w.sqs, w.cfg.QueueURL)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped before it started: nothing was received, and a stop
+			// is not a failure.
+			w.log.Info("worker stopped before it started")
+			return nil
+		}
 		return err
 	}
 	w.queue = info

@@ -185,6 +185,10 @@ func run(o options) (code int) {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("run", o.run)
+	// Signals first: a SIGTERM that comes while the ledger opens or the
+	// queue is read is a stop, as for sqsonce run, not a kill.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
 	// Count SQS requests from the start, so that a run that fails to start
 	// can show it sent none.
@@ -377,8 +381,6 @@ func run(o options) (code int) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-sigs
 		stop()
