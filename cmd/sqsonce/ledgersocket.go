@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -15,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -93,6 +95,107 @@ func fromJSON(j recordJSON) (ledger.Record, error) {
 		r.Result = []byte(j.Result)
 	}
 	return r, nil
+}
+
+// filterQuery is a filter as the socket's query parameters; parseFilter
+// reads it back.
+func filterQuery(f ledger.Filter) url.Values {
+	q := url.Values{"prefix": {f.Prefix}}
+	if f.State != 0 {
+		q.Set("state", f.State.String())
+	}
+	if f.Reason != "" {
+		q.Set("reason", f.Reason)
+	}
+	if !f.Since.IsZero() {
+		q.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !f.Until.IsZero() {
+		q.Set("until", f.Until.UTC().Format(time.RFC3339Nano))
+	}
+	return q
+}
+
+func parseFilter(q url.Values) (ledger.Filter, error) {
+	f := ledger.Filter{Prefix: q.Get("prefix"), Reason: q.Get("reason")}
+	if s := q.Get("state"); s != "" {
+		st, err := ledger.ParseState(s)
+		if err != nil {
+			return ledger.Filter{}, err
+		}
+		f.State = st
+	}
+	for name, t := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if s := q.Get(name); s != "" {
+			v, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return ledger.Filter{}, fmt.Errorf("%s: %v: %w", name, err, ledger.ErrInvalidArgument)
+			}
+			*t = v
+		}
+	}
+	return f, f.Validate()
+}
+
+// pageJSON is a page of List as the socket carries it.
+type pageJSON struct {
+	Records    []recordJSON `json:"records"`
+	Next       string       `json:"next,omitempty"`
+	Scanned    int          `json:"scanned"`
+	Unreadable int          `json:"unreadable,omitempty"`
+}
+
+// overviewJSON is an Overview as the socket carries it.
+type overviewJSON struct {
+	Stats        statsJSON             `json:"stats"`
+	Estimate     string                `json:"estimate,omitempty"`
+	OldestClaims []recordJSON          `json:"oldest_claims"`
+	Owners       []ledger.OwnerClaims  `json:"owners"`
+	Failures     []ledger.FailureGroup `json:"failures"`
+	Activity     []ledger.Minute       `json:"activity"`
+	Now          time.Time             `json:"now"`
+	Partial      bool                  `json:"partial,omitempty"`
+	Scanned      int                   `json:"scanned"`
+}
+
+func toOverviewJSON(o ledger.Overview) overviewJSON {
+	j := overviewJSON{Stats: toStatsJSON(o.Stats), Estimate: o.Estimate, Owners: o.Owners, Failures: o.Failures,
+		Activity: o.Activity, Now: o.Now, Partial: o.Partial, Scanned: o.Scanned}
+	for _, r := range o.OldestClaims {
+		j.OldestClaims = append(j.OldestClaims, toJSON(r))
+	}
+	return j
+}
+
+func (j overviewJSON) overview() (ledger.Overview, error) {
+	o := ledger.Overview{Stats: j.Stats.stats(), Estimate: j.Estimate, Owners: j.Owners, Failures: j.Failures,
+		Activity: j.Activity, Now: j.Now, Partial: j.Partial, Scanned: j.Scanned}
+	for _, rj := range j.OldestClaims {
+		rec, err := fromJSON(rj)
+		if err != nil {
+			return ledger.Overview{}, fmt.Errorf("worker socket: %w", err)
+		}
+		o.OldestClaims = append(o.OldestClaims, rec)
+	}
+	return o, nil
+}
+
+func toStatsJSON(st ledger.Stats) statsJSON {
+	out := statsJSON{InProgress: st.InProgress, Complete: st.Complete, Failed: st.Failed,
+		FailedPermanently: st.FailedPermanently, FileSize: st.FileSize, Commits: st.Commits}
+	if !st.OldestInProgress.IsZero() {
+		out.OldestInProgress = &st.OldestInProgress
+	}
+	return out
+}
+
+func (j statsJSON) stats() ledger.Stats {
+	st := ledger.Stats{InProgress: j.InProgress, Complete: j.Complete, Failed: j.Failed,
+		FailedPermanently: j.FailedPermanently, FileSize: j.FileSize, Commits: j.Commits}
+	if j.OldestInProgress != nil {
+		st.OldestInProgress = *j.OldestInProgress
+	}
+	return st
 }
 
 type statsJSON struct {
@@ -186,16 +289,11 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 		json.NewEncoder(w).Encode(toJSON(rec))
 	})
 	mux.HandleFunc("GET /v1/list", func(w http.ResponseWriter, r *http.Request) {
-		var f ledger.Filter
-		if s := r.URL.Query().Get("state"); s != "" {
-			st, err := ledger.ParseState(s)
-			if err != nil {
-				fail(w, err)
-				return
-			}
-			f.State = st
+		f, err := parseFilter(r.URL.Query())
+		if err != nil {
+			fail(w, err)
+			return
 		}
-		f.Prefix = r.URL.Query().Get("prefix")
 		// ForEach holds no read transaction while a record is written, so
 		// a slow client delays no ledger write; the deadline, renewed for
 		// each record, ends the listing of a client that stopped reading.
@@ -203,7 +301,7 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 		enc := json.NewEncoder(w)
 		var werr error
 		written := 0
-		err := db.ForEach(r.Context(), f, func(rec ledger.Record) error {
+		err = db.ForEach(r.Context(), f, func(rec ledger.Record) error {
 			if werr = rc.SetWriteDeadline(time.Now().Add(opts.writeTimeout)); werr == nil {
 				werr = enc.Encode(toJSON(rec))
 			}
@@ -225,18 +323,50 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			enc.Encode(errorJSON{Error: err.Error(), Kind: errorKind(err)})
 		}
 	})
+	// A page of List: one bounded read, one JSON answer.
+	mux.HandleFunc("GET /v1/page", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		f, err := parseFilter(q)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		limit, err := strconv.Atoi(cmp.Or(q.Get("limit"), "0"))
+		if err != nil {
+			fail(w, fmt.Errorf("limit %q: %w", q.Get("limit"), ledger.ErrInvalidArgument))
+			return
+		}
+		p, err := db.List(r.Context(), f, q.Get("after"), limit)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		out := pageJSON{Records: make([]recordJSON, len(p.Records)), Next: p.Next, Scanned: p.Scanned, Unreadable: p.Unreadable}
+		for i, rec := range p.Records {
+			out.Records[i] = toJSON(rec)
+		}
+		json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("GET /v1/overview", func(w http.ResponseWriter, r *http.Request) {
+		since, err := time.Parse(time.RFC3339Nano, r.URL.Query().Get("since"))
+		if err != nil {
+			fail(w, fmt.Errorf("since: %v: %w", err, ledger.ErrInvalidArgument))
+			return
+		}
+		o, err := db.Overview(r.Context(), since)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		json.NewEncoder(w).Encode(toOverviewJSON(o))
+	})
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
 		st, err := db.Stats(r.Context())
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		out := statsJSON{InProgress: st.InProgress, Complete: st.Complete, Failed: st.Failed,
-			FailedPermanently: st.FailedPermanently, FileSize: st.FileSize, Commits: st.Commits}
-		if !st.OldestInProgress.IsZero() {
-			out.OldestInProgress = &st.OldestInProgress
-		}
-		json.NewEncoder(w).Encode(out)
+		json.NewEncoder(w).Encode(toStatsJSON(st))
 	})
 	for name, op := range map[string]func(context.Context, string) error{"forget": db.Forget, "reset": db.Reset} {
 		mux.HandleFunc("POST /v1/"+name, func(w http.ResponseWriter, r *http.Request) {
@@ -380,11 +510,10 @@ func (c *socketLedger) Get(ctx context.Context, key string) (ledger.Record, erro
 }
 
 func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error {
-	q := url.Values{"prefix": {f.Prefix}}
-	if f.State != 0 {
-		q.Set("state", f.State.String())
+	if err := f.Validate(); err != nil {
+		return err
 	}
-	resp, err := c.do(ctx, http.MethodGet, "list", q)
+	resp, err := c.do(ctx, http.MethodGet, "list", filterQuery(f))
 	if err != nil {
 		return err
 	}
@@ -425,6 +554,52 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 	return nil
 }
 
+// List reads one page through the worker, which reads it as its own List
+// does: a bounded read.
+func (c *socketLedger) List(ctx context.Context, f ledger.Filter, after string, limit int) (ledger.Page, error) {
+	if _, err := ledger.CheckListLimit(limit); err != nil {
+		return ledger.Page{}, err
+	}
+	if err := f.Validate(); err != nil {
+		return ledger.Page{}, err
+	}
+	q := filterQuery(f)
+	q.Set("after", after)
+	q.Set("limit", strconv.Itoa(limit))
+	resp, err := c.do(ctx, http.MethodGet, "page", q)
+	if err != nil {
+		return ledger.Page{}, err
+	}
+	defer resp.Body.Close()
+	var j pageJSON
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return ledger.Page{}, fmt.Errorf("worker socket: %w", err)
+	}
+	p := ledger.Page{Next: j.Next, Scanned: j.Scanned, Unreadable: j.Unreadable}
+	for _, rj := range j.Records {
+		rec, err := fromJSON(rj)
+		if err != nil {
+			return ledger.Page{}, fmt.Errorf("worker socket: %w", err)
+		}
+		p.Records = append(p.Records, rec)
+	}
+	return p, nil
+}
+
+// Overview reads the worker's ledger's overview through the worker.
+func (c *socketLedger) Overview(ctx context.Context, since time.Time) (ledger.Overview, error) {
+	resp, err := c.do(ctx, http.MethodGet, "overview", url.Values{"since": {since.UTC().Format(time.RFC3339Nano)}})
+	if err != nil {
+		return ledger.Overview{}, err
+	}
+	defer resp.Body.Close()
+	var j overviewJSON
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return ledger.Overview{}, fmt.Errorf("worker socket: %w", err)
+	}
+	return j.overview()
+}
+
 func (c *socketLedger) Stats(ctx context.Context) (ledger.Stats, error) {
 	resp, err := c.do(ctx, http.MethodGet, "stats", nil)
 	if err != nil {
@@ -435,12 +610,7 @@ func (c *socketLedger) Stats(ctx context.Context) (ledger.Stats, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
 		return ledger.Stats{}, fmt.Errorf("worker socket: %w", err)
 	}
-	st := ledger.Stats{InProgress: j.InProgress, Complete: j.Complete, Failed: j.Failed,
-		FailedPermanently: j.FailedPermanently, FileSize: j.FileSize, Commits: j.Commits}
-	if j.OldestInProgress != nil {
-		st.OldestInProgress = *j.OldestInProgress
-	}
-	return st, nil
+	return j.stats(), nil
 }
 
 func (c *socketLedger) Forget(ctx context.Context, key string) error {
