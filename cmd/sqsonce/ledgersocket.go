@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,84 +16,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sqsonce/sqsonce/ledger"
 )
-
-// recordJSON is a ledger record as sqsonce prints and exports it, and as the
-// worker's socket carries it. Times are RFC 3339; absent times are omitted.
-type recordJSON struct {
-	Key          string     `json:"key"`
-	State        string     `json:"state"`
-	Permanent    bool       `json:"permanent,omitempty"`
-	Fingerprint  string     `json:"fingerprint,omitempty"` // hex
-	Attempts     int        `json:"attempts"`
-	Owner        string     `json:"owner,omitempty"`
-	LeaseExpiry  *time.Time `json:"lease_expiry,omitempty"`
-	FirstSeen    *time.Time `json:"first_seen,omitempty"`
-	Claimed      *time.Time `json:"claimed,omitempty"`
-	Updated      *time.Time `json:"updated,omitempty"`
-	Completed    *time.Time `json:"completed,omitempty"`
-	Expires      *time.Time `json:"expires,omitempty"`
-	LastError    string     `json:"last_error,omitempty"`
-	MessageID    string     `json:"message_id,omitempty"`
-	Result       string     `json:"result,omitempty"`        // when valid UTF-8
-	ResultBase64 string     `json:"result_base64,omitempty"` // otherwise
-}
-
-func toJSON(r ledger.Record) recordJSON {
-	t := func(v time.Time) *time.Time {
-		if v.IsZero() {
-			return nil
-		}
-		u := v.UTC()
-		return &u
-	}
-	j := recordJSON{
-		Key: r.Key, State: r.State.String(), Permanent: r.Permanent, Attempts: r.Attempts, Owner: r.Owner,
-		LeaseExpiry: t(r.LeaseExpiry), FirstSeen: t(r.FirstSeen), Claimed: t(r.Claimed), Updated: t(r.Updated),
-		Completed: t(r.Completed), Expires: t(r.Expires), LastError: r.LastError, MessageID: r.MessageID,
-	}
-	if len(r.Fingerprint) > 0 {
-		j.Fingerprint = hex.EncodeToString(r.Fingerprint)
-	}
-	if utf8.Valid(r.Result) {
-		j.Result = string(r.Result)
-	} else {
-		j.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
-	}
-	return j
-}
-
-func fromJSON(j recordJSON) (ledger.Record, error) {
-	state, err := ledger.ParseState(j.State)
-	if err != nil {
-		return ledger.Record{}, err
-	}
-	t := func(p *time.Time) time.Time {
-		if p == nil {
-			return time.Time{}
-		}
-		return *p
-	}
-	r := ledger.Record{
-		Key: j.Key, State: state, Permanent: j.Permanent, Attempts: j.Attempts, Owner: j.Owner,
-		LeaseExpiry: t(j.LeaseExpiry), FirstSeen: t(j.FirstSeen), Claimed: t(j.Claimed), Updated: t(j.Updated),
-		Completed: t(j.Completed), Expires: t(j.Expires), LastError: j.LastError, MessageID: j.MessageID,
-	}
-	if r.Fingerprint, err = hex.DecodeString(j.Fingerprint); err != nil {
-		return ledger.Record{}, fmt.Errorf("fingerprint: %w", err)
-	}
-	if j.ResultBase64 != "" {
-		if r.Result, err = base64.StdEncoding.DecodeString(j.ResultBase64); err != nil {
-			return ledger.Record{}, fmt.Errorf("result: %w", err)
-		}
-	} else if j.Result != "" {
-		r.Result = []byte(j.Result)
-	}
-	return r, nil
-}
 
 // filterQuery is a filter as the socket's query parameters; parseFilter
 // reads it back.
@@ -139,7 +62,7 @@ func parseFilter(q url.Values) (ledger.Filter, error) {
 
 // pageJSON is a page of List as the socket carries it.
 type pageJSON struct {
-	Records    []recordJSON `json:"records"`
+	Records    []ledger.RecordJSON `json:"records"`
 	Next       string       `json:"next,omitempty"`
 	Scanned    int          `json:"scanned"`
 	Unreadable int          `json:"unreadable,omitempty"`
@@ -149,7 +72,7 @@ type pageJSON struct {
 type overviewJSON struct {
 	Stats        statsJSON             `json:"stats"`
 	Estimate     string                `json:"estimate,omitempty"`
-	OldestClaims []recordJSON          `json:"oldest_claims"`
+	OldestClaims []ledger.RecordJSON          `json:"oldest_claims"`
 	Owners       []ledger.OwnerClaims  `json:"owners"`
 	Failures     []ledger.FailureGroup `json:"failures"`
 	Activity     []ledger.Minute       `json:"activity"`
@@ -162,7 +85,7 @@ func toOverviewJSON(o ledger.Overview) overviewJSON {
 	j := overviewJSON{Stats: toStatsJSON(o.Stats), Estimate: o.Estimate, Owners: o.Owners, Failures: o.Failures,
 		Activity: o.Activity, Now: o.Now, Partial: o.Partial, Scanned: o.Scanned}
 	for _, r := range o.OldestClaims {
-		j.OldestClaims = append(j.OldestClaims, toJSON(r))
+		j.OldestClaims = append(j.OldestClaims, ledger.ToJSON(r))
 	}
 	return j
 }
@@ -171,7 +94,7 @@ func (j overviewJSON) overview() (ledger.Overview, error) {
 	o := ledger.Overview{Stats: j.Stats.stats(), Estimate: j.Estimate, Owners: j.Owners, Failures: j.Failures,
 		Activity: j.Activity, Now: j.Now, Partial: j.Partial, Scanned: j.Scanned}
 	for _, rj := range j.OldestClaims {
-		rec, err := fromJSON(rj)
+		rec, err := ledger.FromJSON(rj)
 		if err != nil {
 			return ledger.Overview{}, fmt.Errorf("worker socket: %w", err)
 		}
@@ -286,7 +209,7 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			fail(w, err)
 			return
 		}
-		json.NewEncoder(w).Encode(toJSON(rec))
+		json.NewEncoder(w).Encode(ledger.ToJSON(rec))
 	})
 	mux.HandleFunc("GET /v1/list", func(w http.ResponseWriter, r *http.Request) {
 		f, err := parseFilter(r.URL.Query())
@@ -303,7 +226,7 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 		written := 0
 		err = db.ForEach(r.Context(), f, func(rec ledger.Record) error {
 			if werr = rc.SetWriteDeadline(time.Now().Add(opts.writeTimeout)); werr == nil {
-				werr = enc.Encode(toJSON(rec))
+				werr = enc.Encode(ledger.ToJSON(rec))
 			}
 			if werr == nil {
 				written++
@@ -341,9 +264,9 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			fail(w, err)
 			return
 		}
-		out := pageJSON{Records: make([]recordJSON, len(p.Records)), Next: p.Next, Scanned: p.Scanned, Unreadable: p.Unreadable}
+		out := pageJSON{Records: make([]ledger.RecordJSON, len(p.Records)), Next: p.Next, Scanned: p.Scanned, Unreadable: p.Unreadable}
 		for i, rec := range p.Records {
-			out.Records[i] = toJSON(rec)
+			out.Records[i] = ledger.ToJSON(rec)
 		}
 		json.NewEncoder(w).Encode(out)
 	})
@@ -502,11 +425,11 @@ func (c *socketLedger) Get(ctx context.Context, key string) (ledger.Record, erro
 		return ledger.Record{}, err
 	}
 	defer resp.Body.Close()
-	var j recordJSON
+	var j ledger.RecordJSON
 	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
 		return ledger.Record{}, fmt.Errorf("worker socket: %w", err)
 	}
-	return fromJSON(j)
+	return ledger.FromJSON(j)
 }
 
 func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error {
@@ -529,7 +452,7 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 			n, socketWriteTimeout, err)
 	}
 	for ; sc.Scan(); n++ {
-		var j recordJSON
+		var j ledger.RecordJSON
 		if err := json.Unmarshal(sc.Bytes(), &j); err != nil || j.State == "" {
 			if err := sc.Err(); err != nil {
 				return brokeOff(err) // the last line, cut short
@@ -540,7 +463,7 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 			}
 			return fmt.Errorf("worker socket: bad line %q", sc.Text())
 		}
-		rec, err := fromJSON(j)
+		rec, err := ledger.FromJSON(j)
 		if err != nil {
 			return err
 		}
@@ -577,7 +500,7 @@ func (c *socketLedger) List(ctx context.Context, f ledger.Filter, after string, 
 	}
 	p := ledger.Page{Next: j.Next, Scanned: j.Scanned, Unreadable: j.Unreadable}
 	for _, rj := range j.Records {
-		rec, err := fromJSON(rj)
+		rec, err := ledger.FromJSON(rj)
 		if err != nil {
 			return ledger.Page{}, fmt.Errorf("worker socket: %w", err)
 		}
