@@ -63,16 +63,16 @@ func parseFilter(q url.Values) (ledger.Filter, error) {
 // pageJSON is a page of List as the socket carries it.
 type pageJSON struct {
 	Records    []ledger.RecordJSON `json:"records"`
-	Next       string       `json:"next,omitempty"`
-	Scanned    int          `json:"scanned"`
-	Unreadable int          `json:"unreadable,omitempty"`
+	Next       string              `json:"next,omitempty"`
+	Scanned    int                 `json:"scanned"`
+	Unreadable int                 `json:"unreadable,omitempty"`
 }
 
 // overviewJSON is an Overview as the socket carries it.
 type overviewJSON struct {
 	Stats        statsJSON             `json:"stats"`
 	Estimate     string                `json:"estimate,omitempty"`
-	OldestClaims []ledger.RecordJSON          `json:"oldest_claims"`
+	OldestClaims []ledger.RecordJSON   `json:"oldest_claims"`
 	Owners       []ledger.OwnerClaims  `json:"owners"`
 	Failures     []ledger.FailureGroup `json:"failures"`
 	Activity     []ledger.Minute       `json:"activity"`
