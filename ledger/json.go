@@ -85,4 +85,3 @@ func FromJSON(j RecordJSON) (Record, error) {
 	}
 	return r, nil
 }
-

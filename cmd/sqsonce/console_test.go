@@ -24,7 +24,9 @@ func TestConsoleConfig(t *testing.T) {
 		{"Both", func(c *ConsoleConfig) { c.Auth, c.CredentialFile, c.CredentialEnv = "basic", "/f", "V" }, "console.credential_env: set console.credential_file or console.credential_env, not both"},
 		{"CredentialWithoutAuth", func(c *ConsoleConfig) { c.CredentialEnv = "V" }, "console.credential_env: console.auth = \"none\" takes no credential"},
 		{"UnknownAuth", func(c *ConsoleConfig) { c.Auth = "oauth" }, "console.auth: must be one of none, token, basic"},
-		{"BeyondLoopbackWithToken", func(c *ConsoleConfig) { c.Listen, c.Writes, c.Auth, c.CredentialEnv = "0.0.0.0:9465", true, "token", "T" }, ""},
+		{"BeyondLoopbackWithToken", func(c *ConsoleConfig) {
+			c.Listen, c.Writes, c.Auth, c.CredentialEnv = "0.0.0.0:9465", true, "token", "T"
+		}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
