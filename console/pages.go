@@ -356,7 +356,7 @@ func recordFields(rec ledger.Record) [][2]string {
 		{"Key", rec.Key},
 		{"State", state},
 		{"Attempts", strconv.Itoa(rec.Attempts)},
-		{"Owner", cmpOr(rec.Owner, "—")},
+		{"Owner of the last claim", cmpOr(rec.Owner, "—")},
 		{"Lease expires", ts(rec.LeaseExpiry)},
 		{"First seen", ts(rec.FirstSeen)},
 		{"Last attempt started", ts(rec.Claimed)},
