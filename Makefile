@@ -39,6 +39,17 @@ test: ## Run every test, with the race detector, against local SQS- and DynamoDB
 test-short: ## Run the tests without the race detector.
 	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go test -count=1 ./...
 
+# The console in headless Chromium (Debian's chromium, installed with apt-get
+# when missing), driven from Go with chromedp. Screenshots of each page go
+# to $(SCREENSHOTS) (default: a new folder under the system's temporary
+# directory; the test names it).
+SCREENSHOTS ?=
+
+.PHONY: test-browser
+test-browser: ## Drive the console in headless Chromium: overview, filters, pages, a dry run and a replay, forget, refused writes; keeps screenshots.
+	@command -v chromium >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+	SQSONCE_SCREENSHOTS=$(SCREENSHOTS) $(WITH_SQS) go test -tags browser -count=1 -run '^TestConsole_Browser$$' -v ./cmd/sqsonce/
+
 # How long `make fuzz` runs each fuzz target, e.g. make fuzz FUZZTIME=5m.
 # The targets are found with `go test -list`, so a new Fuzz function needs
 # no change here. Inputs that fail are written to testdata/fuzz/ of their

@@ -520,3 +520,56 @@ func BenchmarkSweep1M(b *testing.B) {
 		b.ReportMetric(float64(claims)/claimTime.Seconds(), "claims/s")
 	}
 }
+
+// BenchmarkList1M reads the first page (50 records) of a ledger of
+// 1,000,000 records, unfiltered and filtered by a state no record has (so
+// that the page is read up to List's bound).
+func BenchmarkList1M(b *testing.B) {
+	ctx := context.Background()
+	path := filepath.Join(b.TempDir(), "ledger.db")
+	if err := copyFile(path, bigLedger(b)); err != nil {
+		b.Fatal(err)
+	}
+	clock := ledgertest.NewClock()
+	clock.Advance(bigEnd.Sub(clock.Now()))
+	db := openBench(b, path, clock.Now)
+	defer db.Close()
+	for _, bc := range []struct {
+		name string
+		f    ledger.Filter
+	}{
+		{"first-page", ledger.Filter{}},
+		{"sparse-failed", ledger.Filter{State: ledger.StateFailed}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := db.List(ctx, bc.f, "", 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkOverview1M reads the console's overview of a ledger of
+// 1,000,000 records: one walk of every record.
+func BenchmarkOverview1M(b *testing.B) {
+	ctx := context.Background()
+	path := filepath.Join(b.TempDir(), "ledger.db")
+	if err := copyFile(path, bigLedger(b)); err != nil {
+		b.Fatal(err)
+	}
+	clock := ledgertest.NewClock()
+	clock.Advance(bigEnd.Sub(clock.Now()))
+	db := openBench(b, path, clock.Now)
+	defer db.Close()
+	for b.Loop() {
+		o, err := db.Overview(ctx, clock.Now().Add(-time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if o.Complete != bigRecords || o.Partial {
+			b.Fatalf("overview: %+v", o.Stats)
+		}
+	}
+}

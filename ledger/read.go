@@ -37,13 +37,6 @@ func (db *DB) Get(ctx context.Context, key string) (Record, error) {
 	return rec, nil
 }
 
-// Filter selects records for ForEach. The zero Filter selects every live
-// record.
-type Filter struct {
-	State  State  // 0 = any state
-	Prefix string // only keys that start with Prefix
-}
-
 // forEachPage bounds how many records ForEach copies out of one read
 // transaction, and forEachScan how many it looks at, so that a transaction
 // stays short whatever the filter.
@@ -67,6 +60,9 @@ const (
 // others are all passed to fn, and ForEach then returns an error wrapping
 // ErrCorrupt that counts the unreadable records and names the first.
 func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
 	now := db.now()
 	prefix := []byte(f.Prefix)
 	var after []byte // the last key read; nil before the first page
@@ -103,7 +99,7 @@ func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) erro
 					unreadable++
 					continue
 				}
-				if !r.Expires.After(now) || (f.State != 0 && r.State != f.State) {
+				if !r.Expires.After(now) || !f.Match(r) {
 					continue
 				}
 				page = append(page, r)

@@ -89,8 +89,33 @@ type Config struct {
 	// and deleting up to ten messages at a time: 1 to 64.
 	Concurrency int
 
+	// Observe, when set, is told of each message received as it is
+	// decided, before it is moved: a console shows a dry run's sample
+	// with it. It is called from several goroutines at once and must be
+	// quick.
+	Observe func(Decision)
+
 	Logger *slog.Logger // nil: slog.Default()
 }
+
+// Decision is what a run decided for one message.
+type Decision struct {
+	MessageID string
+	Key       string // "" for a message without a key
+	Action    Action
+	// Why says why a message is left in the source; empty otherwise.
+	Why string
+}
+
+// Action is what becomes of a message.
+type Action string
+
+// The actions of a Decision.
+const (
+	ActionMove  Action = "move"  // sent to the target, then deleted from the source
+	ActionDrop  Action = "drop"  // deleted from the source: its operation is complete (DropComplete)
+	ActionLeave Action = "leave" // left in the source
+)
 
 // Defaults of DefaultConfig.
 const (

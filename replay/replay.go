@@ -298,6 +298,7 @@ type item struct {
 	keyErr  error
 	replays int
 	attrs   map[string]types.MessageAttributeValue // of the copy
+	why     string                                 // why it is left, when it is
 }
 
 // handle takes one receive's messages: it recognises those seen before in
@@ -340,13 +341,24 @@ func (r *Replayer) handle(ctx context.Context, msgs []types.Message) (fresh, mov
 
 	var send, drop []*item
 	for _, it := range mine {
-		switch r.decide(ctx, it) {
+		decision := r.decide(ctx, it)
+		d := Decision{MessageID: it.id, Key: it.key, Action: ActionLeave}
+		switch decision {
 		case sendIt:
 			send = append(send, it)
+			d.Action = ActionMove
 		case dropIt:
 			drop = append(drop, it)
+			d.Action = ActionDrop
 		default:
 			r.leave([]*item{it})
+			d.Why = it.why
+		}
+		if r.cfg.Observe != nil {
+			if it.keyErr != nil {
+				d.Key = ""
+			}
+			r.cfg.Observe(d)
 		}
 	}
 	if r.cfg.DryRun {
@@ -399,6 +411,7 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 	it.replays = replayCount(it.msg)
 	leave := func(counter *atomic.Int64, reason string, args ...any) decision {
 		counter.Add(1)
+		it.why = reason
 		r.log.Info("left in the source queue: "+reason, append([]any{"message_id", it.id, "key", it.key}, args...)...)
 		return leaveIt
 	}
@@ -424,6 +437,7 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 			return leaveIt // stopped at once
 		case err != nil:
 			r.n.failed.Add(1)
+			it.why = "the ledger lookup failed: " + err.Error()
 			r.log.Error("ledger lookup failed: message left in the source queue", "message_id", it.id, "key", it.key, "error", err)
 			return leaveIt
 		case len(rec.Fingerprint) > 0 && len(it.fp) > 0 && !bytes.Equal(rec.Fingerprint, it.fp):
@@ -446,6 +460,7 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 	if it.attrs, room = copyAttributes(it.msg, it.replays, r.cfg.ToFIFO); !room {
 		// Sent without its count, each copy that came back would look new.
 		r.n.noRoom.Add(1)
+		it.why = "too many message attributes of its own: no room for " + AttrReplays
 		r.log.Error("left in the source queue: too many message attributes of its own: no room for "+AttrReplays+", which bounds replays"+
 			" (and on a FIFO target "+worker.AttrDeduplicationID+"); move it by hand",
 			"message_id", it.id, "key", it.key)
@@ -470,6 +485,7 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 			return leaveIt
 		default:
 			r.n.failed.Add(1)
+			it.why = "could not reset the failed operation: " + err.Error()
 			r.log.Error("could not reset the failed operation: message left in the source queue", "message_id", it.id, "key", it.key, "error", err)
 			return leaveIt
 		}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -526,11 +527,22 @@ func TestReplayer_Run(t *testing.T) {
 		b.put(b.queue.DLQURL, append(bodies("done", "perm", "n1", "n2"), seed{body: `{}`}))
 		cfg := b.config()
 		cfg.DryRun, cfg.DropComplete = true, true
+		var mu sync.Mutex
+		var decided []string
+		cfg.Observe = func(d replay.Decision) {
+			mu.Lock()
+			defer mu.Unlock()
+			decided = append(decided, fmt.Sprintf("%s:%s:%s", d.Key, d.Action, d.Why))
+		}
 		sum, err := b.run(cfg)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, b.log)
 		}
 		b.want(sum, replay.Summary{Moved: 3, DroppedComplete: 1, SkippedKeyless: 1, Reset: 1, DryRun: true})
+		slices.Sort(decided)
+		if fmt.Sprint(decided) != "[:leave:no operation key done:drop: n1:move: n2:move: perm:move:]" {
+			t.Errorf("decisions observed: %q", decided)
+		}
 		if !b.logged("would move") {
 			t.Errorf("no report of what would move:\n%s", b.log)
 		}

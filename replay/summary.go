@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -67,3 +68,25 @@ func round3(f float64) float64 {
 
 // seconds is d in seconds, rounded to milliseconds.
 func seconds(d time.Duration) float64 { return round3(d.Seconds()) }
+
+// Line is the summary as `sqsonce replay` prints it, one line, for a run
+// from the queue from to the queue to.
+func (s Summary) Line(from, to string) string {
+	verb, dropVerb, resetVerb := "moved", "dropped", "reset"
+	if s.DryRun {
+		verb, dropVerb, resetVerb = "dry run: would move", "would drop", "would reset"
+	}
+	line := fmt.Sprintf("%s %d messages from %s to %s in %.1fs (%.0f/s); left %d (complete %d, keyless %d, max replays %d, filtered %d, conflicts %d); %s %d complete; %s %d; failed %d",
+		verb, s.Moved, from, to, s.Seconds, s.Rate, s.Skipped(), s.SkippedComplete, s.SkippedKeyless, s.SkippedMaxReplays,
+		s.SkippedFiltered, s.SkippedConflict, dropVerb, s.DroppedComplete, resetVerb, s.Reset, s.Failed)
+	if s.NoRoom > 0 {
+		line += fmt.Sprintf("; %d without room for SqsonceReplays", s.NoRoom)
+	}
+	if s.DeleteFailed > 0 {
+		line += fmt.Sprintf("; %d sent but not deleted", s.DeleteFailed)
+	}
+	if s.Interrupted {
+		line += "; interrupted"
+	}
+	return line
+}

@@ -42,7 +42,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, the OTEL_ tracing variables, and with\n[[ingest.source]] tables each source's secrets, keys and queue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, the OTEL_ tracing variables, the\nconsole's exposure (its address, writes and credential), and with\n[[ingest.source]] tables each source's secrets, keys and queue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -108,6 +108,14 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		checkLedgerPath(c, cfg.Ledger.Path)
 	} else {
 		checkSharedLedger(ctx, c, cfg)
+	}
+
+	level, exposure := consoleExposure(cfg.Console)
+	c.line(level, "console", "%s", exposure)
+	if cfg.Console.Auth != ConsoleAuthNone {
+		if _, err := consoleAuth(cfg.Console, m.LookupEnv); err != nil {
+			c.line("fail", "console", "%v", err)
+		}
 	}
 
 	switch cfg.Handler.Type {

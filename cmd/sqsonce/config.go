@@ -86,6 +86,7 @@ type Config struct {
 	Shutdown ShutdownConfig `toml:"shutdown"`
 	Admin    AdminConfig    `toml:"admin"`
 	Ingest   IngestConfig   `toml:"ingest"`
+	Console  ConsoleConfig  `toml:"console"`
 }
 
 // QueueConfig says which SQS queue to consume and how to receive from it.
@@ -309,6 +310,24 @@ type IngestSource struct {
 	OnMissing string `toml:"on_missing" json:"on_missing"`
 }
 
+// ConsoleConfig configures `sqsonce console`, the web console.
+type ConsoleConfig struct {
+	// Listen is the host:port the console serves. Beyond loopback it
+	// needs a credential (Auth).
+	Listen string `toml:"listen"`
+	// Writes enables replay, forget and export. It needs a credential.
+	Writes bool `toml:"writes"`
+	// Auth is the credential every page then needs: ConsoleAuthNone,
+	// ConsoleAuthToken (a bearer token) or ConsoleAuthBasic (basic
+	// authentication, user:password).
+	Auth string `toml:"auth"`
+	// CredentialFile is a file holding the token or user:password;
+	// CredentialEnv the name of a variable holding it. Exactly one with a
+	// credential, none without. Never the credential itself.
+	CredentialFile string `toml:"credential_file"`
+	CredentialEnv  string `toml:"credential_env"`
+}
+
 // Duration is a time.Duration written as a Go duration string such as
 // "20s", "15m" or "168h", in the file and in the environment.
 type Duration struct {
@@ -408,6 +427,10 @@ func DefaultConfig() Config {
 			MaxInFlight:    ingest.DefaultMaxInFlight,
 			RequestTimeout: Duration{ingest.DefaultRequestTimeout},
 			RetryAfter:     Duration{ingest.DefaultRetryAfter},
+		},
+		Console: ConsoleConfig{
+			Listen: "127.0.0.1:9465",
+			Auth:   ConsoleAuthNone,
 		},
 	}
 }
@@ -810,6 +833,41 @@ var rules = []rule{
 	{key: "ingest.request_timeout", check: func(c *Config) error { return durationBetween(c.Ingest.RequestTimeout, time.Second, time.Minute) }},
 	{key: "ingest.retry_after", check: func(c *Config) error { return durationBetween(c.Ingest.RetryAfter, time.Second, time.Hour) }},
 	{key: "ingest.source", when: func(c *Config) bool { return len(c.Ingest.Source) > 0 }, check: checkIngestSources},
+
+	{key: "console.listen", check: func(c *Config) error {
+		if err := hostPort(c.Console.Listen); err != nil {
+			return err
+		}
+		if c.Console.Auth == ConsoleAuthNone && !loopbackListen(c.Console.Listen) {
+			return fmt.Errorf("%s reaches beyond loopback: it needs console.auth (a token or basic authentication), or a loopback address such as 127.0.0.1:9465", c.Console.Listen)
+		}
+		return nil
+	}},
+	{key: "console.writes", when: func(c *Config) bool { return c.Console.Writes && c.Console.Auth == ConsoleAuthNone }, check: func(c *Config) error {
+		return errors.New(`needs console.auth = "token" or "basic": without a credential anyone who reaches the console could replay and forget`)
+	}},
+	{key: "console.auth", check: func(c *Config) error {
+		return oneOf(c.Console.Auth, ConsoleAuthNone, ConsoleAuthToken, ConsoleAuthBasic)
+	}},
+	{key: "console.credential_file", check: func(c *Config) error {
+		a, file, env := c.Console.Auth, c.Console.CredentialFile, c.Console.CredentialEnv
+		switch {
+		case a == ConsoleAuthNone && file != "":
+			return errors.New(`console.auth = "none" takes no credential; set console.auth to "token" or "basic"`)
+		case (a == ConsoleAuthToken || a == ConsoleAuthBasic) && file == "" && env == "":
+			return fmt.Errorf("console.auth = %q needs its credential from console.credential_file or console.credential_env (never in the configuration)", a)
+		}
+		return nil
+	}},
+	{key: "console.credential_env", when: func(c *Config) bool { return c.Console.CredentialEnv != "" }, check: func(c *Config) error {
+		switch {
+		case c.Console.Auth == ConsoleAuthNone:
+			return errors.New(`console.auth = "none" takes no credential; set console.auth to "token" or "basic"`)
+		case c.Console.CredentialFile != "":
+			return errors.New("set console.credential_file or console.credential_env, not both")
+		}
+		return nil
+	}},
 }
 
 // workerKeys names the file's key for each field of worker.Config that the

@@ -108,6 +108,12 @@ func fullConfig() Config {
 					SignatureHeader: "X-Partner-Signature", KeyPointer: "/event/id", KeyPrefix: ptr("partner/"), OnMissing: "hash"},
 			},
 		},
+		Console: ConsoleConfig{
+			Listen:         "0.0.0.0:9465",
+			Writes:         true,
+			Auth:           "token",
+			CredentialFile: "/etc/sqsonce/console.token",
+		},
 	}
 }
 
@@ -179,6 +185,7 @@ func TestDefaultConfig(t *testing.T) {
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Ingest: IngestConfig{Listen: "127.0.0.1:8080", MaxInFlight: 256,
 			RequestTimeout: Duration{8 * time.Second}, RetryAfter: Duration{5 * time.Second}},
+		Console: ConsoleConfig{Listen: "127.0.0.1:9465", Auth: "none"},
 	}
 	assertConfig(t, DefaultConfig(), want)
 
@@ -771,6 +778,11 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 			 "queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/payments.fifo", "key_pointer": "/id", "group_pointer": "/data/object/customer", "on_missing": "reject"},
 			{"name": "partner", "path": "/hooks/partner", "verify": "hmac-sha256", "secret_file": "/etc/sqsonce/partner.secrets",
 			 "signature_header": "X-Partner-Signature", "key_pointer": "/event/id", "key_prefix": "partner/", "on_missing": "hash"}]`,
+		"SQSONCE_CONSOLE_LISTEN":          "0.0.0.0:9465",
+		"SQSONCE_CONSOLE_WRITES":          "true",
+		"SQSONCE_CONSOLE_AUTH":            "token",
+		"SQSONCE_CONSOLE_CREDENTIAL_FILE": "/etc/sqsonce/console.token",
+		"SQSONCE_CONSOLE_CREDENTIAL_ENV":  "",
 	}
 	if len(vars) != len(EnvVars()) {
 		t.Fatalf("test sets %d variables, EnvVars lists %d", len(vars), len(EnvVars()))
@@ -924,6 +936,11 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_INGEST_REQUEST_TIMEOUT",
 		"SQSONCE_INGEST_RETRY_AFTER",
 		"SQSONCE_INGEST_SOURCE",
+		"SQSONCE_CONSOLE_LISTEN",
+		"SQSONCE_CONSOLE_WRITES",
+		"SQSONCE_CONSOLE_AUTH",
+		"SQSONCE_CONSOLE_CREDENTIAL_FILE",
+		"SQSONCE_CONSOLE_CREDENTIAL_ENV",
 	}
 	got := EnvVars()
 	if !slices.Equal(got, want) {
@@ -944,7 +961,7 @@ func TestEnvVars(t *testing.T) {
 		ruled[key] = true
 	}
 	for _, s := range settings() {
-		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" && s.key != "payload.s3" {
+		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" && s.key != "payload.s3" && s.key != "console.writes" {
 			t.Errorf("no validation rule for %s", s.key)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 type ledgerAccess interface {
 	Get(ctx context.Context, key string) (ledger.Record, error)
 	ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error
+	List(ctx context.Context, f ledger.Filter, after string, limit int) (ledger.Page, error)
+	Overview(ctx context.Context, since time.Time) (ledger.Overview, error)
 	Stats(ctx context.Context) (ledger.Stats, error)
 	Forget(ctx context.Context, key string) error
 	Reset(ctx context.Context, key string) error

@@ -120,14 +120,14 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 			return err
 		}
 		if *asJSON {
-			return json.NewEncoder(m.Stdout).Encode(toJSON(rec))
+			return json.NewEncoder(m.Stdout).Encode(ledger.ToJSON(rec))
 		}
 		printRecord(m.Stdout, rec)
 	case "list":
 		return m.listRecords(ctx, l, filter, *limit, *asJSON)
 	case "export":
 		enc := json.NewEncoder(m.Stdout)
-		return l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error { return enc.Encode(toJSON(r)) })
+		return l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error { return enc.Encode(ledger.ToJSON(r)) })
 	case "stats":
 		return m.printStats(ctx, l, *asJSON)
 	case "reset":
@@ -190,7 +190,7 @@ func (m *Main) listRecords(ctx context.Context, l ledgerAccess, f ledger.Filter,
 		}
 		n++
 		if asJSON {
-			return enc.Encode(toJSON(r))
+			return enc.Encode(ledger.ToJSON(r))
 		}
 		state := r.State.String()
 		if r.Permanent {

@@ -71,7 +71,7 @@ func TestMain_Ledger(t *testing.T) {
 				t.Fatalf("get: exit %d:\n%s", code, out)
 			}
 			code, out = e.run("ledger get pay-4 --json", "")
-			var rec recordJSON
+			var rec ledger.RecordJSON
 			if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec.State != "failed" || !rec.Permanent || rec.LastError != "card declined" {
 				t.Fatalf("get --json: exit %d:\n%s", code, out)
 			}

@@ -2,9 +2,8 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,84 +14,111 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sqsonce/sqsonce/ledger"
 )
 
-// recordJSON is a ledger record as sqsonce prints and exports it, and as the
-// worker's socket carries it. Times are RFC 3339; absent times are omitted.
-type recordJSON struct {
-	Key          string     `json:"key"`
-	State        string     `json:"state"`
-	Permanent    bool       `json:"permanent,omitempty"`
-	Fingerprint  string     `json:"fingerprint,omitempty"` // hex
-	Attempts     int        `json:"attempts"`
-	Owner        string     `json:"owner,omitempty"`
-	LeaseExpiry  *time.Time `json:"lease_expiry,omitempty"`
-	FirstSeen    *time.Time `json:"first_seen,omitempty"`
-	Claimed      *time.Time `json:"claimed,omitempty"`
-	Updated      *time.Time `json:"updated,omitempty"`
-	Completed    *time.Time `json:"completed,omitempty"`
-	Expires      *time.Time `json:"expires,omitempty"`
-	LastError    string     `json:"last_error,omitempty"`
-	MessageID    string     `json:"message_id,omitempty"`
-	Result       string     `json:"result,omitempty"`        // when valid UTF-8
-	ResultBase64 string     `json:"result_base64,omitempty"` // otherwise
+// filterQuery is a filter as the socket's query parameters; parseFilter
+// reads it back.
+func filterQuery(f ledger.Filter) url.Values {
+	q := url.Values{"prefix": {f.Prefix}}
+	if f.State != 0 {
+		q.Set("state", f.State.String())
+	}
+	if f.Reason != "" {
+		q.Set("reason", f.Reason)
+	}
+	if !f.Since.IsZero() {
+		q.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !f.Until.IsZero() {
+		q.Set("until", f.Until.UTC().Format(time.RFC3339Nano))
+	}
+	return q
 }
 
-func toJSON(r ledger.Record) recordJSON {
-	t := func(v time.Time) *time.Time {
-		if v.IsZero() {
-			return nil
+func parseFilter(q url.Values) (ledger.Filter, error) {
+	f := ledger.Filter{Prefix: q.Get("prefix"), Reason: q.Get("reason")}
+	if s := q.Get("state"); s != "" {
+		st, err := ledger.ParseState(s)
+		if err != nil {
+			return ledger.Filter{}, err
 		}
-		u := v.UTC()
-		return &u
+		f.State = st
 	}
-	j := recordJSON{
-		Key: r.Key, State: r.State.String(), Permanent: r.Permanent, Attempts: r.Attempts, Owner: r.Owner,
-		LeaseExpiry: t(r.LeaseExpiry), FirstSeen: t(r.FirstSeen), Claimed: t(r.Claimed), Updated: t(r.Updated),
-		Completed: t(r.Completed), Expires: t(r.Expires), LastError: r.LastError, MessageID: r.MessageID,
+	for name, t := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if s := q.Get(name); s != "" {
+			v, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				return ledger.Filter{}, fmt.Errorf("%s: %v: %w", name, err, ledger.ErrInvalidArgument)
+			}
+			*t = v
+		}
 	}
-	if len(r.Fingerprint) > 0 {
-		j.Fingerprint = hex.EncodeToString(r.Fingerprint)
-	}
-	if utf8.Valid(r.Result) {
-		j.Result = string(r.Result)
-	} else {
-		j.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
+	return f, f.Validate()
+}
+
+// pageJSON is a page of List as the socket carries it.
+type pageJSON struct {
+	Records    []ledger.RecordJSON `json:"records"`
+	Next       string              `json:"next,omitempty"`
+	Scanned    int                 `json:"scanned"`
+	Unreadable int                 `json:"unreadable,omitempty"`
+}
+
+// overviewJSON is an Overview as the socket carries it.
+type overviewJSON struct {
+	Stats        statsJSON             `json:"stats"`
+	Estimate     string                `json:"estimate,omitempty"`
+	OldestClaims []ledger.RecordJSON   `json:"oldest_claims"`
+	Owners       []ledger.OwnerClaims  `json:"owners"`
+	Failures     []ledger.FailureGroup `json:"failures"`
+	Activity     []ledger.Minute       `json:"activity"`
+	Now          time.Time             `json:"now"`
+	Partial      bool                  `json:"partial,omitempty"`
+	Scanned      int                   `json:"scanned"`
+}
+
+func toOverviewJSON(o ledger.Overview) overviewJSON {
+	j := overviewJSON{Stats: toStatsJSON(o.Stats), Estimate: o.Estimate, Owners: o.Owners, Failures: o.Failures,
+		Activity: o.Activity, Now: o.Now, Partial: o.Partial, Scanned: o.Scanned}
+	for _, r := range o.OldestClaims {
+		j.OldestClaims = append(j.OldestClaims, ledger.ToJSON(r))
 	}
 	return j
 }
 
-func fromJSON(j recordJSON) (ledger.Record, error) {
-	state, err := ledger.ParseState(j.State)
-	if err != nil {
-		return ledger.Record{}, err
-	}
-	t := func(p *time.Time) time.Time {
-		if p == nil {
-			return time.Time{}
+func (j overviewJSON) overview() (ledger.Overview, error) {
+	o := ledger.Overview{Stats: j.Stats.stats(), Estimate: j.Estimate, Owners: j.Owners, Failures: j.Failures,
+		Activity: j.Activity, Now: j.Now, Partial: j.Partial, Scanned: j.Scanned}
+	for _, rj := range j.OldestClaims {
+		rec, err := ledger.FromJSON(rj)
+		if err != nil {
+			return ledger.Overview{}, fmt.Errorf("worker socket: %w", err)
 		}
-		return *p
+		o.OldestClaims = append(o.OldestClaims, rec)
 	}
-	r := ledger.Record{
-		Key: j.Key, State: state, Permanent: j.Permanent, Attempts: j.Attempts, Owner: j.Owner,
-		LeaseExpiry: t(j.LeaseExpiry), FirstSeen: t(j.FirstSeen), Claimed: t(j.Claimed), Updated: t(j.Updated),
-		Completed: t(j.Completed), Expires: t(j.Expires), LastError: j.LastError, MessageID: j.MessageID,
+	return o, nil
+}
+
+func toStatsJSON(st ledger.Stats) statsJSON {
+	out := statsJSON{InProgress: st.InProgress, Complete: st.Complete, Failed: st.Failed,
+		FailedPermanently: st.FailedPermanently, FileSize: st.FileSize, Commits: st.Commits}
+	if !st.OldestInProgress.IsZero() {
+		out.OldestInProgress = &st.OldestInProgress
 	}
-	if r.Fingerprint, err = hex.DecodeString(j.Fingerprint); err != nil {
-		return ledger.Record{}, fmt.Errorf("fingerprint: %w", err)
+	return out
+}
+
+func (j statsJSON) stats() ledger.Stats {
+	st := ledger.Stats{InProgress: j.InProgress, Complete: j.Complete, Failed: j.Failed,
+		FailedPermanently: j.FailedPermanently, FileSize: j.FileSize, Commits: j.Commits}
+	if j.OldestInProgress != nil {
+		st.OldestInProgress = *j.OldestInProgress
 	}
-	if j.ResultBase64 != "" {
-		if r.Result, err = base64.StdEncoding.DecodeString(j.ResultBase64); err != nil {
-			return ledger.Record{}, fmt.Errorf("result: %w", err)
-		}
-	} else if j.Result != "" {
-		r.Result = []byte(j.Result)
-	}
-	return r, nil
+	return st
 }
 
 type statsJSON struct {
@@ -183,19 +209,14 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			fail(w, err)
 			return
 		}
-		json.NewEncoder(w).Encode(toJSON(rec))
+		json.NewEncoder(w).Encode(ledger.ToJSON(rec))
 	})
 	mux.HandleFunc("GET /v1/list", func(w http.ResponseWriter, r *http.Request) {
-		var f ledger.Filter
-		if s := r.URL.Query().Get("state"); s != "" {
-			st, err := ledger.ParseState(s)
-			if err != nil {
-				fail(w, err)
-				return
-			}
-			f.State = st
+		f, err := parseFilter(r.URL.Query())
+		if err != nil {
+			fail(w, err)
+			return
 		}
-		f.Prefix = r.URL.Query().Get("prefix")
 		// ForEach holds no read transaction while a record is written, so
 		// a slow client delays no ledger write; the deadline, renewed for
 		// each record, ends the listing of a client that stopped reading.
@@ -203,9 +224,9 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 		enc := json.NewEncoder(w)
 		var werr error
 		written := 0
-		err := db.ForEach(r.Context(), f, func(rec ledger.Record) error {
+		err = db.ForEach(r.Context(), f, func(rec ledger.Record) error {
 			if werr = rc.SetWriteDeadline(time.Now().Add(opts.writeTimeout)); werr == nil {
-				werr = enc.Encode(toJSON(rec))
+				werr = enc.Encode(ledger.ToJSON(rec))
 			}
 			if werr == nil {
 				written++
@@ -225,18 +246,50 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			enc.Encode(errorJSON{Error: err.Error(), Kind: errorKind(err)})
 		}
 	})
+	// A page of List: one bounded read, one JSON answer.
+	mux.HandleFunc("GET /v1/page", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		f, err := parseFilter(q)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		limit, err := strconv.Atoi(cmp.Or(q.Get("limit"), "0"))
+		if err != nil {
+			fail(w, fmt.Errorf("limit %q: %w", q.Get("limit"), ledger.ErrInvalidArgument))
+			return
+		}
+		p, err := db.List(r.Context(), f, q.Get("after"), limit)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		out := pageJSON{Records: make([]ledger.RecordJSON, len(p.Records)), Next: p.Next, Scanned: p.Scanned, Unreadable: p.Unreadable}
+		for i, rec := range p.Records {
+			out.Records[i] = ledger.ToJSON(rec)
+		}
+		json.NewEncoder(w).Encode(out)
+	})
+	mux.HandleFunc("GET /v1/overview", func(w http.ResponseWriter, r *http.Request) {
+		since, err := time.Parse(time.RFC3339Nano, r.URL.Query().Get("since"))
+		if err != nil {
+			fail(w, fmt.Errorf("since: %v: %w", err, ledger.ErrInvalidArgument))
+			return
+		}
+		o, err := db.Overview(r.Context(), since)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		json.NewEncoder(w).Encode(toOverviewJSON(o))
+	})
 	mux.HandleFunc("GET /v1/stats", func(w http.ResponseWriter, r *http.Request) {
 		st, err := db.Stats(r.Context())
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		out := statsJSON{InProgress: st.InProgress, Complete: st.Complete, Failed: st.Failed,
-			FailedPermanently: st.FailedPermanently, FileSize: st.FileSize, Commits: st.Commits}
-		if !st.OldestInProgress.IsZero() {
-			out.OldestInProgress = &st.OldestInProgress
-		}
-		json.NewEncoder(w).Encode(out)
+		json.NewEncoder(w).Encode(toStatsJSON(st))
 	})
 	for name, op := range map[string]func(context.Context, string) error{"forget": db.Forget, "reset": db.Reset} {
 		mux.HandleFunc("POST /v1/"+name, func(w http.ResponseWriter, r *http.Request) {
@@ -372,19 +425,18 @@ func (c *socketLedger) Get(ctx context.Context, key string) (ledger.Record, erro
 		return ledger.Record{}, err
 	}
 	defer resp.Body.Close()
-	var j recordJSON
+	var j ledger.RecordJSON
 	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
 		return ledger.Record{}, fmt.Errorf("worker socket: %w", err)
 	}
-	return fromJSON(j)
+	return ledger.FromJSON(j)
 }
 
 func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error {
-	q := url.Values{"prefix": {f.Prefix}}
-	if f.State != 0 {
-		q.Set("state", f.State.String())
+	if err := f.Validate(); err != nil {
+		return err
 	}
-	resp, err := c.do(ctx, http.MethodGet, "list", q)
+	resp, err := c.do(ctx, http.MethodGet, "list", filterQuery(f))
 	if err != nil {
 		return err
 	}
@@ -400,7 +452,7 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 			n, socketWriteTimeout, err)
 	}
 	for ; sc.Scan(); n++ {
-		var j recordJSON
+		var j ledger.RecordJSON
 		if err := json.Unmarshal(sc.Bytes(), &j); err != nil || j.State == "" {
 			if err := sc.Err(); err != nil {
 				return brokeOff(err) // the last line, cut short
@@ -411,7 +463,7 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 			}
 			return fmt.Errorf("worker socket: bad line %q", sc.Text())
 		}
-		rec, err := fromJSON(j)
+		rec, err := ledger.FromJSON(j)
 		if err != nil {
 			return err
 		}
@@ -425,6 +477,52 @@ func (c *socketLedger) ForEach(ctx context.Context, f ledger.Filter, fn func(led
 	return nil
 }
 
+// List reads one page through the worker, which reads it as its own List
+// does: a bounded read.
+func (c *socketLedger) List(ctx context.Context, f ledger.Filter, after string, limit int) (ledger.Page, error) {
+	if _, err := ledger.CheckListLimit(limit); err != nil {
+		return ledger.Page{}, err
+	}
+	if err := f.Validate(); err != nil {
+		return ledger.Page{}, err
+	}
+	q := filterQuery(f)
+	q.Set("after", after)
+	q.Set("limit", strconv.Itoa(limit))
+	resp, err := c.do(ctx, http.MethodGet, "page", q)
+	if err != nil {
+		return ledger.Page{}, err
+	}
+	defer resp.Body.Close()
+	var j pageJSON
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return ledger.Page{}, fmt.Errorf("worker socket: %w", err)
+	}
+	p := ledger.Page{Next: j.Next, Scanned: j.Scanned, Unreadable: j.Unreadable}
+	for _, rj := range j.Records {
+		rec, err := ledger.FromJSON(rj)
+		if err != nil {
+			return ledger.Page{}, fmt.Errorf("worker socket: %w", err)
+		}
+		p.Records = append(p.Records, rec)
+	}
+	return p, nil
+}
+
+// Overview reads the worker's ledger's overview through the worker.
+func (c *socketLedger) Overview(ctx context.Context, since time.Time) (ledger.Overview, error) {
+	resp, err := c.do(ctx, http.MethodGet, "overview", url.Values{"since": {since.UTC().Format(time.RFC3339Nano)}})
+	if err != nil {
+		return ledger.Overview{}, err
+	}
+	defer resp.Body.Close()
+	var j overviewJSON
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return ledger.Overview{}, fmt.Errorf("worker socket: %w", err)
+	}
+	return j.overview()
+}
+
 func (c *socketLedger) Stats(ctx context.Context) (ledger.Stats, error) {
 	resp, err := c.do(ctx, http.MethodGet, "stats", nil)
 	if err != nil {
@@ -435,12 +533,7 @@ func (c *socketLedger) Stats(ctx context.Context) (ledger.Stats, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
 		return ledger.Stats{}, fmt.Errorf("worker socket: %w", err)
 	}
-	st := ledger.Stats{InProgress: j.InProgress, Complete: j.Complete, Failed: j.Failed,
-		FailedPermanently: j.FailedPermanently, FileSize: j.FileSize, Commits: j.Commits}
-	if j.OldestInProgress != nil {
-		st.OldestInProgress = *j.OldestInProgress
-	}
-	return st, nil
+	return j.stats(), nil
 }
 
 func (c *socketLedger) Forget(ctx context.Context, key string) error {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/ledgertest"
 )
 
 // socketDeadline turns a call stuck behind a stalled client into a failure
@@ -326,4 +327,59 @@ func TestLedgerSocket_PrivateFromTheStart(t *testing.T) {
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("socket after Close: %v, want it removed", err)
 	}
+}
+
+// socketReads is a ledger whose writes go to the file and whose reads go
+// through the worker's socket, so that the behaviour suite holds the
+// socket's reads to every backend's.
+type socketReads struct {
+	*ledger.DB
+	sock *socketLedger
+}
+
+func (s socketReads) Get(ctx context.Context, key string) (ledger.Record, error) {
+	return s.sock.Get(ctx, key)
+}
+
+func (s socketReads) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error {
+	return s.sock.ForEach(ctx, f, fn)
+}
+
+func (s socketReads) List(ctx context.Context, f ledger.Filter, after string, limit int) (ledger.Page, error) {
+	return s.sock.List(ctx, f, after, limit)
+}
+
+func (s socketReads) Overview(ctx context.Context, since time.Time) (ledger.Overview, error) {
+	return s.sock.Overview(ctx, since)
+}
+
+func (s socketReads) Stats(ctx context.Context) (ledger.Stats, error) { return s.sock.Stats(ctx) }
+
+func TestLedgerSocket_Suite(t *testing.T) {
+	t.Parallel()
+	ledgertest.Run(t, func(t *testing.T, clock *ledgertest.Clock) ledgertest.Ledger {
+		// A short directory: a unix socket's path is at most 107 bytes.
+		dir, err := os.MkdirTemp("", "sock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		path := filepath.Join(dir, "l.db")
+		db, err := ledger.Open(path, ledger.Options{Retention: ledgertest.Retention, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		sock, err := listenLedgerSocket(db, socketPath(path), slog.New(slog.DiscardHandler), socketOptions{writeTimeout: socketWriteTimeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { sock.Close() })
+		c, err := dialLedgerSocket(context.Background(), socketPath(path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return socketReads{DB: db, sock: c}
+	})
 }

@@ -72,6 +72,7 @@ Commands:
   ingest    receive webhooks, verify them and send them to the queue
   send      send lines of JSON to the queue, one message each
   replay    move messages from the dead-letter queue back to the queue
+  console   serve the web console of the ledger and the dead-letter queue (read-only by default)
   check     check configuration, credentials, queues, ledger and handler before deploying
   ledger    inspect and manage the ledger: get, list, stats, forget, export, compact
   health    ask a running worker whether it is alive (for container health checks)
@@ -98,6 +99,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		err = m.ledgerCommand(ctx, rest)
 	case "check":
 		err = m.checkCommand(ctx, rest)
+	case "console":
+		err = m.consoleCommand(ctx, rest)
 	case "replay":
 		err = m.replayCommand(ctx, rest)
 	case "health":

@@ -252,22 +252,7 @@ func (m *Main) printReplaySummary(s replay.Summary, rc replay.Config, asJSON boo
 	if asJSON {
 		return json.NewEncoder(m.Stdout).Encode(s)
 	}
-	verb, dropVerb, resetVerb := "moved", "dropped", "reset"
-	if s.DryRun {
-		verb, dropVerb, resetVerb = "dry run: would move", "would drop", "would reset"
-	}
-	line := fmt.Sprintf("%s %d messages from %s to %s in %.1fs (%.0f/s); left %d (complete %d, keyless %d, max replays %d, filtered %d, conflicts %d); %s %d complete; %s %d; failed %d",
-		verb, s.Moved, rc.From, rc.To, s.Seconds, s.Rate, s.Skipped(), s.SkippedComplete, s.SkippedKeyless, s.SkippedMaxReplays,
-		s.SkippedFiltered, s.SkippedConflict, dropVerb, s.DroppedComplete, resetVerb, s.Reset, s.Failed)
-	if s.NoRoom > 0 {
-		line += fmt.Sprintf("; %d without room for SqsonceReplays", s.NoRoom)
-	}
-	if s.DeleteFailed > 0 {
-		line += fmt.Sprintf("; %d sent but not deleted", s.DeleteFailed)
-	}
-	if s.Interrupted {
-		line += "; interrupted"
-	}
+	line := s.Line(rc.From, rc.To)
 	_, err := fmt.Fprintln(m.Stdout, line)
 	return err
 }

@@ -299,7 +299,7 @@ case "$SQSONCE_KEY" in bad-*) exit 3 ;; esac
 				t.Fatalf("get: exit %d:\n%s", code, msg)
 			}
 			code, msg = e.run("ledger get bad-1 --json", "")
-			var rec recordJSON
+			var rec ledger.RecordJSON
 			if code != exitOK || json.Unmarshal([]byte(msg), &rec) != nil || rec.State != "failed" || !rec.Permanent || !strings.Contains(rec.LastError, "3") {
 				t.Fatalf("get --json: exit %d:\n%s", code, msg)
 			}

@@ -58,6 +58,9 @@ const forEachPage = 256
 // passed to fn, and ForEach then returns an error wrapping ErrCorrupt that
 // counts the unreadable items and names the first.
 func (l *Ledger) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
 	now := l.now()
 	e := newExpr()
 	nowV := e.v("now", timeAV(now))
@@ -98,7 +101,7 @@ func (l *Ledger) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Re
 				unreadable++
 				continue
 			}
-			if !rec.Expires.After(now) || (f.State != 0 && rec.State != f.State) {
+			if !rec.Expires.After(now) || !f.Match(rec) {
 				continue
 			}
 			if err := ctx.Err(); err != nil {

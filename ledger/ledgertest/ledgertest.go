@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ type Ledger interface {
 	Forget(ctx context.Context, key string) error
 	Get(ctx context.Context, key string) (ledger.Record, error)
 	ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error
+	List(ctx context.Context, f ledger.Filter, after string, limit int) (ledger.Page, error)
+	Overview(ctx context.Context, since time.Time) (ledger.Overview, error)
 	Stats(ctx context.Context) (ledger.Stats, error)
 	Sweep(ctx context.Context) (int, error)
 }
@@ -643,6 +646,141 @@ func Run(t *testing.T, open Open) {
 		}
 	})
 
+	t.Run("ListPages", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		start := clock.Now()
+		reasons := []string{"Timeout talking to the bank", "card declined", "TIMEOUT again"}
+		for i := range 30 {
+			key, owner := fmt.Sprintf("k%02d", i), fmt.Sprintf("o%d", i)
+			if i >= 25 {
+				key = fmt.Sprintf("other/%d", i)
+			}
+			mustClaim(t, l, req(key, owner), ledger.Claimed)
+			switch i % 3 {
+			case 0:
+				must(t, l.Complete(ctx, ledger.Completion{Key: key, Owner: owner}))
+			case 1:
+				must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: owner, Err: reasons[(i/3)%len(reasons)], Permanent: i%2 == 0}))
+			}
+			clock.Advance(time.Minute)
+		}
+		var all []string
+		must(t, l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error { all = append(all, r.Key); return nil }))
+		for _, limit := range []int{1, 7, 30, 1000} {
+			got := listAll(t, l, ledger.Filter{}, limit)
+			if len(got) != 30 || !sameKeys(got, all) {
+				t.Fatalf("pages of %d: %d keys %v, want each of the 30 once: %v", limit, len(got), got, all)
+			}
+		}
+		cases := []struct {
+			f    ledger.Filter
+			want string
+		}{
+			{ledger.Filter{Prefix: "other/"}, "[other/25 other/26 other/27 other/28 other/29]"},
+			{ledger.Filter{State: ledger.StateFailed, Prefix: "k1"}, "[k10 k13 k16 k19]"},
+			{ledger.Filter{State: ledger.StateInProgress, Prefix: "k0"}, "[k02 k05 k08]"},
+			{ledger.Filter{Reason: "timeout"}, "[k01 k07 k10 k16 k19 other/25 other/28]"},
+			{ledger.Filter{Reason: "DECLINED", State: ledger.StateFailed}, "[k04 k13 k22]"},
+			{ledger.Filter{Since: start.Add(10 * time.Minute), Until: start.Add(13 * time.Minute)}, "[k10 k11 k12]"},
+			{ledger.Filter{Since: start.Add(28 * time.Minute)}, "[other/28 other/29]"},
+			{ledger.Filter{Until: start.Add(time.Minute)}, "[k00]"},
+			{ledger.Filter{Prefix: "nothing"}, "[]"},
+		}
+		for _, tc := range cases {
+			for _, limit := range []int{1, 2, 50} {
+				got := listAll(t, l, tc.f, limit)
+				slices.Sort(got)
+				if fmt.Sprint(got) != tc.want {
+					t.Errorf("list %+v by %d: %v, want %s", tc.f, limit, got, tc.want)
+				}
+			}
+		}
+		for _, limit := range []int{-1, ledger.MaxListLimit + 1} {
+			if _, err := l.List(ctx, ledger.Filter{}, "", limit); !errors.Is(err, ledger.ErrInvalidArgument) {
+				t.Errorf("list with limit %d: %v, want ErrInvalidArgument", limit, err)
+			}
+		}
+		bad := ledger.Filter{Since: start.Add(time.Hour), Until: start}
+		if _, err := l.List(ctx, bad, "", 10); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Errorf("list with a window that ends before it starts: %v, want ErrInvalidArgument", err)
+		}
+		// An expired record is not listed: record i was last written at
+		// start+i minutes.
+		clock.Advance(Retention - 11*time.Minute)
+		got := listAll(t, l, ledger.Filter{}, 4)
+		slices.Sort(got)
+		if fmt.Sprint(got) != "[k20 k21 k22 k23 k24 other/25 other/26 other/27 other/28 other/29]" {
+			t.Fatalf("after the first 20 expired: %v", got)
+		}
+	})
+
+	t.Run("Overview", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		start := clock.Now()
+		for i, key := range []string{"c1", "c2", "c3"} {
+			mustClaim(t, l, req(key, "w0"), ledger.Claimed)
+			must(t, l.Complete(ctx, ledger.Completion{Key: key, Owner: "w0"}))
+			clock.Advance(time.Duration(i+1) * time.Minute)
+		}
+		for i, key := range []string{"f1", "f2", "f3", "f4"} {
+			mustClaim(t, l, req(key, "w0"), ledger.Claimed)
+			if i < 3 {
+				must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: "w0", Err: "timeout"}))
+			} else {
+				must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: "w0", Err: "bad card", Permanent: true}))
+			}
+		}
+		mustClaim(t, l, req("i1", "w1"), ledger.Claimed)
+		clock.Advance(2 * lease)
+		mustClaim(t, l, req("i2", "w2"), ledger.Claimed)
+		clock.Advance(time.Second)
+		mustClaim(t, l, req("i3", "w2"), ledger.Claimed)
+		o, err := l.Overview(ctx, start.Add(-time.Hour))
+		must(t, err)
+		if o.Complete != 3 || o.Failed != 3 || o.FailedPermanently != 1 || o.InProgress != 3 || o.Estimate != "" || o.Partial {
+			t.Errorf("counts %+v, estimate %q, partial %v", o.Stats, o.Estimate, o.Partial)
+		}
+		if !o.Now.Equal(clock.Now()) {
+			t.Errorf("now %v, want %v", o.Now, clock.Now())
+		}
+		var inProgress []string
+		for _, r := range o.OldestClaims {
+			inProgress = append(inProgress, fmt.Sprintf("%s/%s/lapsed=%v", r.Key, r.Owner, !r.LeaseExpiry.After(o.Now)))
+		}
+		if fmt.Sprint(inProgress) != "[i1/w1/lapsed=true i2/w2/lapsed=false i3/w2/lapsed=false]" {
+			t.Errorf("in progress, oldest first: %v", inProgress)
+		}
+		if fmt.Sprintf("%+v", o.Owners) != "[{Owner:w2 Claims:2 Lapsed:0} {Owner:w1 Claims:1 Lapsed:1}]" {
+			t.Errorf("owners %+v", o.Owners)
+		}
+		if len(o.Failures) != 2 || o.Failures[0].Reason != "timeout" || o.Failures[0].Count != 3 || o.Failures[0].Permanent != 0 ||
+			!strings.HasPrefix(o.Failures[0].Example, "f") || o.Failures[1].Reason != "bad card" || o.Failures[1].Count != 1 ||
+			o.Failures[1].Permanent != 1 || o.Failures[1].Example != "f4" {
+			t.Errorf("failures %+v", o.Failures)
+		}
+		completed, failed := 0, 0
+		for i, m := range o.Activity {
+			if i > 0 && !m.Start.After(o.Activity[i-1].Start) {
+				t.Errorf("activity out of order: %+v", o.Activity)
+			}
+			completed += m.Completed
+			failed += m.Failed
+		}
+		// Completions at start, +1m and +3m, the failures at +6m.
+		if completed != 3 || failed != 4 || len(o.Activity) != 4 || !o.Activity[0].Start.Equal(start.Truncate(time.Minute)) ||
+			o.Activity[3].Failed != 4 {
+			t.Errorf("activity %+v: want 3 completions and 4 failures in 4 minutes from %v", o.Activity, start.Truncate(time.Minute))
+		}
+		// Activity before since is left out.
+		o, err = l.Overview(ctx, clock.Now().Add(-time.Minute))
+		must(t, err)
+		if len(o.Activity) != 0 {
+			t.Errorf("activity of the last minute: %+v, want none", o.Activity)
+		}
+	})
+
 	t.Run("StatsMatchRecords", func(t *testing.T) {
 		t.Parallel()
 		l, clock := setup(t)
@@ -694,6 +832,34 @@ func Run(t *testing.T, open Open) {
 	})
 }
 
+// listAll reads every page of a List of f, limit records at a time, and
+// returns the keys in the order read.
+func listAll(t *testing.T, l Ledger, f ledger.Filter, limit int) []string {
+	t.Helper()
+	var keys []string
+	after := ""
+	for pages := 0; ; pages++ {
+		if pages > 1000 {
+			t.Fatalf("list %+v: more than 1000 pages", f)
+		}
+		p, err := l.List(context.Background(), f, after, limit)
+		must(t, err)
+		if len(p.Records) > limit {
+			t.Fatalf("list %+v: a page of %d records, over the limit %d", f, len(p.Records), limit)
+		}
+		for _, r := range p.Records {
+			if !f.Match(r) {
+				t.Fatalf("list %+v gave %q, which does not match: %+v", f, r.Key, r)
+			}
+			keys = append(keys, r.Key)
+		}
+		if p.Next == "" {
+			return keys
+		}
+		after = p.Next
+	}
+}
+
 func mustClaim(t *testing.T, l Ledger, r ledger.ClaimRequest, want ledger.Outcome) ledger.Claim {
 	t.Helper()
 	c, err := l.Claim(context.Background(), r)
@@ -709,6 +875,14 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// sameKeys reports whether a and b hold the same keys, each once.
+func sameKeys(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b) && len(slices.Compact(a)) == len(b)
 }
 
 func second[T any](_ T, err error) error { return err }

@@ -54,6 +54,9 @@ const forEachPage = 256
 // removed during the walk may or may not be seen, and never twice.
 // Liveness is judged at the time the walk starts, on the server's clock.
 func (l *Ledger) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Record) error) error {
+	if err := f.Validate(); err != nil {
+		return err
+	}
 	var start time.Time
 	if l.cfg.now != nil {
 		start = l.cfg.now()
@@ -87,7 +90,7 @@ func (l *Ledger) ForEach(ctx context.Context, f ledger.Filter, fn func(ledger.Re
 				if err != nil {
 					return err
 				}
-				if ok {
+				if ok && f.Match(rw.rec) {
 					page = append(page, rw.rec)
 				}
 			}

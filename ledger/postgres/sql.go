@@ -39,6 +39,11 @@ type queries struct {
 	release, releaseLast     string
 	extend, reset, forget    string
 	get, page, stats, sweep  string
+	list                     string
+	overviewInProgress       string
+	overviewOwners           string
+	overviewFailures         string
+	overviewActivity         string
 }
 
 func newQueries(c *config) queries {
@@ -152,6 +157,45 @@ SELECT ` + prefixed("s.", columns) + `, l.last, l.n
 FROM (SELECT (SELECT key FROM scan ORDER BY key DESC LIMIT 1) AS last, (SELECT count(*) FROM scan) AS n) l
 LEFT JOIN scan s ON s.expires > $1::timestamptz AND ($6::smallint = 0 OR s.state = $6::smallint)
 ORDER BY s.key`,
+
+		// A chunk of List: at most $5 records after $2 in key order within
+		// the prefix's range [$3, $4), those of them that are live at
+		// the statement's clock ($1) and match the state ($6) and the
+		// window of the last write [$7, $8), with the last key looked at
+		// and how many. One row with NULL record columns when none
+		// matches.
+		list: `
+WITH scan AS MATERIALIZED (
+	SELECT ` + columns + ` FROM ` + t + `
+	WHERE key > $2::bytea AND key >= $3::bytea AND ($4::bytea IS NULL OR key < $4::bytea)
+	ORDER BY key LIMIT $5::int)
+SELECT ` + prefixed("s.", columns) + `, l.last, l.n
+FROM (SELECT (SELECT key FROM scan ORDER BY key DESC LIMIT 1) AS last, (SELECT count(*) FROM scan) AS n) l
+LEFT JOIN scan s ON s.expires > ` + nowExpr + ` AND ($6::smallint = 0 OR s.state = $6::smallint)
+	AND ($7::timestamptz IS NULL OR s.updated >= $7::timestamptz)
+	AND ($8::timestamptz IS NULL OR s.updated < $8::timestamptz)
+ORDER BY s.key`,
+
+		// The parts of an Overview. The records that are not complete
+		// are found through their partial index; the activity reads
+		// the records written since $2.
+		overviewInProgress: `
+SELECT ` + columns + ` FROM ` + t + ` WHERE state = 1 AND state <> 2 AND expires > ` + nowExpr + `
+ORDER BY claimed, key LIMIT $2::int`,
+		overviewOwners: `
+SELECT owner, count(*), count(*) FILTER (WHERE lease_expiry <= ` + nowExpr + `)
+FROM ` + t + ` WHERE state = 1 AND state <> 2 AND expires > ` + nowExpr + `
+GROUP BY owner ORDER BY count(*) DESC, owner LIMIT $2::int`,
+		overviewFailures: `
+SELECT last_error, count(*), count(*) FILTER (WHERE permanent), (array_agg(key ORDER BY updated DESC, key))[1], max(updated)
+FROM ` + t + ` WHERE state = 3 AND state <> 2 AND expires > ` + nowExpr + `
+GROUP BY last_error ORDER BY count(*) DESC, max(updated) DESC, last_error LIMIT $2::int`,
+		overviewActivity: `
+SELECT floor(extract(epoch FROM CASE WHEN state = 2 THEN completed ELSE updated END) / 60)::bigint AS m,
+	count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3)
+FROM ` + t + `
+WHERE expires > ` + nowExpr + ` AND ((state = 2 AND completed >= $2::timestamptz) OR (state = 3 AND updated >= $2::timestamptz))
+GROUP BY m ORDER BY m`,
 
 		// Stats in one snapshot: the open records through their partial
 		// index, and every record through the smallest index.

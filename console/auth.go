@@ -1,0 +1,133 @@
+package console
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"net/http"
+	"strings"
+)
+
+// cookieName is the cookie the sign-in form sets: a MAC of the token, so
+// the token itself is not kept in the browser.
+const cookieName = "sqsonce_console"
+
+// actorKey is the context key of the actor of a request.
+type actorKey struct{}
+
+// actor names who made a request, for the log: the basic user, "token", or
+// "anonymous" without a credential; with the client's address.
+func actor(r *http.Request) string {
+	who, _ := r.Context().Value(actorKey{}).(string)
+	if who == "" {
+		who = "anonymous"
+	}
+	return who + "@" + r.RemoteAddr
+}
+
+// equal compares two secrets in constant time, whatever their lengths.
+func equal(a, b string) bool {
+	x, y := sha256.Sum256([]byte(a)), sha256.Sum256([]byte(b))
+	return subtle.ConstantTimeCompare(x[:], y[:]) == 1
+}
+
+// cookieValue is the value of the sign-in cookie for the token.
+func cookieValue(token string) string {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("sqsonce console sign-in"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// who returns the actor a request proves to be, or "" when it proves none.
+func (h *Handler) who(r *http.Request) string {
+	a := h.cfg.Auth
+	if a.Token != "" {
+		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(strings.TrimSpace(v), a.Token) {
+			return "token"
+		}
+		if c, err := r.Cookie(cookieName); err == nil && equal(c.Value, cookieValue(a.Token)) {
+			return "token"
+		}
+		return ""
+	}
+	if u, p, ok := r.BasicAuth(); ok {
+		// Both compared, whichever is wrong.
+		if okUser, okPass := equal(u, a.User), equal(p, a.Password); okUser && okPass {
+			return u
+		}
+	}
+	return ""
+}
+
+// authenticate lets a request through when the console has no credential
+// or the request proves it; the sign-in page and the style sheet need
+// none. Others are asked for it: basic authentication's prompt, or the
+// sign-in form for a page, or a 401.
+func (h *Handler) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.cfg.Auth.enabled() {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if who := h.who(r); who != "" {
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, who)))
+			return
+		}
+		open := r.URL.Path == "/sign-in" || strings.HasPrefix(r.URL.Path, "/static/")
+		if open && h.cfg.Auth.Token != "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Method == http.MethodPost {
+			h.count(actionOf(r), "refused")
+			h.log.Warn("console: refused a change without the credential", "path", r.URL.Path, "remote", r.RemoteAddr)
+		}
+		if h.cfg.Auth.Token == "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="sqsonce console", charset="UTF-8"`)
+			h.fail(w, r, http.StatusUnauthorized, "This console needs its user name and password.")
+			return
+		}
+		if r.Method == http.MethodGet && strings.Contains(r.Header.Get("Accept"), "text/html") {
+			http.Redirect(w, r, h.link("/sign-in?next="+urlQueryEscape(h.link(r.URL.RequestURI()))), http.StatusSeeOther)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="sqsonce console"`)
+		h.fail(w, r, http.StatusUnauthorized, "This console needs its token: an Authorization: Bearer header, or sign in.")
+	})
+}
+
+func (h *Handler) signInForm(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Auth.Token == "" {
+		http.Redirect(w, r, h.link("/"), http.StatusSeeOther)
+		return
+	}
+	h.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"Next": r.URL.Query().Get("next")})
+}
+
+func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.Auth.Token == "" {
+		http.Redirect(w, r, h.link("/"), http.StatusSeeOther)
+		return
+	}
+	next := r.FormValue("next")
+	if !strings.HasPrefix(next, h.link("/")) || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		next = h.link("/")
+	}
+	if !equal(r.FormValue("token"), h.cfg.Auth.Token) {
+		h.log.Warn("console: a sign-in with a wrong token", "remote", r.RemoteAddr)
+		h.render(w, r, http.StatusUnauthorized, "signin", "Sign in", map[string]any{"Next": next, "Wrong": true})
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: cookieValue(h.cfg.Auth.Token), Path: h.link("/"),
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	h.log.Info("console: signed in", "actor", "token@"+r.RemoteAddr)
+	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+func (h *Handler) signOut(w http.ResponseWriter, r *http.Request) {
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: h.link("/"), MaxAge: -1,
+		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, h.link("/sign-in"), http.StatusSeeOther)
+}

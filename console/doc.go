@@ -1,0 +1,53 @@
+// Package console is a web console for one queue's ledger: an http.Handler
+// of server-rendered pages that shows what the ledger knows of each
+// operation and, when writes are enabled, replays dead letters and forgets
+// operations.
+//
+// Mount it in any server:
+//
+//	h, err := console.New(console.Config{
+//		Ledger: l, SQS: client, QueueURL: queue, DLQURL: dlq, KeyOf: keyOf,
+//	})
+//	if err != nil { ... }
+//	defer h.Close()
+//	mux.Handle("/console/", http.StripPrefix("/console", h))
+//
+// with Config.Prefix set to "/console" so that its links lead back to it.
+//
+// # Pages
+//
+// The overview (/) shows the operations by state, the claims in progress
+// with lapsed leases, the failures grouped by reason, the queue's and the
+// dead-letter queue's depth, the completions and failures of the last
+// hour as a chart drawn on the server, and the owners holding claims.
+// /operations lists the operations filtered by state, key prefix, reason
+// and time of the last write, a bounded page at a time (ledger List), the
+// filters in the query string; /operation?key=K shows one record whole,
+// with the sqsonce command lines that do the same from a shell.
+// /dead-letters reads the dead-letter queue with a visibility timeout of
+// 0 (nothing is hidden or deleted) and groups its messages by reason and
+// by operation.
+//
+// # Writes
+//
+// With Config.Writes, /replay replays dead letters with the filters of
+// `sqsonce replay` (package replay): a dry run first, which counts and
+// samples what would move, then the move at a rate the operator sets,
+// with live progress and the summary `sqsonce replay` prints.
+// /operation offers to forget the operation once the operator has typed
+// its key, and /export streams the filtered list as JSON Lines. Nothing
+// edits a payload, purges a queue or sends a message of its own.
+//
+// # Safety
+//
+// Writes need a credential (Config.Auth), which then guards every page:
+// a bearer token (an Authorization header, or a cookie that the sign-in
+// form sets) or HTTP basic authentication, compared in constant time.
+// Every change is a POST behind net/http's CrossOriginProtection; every
+// page is an html/template page with a Content-Security-Policy that allows
+// no inline script, X-Content-Type-Options: nosniff and Cache-Control:
+// no-store. Each change is logged with its actor and counted in
+// sqsonce_console_actions_total. Which addresses the console listens on is
+// its server's business: sqsonce console refuses to listen beyond the
+// loopback interface without a credential.
+package console

@@ -1,0 +1,87 @@
+package ledger
+
+import (
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"time"
+	"unicode/utf8"
+)
+
+// RecordJSON is a record as sqsonce prints and exports it (JSON Lines of
+// `sqsonce ledger export` and of the console's export), and as the
+// worker's socket carries it. Times are RFC 3339 in UTC; absent times are
+// omitted.
+type RecordJSON struct {
+	Key          string     `json:"key"`
+	State        string     `json:"state"`
+	Permanent    bool       `json:"permanent,omitempty"`
+	Fingerprint  string     `json:"fingerprint,omitempty"` // hex
+	Attempts     int        `json:"attempts"`
+	Owner        string     `json:"owner,omitempty"`
+	LeaseExpiry  *time.Time `json:"lease_expiry,omitempty"`
+	FirstSeen    *time.Time `json:"first_seen,omitempty"`
+	Claimed      *time.Time `json:"claimed,omitempty"`
+	Updated      *time.Time `json:"updated,omitempty"`
+	Completed    *time.Time `json:"completed,omitempty"`
+	Expires      *time.Time `json:"expires,omitempty"`
+	LastError    string     `json:"last_error,omitempty"`
+	MessageID    string     `json:"message_id,omitempty"`
+	Result       string     `json:"result,omitempty"`        // when valid UTF-8
+	ResultBase64 string     `json:"result_base64,omitempty"` // otherwise
+}
+
+// ToJSON is r in its JSON form.
+func ToJSON(r Record) RecordJSON {
+	t := func(v time.Time) *time.Time {
+		if v.IsZero() {
+			return nil
+		}
+		u := v.UTC()
+		return &u
+	}
+	j := RecordJSON{
+		Key: r.Key, State: r.State.String(), Permanent: r.Permanent, Attempts: r.Attempts, Owner: r.Owner,
+		LeaseExpiry: t(r.LeaseExpiry), FirstSeen: t(r.FirstSeen), Claimed: t(r.Claimed), Updated: t(r.Updated),
+		Completed: t(r.Completed), Expires: t(r.Expires), LastError: r.LastError, MessageID: r.MessageID,
+	}
+	if len(r.Fingerprint) > 0 {
+		j.Fingerprint = hex.EncodeToString(r.Fingerprint)
+	}
+	if utf8.Valid(r.Result) {
+		j.Result = string(r.Result)
+	} else {
+		j.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
+	}
+	return j
+}
+
+// FromJSON reads a record back from its JSON form.
+func FromJSON(j RecordJSON) (Record, error) {
+	state, err := ParseState(j.State)
+	if err != nil {
+		return Record{}, err
+	}
+	t := func(p *time.Time) time.Time {
+		if p == nil {
+			return time.Time{}
+		}
+		return *p
+	}
+	r := Record{
+		Key: j.Key, State: state, Permanent: j.Permanent, Attempts: j.Attempts, Owner: j.Owner,
+		LeaseExpiry: t(j.LeaseExpiry), FirstSeen: t(j.FirstSeen), Claimed: t(j.Claimed), Updated: t(j.Updated),
+		Completed: t(j.Completed), Expires: t(j.Expires), LastError: j.LastError, MessageID: j.MessageID,
+	}
+	if r.Fingerprint, err = hex.DecodeString(j.Fingerprint); err != nil {
+		return Record{}, fmt.Errorf("fingerprint: %w", err)
+	}
+	if j.ResultBase64 != "" {
+		if r.Result, err = base64.StdEncoding.DecodeString(j.ResultBase64); err != nil {
+			return Record{}, fmt.Errorf("result: %w", err)
+		}
+	} else if j.Result != "" {
+		r.Result = []byte(j.Result)
+	}
+	return r, nil
+}
