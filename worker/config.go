@@ -68,7 +68,7 @@ const (
 	DefaultVisibilityTimeout = 60 * time.Second
 	DefaultPollers           = 1
 	DefaultConcurrency       = 8
-	DefaultHandlerTimeout    = 30 * time.Second
+	DefaultHandlerTimeout    = 20 * time.Second
 	DefaultMinBackoff        = 5 * time.Second
 	DefaultMaxBackoff        = 15 * time.Minute
 	DefaultGrace             = 25 * time.Second
@@ -115,7 +115,7 @@ type Config struct {
 	Body BodyMode
 
 	Concurrency    int           // handlers running at once, 1..10000; default 8
-	HandlerTimeout time.Duration // per attempt, up to 12h; default 30s
+	HandlerTimeout time.Duration // per attempt, up to 12h; default 20s, which with an exec command's 5s kill grace ends within the default Grace
 
 	// Prefetch is how many messages may be received and claimed ahead of
 	// free handlers, so that a handler that finishes starts the next

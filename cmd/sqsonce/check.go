@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -58,39 +57,26 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Queue.Region))
-	if err == nil {
-		_, err = awsCfg.Credentials.Retrieve(ctx)
-	}
-	if err != nil {
+	// Without a region nothing of AWS can be asked; the rest is checked.
+	region, from := cfg.Queue.region()
+	awsCfg, err := loadAWSConfig(ctx, region)
+	var client *sqs.Client
+	switch {
+	case errors.Is(err, ErrInvalidConfig):
+		c.line("fail", "region", "%v", err)
+	case err != nil:
 		c.line("fail", "credentials", "%v", err)
-	} else {
-		c.line("ok", "credentials", "found in the AWS default chain")
-	}
-
-	client, err := newSQSClient(ctx, cfg.Queue)
-	if err != nil {
-		return err
-	}
-	q, qerr := worker.InspectQueue(ctx, client, cfg.Queue.URL)
-	if qerr != nil {
-		c.line("fail", "queue", "%v", qerr)
-	} else {
-		kind := "standard"
-		if q.FIFO {
-			kind = "FIFO"
-		}
-		c.line("ok", "queue", "%s exists (%s, message retention %v)", q.URL, kind, q.Retention)
-		if q.DLQURL == "" {
-			c.line("warn", "dead-letter queue", "no redrive policy: failed work would be retried until the message retention ends, and permanent failures stay in the queue")
+	default:
+		c.line("ok", "region", "%s (from %s)", awsCfg.Region, from)
+		if _, err := awsCfg.Credentials.Retrieve(ctx); err != nil {
+			c.line("fail", "credentials", "%v", err)
 		} else {
-			c.line("ok", "dead-letter queue", "%s after %d receives (retention %v)", q.DLQURL, q.MaxReceiveCount, q.DLQRetention)
+			c.line("ok", "credentials", "found in the AWS default chain")
 		}
-		if need := q.Retention + q.DLQRetention; cfg.Ledger.Retention.Duration < need {
-			c.line("warn", "retention", "ledger.retention %v is shorter than the queue's plus the dead-letter queue's message retention (%v): a late delivery or replay could run an operation again", cfg.Ledger.Retention, need)
-		} else {
-			c.line("ok", "retention", "ledger.retention %v covers the queues' %v", cfg.Ledger.Retention, need)
+		if client, err = newSQSClient(ctx, cfg.Queue); err != nil {
+			return err
 		}
+		checkQueue(ctx, c, cfg, client)
 	}
 
 	vis, timeout, grace := cfg.Queue.VisibilityTimeout.Duration, cfg.Handler.Timeout.Duration, cfg.Shutdown.Grace.Duration
@@ -141,15 +127,42 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	}
 
 	checkTracing(c, m.LookupEnv)
-	checkPayload(ctx, c, cfg)
-	if len(cfg.Ingest.Source) > 0 {
-		checkIngest(ctx, c, cfg, client, m.LookupEnv)
+	if client != nil {
+		checkPayload(ctx, c, cfg)
+		if len(cfg.Ingest.Source) > 0 {
+			checkIngest(ctx, c, cfg, client, m.LookupEnv)
+		}
 	}
 	c.tw.Flush()
 	if c.failed {
 		return errors.New("some checks failed")
 	}
 	return nil
+}
+
+// checkQueue checks the queue, its dead-letter queue, and the ledger's
+// retention against their message retention.
+func checkQueue(ctx context.Context, c *checker, cfg Config, client *sqs.Client) {
+	q, err := worker.InspectQueue(ctx, client, cfg.Queue.URL)
+	if err != nil {
+		c.line("fail", "queue", "%v", err)
+		return
+	}
+	kind := "standard"
+	if q.FIFO {
+		kind = "FIFO"
+	}
+	c.line("ok", "queue", "%s exists (%s, message retention %v)", q.URL, kind, q.Retention)
+	if q.DLQURL == "" {
+		c.line("warn", "dead-letter queue", "no redrive policy: failed work would be retried until the message retention ends, and permanent failures stay in the queue")
+	} else {
+		c.line("ok", "dead-letter queue", "%s after %d receives (retention %v)", q.DLQURL, q.MaxReceiveCount, q.DLQRetention)
+	}
+	if need := q.Retention + q.DLQRetention; cfg.Ledger.Retention.Duration < need {
+		c.line("warn", "retention", "ledger.retention %v is shorter than the queue's plus the dead-letter queue's message retention (%v): a late delivery or replay could run an operation again", cfg.Ledger.Retention, need)
+	} else {
+		c.line("ok", "retention", "ledger.retention %v covers the queues' %v", cfg.Ledger.Retention, need)
+	}
 }
 
 // checkIngest checks what `sqsonce ingest` will need: each source's

@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,15 +23,18 @@ import (
 func TestMain_Check(t *testing.T) {
 	t.Parallel()
 
+	// The default handler.timeout and shutdown.grace among them: the
+	// defaults open no window that check warns about.
 	t.Run("AllGood", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, "exit 0\n")
-		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_SHUTDOWN_GRACE=30s", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
+		e.vars = slices.DeleteFunc(e.vars, func(v string) bool { return strings.HasPrefix(v, "SQSONCE_SHUTDOWN_GRACE=") })
+		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
 			"AWS_SECRET_ACCESS_KEY=secret", "SQSONCE_HANDLER_ENV=PATH HOME")
 		if code != 0 || strings.Contains(out, "fail") || strings.Contains(out, "warn") {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
-		for _, want := range []string{"ok config", "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
+		for _, want := range []string{"ok config", "ok region us-east-1 (from queue.url)", "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}
@@ -78,7 +84,7 @@ func TestMain_Check(t *testing.T) {
 			return err == nil
 		})
 		code, out := e.run("check", "",
-			"SQSONCE_QUEUE_URL="+sqstest.Endpoint(t)+"/000000000000/no-such-queue",
+			"SQSONCE_QUEUE_URL="+e.queue.URL[:strings.LastIndexByte(e.queue.URL, '/')]+"/no-such-queue",
 			"SQSONCE_HANDLER_COMMAND=/no/such/handler")
 		if code != exitFailure {
 			t.Fatalf("exit %d:\n%s", code, out)
@@ -87,6 +93,22 @@ func TestMain_Check(t *testing.T) {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}
+		}
+		// A queue URL that names no region, and no region anywhere else:
+		// nothing of AWS is asked, and the rest is checked all the same.
+		code, out = e.run("check", "",
+			"SQSONCE_QUEUE_URL="+sqstest.Endpoint(t)+"/000000000000/"+path.Base(e.queue.URL),
+			"AWS_REGION=", "AWS_DEFAULT_REGION=", "AWS_PROFILE=", "AWS_CONFIG_FILE="+filepath.Join(e.dir, "none"))
+		if code != exitFailure {
+			t.Fatalf("no region: exit %d:\n%s", code, out)
+		}
+		for _, want := range []string{"fail region queue.region: no region", "fail ledger", "ok tracing"} {
+			if !strings.Contains(squash(out), want) {
+				t.Errorf("no region: no %q in:\n%s", want, out)
+			}
+		}
+		if regexp.MustCompile(`(?m)^(ok|warn|fail) +(queue|credentials) `).MatchString(out) {
+			t.Errorf("no region: AWS was asked:\n%s", out)
 		}
 	})
 

@@ -92,7 +92,12 @@ type Config struct {
 type QueueConfig struct {
 	// URL is the queue URL. Required; an absolute http or https URL.
 	URL string `toml:"url"`
-	// Region is the AWS region of the queue. Required.
+	// Region is the AWS region of the queue. Empty means the region that
+	// URL names (https://sqs.<region>.amazonaws.com/..., and the other
+	// forms hostRegion reads), else the one Endpoint names, else the AWS
+	// SDK's (AWS_REGION, AWS_DEFAULT_REGION, the profile's); with none of
+	// them a command that calls AWS fails, naming what to set. When set it
+	// must agree with the region URL and Endpoint name.
 	Region string `toml:"region"`
 	// Endpoint, when set, replaces the AWS endpoint with an SQS-compatible
 	// one such as http://127.0.0.1:4566. Empty or an absolute http(s) URL.
@@ -349,7 +354,7 @@ func DefaultConfig() Config {
 	return Config{
 		Queue: QueueConfig{
 			URL:               "",
-			Region:            "us-east-1",
+			Region:            "",
 			Endpoint:          "",
 			WaitTime:          Duration{worker.DefaultWaitTime},
 			MaxMessages:       worker.DefaultMaxMessages,
@@ -705,11 +710,30 @@ type rule struct {
 
 // rules are the validation rules, one per key, in the order of the file.
 var rules = []rule{
-	{key: "queue.region", check: func(c *Config) error { return required(c.Queue.Region) }},
+	{key: "queue.region", when: func(c *Config) bool { return c.Queue.Region != "" }, check: func(c *Config) error {
+		q := c.Queue
+		if strings.TrimSpace(q.Region) == "" || strings.ContainsFunc(q.Region, unicode.IsSpace) {
+			return fmt.Errorf("must be a region name such as eu-west-1, got %q", q.Region)
+		}
+		for _, u := range []struct{ key, url string }{{"queue.url", q.URL}, {"queue.endpoint", q.Endpoint}} {
+			if r := hostRegion(u.url); r != "" && r != q.Region {
+				return fmt.Errorf("is %q, but %s (%s) is in %q: the two must agree", q.Region, u.key, u.url, r)
+			}
+		}
+		return nil
+	}},
 	{
-		key:   "queue.endpoint",
-		when:  func(c *Config) bool { return c.Queue.Endpoint != "" },
-		check: func(c *Config) error { return httpURL(c.Queue.Endpoint) },
+		key:  "queue.endpoint",
+		when: func(c *Config) bool { return c.Queue.Endpoint != "" },
+		check: func(c *Config) error {
+			if err := httpURL(c.Queue.Endpoint); err != nil {
+				return err
+			}
+			if a, b := hostRegion(c.Queue.URL), hostRegion(c.Queue.Endpoint); a != "" && b != "" && a != b {
+				return fmt.Errorf("%s is in %q, but queue.url (%s) is in %q: the two must agree", c.Queue.Endpoint, b, c.Queue.URL, a)
+			}
+			return nil
+		},
 	},
 
 	{key: "key.on_missing", check: func(c *Config) error { return oneOf(c.Key.OnMissing, OnMissingReject, OnMissingHash) }},
@@ -955,14 +979,6 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
-}
-
-// required rejects an empty or blank string.
-func required(s string) error {
-	if strings.TrimSpace(s) == "" {
-		return errors.New("is required")
-	}
-	return nil
 }
 
 // httpURL requires an absolute http or https URL with a host.

@@ -143,7 +143,6 @@ func TestDefaultConfig(t *testing.T) {
 	t.Parallel()
 	want := Config{
 		Queue: QueueConfig{
-			Region:            "us-east-1",
 			WaitTime:          Duration{20 * time.Second},
 			MaxMessages:       10,
 			VisibilityTimeout: Duration{60 * time.Second},
@@ -165,7 +164,7 @@ func TestDefaultConfig(t *testing.T) {
 		Handler: HandlerConfig{
 			Type:           "exec",
 			Command:        []string{"/usr/local/bin/handle-event"},
-			Timeout:        Duration{30 * time.Second},
+			Timeout:        Duration{20 * time.Second},
 			Concurrency:    8,
 			RetryExitCodes: []int{75},
 			Body:           BodyPayload,
@@ -189,6 +188,13 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	if err := validConfig().Validate(); err != nil {
 		t.Errorf("defaults with a queue URL: %v", err)
+	}
+
+	// With the defaults a stop lets running work end by itself: the grace
+	// covers the handler's timeout and an exec command's kill grace after
+	// it, so that check has nothing to warn about.
+	if d := DefaultConfig(); d.Shutdown.Grace.Duration < d.Handler.Timeout.Duration+5*time.Second {
+		t.Errorf("shutdown.grace %v is shorter than handler.timeout %v plus the exec kill grace (5s)", d.Shutdown.Grace, d.Handler.Timeout)
 	}
 
 	// Each call returns its own lists.
@@ -329,8 +335,13 @@ func TestValidateRejects(t *testing.T) {
 		{"queue url relative", func(c *Config) { c.Queue.URL = "sqs.us-east-1.amazonaws.com/1/q" }, "queue.url", "absolute http or https URL", nil},
 		{"queue url scheme", func(c *Config) { c.Queue.URL = "ftp://example.com/q" }, "queue.url", `got "ftp://example.com/q"`, nil},
 		{"queue url no host", func(c *Config) { c.Queue.URL = "https:///q" }, "queue.url", "absolute http or https URL", nil},
-		{"queue region empty", func(c *Config) { c.Queue.Region = "" }, "queue.region", "is required", nil},
-		{"queue region blank", func(c *Config) { c.Queue.Region = "  " }, "queue.region", "is required", nil},
+		{"queue region blank", func(c *Config) { c.Queue.Region = "  " }, "queue.region", `must be a region name such as eu-west-1, got "  "`, nil},
+		{"queue region not the url's", func(c *Config) { c.Queue.Region = "eu-west-1" }, "queue.region", `is "eu-west-1", but queue.url (` + testQueueURL + `) is in "us-east-1": the two must agree`, nil},
+		{"queue region not the endpoint's", func(c *Config) {
+			c.Queue.URL, c.Queue.Region, c.Queue.Endpoint = "http://127.0.0.1:4566/1/q", "eu-west-1", "https://vpce-1-a.sqs.us-east-2.vpce.amazonaws.com"
+		}, "queue.region", `is "eu-west-1", but queue.endpoint (https://vpce-1-a.sqs.us-east-2.vpce.amazonaws.com) is in "us-east-2"`, nil},
+		{"queue endpoint not the url's region", func(c *Config) { c.Queue.Endpoint = "https://vpce-1-a.sqs.us-east-2.vpce.amazonaws.com" }, "queue.endpoint",
+			`https://vpce-1-a.sqs.us-east-2.vpce.amazonaws.com is in "us-east-2", but queue.url (` + testQueueURL + `) is in "us-east-1"`, nil},
 		{"queue endpoint no scheme", func(c *Config) { c.Queue.Endpoint = "localhost:4566" }, "queue.endpoint", "absolute http or https URL", nil},
 		{"queue endpoint bad", func(c *Config) { c.Queue.Endpoint = "http://[::1" }, "queue.endpoint", "absolute http or https URL", nil},
 		{"queue wait_time over", func(c *Config) { c.Queue.WaitTime = Duration{21 * time.Second} }, "queue.wait_time", "must be between 0s and 20s, got 21s", nil},
@@ -373,7 +384,7 @@ func TestValidateRejects(t *testing.T) {
 			c.Ledger.Retention = Duration{59 * time.Second}
 			c.Queue.VisibilityTimeout, c.Handler.Timeout = Duration{20 * time.Second}, Duration{30 * time.Second}
 		}, "ledger.retention", "must be between 1m and 87600h, got 59s", nil},
-		{"ledger retention shorter than a claim", func(c *Config) { c.Ledger.Retention = Duration{80 * time.Second} }, "ledger.retention", "must be at least the visibility timeout plus the handler timeout (1m30s), the longest a claim is held, so that no record expires while its work runs, got 1m20s", nil},
+		{"ledger retention shorter than a claim", func(c *Config) { c.Ledger.Retention = Duration{70 * time.Second} }, "ledger.retention", "must be at least the visibility timeout plus the handler timeout (1m20s), the longest a claim is held, so that no record expires while its work runs, got 1m10s", nil},
 		{"ledger retention past year 2262", func(c *Config) { c.Ledger.Retention = Duration{2500000 * time.Hour} }, "ledger.retention", "must be between 1m and 87600h", nil},
 		{"ledger complete delay long", func(c *Config) { c.Ledger.CompleteDelay = Duration{time.Second} }, "ledger.complete_delay", "must be between 0s and 100ms, got 1s", nil},
 		{"handler type unknown", func(c *Config) { c.Handler.Type = "grpc" }, "handler.type", `must be one of exec, http, got "grpc"`, nil},
