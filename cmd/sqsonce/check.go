@@ -103,15 +103,7 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		} else {
 			c.line("ok", "handler", "%s is executable", p)
 		}
-		var passed []string
-		for _, name := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE"} {
-			if v, ok := m.LookupEnv(name); ok && v != "" && worker.EnvPasses(cfg.Handler.envPatterns(), name) {
-				passed = append(passed, name)
-			}
-		}
-		if len(passed) > 0 {
-			c.line("warn", "handler env", "the command inherits %s: list what it needs in handler.env", strings.Join(passed, ", "))
-		}
+		checkHandlerEnv(c, cfg, m.LookupEnv)
 	case HandlerHTTP:
 		req, err := http.NewRequestWithContext(ctx, http.MethodHead, cfg.Handler.URL, nil)
 		if err == nil {
@@ -138,6 +130,29 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		return errors.New("some checks failed")
 	}
 	return nil
+}
+
+// checkHandlerEnv says which of sqsonce's own secrets that are set the
+// exec handler's command gets (those handler.env names one by one: a
+// warning) and which it does not.
+func checkHandlerEnv(c *checker, cfg Config, lookupEnv func(string) (string, bool)) {
+	var passed, withheld []string
+	for _, name := range ownSecrets(cfg) {
+		if v, ok := lookupEnv(name); !ok || v == "" {
+			continue
+		}
+		if worker.EnvInherits(cfg.Handler.envPatterns(), ownSecrets(cfg), name) {
+			passed = append(passed, name)
+		} else {
+			withheld = append(withheld, name)
+		}
+	}
+	if len(passed) > 0 {
+		c.line("warn", "handler env", "the command gets sqsonce's own secrets %s, which handler.env names: remove those it does not need", strings.Join(passed, ", "))
+	}
+	if len(withheld) > 0 {
+		c.line("ok", "handler env", "the command does not get sqsonce's own secrets %s (name one in handler.env to pass it)", strings.Join(withheld, ", "))
+	}
 }
 
 // checkQueue checks the queue, its dead-letter queue, and the ledger's

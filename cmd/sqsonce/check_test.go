@@ -63,11 +63,12 @@ func TestMain_Check(t *testing.T) {
 		client := sqstest.NewClient(t, nil)
 		bare := sqstest.CreateQueue(t, client, sqstest.QueueOptions{})
 		code, out := e.run("check", "", "SQSONCE_QUEUE_URL="+bare.URL, "SQSONCE_LEDGER_RETENTION=1h", "SQSONCE_HANDLER_TIMEOUT=1m",
-			"AWS_SECRET_ACCESS_KEY=secret")
+			"AWS_SECRET_ACCESS_KEY=secret", `SQSONCE_HANDLER_ENV=["*", "AWS_SECRET_ACCESS_KEY"]`)
 		if code != 0 {
 			t.Fatalf("warnings alone must not fail: exit %d:\n%s", code, out)
 		}
-		for _, want := range []string{"warn dead-letter queue", "warn retention", "warn timeouts", "warn shutdown", "warn handler env the command inherits", "AWS_SECRET_ACCESS_KEY: list what it needs in handler.env"} {
+		for _, want := range []string{"warn dead-letter queue", "warn retention", "warn timeouts", "warn shutdown",
+			"warn handler env the command gets sqsonce's own secrets AWS_SECRET_ACCESS_KEY, which handler.env names"} {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}

@@ -224,8 +224,9 @@ type HandlerConfig struct {
 	Body string `toml:"body"`
 	// Env lists the variables of sqsonce's own environment that the exec
 	// handler's command inherits: names, or prefixes ending in "*". The
-	// default ["*"] passes everything, AWS credentials included; [] passes
-	// none. The SQSONCE_* variables of the message are set either way.
+	// default ["*"] passes everything but sqsonce's own secrets
+	// (ownSecrets), which pass only when named exactly; [] passes none.
+	// The SQSONCE_* variables of the message are set either way.
 	Env []string `toml:"env"`
 }
 
