@@ -189,6 +189,14 @@ type Config struct {
 	// was deleted is dead-lettered with a reason saying the object is
 	// gone. It needs S3.
 	DeleteObjects bool
+	// Buckets are the S3 buckets that payloads are read from (and, with
+	// DeleteObjects, deleted from): whoever may send to the queue names
+	// the bucket in the pointer, and the worker reads it with its own
+	// credentials. A message whose pointer names another bucket is
+	// dead-lettered with a reason naming the bucket, its object neither
+	// read nor deleted. "*", alone, allows every bucket. Empty allows none:
+	// every message that points to S3 is dead-lettered.
+	Buckets []string
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of New and
@@ -330,6 +338,9 @@ func (c *Config) validate() error {
 	}
 	if c.DeleteObjects && c.S3 == nil {
 		bad("DeleteObjects", "", "needs an S3 client (S3) to delete objects with")
+	}
+	if err := CheckBuckets(c.Buckets); err != nil {
+		bad("Buckets", "", "%v", err)
 	}
 	return errors.Join(errs...)
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,7 +43,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, the OTEL_ tracing variables, and with\n[[ingest.source]] tables each source's secrets and queue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, and with [[ingest.source]] tables each source's secrets\nand queue. Prints one line per check (ok, warn or fail) and exits 1 if any\ncheck fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -120,7 +122,7 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 
 	checkTracing(c, m.LookupEnv)
 	if client != nil {
-		checkPayload(ctx, c, cfg)
+		checkPayload(ctx, c, cfg, awsCfg.Region)
 		if len(cfg.Ingest.Source) > 0 {
 			checkIngest(ctx, c, cfg, client, m.LookupEnv)
 		}
@@ -212,17 +214,20 @@ func checkIngest(ctx context.Context, c *checker, cfg Config, client *sqs.Client
 	}
 }
 
-// checkPayload checks what reading payloads from S3 and `sqsonce send`
-// will need in payload.bucket: s3:GetObject, by asking for an object that
-// does not exist (S3 answers NoSuchKey to a reader that may read it, and
+// checkPayload says where payloads in S3 are read from (the endpoint, the
+// region and the buckets allowed), and warns when queue.endpoint names a
+// server other than AWS while payloads would still be read from AWS's S3.
+// Then it checks what reading payloads and `sqsonce send` will need in
+// payload.bucket: s3:GetObject, by asking for an object that does not
+// exist (S3 answers NoSuchKey to a reader that may read it, and
 // AccessDenied to one that may not, even when the key exists); then
 // s3:PutObject and s3:DeleteObject with a marker object that is deleted at
 // once. Without a bucket, the producers' buckets are not known.
-func checkPayload(ctx context.Context, c *checker, cfg Config) {
+func checkPayload(ctx context.Context, c *checker, cfg Config, region string) {
+	if cfg.Payload.S3 {
+		checkPayloadSource(c, cfg, region)
+	}
 	if cfg.Payload.Bucket == "" {
-		if cfg.Payload.S3 {
-			c.line("ok", "payload", "read from S3 when a message points there (set payload.bucket to check access to a bucket)")
-		}
 		return
 	}
 	s3c, err := newS3Client(ctx, cfg)
@@ -257,6 +262,50 @@ func checkPayload(ctx context.Context, c *checker, cfg Config) {
 		c.line(level, "payload delete", "%s: %s: the empty object %s is left behind; payload.delete_objects needs it", bucket, s3Problem(err, "s3:DeleteObject"), key)
 	}
 	c.line("ok", "payload send", "this host may put large bodies into %s (s3:PutObject)", bucket)
+}
+
+// checkPayloadSource says where payloads are read from: see checkPayload.
+func checkPayloadSource(c *checker, cfg Config, region string) {
+	p := cfg.Payload
+	where := fmt.Sprintf("AWS's S3 in %s", region)
+	if p.Endpoint != "" {
+		where = fmt.Sprintf("%s (payload.endpoint, path-style, region %s)", p.Endpoint, region)
+	}
+	buckets := p.allowedBuckets()
+	switch {
+	case len(buckets) == 0:
+		c.line("ok", "payload", "no bucket is allowed: a message that points to its payload in S3 is dead-lettered (list the producers' buckets in payload.buckets)")
+		return
+	case slices.Equal(buckets, []string{worker.AnyBucket}):
+		also := ""
+		if p.DeleteObjects {
+			also = ", and its object deleted (payload.delete_objects)"
+		}
+		c.line("warn", "payload", "read from %s, from any bucket a message names (payload.buckets = [\"*\"]) with this host's credentials%s: list the producers' buckets instead", where, also)
+	default:
+		c.line("ok", "payload", "read from %s, from %s only (payload.buckets)", where, strings.Join(buckets, ", "))
+	}
+	if cfg.Queue.Endpoint != "" && !awsHost(cfg.Queue.Endpoint) && p.Endpoint == "" {
+		c.line("warn", "payload endpoint", "queue.endpoint sends the SQS calls to %s, but payload.endpoint is not set: payloads are read from AWS's S3 in %s, not from that server; set payload.endpoint to the S3-compatible server that holds them", cfg.Queue.Endpoint, region)
+	}
+	if p.Bucket != "" && !slices.Contains(buckets, p.Bucket) && !slices.Equal(buckets, []string{worker.AnyBucket}) {
+		c.line("warn", "payload bucket", "payload.bucket %s, where `sqsonce send` puts large bodies, is not in payload.buckets: the worker dead-letters their messages", p.Bucket)
+	}
+}
+
+// awsHost reports whether a URL's host is one of AWS's.
+func awsHost(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return false
+	}
+	host := strings.ToLower(u.Hostname())
+	for _, domain := range []string{".amazonaws.com", ".amazonaws.com.cn", ".api.aws", ".amazonaws.eu"} {
+		if strings.HasSuffix(host, domain) {
+			return true
+		}
+	}
+	return false
 }
 
 // s3Problem says what an S3 error means for check: a permission missing

@@ -176,6 +176,46 @@ func TestMain_Check(t *testing.T) {
 		}
 	})
 
+	// check says where payloads are read from: the endpoint, the region
+	// and the buckets; and warns when SQS is a local server while payloads
+	// would still be read from AWS's S3.
+	t.Run("PayloadSource", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		local := sqstest.Endpoint(t)
+		for _, tc := range []struct {
+			env   []string
+			want  []string
+			avoid []string
+		}{
+			{[]string{"SQSONCE_PAYLOAD_BUCKETS=orders-payloads"}, []string{
+				"ok payload read from AWS's S3 in us-east-1, from orders-payloads only (payload.buckets)",
+				"warn payload endpoint queue.endpoint sends the SQS calls to " + local + ", but payload.endpoint is not set: payloads are read from AWS's S3 in us-east-1",
+			}, nil},
+			{[]string{"SQSONCE_PAYLOAD_BUCKETS=orders-payloads", "SQSONCE_PAYLOAD_ENDPOINT=" + local}, []string{
+				"ok payload read from " + local + " (payload.endpoint, path-style, region us-east-1), from orders-payloads only",
+			}, []string{"warn payload endpoint"}},
+			{nil, []string{"ok payload no bucket is allowed: a message that points to its payload in S3 is dead-lettered"}, []string{"warn payload"}},
+			{[]string{"SQSONCE_PAYLOAD_BUCKETS=*", "SQSONCE_PAYLOAD_DELETE_OBJECTS=true", "SQSONCE_PAYLOAD_ENDPOINT=" + local}, []string{
+				"warn payload read from " + local + " (payload.endpoint, path-style, region us-east-1), from any bucket a message names",
+				"and its object deleted (payload.delete_objects)",
+			}, nil},
+			{[]string{"SQSONCE_PAYLOAD_S3=false", "SQSONCE_PAYLOAD_BUCKETS=orders-payloads"}, nil, []string{" payload "}},
+		} {
+			code, out := e.run("check", "", tc.env...)
+			for _, want := range tc.want {
+				if !strings.Contains(squash(out), want) {
+					t.Errorf("%q: exit %d, no %q in:\n%s", tc.env, code, want, out)
+				}
+			}
+			for _, avoid := range tc.avoid {
+				if strings.Contains(squash(out), avoid) {
+					t.Errorf("%q: exit %d, %q in:\n%s", tc.env, code, avoid, out)
+				}
+			}
+		}
+	})
+
 	t.Run("BadConfig", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, "exit 0\n")

@@ -155,10 +155,29 @@ type PayloadConfig struct {
 	// Bucket is where `sqsonce send` puts a body over SQS's limit; empty:
 	// such a body is refused.
 	Bucket string `toml:"bucket"`
+	// Buckets are the buckets that payloads are read from (and, with
+	// DeleteObjects, deleted from); a message that points to another is
+	// dead-lettered, its object neither read nor deleted. ["*"] allows
+	// every bucket. Empty means Bucket alone when it is set, else no
+	// bucket: see allowedBuckets.
+	Buckets []string `toml:"buckets"`
 	// Endpoint, when set, replaces the AWS endpoint of S3 with an
 	// S3-compatible one, addressed path-style (http://host/bucket/key).
 	// Empty or an absolute http(s) URL.
 	Endpoint string `toml:"endpoint"`
+}
+
+// allowedBuckets are the buckets payloads are read from, for
+// worker.Config.Buckets: payload.buckets, or when it is empty
+// payload.bucket (where `sqsonce send` puts them), or none.
+func (p PayloadConfig) allowedBuckets() []string {
+	switch {
+	case len(p.Buckets) > 0:
+		return p.Buckets
+	case p.Bucket != "":
+		return []string{p.Bucket}
+	}
+	return nil
 }
 
 // maxCompleteDelay bounds ledger.complete_delay: longer would only widen the
@@ -375,6 +394,7 @@ func DefaultConfig() Config {
 			MaxSize:       int(worker.DefaultMaxPayload),
 			DeleteObjects: false,
 			Bucket:        "",
+			Buckets:       []string{},
 			Endpoint:      "",
 		},
 		Ledger: LedgerConfig{
@@ -748,6 +768,22 @@ var rules = []rule{
 		key:   "payload.bucket",
 		when:  func(c *Config) bool { return c.Payload.Bucket != "" },
 		check: func(c *Config) error { return bucketName(c.Payload.Bucket) },
+	},
+	{
+		key:  "payload.buckets",
+		when: func(c *Config) bool { return len(c.Payload.Buckets) > 0 },
+		check: func(c *Config) error {
+			if err := worker.CheckBuckets(c.Payload.Buckets); err != nil {
+				return err
+			}
+			var errs []error
+			for _, b := range c.Payload.Buckets {
+				if b != worker.AnyBucket {
+					errs = append(errs, bucketName(b))
+				}
+			}
+			return errors.Join(errs...)
+		},
 	},
 	{
 		key:   "payload.endpoint",

@@ -60,6 +60,7 @@ func fullConfig() Config {
 			S3:       false,
 			MaxSize:  1 << 20,
 			Bucket:   "orders-payloads",
+			Buckets:  []string{"orders-payloads", "partner-payloads"},
 			Endpoint: "http://127.0.0.1:4566",
 		},
 		Ledger: LedgerConfig{
@@ -153,7 +154,7 @@ func TestDefaultConfig(t *testing.T) {
 			Pointer:   "/id",
 			OnMissing: "reject",
 		},
-		Payload: PayloadConfig{S3: true, MaxSize: 64 << 20},
+		Payload: PayloadConfig{S3: true, MaxSize: 64 << 20, Buckets: []string{}},
 		Ledger: LedgerConfig{
 			Backend:       "bbolt",
 			Path:          "/var/lib/sqsonce/ledger.db",
@@ -360,6 +361,9 @@ func TestValidateRejects(t *testing.T) {
 		{"payload bucket upper case", func(c *Config) { c.Payload.Bucket = "Orders" }, "payload.bucket", `must be an S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens), got "Orders"`, nil},
 		{"payload bucket short", func(c *Config) { c.Payload.Bucket = "ab" }, "payload.bucket", "S3 bucket name", nil},
 		{"payload bucket hyphen end", func(c *Config) { c.Payload.Bucket = "orders-" }, "payload.bucket", "S3 bucket name", nil},
+		{"payload buckets bad name", func(c *Config) { c.Payload.Buckets = []string{"orders", "Partner"} }, "payload.buckets", `S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens), got "Partner"`, nil},
+		{"payload buckets star with others", func(c *Config) { c.Payload.Buckets = []string{"*", "orders"} }, "payload.buckets", `"*" allows every bucket and stands alone`, nil},
+		{"payload buckets empty name", func(c *Config) { c.Payload.Buckets = []string{""} }, "payload.buckets", "a bucket name is empty", nil},
 		{"payload endpoint no scheme", func(c *Config) { c.Payload.Endpoint = "localhost:4566" }, "payload.endpoint", "absolute http or https URL", nil},
 		{"key from unknown", func(c *Config) { c.Key.From = "header" }, "key.from", `must be one of body, attribute, deduplication_id, got "header"`, nil},
 		{"key from empty", func(c *Config) { c.Key.From = "" }, "key.from", `got ""`, nil},
@@ -750,6 +754,7 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_PAYLOAD_MAX_SIZE":         "1048576",
 		"SQSONCE_PAYLOAD_DELETE_OBJECTS":   "false",
 		"SQSONCE_PAYLOAD_BUCKET":           "orders-payloads",
+		"SQSONCE_PAYLOAD_BUCKETS":          "orders-payloads partner-payloads",
 		"SQSONCE_PAYLOAD_ENDPOINT":         "http://127.0.0.1:4566",
 		"SQSONCE_LEDGER_BACKEND":           "postgres",
 		"SQSONCE_LEDGER_PATH":              "/srv/sqsonce/orders.db",
@@ -907,6 +912,7 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_PAYLOAD_MAX_SIZE",
 		"SQSONCE_PAYLOAD_DELETE_OBJECTS",
 		"SQSONCE_PAYLOAD_BUCKET",
+		"SQSONCE_PAYLOAD_BUCKETS",
 		"SQSONCE_PAYLOAD_ENDPOINT",
 		"SQSONCE_LEDGER_BACKEND",
 		"SQSONCE_LEDGER_PATH",
@@ -1047,5 +1053,24 @@ func TestHandlerEnvEmptyPassesNothing(t *testing.T) {
 	}
 	if d := DefaultConfig().Handler.envPatterns(); !worker.EnvPasses(d, "AWS_SECRET_ACCESS_KEY") {
 		t.Errorf("the default %q does not pass everything", d)
+	}
+}
+
+// payload.buckets, when empty, is payload.bucket alone, else no bucket.
+func TestAllowedBuckets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		p    PayloadConfig
+		want []string
+	}{
+		{PayloadConfig{}, nil},
+		{PayloadConfig{Buckets: []string{}}, nil},
+		{PayloadConfig{Bucket: "sent-here"}, []string{"sent-here"}},
+		{PayloadConfig{Bucket: "sent-here", Buckets: []string{"a-b", "c-d"}}, []string{"a-b", "c-d"}},
+		{PayloadConfig{Buckets: []string{"*"}}, []string{"*"}},
+	} {
+		if got := tc.p.allowedBuckets(); !slices.Equal(got, tc.want) {
+			t.Errorf("%+v: allowedBuckets() = %q, want %q", tc.p, got, tc.want)
+		}
 	}
 }

@@ -146,7 +146,7 @@ func (m *Main) replayCommand(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if rc.KeyOf, err = worker.MessageKeyFuncS3(keyConfig(cfg.Key), s3c, int64(cfg.Payload.MaxSize)); err != nil {
+		if rc.KeyOf, err = worker.MessageKeyFuncS3Buckets(keyConfig(cfg.Key), s3c, int64(cfg.Payload.MaxSize), cfg.Payload.allowedBuckets()); err != nil {
 			return fmt.Errorf("key: %v: %w", err, ErrInvalidConfig)
 		}
 	}

@@ -53,6 +53,10 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 		defer sock.Close()
 	}
 
+	if cfg.Payload.S3 && len(cfg.Payload.allowedBuckets()) > 0 && cfg.Queue.Endpoint != "" && !awsHost(cfg.Queue.Endpoint) && cfg.Payload.Endpoint == "" {
+		log.Warn("payloads in S3 are read from AWS's S3, while queue.endpoint names another server: set payload.endpoint to the server that holds them",
+			"queue_endpoint", cfg.Queue.Endpoint)
+	}
 	wcfg := workerConfig(cfg, log)
 	wcfg.Registerer = reg
 	wcfg.TracerProvider = tp
@@ -61,6 +65,7 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 			return err
 		}
 		wcfg.DeleteObjects = cfg.Payload.DeleteObjects
+		wcfg.Buckets = cfg.Payload.allowedBuckets()
 	}
 	w, err := worker.New(wcfg, client, st, handler)
 	if err != nil {
