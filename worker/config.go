@@ -72,7 +72,7 @@ const (
 	DefaultVisibilityTimeout = 60 * time.Second
 	DefaultPollers           = 1
 	DefaultConcurrency       = 8
-	DefaultHandlerTimeout    = 30 * time.Second
+	DefaultHandlerTimeout    = 20 * time.Second
 	DefaultMinBackoff        = 5 * time.Second
 	DefaultMaxBackoff        = 15 * time.Minute
 	DefaultGrace             = 25 * time.Second
@@ -119,7 +119,7 @@ type Config struct {
 	Body BodyMode
 
 	Concurrency    int           // handlers running at once, 1..10000; default 8
-	HandlerTimeout time.Duration // per attempt, up to 12h; default 30s
+	HandlerTimeout time.Duration // per attempt, up to 12h; default 20s, which with an exec command's 5s kill grace ends within the default Grace
 
 	// Prefetch is how many messages may be received and claimed ahead of
 	// free handlers, so that a handler that finishes starts the next
@@ -193,6 +193,14 @@ type Config struct {
 	// was deleted is dead-lettered with a reason saying the object is
 	// gone. It needs S3.
 	DeleteObjects bool
+	// Buckets are the S3 buckets that payloads are read from (and, with
+	// DeleteObjects, deleted from): whoever may send to the queue names
+	// the bucket in the pointer, and the worker reads it with its own
+	// credentials. A message whose pointer names another bucket is
+	// dead-lettered with a reason naming the bucket, its object neither
+	// read nor deleted. "*", alone, allows every bucket. Empty allows none:
+	// every message that points to S3 is dead-lettered.
+	Buckets []string
 }
 
 // ErrInvalidConfig is wrapped by every configuration error of New and
@@ -334,6 +342,9 @@ func (c *Config) validate() error {
 	}
 	if c.DeleteObjects && c.S3 == nil {
 		bad("DeleteObjects", "", "needs an S3 client (S3) to delete objects with")
+	}
+	if err := CheckBuckets(c.Buckets); err != nil {
+		bad("Buckets", "", "%v", err)
 	}
 	return errors.Join(errs...)
 }

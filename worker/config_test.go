@@ -40,7 +40,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"negative grace", func(c *worker.Config) { c.Grace = -5 * time.Second }, "Grace", "Grace: must be between 0s and 1h, got -5s"},
 		{"max under min", func(c *worker.Config) { c.MinBackoff, c.MaxBackoff = 5*time.Second, time.Second }, "MaxBackoff", "at least the minimum back-off (5s), got 1s"},
 		{"max under default min", func(c *worker.Config) { c.MaxBackoff = time.Second }, "MaxBackoff", "at least the minimum back-off (5s)"},
-		{"retention under a claim", func(c *worker.Config) { c.Retention = time.Minute }, "Retention", "(1m30s)"},
+		{"retention under a claim", func(c *worker.Config) { c.Retention = time.Minute }, "Retention", "(1m20s)"},
 		{"too many pollers", func(c *worker.Config) { c.Pollers = 65 }, "Pollers", "between 1 and 64, got 65"},
 		{"relative url", func(c *worker.Config) { c.QueueURL = "queue" }, "QueueURL", "absolute http or https URL"},
 		{"pointer", func(c *worker.Config) { c.Key.Pointer = "id" }, "Key.Pointer", `starting with "/", got "id"`},

@@ -72,17 +72,25 @@ type ExecConfig struct {
 	KillGrace time.Duration
 	// Env lists the variables of the worker's environment that the command
 	// inherits: exact names, or prefixes ending in "*" ("APP_*"; "*" alone
-	// passes everything). Nil passes the whole environment, AWS credentials
-	// included; a non-nil empty list passes none. The SQSONCE_* variables
-	// of the message are set either way.
+	// passes everything). Nil passes the whole environment but Withhold; a
+	// non-nil empty list passes none. The SQSONCE_* variables of the
+	// message are set either way.
 	Env []string
+	// Withhold names variables of the worker's environment that the command
+	// does not inherit unless Env names them exactly: a prefix ("AWS_*")
+	// or "*" does not pass them. They are the secrets the worker's process
+	// uses itself (AWS credentials, a database password), which a command
+	// has no need of by default. Nil withholds nothing.
+	Withhold []string
 }
 
 // ExecHandler is a Handler that runs a command for each message. It is safe
 // for concurrent use; each call of Handle runs its own process.
 //
 // The command gets the message body on stdin and the worker's environment
-// (or the part of it that ExecConfig.Env lets through) plus SQSONCE_KEY (Message.Key), SQSONCE_MESSAGE_ID, SQSONCE_ATTEMPT,
+// (the part of it that ExecConfig.Env lets through, without what
+// ExecConfig.Withhold names unless Env names it exactly) plus SQSONCE_KEY
+// (Message.Key), SQSONCE_MESSAGE_ID, SQSONCE_ATTEMPT,
 // SQSONCE_RECEIVE_COUNT, SQSONCE_QUEUE_URL, for a message with a group
 // id SQSONCE_GROUP_ID, SQSONCE_ATTR_<NAME> for each of Message.Attributes
 // up to MaxAttrValue bytes (NAME in upper case, with "_" for each character
@@ -134,6 +142,7 @@ type ExecHandler struct {
 	log       *slog.Logger
 	killGrace time.Duration
 	env       []string // ExecConfig.Env; nil: everything
+	withhold  []string // ExecConfig.Withhold
 }
 
 // NewExecHandler validates cfg and returns its handler.
@@ -171,6 +180,7 @@ func NewExecHandler(cfg ExecConfig) (*ExecHandler, error) {
 	if cfg.Env != nil {
 		h.env = append([]string{}, cfg.Env...)
 	}
+	h.withhold = append([]string(nil), cfg.Withhold...)
 	if len(h.retry) == 0 {
 		h.retry = []int{execDefaultRetryCode}
 	}
@@ -189,7 +199,7 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("exec %s: not started: %w", name, handlerContextErr(ctx))
 	}
-	env, err := execEnviron(allowedEnv(os.Environ(), h.env), m)
+	env, err := execEnviron(allowedEnv(os.Environ(), h.env, h.withhold), m)
 	if err != nil {
 		// The values come from the message, so every delivery fails alike.
 		return Permanent(fmt.Errorf("exec %s: %w", name, err))
@@ -286,7 +296,9 @@ func CheckEnvPattern(p string) error {
 }
 
 // EnvPasses reports whether the patterns of ExecConfig.Env let the variable
-// name through to the command; nil patterns let everything through.
+// name through to the command; nil patterns let everything through. A
+// variable that ExecConfig.Withhold names passes only by its exact name:
+// see EnvInherits.
 func EnvPasses(patterns []string, name string) bool {
 	if patterns == nil {
 		return true
@@ -299,15 +311,25 @@ func EnvPasses(patterns []string, name string) bool {
 	return false
 }
 
-// allowedEnv returns the variables of environ that the patterns let
-// through; all of environ when patterns is nil.
-func allowedEnv(environ, patterns []string) []string {
-	if patterns == nil {
+// EnvInherits reports whether the command inherits the variable name with
+// ExecConfig.Env patterns and ExecConfig.Withhold withhold: a withheld
+// variable only when patterns name it exactly, any other when EnvPasses.
+func EnvInherits(patterns, withhold []string, name string) bool {
+	if slices.Contains(withhold, name) {
+		return slices.Contains(patterns, name)
+	}
+	return EnvPasses(patterns, name)
+}
+
+// allowedEnv returns the variables of environ that the command inherits
+// (EnvInherits); all of environ when patterns and withhold are nil.
+func allowedEnv(environ, patterns, withhold []string) []string {
+	if patterns == nil && withhold == nil {
 		return environ
 	}
 	var out []string
 	for _, kv := range environ {
-		if name, _, _ := strings.Cut(kv, "="); EnvPasses(patterns, name) {
+		if name, _, _ := strings.Cut(kv, "="); EnvInherits(patterns, withhold, name) {
 			out = append(out, kv)
 		}
 	}

@@ -215,18 +215,24 @@ func TestExecHandler_EnvAllowList(t *testing.T) {
 	t.Setenv("APP_DSN", "db")
 	t.Setenv("APP_MODE", "live")
 	t.Setenv("LANG", "C.UTF-8")
+	t.Setenv("PGPASSWORD", "pg")
+	withhold := []string{"AWS_SECRET_ACCESS_KEY", "PGPASSWORD"}
 	for _, tc := range []struct {
-		name  string
-		env   []string
-		want  []string
-		avoid []string
+		name     string
+		env      []string
+		withhold []string
+		want     []string
+		avoid    []string
 	}{
-		{"nil passes everything", nil, []string{"AWS_SECRET_ACCESS_KEY=secret", "APP_DSN=db", "LANG=C.UTF-8"}, nil},
-		{"names and prefixes", []string{"LANG", "APP_*"}, []string{"APP_DSN=db", "APP_MODE=live", "LANG=C.UTF-8"}, []string{"AWS_", "PATH="}},
-		{"none", []string{}, nil, []string{"AWS_", "APP_", "LANG=", "PATH="}},
+		{"nil passes everything", nil, nil, []string{"AWS_SECRET_ACCESS_KEY=secret", "APP_DSN=db", "LANG=C.UTF-8", "PGPASSWORD=pg"}, nil},
+		{"names and prefixes", []string{"LANG", "APP_*"}, nil, []string{"APP_DSN=db", "APP_MODE=live", "LANG=C.UTF-8"}, []string{"AWS_", "PATH=", "PGPASSWORD="}},
+		{"none", []string{}, nil, nil, []string{"AWS_", "APP_", "LANG=", "PATH=", "PGPASSWORD="}},
+		{"withheld from everything", nil, withhold, []string{"APP_DSN=db", "LANG=C.UTF-8"}, []string{"AWS_SECRET_ACCESS_KEY=", "PGPASSWORD="}},
+		{"withheld from star and prefix", []string{"*", "AWS_*", "PG*"}, withhold, []string{"APP_DSN=db"}, []string{"AWS_SECRET_ACCESS_KEY=", "PGPASSWORD="}},
+		{"withheld but named", []string{"*", "PGPASSWORD"}, withhold, []string{"APP_DSN=db", "PGPASSWORD=pg"}, []string{"AWS_SECRET_ACCESS_KEY="}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := newExecHandler(t, worker.ExecConfig{Command: []string{"env"}, Env: tc.env})
+			h := newExecHandler(t, worker.ExecConfig{Command: []string{"env"}, Env: tc.env, Withhold: tc.withhold})
 			m := execMessage()
 			if err := execHandle(t, h, m); err != nil {
 				t.Fatalf("Handle: %v", err)

@@ -38,7 +38,10 @@ type Message struct {
 	// continues: the context of the attempt's span when the worker records
 	// one (Config.TracerProvider), else the producer's as the message
 	// carried it (its traceparent and tracestate attributes, or its
-	// AWSTraceHeader converted), else empty. The handler's context carries
+	// AWSTraceHeader converted), else empty. Either is written anew from
+	// what was parsed and checked: a version 00 traceparent (of a later
+	// version only the fields version 00 has), a tracestate of valid
+	// members, never a control character. The handler's context carries
 	// the same (trace.SpanContextFromContext).
 	TraceParent string
 	TraceState  string

@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,6 +118,37 @@ func ParseS3Pointer(body []byte) (S3Pointer, error) {
 	return p, nil
 }
 
+// AnyBucket, alone in Config.Buckets, allows every bucket.
+const AnyBucket = "*"
+
+// CheckBuckets reports whether buckets can be Config.Buckets: bucket
+// names, or AnyBucket alone.
+func CheckBuckets(buckets []string) error {
+	for _, b := range buckets {
+		switch {
+		case b == "":
+			return errors.New("a bucket name is empty")
+		case b == AnyBucket && len(buckets) > 1:
+			return fmt.Errorf("%q allows every bucket and stands alone", AnyBucket)
+		case strings.ContainsAny(b, "/ \t\r\n"):
+			return fmt.Errorf("%q is not a bucket name", b)
+		}
+	}
+	return nil
+}
+
+// bucketAllowed reports whether buckets (Config.Buckets) let a payload be
+// read from bucket.
+func bucketAllowed(buckets []string, bucket string) bool {
+	return slices.Contains(buckets, bucket) || slices.Equal(buckets, []string{AnyBucket})
+}
+
+// notAllowed is the failure of a pointer to a bucket that payloads are not
+// read from: permanent, its object neither read nor deleted.
+func notAllowed(p S3Pointer) *payloadError {
+	return &payloadError{permanent: true, err: fmt.Errorf("payload %s: the bucket %q is not one that payloads are read from: not read", p, p.Bucket)}
+}
+
 // payloadError is a payload that could not be read. A permanent one (no
 // such object or bucket, access denied, too large, a malformed pointer)
 // cannot be read by trying again: its message is dead-lettered. Another
@@ -199,6 +232,11 @@ func (w *Worker) readPayloads(ctx context.Context, all []*job) {
 			j.payloadErr = &payloadError{permanent: true, err: fmt.Errorf("the message has the %s attribute but no S3 pointer: %v", sizeAttribute(j.opened.attrs), err)}
 			continue
 		}
+		if !bucketAllowed(w.cfg.Buckets, p.Bucket) {
+			// No pointer is kept, so no object is deleted either.
+			j.payloadErr = notAllowed(p)
+			continue
+		}
 		j.pointer = &p
 		todo = append(todo, j)
 	}
@@ -278,17 +316,29 @@ func (w *Worker) afterDelete(j *job, log *jobLog) func() {
 	}
 }
 
-// MessageKeyFuncS3 is MessageKeyFunc for messages that may point to their
-// payload in S3, derived as a worker with Config.S3 derives them: from the
-// object, read through c (at most maxPayload bytes; 0 means
-// DefaultMaxPayload). A payload that cannot be read gives an error that
-// wraps ErrNoKey and says why. Each call that meets a pointer reads its
-// object, bounded by a minute. A nil c reads no object: pointers are keyed
-// as the bodies they are. It is safe for concurrent use.
+// MessageKeyFuncS3 is MessageKeyFuncS3Buckets reading from any bucket a
+// pointer names.
 func MessageKeyFuncS3(cfg KeyConfig, c S3Client, maxPayload int64) (func(m types.Message) (key string, fingerprint []byte, err error), error) {
+	return MessageKeyFuncS3Buckets(cfg, c, maxPayload, []string{AnyBucket})
+}
+
+// MessageKeyFuncS3Buckets is MessageKeyFunc for messages that may point to
+// their payload in S3, derived as a worker with Config.S3 and
+// Config.Buckets derives them: from the object, read through c (at most
+// maxPayload bytes; 0 means DefaultMaxPayload) when buckets allows its
+// bucket (as Config.Buckets does). A payload that cannot be read, or is
+// in a bucket not allowed, gives an error that wraps ErrNoKey and says
+// why. Each call that meets a pointer reads its object, bounded by a
+// minute. A nil c reads no object: pointers are keyed as the bodies they
+// are. It is safe for concurrent use.
+func MessageKeyFuncS3Buckets(cfg KeyConfig, c S3Client, maxPayload int64, buckets []string) (func(m types.Message) (key string, fingerprint []byte, err error), error) {
 	if maxPayload == 0 {
 		maxPayload = DefaultMaxPayload
 	}
+	if err := CheckBuckets(buckets); err != nil {
+		return nil, fmt.Errorf("buckets: %w", err)
+	}
+	buckets = slices.Clone(buckets)
 	k, err := newKeyer(cfg)
 	if err != nil {
 		return nil, err
@@ -299,6 +349,9 @@ func MessageKeyFuncS3(cfg KeyConfig, c S3Client, maxPayload int64) (func(m types
 			p, err := ParseS3Pointer(o.payload)
 			if err != nil {
 				return "", nil, fmt.Errorf("%w: the message has the %s attribute but no S3 pointer: %v", ErrNoKey, sizeAttribute(o.attrs), err)
+			}
+			if !bucketAllowed(buckets, p.Bucket) {
+				return "", nil, fmt.Errorf("%w: payload unreadable: %v", ErrNoKey, notAllowed(p))
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

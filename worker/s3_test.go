@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,13 +62,42 @@ type s3Bundle struct {
 	faults *awsfault.Transport
 	fault  atomic.Value // of awsfault.Kind: the fault of the next faulted requests
 	left   atomic.Int64 // how many requests get it
+	seen   s3Requests   // every request of the worker's S3 client
+}
+
+// s3Requests records the method and path of each request that passes.
+type s3Requests struct {
+	rt   http.RoundTripper
+	mu   sync.Mutex
+	reqs []string
+}
+
+func (r *s3Requests) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req.Method+" "+req.URL.Path)
+	r.mu.Unlock()
+	return r.rt.RoundTrip(req)
+}
+
+// to returns the requests whose path is in bucket.
+func (r *s3Requests) to(bucket string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, q := range r.reqs {
+		if _, path, _ := strings.Cut(q, " "); path == "/"+bucket || strings.HasPrefix(path, "/"+bucket+"/") {
+			out = append(out, q)
+		}
+	}
+	return out
 }
 
 func setupS3(t *testing.T, o options) *s3Bundle {
 	t.Helper()
 	b := &s3Bundle{bundle: setup(t, o), s3: sqstest.NewS3Client(t, nil)}
 	b.bucket = sqstest.CreateBucket(t, b.s3)
-	b.faults = awsfault.New(loopback.Transport(), sqstest.S3Errors, func(string) awsfault.Kind {
+	b.seen.rt = loopback.Transport()
+	b.faults = awsfault.New(&b.seen, sqstest.S3Errors, func(string) awsfault.Kind {
 		if b.left.Add(-1) >= 0 {
 			return b.fault.Load().(awsfault.Kind)
 		}
@@ -85,6 +115,7 @@ func (b *s3Bundle) inject(k awsfault.Kind, n int) {
 func (b *s3Bundle) config() worker.Config {
 	cfg := b.bundle.config()
 	cfg.S3 = sqstest.NewS3Client(b.t, b.faults)
+	cfg.Buckets = []string{b.bucket}
 	return cfg
 }
 
@@ -377,6 +408,79 @@ func TestWorker_S3Payloads(t *testing.T) {
 		s := stop()
 		if n := b.runs.count("kept"); n != 1 || s.Duplicates < 1 || s.ObjectsDeleted != 1 {
 			t.Errorf("ran %d times; stats %+v", n, s)
+		}
+	})
+
+	// A pointer may name any bucket, and the worker reads with its own
+	// credentials: only the buckets of Config.Buckets are read from, and
+	// deleted from. A message that points elsewhere is dead-lettered, its
+	// object neither read nor deleted.
+	t.Run("BucketNotAllowed", func(t *testing.T) {
+		t.Parallel()
+		for name, buckets := range map[string]func(b *s3Bundle) []string{
+			"Listed": func(b *s3Bundle) []string { return []string{b.bucket} },
+			"None":   func(b *s3Bundle) []string { return nil },
+		} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				b := setupS3(t, options{maxReceive: 5})
+				other := sqstest.CreateBucket(t, b.s3)
+				sqstest.PutObject(t, b.s3, other, "k", []byte(`{"id":"foreign"}`))
+				cfg := b.config()
+				cfg.DeleteObjects = true
+				cfg.Buckets = buckets(b)
+				stop := b.start(cfg, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+					b.runs.add(m.Key)
+					return nil
+				}))
+				b.send(worker.S3Pointer{Bucket: other, Key: "k"}.Body(), withAttr(worker.AttrExtendedPayloadSize, "16"))
+				m := b.dlq(1)[0]
+				b.sendPointer("mine", `{"id":"mine"}`, worker.AttrExtendedPayloadSize)
+				allowed := len(cfg.Buckets) > 0
+				if allowed {
+					b.waitEmpty(20 * time.Second)
+				} else {
+					b.dlq(1)
+				}
+				s := stop()
+				if r := reason(m); !strings.Contains(r, fmt.Sprintf("payload unreadable: payload s3://%s/k: the bucket %q is not one that payloads are read from", other, other)) {
+					t.Errorf("reason %q", r)
+				}
+				if got := b.seen.to(other); len(got) > 0 {
+					t.Errorf("requests to the bucket not allowed: %q", got)
+				}
+				if _, ok := sqstest.GetObject(t, b.s3, other, "k"); !ok {
+					t.Error("the object in the bucket not allowed was deleted")
+				}
+				if b.runs.count("foreign") != 0 || s.PayloadsRejected < 1 {
+					t.Errorf("runs %v, stats %+v", b.runs.counts(), s)
+				}
+				if allowed && b.runs.count("mine") != 1 {
+					t.Errorf("the allowed bucket's payload: runs %v", b.runs.counts())
+				}
+				if !allowed && (b.runs.count("mine") != 0 || len(b.seen.to(b.bucket)) > 0) {
+					t.Errorf("with no bucket allowed, a payload was read: runs %v, requests %q", b.runs.counts(), b.seen.to(b.bucket))
+				}
+			})
+		}
+	})
+
+	t.Run("AnyBucket", func(t *testing.T) {
+		t.Parallel()
+		b := setupS3(t, options{maxReceive: 5})
+		other := sqstest.CreateBucket(t, b.s3)
+		sqstest.PutObject(t, b.s3, other, "k", []byte(`{"id":"anywhere"}`))
+		cfg := b.config()
+		cfg.Buckets = []string{worker.AnyBucket}
+		stop := b.start(cfg, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			b.runs.add(m.Key)
+			return nil
+		}))
+		b.send(worker.S3Pointer{Bucket: other, Key: "k"}.Body(), withAttr(worker.AttrExtendedPayloadSize, "17"))
+		b.waitEmpty(20 * time.Second)
+		stop()
+		if b.runs.count("anywhere") != 1 {
+			t.Errorf("runs %v", b.runs.counts())
 		}
 	})
 

@@ -20,9 +20,12 @@ import (
 // attribute (X-Ray, Lambda) converted to W3C. Invalid values are ignored
 // and logged at debug level; they never fail the message. Without a
 // TracerProvider nothing else is done: the producer's context goes on to
-// the handler as received. With one, each attempt records a consumer span
-// whose parent is the producer's context and which links to it, and the
-// handler continues the consumer span's context.
+// the handler as it was read, never as the attribute's text, which may hold
+// what the worker does not read (the fields a later version of the
+// traceparent adds, white space in a tracestate): a version 00 traceparent
+// and the tracestate's members as parsed. With one, each attempt records a
+// consumer span whose parent is the producer's context and which links to
+// it, and the handler continues the consumer span's context.
 
 // The outcomes of an attempt, in the sqsonce.outcome attribute of its span.
 const (
@@ -53,11 +56,11 @@ func producerContext(m *Message, system map[string]string, log *jobLog) trace.Sp
 	if tp, ok := m.Attributes[w3ctrace.TraceParent]; ok {
 		sc, err := w3ctrace.Parse(tp)
 		if err == nil {
-			m.TraceParent = tp
+			m.TraceParent = w3ctrace.Format(sc)
 			if ts := m.Attributes[w3ctrace.TraceState]; ts != "" {
 				if state, err := trace.ParseTraceState(ts); err == nil {
 					sc = sc.WithTraceState(state)
-					m.TraceState = ts
+					m.TraceState = state.String()
 				} else {
 					log.Debug("ignoring an invalid tracestate attribute", "tracestate", ts, "error", err)
 				}

@@ -160,6 +160,66 @@ func TestWorker_TraceContext(t *testing.T) {
 		}
 	})
 
+	// A traceparent of a later version is read by its first four fields,
+	// and whatever follows them (here a line break and a header) is not
+	// passed on: the work gets a version 00 traceparent of what was read.
+	// A tracestate goes on as it was parsed, without the white space around
+	// its members (a tab is a control character).
+	t.Run("LaterVersion", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{maxReceive: 2})
+		dir := t.TempDir()
+		script := filepath.Join(dir, "handler.sh")
+		src := "#!/bin/sh\nprintf '%s|%s' \"${TRACEPARENT-unset}\" \"${TRACESTATE-unset}\" > \"" + dir + "/$SQSONCE_KEY\"\n"
+		if err := os.WriteFile(script, []byte(src), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		headers := map[string]http.Header{}
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			headers[r.Header.Get("Idempotency-Key")] = r.Header.Clone()
+			mu.Unlock()
+		}))
+		defer srv.Close()
+		httpH := newHTTPHandler(t, srv.URL)
+		execH := newExecHandler(t, worker.ExecConfig{Command: []string{script}, Env: []string{"PATH"}})
+		b.start(b.config(), worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if strings.HasPrefix(m.Key, "exec-") {
+				return execH.Handle(ctx, m)
+			}
+			return httpH.Handle(ctx, m)
+		}))
+		later := "cc-" + testTraceID + "-" + testSpanID + "-03-later\r\nX-Injected: 1"
+		state := "vendor=abc\t,\tother=1"
+		for _, via := range []string{"http", "exec"} {
+			b.send(`{"id":"`+via+`-later"}`, withAttr("traceparent", later), withAttr("tracestate", state))
+			b.send(`{"id":"`+via+`-v00"}`, withAttr("traceparent", testTraceParent), withAttr("tracestate", testTraceState))
+		}
+		b.waitEmpty(20 * time.Second)
+		if dl := sqstest.Drain(t, b.client, b.queue.DLQURL, 0, time.Second); len(dl) > 0 {
+			t.Errorf("%d messages dead-lettered, first: %s", len(dl), aws.ToString(dl[0].MessageAttributes[worker.AttrReason].StringValue))
+		}
+		want := map[string][2]string{
+			"later": {testTraceParent, testTraceState},
+			"v00":   {testTraceParent, testTraceState},
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for name, w := range want {
+			h, ok := headers["http-"+name]
+			if !ok {
+				t.Errorf("http-%s: no request", name)
+			} else if h.Get("traceparent") != w[0] || h.Get("tracestate") != w[1] || h.Get("X-Injected") != "" {
+				t.Errorf("http-%s: headers traceparent %q tracestate %q X-Injected %q, want %q and %q", name,
+					h.Get("traceparent"), h.Get("tracestate"), h.Get("X-Injected"), w[0], w[1])
+			}
+			if got := execWaitFile(t, filepath.Join(dir, "exec-"+name)); got != w[0]+"|"+w[1] {
+				t.Errorf("exec-%s: the command saw %q, want %q", name, got, w[0]+"|"+w[1])
+			}
+		}
+	})
+
 	// fauxqs neither keeps a sent AWSTraceHeader nor returns it: xrayTransport
 	// does what SQS does, between the client and the real server.
 	t.Run("AWSTraceHeader", func(t *testing.T) {

@@ -5,15 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -42,7 +43,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: credentials,\nthe queue and its dead-letter queue, timeouts, retention, the ledger file\nthe handler, payload.bucket in S3, the OTEL_ tracing variables, the\nconsole's exposure (its address, writes and credential), and with\n[[ingest.source]] tables each source's secrets, keys and queue. Prints one line per check (ok, warn or fail) and exits 1\nif any check fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, the console's exposure (its address, writes and\ncredential), and with [[ingest.source]] tables each source's secrets,\nkeys and queue. Prints one line per check (ok, warn or fail) and exits 1 if any\ncheck fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -58,39 +59,26 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Queue.Region))
-	if err == nil {
-		_, err = awsCfg.Credentials.Retrieve(ctx)
-	}
-	if err != nil {
+	// Without a region nothing of AWS can be asked; the rest is checked.
+	region, from := cfg.Queue.region()
+	awsCfg, err := loadAWSConfig(ctx, region)
+	var client *sqs.Client
+	switch {
+	case errors.Is(err, ErrInvalidConfig):
+		c.line("fail", "region", "%v", err)
+	case err != nil:
 		c.line("fail", "credentials", "%v", err)
-	} else {
-		c.line("ok", "credentials", "found in the AWS default chain")
-	}
-
-	client, err := newSQSClient(ctx, cfg.Queue)
-	if err != nil {
-		return err
-	}
-	q, qerr := worker.InspectQueue(ctx, client, cfg.Queue.URL)
-	if qerr != nil {
-		c.line("fail", "queue", "%v", qerr)
-	} else {
-		kind := "standard"
-		if q.FIFO {
-			kind = "FIFO"
-		}
-		c.line("ok", "queue", "%s exists (%s, message retention %v)", q.URL, kind, q.Retention)
-		if q.DLQURL == "" {
-			c.line("warn", "dead-letter queue", "no redrive policy: failed work would be retried until the message retention ends, and permanent failures stay in the queue")
+	default:
+		c.line("ok", "region", "%s (from %s)", awsCfg.Region, from)
+		if _, err := awsCfg.Credentials.Retrieve(ctx); err != nil {
+			c.line("fail", "credentials", "%v", err)
 		} else {
-			c.line("ok", "dead-letter queue", "%s after %d receives (retention %v)", q.DLQURL, q.MaxReceiveCount, q.DLQRetention)
+			c.line("ok", "credentials", "found in the AWS default chain")
 		}
-		if need := q.Retention + q.DLQRetention; cfg.Ledger.Retention.Duration < need {
-			c.line("warn", "retention", "ledger.retention %v is shorter than the queue's plus the dead-letter queue's message retention (%v): a late delivery or replay could run an operation again", cfg.Ledger.Retention, need)
-		} else {
-			c.line("ok", "retention", "ledger.retention %v covers the queues' %v", cfg.Ledger.Retention, need)
+		if client, err = newSQSClient(ctx, cfg.Queue); err != nil {
+			return err
 		}
+		checkQueue(ctx, c, cfg, client)
 	}
 
 	vis, timeout, grace := cfg.Queue.VisibilityTimeout.Duration, cfg.Handler.Timeout.Duration, cfg.Shutdown.Grace.Duration
@@ -125,15 +113,7 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		} else {
 			c.line("ok", "handler", "%s is executable", p)
 		}
-		var passed []string
-		for _, name := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_CONTAINER_AUTHORIZATION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE"} {
-			if v, ok := m.LookupEnv(name); ok && v != "" && worker.EnvPasses(cfg.Handler.envPatterns(), name) {
-				passed = append(passed, name)
-			}
-		}
-		if len(passed) > 0 {
-			c.line("warn", "handler env", "the command inherits %s: list what it needs in handler.env", strings.Join(passed, ", "))
-		}
+		checkHandlerEnv(c, cfg, m.LookupEnv)
 	case HandlerHTTP:
 		req, err := http.NewRequestWithContext(ctx, http.MethodHead, cfg.Handler.URL, nil)
 		if err == nil {
@@ -149,15 +129,65 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	}
 
 	checkTracing(c, m.LookupEnv)
-	checkPayload(ctx, c, cfg)
-	if len(cfg.Ingest.Source) > 0 {
-		checkIngest(ctx, c, cfg, client, m.LookupEnv)
+	if client != nil {
+		checkPayload(ctx, c, cfg, awsCfg.Region)
+		if len(cfg.Ingest.Source) > 0 {
+			checkIngest(ctx, c, cfg, client, m.LookupEnv)
+		}
 	}
 	c.tw.Flush()
 	if c.failed {
 		return errors.New("some checks failed")
 	}
 	return nil
+}
+
+// checkHandlerEnv says which of sqsonce's own secrets that are set the
+// exec handler's command gets (those handler.env names one by one: a
+// warning) and which it does not.
+func checkHandlerEnv(c *checker, cfg Config, lookupEnv func(string) (string, bool)) {
+	var passed, withheld []string
+	for _, name := range ownSecrets(cfg) {
+		if v, ok := lookupEnv(name); !ok || v == "" {
+			continue
+		}
+		if worker.EnvInherits(cfg.Handler.envPatterns(), ownSecrets(cfg), name) {
+			passed = append(passed, name)
+		} else {
+			withheld = append(withheld, name)
+		}
+	}
+	if len(passed) > 0 {
+		c.line("warn", "handler env", "the command gets sqsonce's own secrets %s, which handler.env names: remove those it does not need", strings.Join(passed, ", "))
+	}
+	if len(withheld) > 0 {
+		c.line("ok", "handler env", "the command does not get sqsonce's own secrets %s (name one in handler.env to pass it)", strings.Join(withheld, ", "))
+	}
+}
+
+// checkQueue checks the queue, its dead-letter queue, and the ledger's
+// retention against their message retention.
+func checkQueue(ctx context.Context, c *checker, cfg Config, client *sqs.Client) {
+	q, err := worker.InspectQueue(ctx, client, cfg.Queue.URL)
+	if err != nil {
+		c.line("fail", "queue", "%v", err)
+		return
+	}
+	kind := "standard"
+	if q.FIFO {
+		kind = "FIFO"
+	}
+	c.line("ok", "queue", "%s exists (%s, message retention %v)", q.URL, kind, q.Retention)
+	if q.DLQURL == "" {
+		c.line("warn", "dead-letter queue", "no redrive policy: failed work would be retried until the message retention ends, and permanent failures stay in the queue")
+	} else {
+		c.line("ok", "dead-letter queue", "%s after %d receives (retention %v)", q.DLQURL, q.MaxReceiveCount, q.DLQRetention)
+	}
+	if need := q.Retention + q.DLQRetention; cfg.Ledger.Retention.Duration < need {
+		c.line("warn", "retention", "ledger.retention %v is shorter than the queue's plus the dead-letter queue's message retention (%v): a late delivery or replay could run an operation again", cfg.Ledger.Retention, need)
+	} else {
+		c.line("ok", "retention", "ledger.retention %v covers the queues' %v", cfg.Ledger.Retention, need)
+	}
 }
 
 // checkIngest checks what `sqsonce ingest` will need: each source's
@@ -197,17 +227,20 @@ func checkIngest(ctx context.Context, c *checker, cfg Config, client *sqs.Client
 	}
 }
 
-// checkPayload checks what reading payloads from S3 and `sqsonce send`
-// will need in payload.bucket: s3:GetObject, by asking for an object that
-// does not exist (S3 answers NoSuchKey to a reader that may read it, and
+// checkPayload says where payloads in S3 are read from (the endpoint, the
+// region and the buckets allowed), and warns when queue.endpoint names a
+// server other than AWS while payloads would still be read from AWS's S3.
+// Then it checks what reading payloads and `sqsonce send` will need in
+// payload.bucket: s3:GetObject, by asking for an object that does not
+// exist (S3 answers NoSuchKey to a reader that may read it, and
 // AccessDenied to one that may not, even when the key exists); then
 // s3:PutObject and s3:DeleteObject with a marker object that is deleted at
 // once. Without a bucket, the producers' buckets are not known.
-func checkPayload(ctx context.Context, c *checker, cfg Config) {
+func checkPayload(ctx context.Context, c *checker, cfg Config, region string) {
+	if cfg.Payload.S3 {
+		checkPayloadSource(c, cfg, region)
+	}
 	if cfg.Payload.Bucket == "" {
-		if cfg.Payload.S3 {
-			c.line("ok", "payload", "read from S3 when a message points there (set payload.bucket to check access to a bucket)")
-		}
 		return
 	}
 	s3c, err := newS3Client(ctx, cfg)
@@ -242,6 +275,50 @@ func checkPayload(ctx context.Context, c *checker, cfg Config) {
 		c.line(level, "payload delete", "%s: %s: the empty object %s is left behind; payload.delete_objects needs it", bucket, s3Problem(err, "s3:DeleteObject"), key)
 	}
 	c.line("ok", "payload send", "this host may put large bodies into %s (s3:PutObject)", bucket)
+}
+
+// checkPayloadSource says where payloads are read from: see checkPayload.
+func checkPayloadSource(c *checker, cfg Config, region string) {
+	p := cfg.Payload
+	where := fmt.Sprintf("AWS's S3 in %s", region)
+	if p.Endpoint != "" {
+		where = fmt.Sprintf("%s (payload.endpoint, path-style, region %s)", p.Endpoint, region)
+	}
+	buckets := p.allowedBuckets()
+	switch {
+	case len(buckets) == 0:
+		c.line("ok", "payload", "no bucket is allowed: a message that points to its payload in S3 is dead-lettered (list the producers' buckets in payload.buckets)")
+		return
+	case slices.Equal(buckets, []string{worker.AnyBucket}):
+		also := ""
+		if p.DeleteObjects {
+			also = ", and its object deleted (payload.delete_objects)"
+		}
+		c.line("warn", "payload", "read from %s, from any bucket a message names (payload.buckets = [\"*\"]) with this host's credentials%s: list the producers' buckets instead", where, also)
+	default:
+		c.line("ok", "payload", "read from %s, from %s only (payload.buckets)", where, strings.Join(buckets, ", "))
+	}
+	if cfg.Queue.Endpoint != "" && !awsHost(cfg.Queue.Endpoint) && p.Endpoint == "" {
+		c.line("warn", "payload endpoint", "queue.endpoint sends the SQS calls to %s, but payload.endpoint is not set: payloads are read from AWS's S3 in %s, not from that server; set payload.endpoint to the S3-compatible server that holds them", cfg.Queue.Endpoint, region)
+	}
+	if p.Bucket != "" && !slices.Contains(buckets, p.Bucket) && !slices.Equal(buckets, []string{worker.AnyBucket}) {
+		c.line("warn", "payload bucket", "payload.bucket %s, where `sqsonce send` puts large bodies, is not in payload.buckets: the worker dead-letters their messages", p.Bucket)
+	}
+}
+
+// awsHost reports whether a URL's host is one of AWS's.
+func awsHost(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return false
+	}
+	host := strings.ToLower(u.Hostname())
+	for _, domain := range []string{".amazonaws.com", ".amazonaws.com.cn", ".api.aws", ".amazonaws.eu"} {
+		if strings.HasSuffix(host, domain) {
+			return true
+		}
+	}
+	return false
 }
 
 // s3Problem says what an S3 error means for check: a permission missing

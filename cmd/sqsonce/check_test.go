@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,15 +23,18 @@ import (
 func TestMain_Check(t *testing.T) {
 	t.Parallel()
 
+	// The default handler.timeout and shutdown.grace among them: the
+	// defaults open no window that check warns about.
 	t.Run("AllGood", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, "exit 0\n")
-		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_SHUTDOWN_GRACE=30s", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
+		e.vars = slices.DeleteFunc(e.vars, func(v string) bool { return strings.HasPrefix(v, "SQSONCE_SHUTDOWN_GRACE=") })
+		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
 			"AWS_SECRET_ACCESS_KEY=secret", "SQSONCE_HANDLER_ENV=PATH HOME")
 		if code != 0 || strings.Contains(out, "fail") || strings.Contains(out, "warn") {
 			t.Fatalf("exit %d:\n%s", code, out)
 		}
-		for _, want := range []string{"ok config", "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
+		for _, want := range []string{"ok config", "ok region us-east-1 (from queue.url)", "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}
@@ -57,11 +63,12 @@ func TestMain_Check(t *testing.T) {
 		client := sqstest.NewClient(t, nil)
 		bare := sqstest.CreateQueue(t, client, sqstest.QueueOptions{})
 		code, out := e.run("check", "", "SQSONCE_QUEUE_URL="+bare.URL, "SQSONCE_LEDGER_RETENTION=1h", "SQSONCE_HANDLER_TIMEOUT=1m",
-			"AWS_SECRET_ACCESS_KEY=secret")
+			"AWS_SECRET_ACCESS_KEY=secret", `SQSONCE_HANDLER_ENV=["*", "AWS_SECRET_ACCESS_KEY"]`)
 		if code != 0 {
 			t.Fatalf("warnings alone must not fail: exit %d:\n%s", code, out)
 		}
-		for _, want := range []string{"warn dead-letter queue", "warn retention", "warn timeouts", "warn shutdown", "warn handler env the command inherits", "AWS_SECRET_ACCESS_KEY: list what it needs in handler.env"} {
+		for _, want := range []string{"warn dead-letter queue", "warn retention", "warn timeouts", "warn shutdown",
+			"warn handler env the command gets sqsonce's own secrets AWS_SECRET_ACCESS_KEY, which handler.env names"} {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}
@@ -78,7 +85,7 @@ func TestMain_Check(t *testing.T) {
 			return err == nil
 		})
 		code, out := e.run("check", "",
-			"SQSONCE_QUEUE_URL="+sqstest.Endpoint(t)+"/000000000000/no-such-queue",
+			"SQSONCE_QUEUE_URL="+e.queue.URL[:strings.LastIndexByte(e.queue.URL, '/')]+"/no-such-queue",
 			"SQSONCE_HANDLER_COMMAND=/no/such/handler")
 		if code != exitFailure {
 			t.Fatalf("exit %d:\n%s", code, out)
@@ -87,6 +94,22 @@ func TestMain_Check(t *testing.T) {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}
+		}
+		// A queue URL that names no region, and no region anywhere else:
+		// nothing of AWS is asked, and the rest is checked all the same.
+		code, out = e.run("check", "",
+			"SQSONCE_QUEUE_URL="+sqstest.Endpoint(t)+"/000000000000/"+path.Base(e.queue.URL),
+			"AWS_REGION=", "AWS_DEFAULT_REGION=", "AWS_PROFILE=", "AWS_CONFIG_FILE="+filepath.Join(e.dir, "none"))
+		if code != exitFailure {
+			t.Fatalf("no region: exit %d:\n%s", code, out)
+		}
+		for _, want := range []string{"fail region queue.region: no region", "fail ledger", "ok tracing"} {
+			if !strings.Contains(squash(out), want) {
+				t.Errorf("no region: no %q in:\n%s", want, out)
+			}
+		}
+		if regexp.MustCompile(`(?m)^(ok|warn|fail) +(queue|credentials) `).MatchString(out) {
+			t.Errorf("no region: AWS was asked:\n%s", out)
 		}
 	})
 
@@ -150,6 +173,46 @@ func TestMain_Check(t *testing.T) {
 		code, out = e.run("check", "", "SQSONCE_PAYLOAD_BUCKET="+bucket, "SQSONCE_PAYLOAD_ENDPOINT=http://"+closedAddr(t))
 		if code != exitFailure || !strings.Contains(squash(out), "fail payload bucket "+bucket+": S3 is unreachable") {
 			t.Fatalf("unreachable: exit %d:\n%s", code, out)
+		}
+	})
+
+	// check says where payloads are read from: the endpoint, the region
+	// and the buckets; and warns when SQS is a local server while payloads
+	// would still be read from AWS's S3.
+	t.Run("PayloadSource", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		local := sqstest.Endpoint(t)
+		for _, tc := range []struct {
+			env   []string
+			want  []string
+			avoid []string
+		}{
+			{[]string{"SQSONCE_PAYLOAD_BUCKETS=orders-payloads"}, []string{
+				"ok payload read from AWS's S3 in us-east-1, from orders-payloads only (payload.buckets)",
+				"warn payload endpoint queue.endpoint sends the SQS calls to " + local + ", but payload.endpoint is not set: payloads are read from AWS's S3 in us-east-1",
+			}, nil},
+			{[]string{"SQSONCE_PAYLOAD_BUCKETS=orders-payloads", "SQSONCE_PAYLOAD_ENDPOINT=" + local}, []string{
+				"ok payload read from " + local + " (payload.endpoint, path-style, region us-east-1), from orders-payloads only",
+			}, []string{"warn payload endpoint"}},
+			{nil, []string{"ok payload no bucket is allowed: a message that points to its payload in S3 is dead-lettered"}, []string{"warn payload"}},
+			{[]string{"SQSONCE_PAYLOAD_BUCKETS=*", "SQSONCE_PAYLOAD_DELETE_OBJECTS=true", "SQSONCE_PAYLOAD_ENDPOINT=" + local}, []string{
+				"warn payload read from " + local + " (payload.endpoint, path-style, region us-east-1), from any bucket a message names",
+				"and its object deleted (payload.delete_objects)",
+			}, nil},
+			{[]string{"SQSONCE_PAYLOAD_S3=false", "SQSONCE_PAYLOAD_BUCKETS=orders-payloads"}, nil, []string{" payload "}},
+		} {
+			code, out := e.run("check", "", tc.env...)
+			for _, want := range tc.want {
+				if !strings.Contains(squash(out), want) {
+					t.Errorf("%q: exit %d, no %q in:\n%s", tc.env, code, want, out)
+				}
+			}
+			for _, avoid := range tc.avoid {
+				if strings.Contains(squash(out), avoid) {
+					t.Errorf("%q: exit %d, %q in:\n%s", tc.env, code, avoid, out)
+				}
+			}
 		}
 	})
 

@@ -93,7 +93,12 @@ type Config struct {
 type QueueConfig struct {
 	// URL is the queue URL. Required; an absolute http or https URL.
 	URL string `toml:"url"`
-	// Region is the AWS region of the queue. Required.
+	// Region is the AWS region of the queue. Empty means the region that
+	// URL names (https://sqs.<region>.amazonaws.com/..., and the other
+	// forms hostRegion reads), else the one Endpoint names, else the AWS
+	// SDK's (AWS_REGION, AWS_DEFAULT_REGION, the profile's); with none of
+	// them a command that calls AWS fails, naming what to set. When set it
+	// must agree with the region URL and Endpoint name.
 	Region string `toml:"region"`
 	// Endpoint, when set, replaces the AWS endpoint with an SQS-compatible
 	// one such as http://127.0.0.1:4566. Empty or an absolute http(s) URL.
@@ -151,10 +156,29 @@ type PayloadConfig struct {
 	// Bucket is where `sqsonce send` puts a body over SQS's limit; empty:
 	// such a body is refused.
 	Bucket string `toml:"bucket"`
+	// Buckets are the buckets that payloads are read from (and, with
+	// DeleteObjects, deleted from); a message that points to another is
+	// dead-lettered, its object neither read nor deleted. ["*"] allows
+	// every bucket. Empty means Bucket alone when it is set, else no
+	// bucket: see allowedBuckets.
+	Buckets []string `toml:"buckets"`
 	// Endpoint, when set, replaces the AWS endpoint of S3 with an
 	// S3-compatible one, addressed path-style (http://host/bucket/key).
 	// Empty or an absolute http(s) URL.
 	Endpoint string `toml:"endpoint"`
+}
+
+// allowedBuckets are the buckets payloads are read from, for
+// worker.Config.Buckets: payload.buckets, or when it is empty
+// payload.bucket (where `sqsonce send` puts them), or none.
+func (p PayloadConfig) allowedBuckets() []string {
+	switch {
+	case len(p.Buckets) > 0:
+		return p.Buckets
+	case p.Bucket != "":
+		return []string{p.Bucket}
+	}
+	return nil
 }
 
 // maxCompleteDelay bounds ledger.complete_delay: longer would only widen the
@@ -220,8 +244,9 @@ type HandlerConfig struct {
 	Body string `toml:"body"`
 	// Env lists the variables of sqsonce's own environment that the exec
 	// handler's command inherits: names, or prefixes ending in "*". The
-	// default ["*"] passes everything, AWS credentials included; [] passes
-	// none. The SQSONCE_* variables of the message are set either way.
+	// default ["*"] passes everything but sqsonce's own secrets
+	// (ownSecrets), which pass only when named exactly; [] passes none.
+	// The SQSONCE_* variables of the message are set either way.
 	Env []string `toml:"env"`
 }
 
@@ -373,7 +398,7 @@ func DefaultConfig() Config {
 	return Config{
 		Queue: QueueConfig{
 			URL:               "",
-			Region:            "us-east-1",
+			Region:            "",
 			Endpoint:          "",
 			WaitTime:          Duration{worker.DefaultWaitTime},
 			MaxMessages:       worker.DefaultMaxMessages,
@@ -393,6 +418,7 @@ func DefaultConfig() Config {
 			MaxSize:       int(worker.DefaultMaxPayload),
 			DeleteObjects: false,
 			Bucket:        "",
+			Buckets:       []string{},
 			Endpoint:      "",
 		},
 		Ledger: LedgerConfig{
@@ -733,11 +759,30 @@ type rule struct {
 
 // rules are the validation rules, one per key, in the order of the file.
 var rules = []rule{
-	{key: "queue.region", check: func(c *Config) error { return required(c.Queue.Region) }},
+	{key: "queue.region", when: func(c *Config) bool { return c.Queue.Region != "" }, check: func(c *Config) error {
+		q := c.Queue
+		if strings.TrimSpace(q.Region) == "" || strings.ContainsFunc(q.Region, unicode.IsSpace) {
+			return fmt.Errorf("must be a region name such as eu-west-1, got %q", q.Region)
+		}
+		for _, u := range []struct{ key, url string }{{"queue.url", q.URL}, {"queue.endpoint", q.Endpoint}} {
+			if r := hostRegion(u.url); r != "" && r != q.Region {
+				return fmt.Errorf("is %q, but %s (%s) is in %q: the two must agree", q.Region, u.key, u.url, r)
+			}
+		}
+		return nil
+	}},
 	{
-		key:   "queue.endpoint",
-		when:  func(c *Config) bool { return c.Queue.Endpoint != "" },
-		check: func(c *Config) error { return httpURL(c.Queue.Endpoint) },
+		key:  "queue.endpoint",
+		when: func(c *Config) bool { return c.Queue.Endpoint != "" },
+		check: func(c *Config) error {
+			if err := httpURL(c.Queue.Endpoint); err != nil {
+				return err
+			}
+			if a, b := hostRegion(c.Queue.URL), hostRegion(c.Queue.Endpoint); a != "" && b != "" && a != b {
+				return fmt.Errorf("%s is in %q, but queue.url (%s) is in %q: the two must agree", c.Queue.Endpoint, b, c.Queue.URL, a)
+			}
+			return nil
+		},
 	},
 
 	{key: "key.on_missing", check: func(c *Config) error { return oneOf(c.Key.OnMissing, OnMissingReject, OnMissingHash) }},
@@ -751,6 +796,22 @@ var rules = []rule{
 		key:   "payload.bucket",
 		when:  func(c *Config) bool { return c.Payload.Bucket != "" },
 		check: func(c *Config) error { return bucketName(c.Payload.Bucket) },
+	},
+	{
+		key:  "payload.buckets",
+		when: func(c *Config) bool { return len(c.Payload.Buckets) > 0 },
+		check: func(c *Config) error {
+			if err := worker.CheckBuckets(c.Payload.Buckets); err != nil {
+				return err
+			}
+			var errs []error
+			for _, b := range c.Payload.Buckets {
+				if b != worker.AnyBucket {
+					errs = append(errs, bucketName(b))
+				}
+			}
+			return errors.Join(errs...)
+		},
 	},
 	{
 		key:   "payload.endpoint",
@@ -1018,14 +1079,6 @@ func unjoin(err error) []error {
 		return j.Unwrap()
 	}
 	return []error{err}
-}
-
-// required rejects an empty or blank string.
-func required(s string) error {
-	if strings.TrimSpace(s) == "" {
-		return errors.New("is required")
-	}
-	return nil
 }
 
 // httpURL requires an absolute http or https URL with a host.

@@ -60,6 +60,7 @@ func fullConfig() Config {
 			S3:       false,
 			MaxSize:  1 << 20,
 			Bucket:   "orders-payloads",
+			Buckets:  []string{"orders-payloads", "partner-payloads"},
 			Endpoint: "http://127.0.0.1:4566",
 		},
 		Ledger: LedgerConfig{
@@ -149,7 +150,6 @@ func TestDefaultConfig(t *testing.T) {
 	t.Parallel()
 	want := Config{
 		Queue: QueueConfig{
-			Region:            "us-east-1",
 			WaitTime:          Duration{20 * time.Second},
 			MaxMessages:       10,
 			VisibilityTimeout: Duration{60 * time.Second},
@@ -160,7 +160,7 @@ func TestDefaultConfig(t *testing.T) {
 			Pointer:   "/id",
 			OnMissing: "reject",
 		},
-		Payload: PayloadConfig{S3: true, MaxSize: 64 << 20},
+		Payload: PayloadConfig{S3: true, MaxSize: 64 << 20, Buckets: []string{}},
 		Ledger: LedgerConfig{
 			Backend:       "bbolt",
 			Path:          "/var/lib/sqsonce/ledger.db",
@@ -171,7 +171,7 @@ func TestDefaultConfig(t *testing.T) {
 		Handler: HandlerConfig{
 			Type:           "exec",
 			Command:        []string{"/usr/local/bin/handle-event"},
-			Timeout:        Duration{30 * time.Second},
+			Timeout:        Duration{20 * time.Second},
 			Concurrency:    8,
 			RetryExitCodes: []int{75},
 			Body:           BodyPayload,
@@ -196,6 +196,13 @@ func TestDefaultConfig(t *testing.T) {
 	}
 	if err := validConfig().Validate(); err != nil {
 		t.Errorf("defaults with a queue URL: %v", err)
+	}
+
+	// With the defaults a stop lets running work end by itself: the grace
+	// covers the handler's timeout and an exec command's kill grace after
+	// it, so that check has nothing to warn about.
+	if d := DefaultConfig(); d.Shutdown.Grace.Duration < d.Handler.Timeout.Duration+5*time.Second {
+		t.Errorf("shutdown.grace %v is shorter than handler.timeout %v plus the exec kill grace (5s)", d.Shutdown.Grace, d.Handler.Timeout)
 	}
 
 	// Each call returns its own lists.
@@ -336,8 +343,13 @@ func TestValidateRejects(t *testing.T) {
 		{"queue url relative", func(c *Config) { c.Queue.URL = "sqs.us-east-1.amazonaws.com/1/q" }, "queue.url", "absolute http or https URL", nil},
 		{"queue url scheme", func(c *Config) { c.Queue.URL = "ftp://example.com/q" }, "queue.url", `got "ftp://example.com/q"`, nil},
 		{"queue url no host", func(c *Config) { c.Queue.URL = "https:///q" }, "queue.url", "absolute http or https URL", nil},
-		{"queue region empty", func(c *Config) { c.Queue.Region = "" }, "queue.region", "is required", nil},
-		{"queue region blank", func(c *Config) { c.Queue.Region = "  " }, "queue.region", "is required", nil},
+		{"queue region blank", func(c *Config) { c.Queue.Region = "  " }, "queue.region", `must be a region name such as eu-west-1, got "  "`, nil},
+		{"queue region not the url's", func(c *Config) { c.Queue.Region = "eu-west-1" }, "queue.region", `is "eu-west-1", but queue.url (` + testQueueURL + `) is in "us-east-1": the two must agree`, nil},
+		{"queue region not the endpoint's", func(c *Config) {
+			c.Queue.URL, c.Queue.Region, c.Queue.Endpoint = "http://127.0.0.1:4566/1/q", "eu-west-1", "https://vpce-1-a.sqs.us-east-2.vpce.amazonaws.com"
+		}, "queue.region", `is "eu-west-1", but queue.endpoint (https://vpce-1-a.sqs.us-east-2.vpce.amazonaws.com) is in "us-east-2"`, nil},
+		{"queue endpoint not the url's region", func(c *Config) { c.Queue.Endpoint = "https://vpce-1-a.sqs.us-east-2.vpce.amazonaws.com" }, "queue.endpoint",
+			`https://vpce-1-a.sqs.us-east-2.vpce.amazonaws.com is in "us-east-2", but queue.url (` + testQueueURL + `) is in "us-east-1"`, nil},
 		{"queue endpoint no scheme", func(c *Config) { c.Queue.Endpoint = "localhost:4566" }, "queue.endpoint", "absolute http or https URL", nil},
 		{"queue endpoint bad", func(c *Config) { c.Queue.Endpoint = "http://[::1" }, "queue.endpoint", "absolute http or https URL", nil},
 		{"queue wait_time over", func(c *Config) { c.Queue.WaitTime = Duration{21 * time.Second} }, "queue.wait_time", "must be between 0s and 20s, got 21s", nil},
@@ -356,6 +368,9 @@ func TestValidateRejects(t *testing.T) {
 		{"payload bucket upper case", func(c *Config) { c.Payload.Bucket = "Orders" }, "payload.bucket", `must be an S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens), got "Orders"`, nil},
 		{"payload bucket short", func(c *Config) { c.Payload.Bucket = "ab" }, "payload.bucket", "S3 bucket name", nil},
 		{"payload bucket hyphen end", func(c *Config) { c.Payload.Bucket = "orders-" }, "payload.bucket", "S3 bucket name", nil},
+		{"payload buckets bad name", func(c *Config) { c.Payload.Buckets = []string{"orders", "Partner"} }, "payload.buckets", `S3 bucket name (3 to 63 lower-case letters, digits, dots and hyphens), got "Partner"`, nil},
+		{"payload buckets star with others", func(c *Config) { c.Payload.Buckets = []string{"*", "orders"} }, "payload.buckets", `"*" allows every bucket and stands alone`, nil},
+		{"payload buckets empty name", func(c *Config) { c.Payload.Buckets = []string{""} }, "payload.buckets", "a bucket name is empty", nil},
 		{"payload endpoint no scheme", func(c *Config) { c.Payload.Endpoint = "localhost:4566" }, "payload.endpoint", "absolute http or https URL", nil},
 		{"key from unknown", func(c *Config) { c.Key.From = "header" }, "key.from", `must be one of body, attribute, deduplication_id, got "header"`, nil},
 		{"key from empty", func(c *Config) { c.Key.From = "" }, "key.from", `got ""`, nil},
@@ -380,7 +395,7 @@ func TestValidateRejects(t *testing.T) {
 			c.Ledger.Retention = Duration{59 * time.Second}
 			c.Queue.VisibilityTimeout, c.Handler.Timeout = Duration{20 * time.Second}, Duration{30 * time.Second}
 		}, "ledger.retention", "must be between 1m and 87600h, got 59s", nil},
-		{"ledger retention shorter than a claim", func(c *Config) { c.Ledger.Retention = Duration{80 * time.Second} }, "ledger.retention", "must be at least the visibility timeout plus the handler timeout (1m30s), the longest a claim is held, so that no record expires while its work runs, got 1m20s", nil},
+		{"ledger retention shorter than a claim", func(c *Config) { c.Ledger.Retention = Duration{70 * time.Second} }, "ledger.retention", "must be at least the visibility timeout plus the handler timeout (1m20s), the longest a claim is held, so that no record expires while its work runs, got 1m10s", nil},
 		{"ledger retention past year 2262", func(c *Config) { c.Ledger.Retention = Duration{2500000 * time.Hour} }, "ledger.retention", "must be between 1m and 87600h", nil},
 		{"ledger complete delay long", func(c *Config) { c.Ledger.CompleteDelay = Duration{time.Second} }, "ledger.complete_delay", "must be between 0s and 100ms, got 1s", nil},
 		{"handler type unknown", func(c *Config) { c.Handler.Type = "grpc" }, "handler.type", `must be one of exec, http, got "grpc"`, nil},
@@ -746,6 +761,7 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_PAYLOAD_MAX_SIZE":         "1048576",
 		"SQSONCE_PAYLOAD_DELETE_OBJECTS":   "false",
 		"SQSONCE_PAYLOAD_BUCKET":           "orders-payloads",
+		"SQSONCE_PAYLOAD_BUCKETS":          "orders-payloads partner-payloads",
 		"SQSONCE_PAYLOAD_ENDPOINT":         "http://127.0.0.1:4566",
 		"SQSONCE_LEDGER_BACKEND":           "postgres",
 		"SQSONCE_LEDGER_PATH":              "/srv/sqsonce/orders.db",
@@ -908,6 +924,7 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_PAYLOAD_MAX_SIZE",
 		"SQSONCE_PAYLOAD_DELETE_OBJECTS",
 		"SQSONCE_PAYLOAD_BUCKET",
+		"SQSONCE_PAYLOAD_BUCKETS",
 		"SQSONCE_PAYLOAD_ENDPOINT",
 		"SQSONCE_LEDGER_BACKEND",
 		"SQSONCE_LEDGER_PATH",
@@ -1057,3 +1074,22 @@ func TestHandlerEnvEmptyPassesNothing(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// payload.buckets, when empty, is payload.bucket alone, else no bucket.
+func TestAllowedBuckets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		p    PayloadConfig
+		want []string
+	}{
+		{PayloadConfig{}, nil},
+		{PayloadConfig{Buckets: []string{}}, nil},
+		{PayloadConfig{Bucket: "sent-here"}, []string{"sent-here"}},
+		{PayloadConfig{Bucket: "sent-here", Buckets: []string{"a-b", "c-d"}}, []string{"a-b", "c-d"}},
+		{PayloadConfig{Buckets: []string{"*"}}, []string{"*"}},
+	} {
+		if got := tc.p.allowedBuckets(); !slices.Equal(got, tc.want) {
+			t.Errorf("%+v: allowedBuckets() = %q, want %q", tc.p, got, tc.want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -87,10 +88,43 @@ func TestDeploy_SystemdUnits(t *testing.T) {
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
 	}
-	// The stop timeout must leave the drain its grace.
-	b, _ := os.ReadFile("../../deploy/systemd/sqsonce.service")
-	if !strings.Contains(string(b), "TimeoutStopSec=40s") || DefaultConfig().Shutdown.Grace.Duration >= 40*time.Second {
-		t.Fatal("TimeoutStopSec must stay above shutdown.grace")
+}
+
+// Every supervisor in deploy/ waits for a stop longer than the grace it
+// gives sqsonce: the grace (the file's SQSONCE_SHUTDOWN_GRACE, else the
+// default), then up to the exec kill grace for a command still running,
+// then the release of what never started and the last ledger writes.
+func TestDeploy_StopTimeouts(t *testing.T) {
+	t.Parallel()
+	const margin = 10 * time.Second // exec's kill grace (5s) and 5s to give back and flush
+	timeout := regexp.MustCompile(`(?m)^(?:TimeoutStopSec=(\d+)s|\s*terminationGracePeriodSeconds: (\d+))$`)
+	graceVar := regexp.MustCompile(`SQSONCE_SHUTDOWN_GRACE["]?[:,]\s*(?:value:\s*)?"([^"]+)"`)
+	files, err := filepath.Glob("../../deploy/*/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grace := DefaultConfig().Shutdown.Grace.Duration
+		if m := graceVar.FindSubmatch(b); m != nil {
+			if grace, err = time.ParseDuration(string(m[1])); err != nil {
+				t.Fatalf("%s: SQSONCE_SHUTDOWN_GRACE %q: %v", f, m[1], err)
+			}
+		}
+		for _, m := range timeout.FindAllSubmatch(b, -1) {
+			secs, _ := strconv.Atoi(string(m[1]) + string(m[2]))
+			checked++
+			if stop := time.Duration(secs) * time.Second; stop < grace+margin {
+				t.Errorf("%s: the supervisor kills after %v, less than shutdown.grace %v plus %v", f, stop, grace, margin)
+			}
+		}
+	}
+	if checked < 5 { // three systemd units, two manifests
+		t.Fatalf("found %d stop timeouts in deploy/, want 5", checked)
 	}
 }
 

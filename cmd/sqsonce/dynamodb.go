@@ -14,18 +14,18 @@ import (
 	"github.com/sqsonce/sqsonce/ledger/dynamodb"
 )
 
-// newDynamoDBClient is the DynamoDB client of ledger.region (queue.region
-// when empty) and ledger.endpoint, with credentials from the SDK's default
-// chain.
+// newDynamoDBClient is the DynamoDB client of ledger.region (the queue's
+// region when empty) and ledger.endpoint, with credentials from the SDK's
+// default chain.
 func newDynamoDBClient(ctx context.Context, cfg Config) (*ddb.Client, error) {
 	region := cfg.Ledger.Region
 	if region == "" {
-		region = cfg.Queue.Region
+		region, _ = cfg.Queue.region()
 	}
 	httpClient := awshttp.NewBuildableClient().WithTimeout(30 * time.Second)
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region), awsconfig.WithHTTPClient(httpClient))
+	awsCfg, err := loadAWSConfig(ctx, region, awsconfig.WithHTTPClient(httpClient))
 	if err != nil {
-		return nil, fmt.Errorf("load AWS configuration: %w", err)
+		return nil, err
 	}
 	return ddb.NewFromConfig(awsCfg, func(o *ddb.Options) {
 		if cfg.Ledger.Endpoint != "" {

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -38,6 +40,10 @@ Commands:
 With bbolt, get, list, stats, export, forget and reset work while a worker
 runs: they reach its ledger through the socket it serves beside the file
 (ledger.path + ".sock"). A shared ledger they reach directly.
+
+SIGTERM or SIGINT stops get, list, stats, export, forget and reset at once,
+also while their output is blocked (a pipe whose reader stopped reading):
+they exit 1, a listing saying that its output was cut short.
 `
 
 // ledgerCommand is `sqsonce ledger`.
@@ -107,6 +113,40 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 			return fmt.Errorf("ledger %s: %w", cfg.Ledger.Path, err)
 		}
 	}
+	// main catches SIGTERM and SIGINT for every command: here the first
+	// ends the command, also while its output is blocked (a listing piped
+	// to a reader that stopped reading).
+	ctx, cancel := context.WithCancel(ctx)
+	var signaled os.Signal
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	defer cancel()
+	watch.Go(func() {
+		select {
+		case signaled = <-m.Signals:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	out := newCutWriter(m.Stdout, ctx.Done())
+	defer out.Close()
+	err = m.ledgerSub(ctx, sub, fs, cfg, filter, out, *asJSON, *limit, *yes)
+	if ctx.Err() != nil {
+		watch.Wait()
+		switch {
+		case signaled == nil:
+		case sub == "forget" || sub == "reset":
+			err = fmt.Errorf("%s stopped by a signal (%v): whether it was done, `sqsonce ledger get %s` tells", sub, signaled, fs.Arg(0))
+		default:
+			err = fmt.Errorf("%s cut short by a signal (%v): its output is incomplete", sub, signaled)
+		}
+	}
+	return err
+}
+
+// ledgerSub runs the ledger command sub, writing to out, on a ledger that
+// it opens.
+func (m *Main) ledgerSub(ctx context.Context, sub string, fs *flag.FlagSet, cfg Config, filter ledger.Filter, out io.Writer, asJSON bool, limit int, yes bool) error {
 	l, err := openLedgerAccess(ctx, cfg)
 	if err != nil {
 		return err
@@ -119,17 +159,17 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if *asJSON {
-			return json.NewEncoder(m.Stdout).Encode(ledger.ToJSON(rec))
+		if asJSON {
+			return json.NewEncoder(out).Encode(ledger.ToJSON(rec))
 		}
-		printRecord(m.Stdout, rec)
+		printRecord(out, rec)
 	case "list":
-		return m.listRecords(ctx, l, filter, *limit, *asJSON)
+		return m.listRecords(ctx, out, l, filter, limit, asJSON)
 	case "export":
-		enc := json.NewEncoder(m.Stdout)
+		enc := json.NewEncoder(out)
 		return l.ForEach(ctx, ledger.Filter{}, func(r ledger.Record) error { return enc.Encode(ledger.ToJSON(r)) })
 	case "stats":
-		return m.printStats(ctx, l, *asJSON)
+		return m.printStats(ctx, out, l, asJSON)
 	case "reset":
 		key := fs.Arg(0)
 		rec, err := l.Get(ctx, key)
@@ -143,7 +183,7 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 		if rec.Permanent {
 			kind = "failed permanently"
 		}
-		fmt.Fprintf(m.Stdout, "reset %q (was %s after %d attempt(s)) via the %s: its next delivery runs it\n", key, kind, rec.Attempts, l.Via())
+		fmt.Fprintf(out, "reset %q (was %s after %d attempt(s)) via the %s: its next delivery runs it\n", key, kind, rec.Attempts, l.Via())
 	case "forget":
 		key := fs.Arg(0)
 		rec, err := l.Get(ctx, key)
@@ -157,11 +197,11 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 		default:
 			was = fmt.Sprintf("%s after %d attempt(s)", rec.State, rec.Attempts)
 		}
-		if !*yes {
+		if !yes {
 			if !isTerminal(m.Stdin) {
 				return fmt.Errorf("forget %q: not a terminal to ask on; pass --yes: %w", key, errUsage)
 			}
-			fmt.Fprintf(m.Stdout, "%q is %s; forgetting it lets its next delivery run the work again. Forget it? [y/N] ", key, was)
+			fmt.Fprintf(out, "%q is %s; forgetting it lets its next delivery run the work again. Forget it? [y/N] ", key, was)
 			answer, _ := bufio.NewReader(m.Stdin).ReadString('\n')
 			if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 				return errors.New("not forgotten")
@@ -170,17 +210,17 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 		if err := l.Forget(ctx, key); err != nil {
 			return err
 		}
-		fmt.Fprintf(m.Stdout, "forgot %q (was %s) via the %s\n", key, was, l.Via())
+		fmt.Fprintf(out, "forgot %q (was %s) via the %s\n", key, was, l.Via())
 	}
 	return nil
 }
 
-func (m *Main) listRecords(ctx context.Context, l ledgerAccess, f ledger.Filter, limit int, asJSON bool) error {
+func (m *Main) listRecords(ctx context.Context, out io.Writer, l ledgerAccess, f ledger.Filter, limit int, asJSON bool) error {
 	errLimit := errors.New("limit")
 	var tw *tabwriter.Writer
-	enc := json.NewEncoder(m.Stdout)
+	enc := json.NewEncoder(out)
 	if !asJSON {
-		tw = tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
+		tw = tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tUPDATED\tLAST ERROR")
 	}
 	n := 0
@@ -200,7 +240,9 @@ func (m *Main) listRecords(ctx context.Context, l ledgerAccess, f ledger.Filter,
 		return nil
 	})
 	if tw != nil {
-		tw.Flush()
+		if ferr := tw.Flush(); ferr != nil {
+			return ferr
+		}
 	}
 	if errors.Is(err, errLimit) {
 		fmt.Fprintf(m.Stderr, "(first %d shown; --limit 0 for all)\n", limit)
@@ -209,7 +251,7 @@ func (m *Main) listRecords(ctx context.Context, l ledgerAccess, f ledger.Filter,
 	return err
 }
 
-func (m *Main) printStats(ctx context.Context, l ledgerAccess, asJSON bool) error {
+func (m *Main) printStats(ctx context.Context, out io.Writer, l ledgerAccess, asJSON bool) error {
 	st, err := l.Stats(ctx)
 	if err != nil {
 		return err
@@ -234,16 +276,16 @@ func (m *Main) printStats(ctx context.Context, l ledgerAccess, asJSON bool) erro
 		oldest = now.Sub(st.OldestInProgress).Round(time.Second)
 	}
 	if asJSON {
-		out := map[string]any{
+		fields := map[string]any{
 			"in_progress": st.InProgress, "complete": st.Complete, "failed": st.Failed,
 			"failed_permanently": st.FailedPermanently, "oldest_in_progress_seconds": oldest.Seconds(), "via": l.Via(),
 		}
 		if local {
-			out["file_size"], out["expiring_24h"] = st.FileSize, soon
+			fields["file_size"], fields["expiring_24h"] = st.FileSize, soon
 		}
-		return json.NewEncoder(m.Stdout).Encode(out)
+		return json.NewEncoder(out).Encode(fields)
 	}
-	tw := tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "in_progress\t%d\n", st.InProgress)
 	fmt.Fprintf(tw, "complete\t%d\n", st.Complete)
 	fmt.Fprintf(tw, "failed\t%d\n", st.Failed)

@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sqsonce/sqsonce/ledger"
 )
@@ -134,4 +138,95 @@ func TestMain_Ledger(t *testing.T) {
 			t.Errorf("stats without a ledger file: exit %d: %s", code, out)
 		}
 	})
+}
+
+// A listing whose reader stops reading blocks in its write to stdout; a
+// command line tool still stops on SIGTERM. Each listing command, its
+// stdout a pipe that nobody reads, is sent SIGTERM once that pipe is
+// full, and must exit with status 1 saying that its output was cut short.
+func TestMain_LedgerStopsWhileBlocked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "exit 0\n")
+	fillLedgerMany(t, e, 2000)
+	for _, args := range []string{"ledger export", "ledger list --limit 0", "ledger list --limit 0 --json"} {
+		// One at a time: each holds the ledger file.
+		t.Run(strings.ReplaceAll(args, " ", "_"), func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close() // never read: the reader that went away
+			cmd := exec.Command(os.Args[0])
+			cmd.Env = append(append(os.Environ(), e.vars...), "SQSONCE_TEST_AS_BINARY=1", "SQSONCE_TEST_ARGS="+args)
+			stderr := &syncBuffer{}
+			cmd.Stdout, cmd.Stderr = w, stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close() // the child has its own copy
+			t.Cleanup(func() {
+				if cmd.ProcessState == nil {
+					cmd.Process.Kill()
+					cmd.Wait()
+				}
+			})
+			// The pipe holds what was written and nothing is read: once what
+			// it holds stops growing, the command waits in its write.
+			for before, deadline := -1, time.Now().Add(20*time.Second); ; before = pipeHolds(t, r) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the pipe did not fill up (it holds %d bytes):\n%s", pipeHolds(t, r), stderr)
+				}
+				time.Sleep(200 * time.Millisecond)
+				if before > 0 && pipeHolds(t, r) == before {
+					break
+				}
+			}
+			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			code := wait(t, cmd, 30*time.Second)
+			if code != exitFailure || !strings.Contains(stderr.String(), "cut short") {
+				t.Fatalf("after SIGTERM: exit %d, want %d with a message that the output was cut short:\n%s", code, exitFailure, stderr)
+			}
+			t.Logf("after SIGTERM: exit %d: %s", code, stderr)
+		})
+	}
+}
+
+// fillLedgerMany writes n complete records, each with a result of 1 KiB,
+// into the env's ledger file: more than any pipe holds when listed.
+func fillLedgerMany(t *testing.T, e *procEnv, n int) {
+	t.Helper()
+	ctx := context.Background()
+	db, err := ledger.Open(filepath.Join(e.dir, "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	result := []byte(strings.Repeat("r", 1024))
+	for start := 0; start < n; start += 500 {
+		var claims []ledger.ClaimRequest
+		var done []ledger.Completion
+		for i := start; i < min(start+500, n); i++ {
+			key := fmt.Sprintf("op-%05d", i)
+			claims = append(claims, ledger.ClaimRequest{Key: key, Owner: "o", Lease: time.Hour, MessageID: "m-" + key})
+			done = append(done, ledger.Completion{Key: key, Owner: "o", Result: result})
+		}
+		if _, err := db.ClaimBatch(ctx, claims); err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(db.CompleteBatch(ctx, done)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// pipeHolds is how many bytes the pipe's read end r has unread.
+func pipeHolds(t *testing.T, r *os.File) int {
+	t.Helper()
+	var n int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, r.Fd(), syscall.TIOCINQ, uintptr(unsafe.Pointer(&n))); errno != 0 {
+		t.Fatalf("FIONREAD: %v", errno)
+	}
+	return int(n)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -244,40 +245,58 @@ func TestTracing_Send(t *testing.T) {
 			t.Errorf("traceparents %s and %s: want two traces, not sampled", a, b)
 		}
 	})
-	t.Run("On", func(t *testing.T) {
-		t.Parallel()
-		rcv := newOTLPReceiver(t)
-		e := newEnv(t, false, "exit 0\n")
-		var lines strings.Builder
-		for i := range 12 { // two batches
-			lines.WriteString(`{"id":"op-` + string(rune('a'+i)) + `"}` + "\n")
+	// Each message's span is its own, and says which message it sent:
+	// in full batches, and in batches cut short by their size, whose
+	// entries do not start at the first entry id.
+	for name, sizes := range map[string][]int{
+		"On":        {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},             // two batches
+		"CutBySize": {0, 100 << 10, 100 << 10, 100 << 10, 0, 0, 0, 0}, // three entries, then five
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			sendTraced(t, sizes)
+		})
+	}
+}
+
+// sendTraced sends one line per size (its padding) with tracing on, and
+// checks each message against its producer span.
+func sendTraced(t *testing.T, sizes []int) {
+	rcv := newOTLPReceiver(t)
+	e := newEnv(t, false, "exit 0\n")
+	var lines strings.Builder
+	for i, n := range sizes {
+		fmt.Fprintf(&lines, `{"id":"op-%d","pad":"%s"}`+"\n", i, strings.Repeat("x", n))
+	}
+	if code, out := e.run("send", lines.String(), rcv.vars()...); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	n := len(sizes)
+	msgs := sqstest.Drain(t, e.client, e.queue.URL, n, 5*time.Second)
+	spans := rcv.named(queueNameOf(e.queue.URL) + " send")
+	if len(msgs) != n || len(spans) != n {
+		t.Fatalf("%d messages and %d producer spans, want %d each", len(msgs), len(spans), n)
+	}
+	byID := map[string]*tracepb.Span{}
+	for _, s := range spans {
+		if s.Kind != tracepb.Span_SPAN_KIND_PRODUCER || spanAttr(s, "messaging.system") != "aws_sqs" || spanAttr(s, "messaging.operation.type") != "send" {
+			t.Errorf("span %v: want a producer span of aws_sqs send", s)
 		}
-		if code, out := e.run("send", lines.String(), rcv.vars()...); code != 0 {
-			t.Fatalf("exit %d:\n%s", code, out)
+		byID[spanAttr(s, "messaging.message.id")] = s
+	}
+	for _, m := range msgs {
+		s := byID[aws.ToString(m.MessageId)]
+		if s == nil {
+			t.Errorf("message %s: no span with its id", aws.ToString(m.MessageId))
+			continue
 		}
-		msgs := sqstest.Drain(t, e.client, e.queue.URL, 12, 5*time.Second)
-		spans := rcv.named(queueNameOf(e.queue.URL) + " send")
-		if len(msgs) != 12 || len(spans) != 12 {
-			t.Fatalf("%d messages and %d producer spans, want 12 each", len(msgs), len(spans))
+		if tp, want := traceParentOf(t, m), "00-"+hex.EncodeToString(s.TraceId)+"-"+hex.EncodeToString(s.SpanId)+"-01"; tp != want {
+			t.Errorf("message %s: traceparent %s, want its span's %s", aws.ToString(m.MessageId), tp, want)
 		}
-		byID := map[string]*tracepb.Span{}
-		for _, s := range spans {
-			if s.Kind != tracepb.Span_SPAN_KIND_PRODUCER || spanAttr(s, "messaging.system") != "aws_sqs" || spanAttr(s, "messaging.operation.type") != "send" {
-				t.Errorf("span %v: want a producer span of aws_sqs send", s)
-			}
-			byID[spanAttr(s, "messaging.message.id")] = s
+		if s.Status.GetCode() == tracepb.Status_STATUS_CODE_ERROR {
+			t.Errorf("message %s: its span has status error %q", aws.ToString(m.MessageId), s.Status.GetMessage())
 		}
-		for _, m := range msgs {
-			s := byID[aws.ToString(m.MessageId)]
-			if s == nil {
-				t.Errorf("message %s: no span with its id", aws.ToString(m.MessageId))
-				continue
-			}
-			if tp, want := traceParentOf(t, m), "00-"+hex.EncodeToString(s.TraceId)+"-"+hex.EncodeToString(s.SpanId)+"-01"; tp != want {
-				t.Errorf("message %s: traceparent %s, want its span's %s", aws.ToString(m.MessageId), tp, want)
-			}
-		}
-	})
+	}
 }
 
 // ingest continues a request's trace context, or starts one.

@@ -123,29 +123,32 @@ func (m *Main) replayCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	rc.Logger = log
-	// A message that points to its payload in S3 is keyed by the object,
-	// as the worker keys it; the pointer itself moves unchanged.
-	var s3c worker.S3Client
-	if cfg.Payload.S3 {
-		if s3c, err = newS3Client(ctx, cfg); err != nil {
-			return err
-		}
-	}
-	rc.KeyOf, err = worker.MessageKeyFuncS3(keyConfig(cfg.Key), s3c, int64(cfg.Payload.MaxSize))
+	rc.KeyOf, err = worker.MessageKeyFunc(keyConfig(cfg.Key))
 	if err != nil {
 		return fmt.Errorf("key: %v: %w", err, ErrInvalidConfig)
 	}
 	if rc.To == "" {
 		rc.To = cfg.Queue.URL
 	}
-	// The flags are checked before any call to SQS; without --from, the
-	// source is found below.
+	// The flags are checked before anything of AWS is set up; without
+	// --from, the source is found below.
 	check := rc
 	if check.From == "" {
 		check.From = "the dead-letter queue of " + rc.To
 	}
 	if err := replayUsage(fs.Args(), check.Validate()); err != nil {
 		return err
+	}
+	// A message that points to its payload in S3 is keyed by the object,
+	// as the worker keys it; the pointer itself moves unchanged.
+	if cfg.Payload.S3 {
+		s3c, err := newS3Client(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if rc.KeyOf, err = worker.MessageKeyFuncS3Buckets(keyConfig(cfg.Key), s3c, int64(cfg.Payload.MaxSize), cfg.Payload.allowedBuckets()); err != nil {
+			return fmt.Errorf("key: %v: %w", err, ErrInvalidConfig)
+		}
 	}
 
 	client, err := newSQSClient(ctx, cfg.Queue)

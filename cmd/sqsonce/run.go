@@ -26,7 +26,7 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer flush()
-	handler, err := newHandler(cfg.Handler, log)
+	handler, err := newHandler(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -53,6 +53,10 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 		defer sock.Close()
 	}
 
+	if cfg.Payload.S3 && len(cfg.Payload.allowedBuckets()) > 0 && cfg.Queue.Endpoint != "" && !awsHost(cfg.Queue.Endpoint) && cfg.Payload.Endpoint == "" {
+		log.Warn("payloads in S3 are read from AWS's S3, while queue.endpoint names another server: set payload.endpoint to the server that holds them",
+			"queue_endpoint", cfg.Queue.Endpoint)
+	}
 	wcfg := workerConfig(cfg, log)
 	wcfg.Registerer = reg
 	wcfg.TracerProvider = tp
@@ -61,6 +65,7 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 			return err
 		}
 		wcfg.DeleteObjects = cfg.Payload.DeleteObjects
+		wcfg.Buckets = cfg.Payload.allowedBuckets()
 	}
 	w, err := worker.New(wcfg, client, st, handler)
 	if err != nil {
@@ -152,14 +157,18 @@ func keyConfig(k KeyConfig) worker.KeyConfig {
 	}
 }
 
-func newHandler(h HandlerConfig, log *slog.Logger) (worker.Handler, error) {
-	switch h.Type {
+// newHandler makes the handler of cfg.Handler. An exec handler's command
+// does not inherit sqsonce's own secrets (ownSecrets) unless handler.env
+// names them.
+func newHandler(cfg Config, log *slog.Logger) (worker.Handler, error) {
+	switch h := cfg.Handler; h.Type {
 	case HandlerExec:
-		return worker.NewExecHandler(worker.ExecConfig{Command: h.Command, RetryExitCodes: h.RetryExitCodes, Env: h.envPatterns(), Logger: log})
+		return worker.NewExecHandler(worker.ExecConfig{Command: h.Command, RetryExitCodes: h.RetryExitCodes,
+			Env: h.envPatterns(), Withhold: ownSecrets(cfg), Logger: log})
 	case HandlerHTTP:
 		return worker.NewHTTPHandler(worker.HTTPConfig{URL: h.URL, Logger: log})
 	}
-	return nil, fmt.Errorf("handler.type %q: %w", h.Type, ErrInvalidConfig)
+	return nil, fmt.Errorf("handler.type %q: %w", cfg.Handler.Type, ErrInvalidConfig)
 }
 
 // envPatterns is handler.env for worker.ExecConfig.Env: an empty list in the

@@ -224,14 +224,17 @@ func newSendTracer(tp trace.TracerProvider, queueURL string) sendTracer {
 	return t
 }
 
-// sendSpans are the producer spans of one batch, by entry; nil without
-// tracing.
-type sendSpans []trace.Span
+// sendSpans are the producer spans of one batch, by entry id; nil
+// without tracing.
+type sendSpans map[string]trace.Span
 
 // start sets each entry's traceparent, starting its span first when
 // tracing is on.
 func (t sendTracer) start(batch []types.SendMessageBatchRequestEntry) sendSpans {
 	var spans sendSpans
+	if t.tracer != nil {
+		spans = make(sendSpans, len(batch))
+	}
 	for i := range batch {
 		sc := w3ctrace.New(0)
 		if t.tracer != nil {
@@ -241,7 +244,7 @@ func (t sendTracer) start(batch []types.SendMessageBatchRequestEntry) sendSpans 
 					attribute.String("messaging.operation.type", "send"),
 					attribute.String("messaging.destination.name", t.queue),
 				))
-			spans = append(spans, span)
+			spans[aws.ToString(batch[i].Id)] = span
 			sc = span.SpanContext()
 		}
 		if batch[i].MessageAttributes == nil {
@@ -254,7 +257,8 @@ func (t sendTracer) start(batch []types.SendMessageBatchRequestEntry) sendSpans 
 	return spans
 }
 
-// end ends the spans with what SQS answered for their entries.
+// end ends the spans with what SQS answered for their entries, each
+// found by its entry's id.
 func (s sendSpans) end(out *sqs.SendMessageBatchOutput, err error) {
 	if len(s) == 0 {
 		return
@@ -266,25 +270,22 @@ func (s sendSpans) end(out *sqs.SendMessageBatchOutput, err error) {
 		}
 		return
 	}
-	ended := make([]bool, len(s))
 	for _, ok := range out.Successful {
-		if i, err := strconv.Atoi(aws.ToString(ok.Id)); err == nil && i >= 0 && i < len(s) && !ended[i] {
-			s[i].SetAttributes(attribute.String("messaging.message.id", aws.ToString(ok.MessageId)))
-			s[i].End()
-			ended[i] = true
+		if span, found := s[aws.ToString(ok.Id)]; found {
+			span.SetAttributes(attribute.String("messaging.message.id", aws.ToString(ok.MessageId)))
+			span.End()
+			delete(s, aws.ToString(ok.Id))
 		}
 	}
 	for _, f := range out.Failed {
-		if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(s) && !ended[i] {
-			s[i].SetStatus(codes.Error, aws.ToString(f.Code)+": "+aws.ToString(f.Message))
-			s[i].End()
-			ended[i] = true
+		if span, found := s[aws.ToString(f.Id)]; found {
+			span.SetStatus(codes.Error, aws.ToString(f.Code)+": "+aws.ToString(f.Message))
+			span.End()
+			delete(s, aws.ToString(f.Id))
 		}
 	}
-	for i, span := range s {
-		if !ended[i] {
-			span.SetStatus(codes.Error, "no answer for this entry")
-			span.End()
-		}
+	for _, span := range s {
+		span.SetStatus(codes.Error, "no answer for this entry")
+		span.End()
 	}
 }

@@ -78,27 +78,37 @@ func TestMain_MessageShapes(t *testing.T) {
 	})
 
 	// A payload that an Extended Client put in S3, the message a pointer
-	// to it.
+	// to it; and a pointer to a bucket that payload.buckets does not list,
+	// which is dead-lettered unread.
 	t.Run("S3Pointer", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, shapesHandler)
 		s3c := sqstest.NewS3Client(t, nil)
-		bucket := sqstest.CreateBucket(t, s3c)
+		bucket, other := sqstest.CreateBucket(t, s3c), sqstest.CreateBucket(t, s3c)
 		payload := `{"id":"big-1","blob":"` + strings.Repeat("x", 300<<10) + `"}`
 		sqstest.PutObject(t, s3c, bucket, "payloads/big-1", []byte(payload))
-		pointer := worker.S3Pointer{Bucket: bucket, Key: "payloads/big-1"}
-		if _, err := e.client.SendMessage(context.Background(), &sqs.SendMessageInput{
-			QueueUrl: &e.queue.URL, MessageBody: aws.String(pointer.Body()),
-			MessageAttributes: map[string]types.MessageAttributeValue{
-				worker.AttrExtendedPayloadSize: {DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(len(payload)))},
-				"EventType":                    {DataType: aws.String("String"), StringValue: aws.String("offloaded")},
-			},
-		}); err != nil {
-			t.Fatal(err)
+		sqstest.PutObject(t, s3c, other, "payloads/other-1", []byte(`{"id":"other-1"}`))
+		for _, pointer := range []worker.S3Pointer{{Bucket: bucket, Key: "payloads/big-1"}, {Bucket: other, Key: "payloads/other-1"}} {
+			if _, err := e.client.SendMessage(context.Background(), &sqs.SendMessageInput{
+				QueueUrl: &e.queue.URL, MessageBody: aws.String(pointer.Body()),
+				MessageAttributes: map[string]types.MessageAttributeValue{
+					worker.AttrExtendedPayloadSize: {DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(len(payload)))},
+					"EventType":                    {DataType: aws.String("String"), StringValue: aws.String("offloaded")},
+				},
+			}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		got := drain(t, e, 1, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t))
+		got := drain(t, e, 1, "SQSONCE_PAYLOAD_ENDPOINT="+sqstest.Endpoint(t), "SQSONCE_PAYLOAD_BUCKETS="+bucket, "SQSONCE_PAYLOAD_DELETE_OBJECTS=true")
 		if want := `big-1|` + payload + `|offloaded|`; len(got) != 1 || got[0] != want {
 			t.Errorf("the handler saw %d lines (the first %.80q), want once the object's payload", len(got), strings.Join(got, ""))
+		}
+		dl := sqstest.Drain(t, e.client, e.queue.DLQURL, 1, 5*time.Second)
+		if len(dl) != 1 || !strings.Contains(aws.ToString(dl[0].MessageAttributes[worker.AttrReason].StringValue), `the bucket "`+other+`" is not one that payloads are read from`) {
+			t.Errorf("dead letters %v, want the pointer to %s with a reason naming it", dl, other)
+		}
+		if _, ok := sqstest.GetObject(t, s3c, other, "payloads/other-1"); !ok {
+			t.Error("the object in the bucket not allowed is gone")
 		}
 	})
 

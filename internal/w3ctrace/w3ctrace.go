@@ -32,7 +32,10 @@ var (
 
 // Parse reads a traceparent: version 00 exactly, and a later version by
 // its first four fields, as the recommendation asks; version ff, upper-case
-// hex and all-zero ids are refused. The context is remote.
+// hex and all-zero ids are refused. The context is remote, and of the flags
+// it keeps only sampled. What a later version puts after the flags is
+// neither read nor checked: pass on Format of the context, never the
+// text parsed.
 func Parse(traceparent string) (trace.SpanContext, error) {
 	s := traceparent
 	if len(s) < 55 || s[2] != '-' || s[35] != '-' || s[52] != '-' {
