@@ -719,7 +719,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 	if j.keyErr != nil {
 		w.stats.keyless.Add(1)
 		log.Warn("message has no usable operation key: rejected", "reason", j.keyErr)
-		return w.deadLetter(j, "no operation key: "+j.keyErr.Error(), &log)
+		return w.deadLetter(j, j.keyErr.Error(), &log) // it begins "no operation key: "
 	}
 	if j.claim.Err != nil {
 		// The ledger cannot tell what became of the operation: running it

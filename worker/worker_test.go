@@ -357,8 +357,8 @@ func TestWorker_Run(t *testing.T) {
 			t.Fatalf("%d in the DLQ, stats %+v", len(dlq), s)
 		}
 		for _, m := range dlq {
-			if !strings.Contains(attr(m, worker.AttrReason), "no operation key") {
-				t.Fatalf("reason %q", attr(m, worker.AttrReason))
+			if r := attr(m, worker.AttrReason); !strings.HasPrefix(r, "no operation key: ") || strings.Count(r, "no operation key") != 1 {
+				t.Fatalf("reason %q", r)
 			}
 		}
 	})
