@@ -516,14 +516,16 @@ func (s *Server) reply(w http.ResponseWriter, src *source, code int, a answer) {
 // traceEvent sets the trace context attributes of an event's message and
 // returns its producer span: a span that records nothing without a tracer.
 func (s *Server) traceEvent(h http.Header, src *source, key string, in *sqs.SendMessageInput) trace.Span {
-	tp, ts := h.Get(w3ctrace.TraceParent), h.Get(w3ctrace.TraceState)
-	incoming, err := w3ctrace.Parse(tp)
-	if err != nil {
-		tp, ts = "", ""
-	} else if state, err := trace.ParseTraceState(ts); err != nil {
-		ts = ""
-	} else {
-		incoming = incoming.WithTraceState(state)
+	// Only what was parsed and validated is handed on, formatted anew:
+	// never the request's text (a later version's extra fields, white
+	// space).
+	var tp, ts string
+	incoming, err := w3ctrace.Parse(h.Get(w3ctrace.TraceParent))
+	if err == nil {
+		if state, err := trace.ParseTraceState(h.Get(w3ctrace.TraceState)); err == nil {
+			incoming = incoming.WithTraceState(state)
+		}
+		tp, ts = w3ctrace.Format(incoming), incoming.TraceState().String()
 	}
 	span := trace.SpanFromContext(context.Background()) // records nothing
 	if s.tracer != nil {

@@ -767,3 +767,23 @@ func TestServer_KeyNotSQSText(t *testing.T) {
 	}
 	r.empty()
 }
+
+// With tracing off, the event's trace context is the request's, as parsed
+// and validated, formatted anew: a later version's extra fields and any
+// white space or control character in it do not reach the queue, where an
+// http handler would refuse them in a header.
+func TestServer_TraceContextAsParsed(t *testing.T) {
+	t.Parallel()
+	r := setup(t, setupOptions{sources: githubSource})
+	payload := []byte(`{"action":"opened"}`)
+	h := githubHeader("d-1", payload)
+	h.Set("Traceparent", "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03-later\tmore")
+	h.Set("Tracestate", "vendor=abc , other=1\t")
+	if a := r.post("/hooks/github", h, payload); a.code != http.StatusOK {
+		t.Fatalf("answer %+v", a)
+	}
+	m := r.drain(1)[0]
+	if tp, ts := attrOf(m, "traceparent"), attrOf(m, "tracestate"); tp != "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01" || ts != "vendor=abc,other=1" {
+		t.Fatalf("traceparent %q, tracestate %q: want them as parsed, formatted anew", tp, ts)
+	}
+}
