@@ -41,9 +41,10 @@ With bbolt, get, list, stats, export, forget and reset work while a worker
 runs: they reach its ledger through the socket it serves beside the file
 (ledger.path + ".sock"). A shared ledger they reach directly.
 
-SIGTERM or SIGINT stops get, list, stats, export, forget and reset at once,
-also while their output is blocked (a pipe whose reader stopped reading):
-they exit 1, a listing saying that its output was cut short.
+SIGTERM or SIGINT stops init, get, list, stats, export, forget and reset at
+once, also while their output is blocked (a pipe whose reader stopped
+reading): they exit 1, a listing saying that its output was cut short. A
+compaction that started runs to its end.
 `
 
 // ledgerCommand is `sqsonce ledger`.
@@ -86,6 +87,23 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 	}
 	filter.Prefix = *prefix
 
+	// main catches SIGTERM and SIGINT for every command: here the first
+	// ends the command, also while its output is blocked (a listing piped
+	// to a reader that stopped reading). A compaction that started runs to
+	// its end: stopped half way, it would leave its copy behind.
+	ctx, cancel := context.WithCancel(ctx)
+	var signaled os.Signal
+	var watch sync.WaitGroup
+	defer watch.Wait()
+	defer cancel()
+	watch.Go(func() {
+		select {
+		case signaled = <-m.Signals:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+
 	if sub == "init" {
 		done, err := initStore(ctx, cfg)
 		if err != nil {
@@ -113,21 +131,6 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 			return fmt.Errorf("ledger %s: %w", cfg.Ledger.Path, err)
 		}
 	}
-	// main catches SIGTERM and SIGINT for every command: here the first
-	// ends the command, also while its output is blocked (a listing piped
-	// to a reader that stopped reading).
-	ctx, cancel := context.WithCancel(ctx)
-	var signaled os.Signal
-	var watch sync.WaitGroup
-	defer watch.Wait()
-	defer cancel()
-	watch.Go(func() {
-		select {
-		case signaled = <-m.Signals:
-			cancel()
-		case <-ctx.Done():
-		}
-	})
 	out := newCutWriter(m.Stdout, ctx.Done())
 	defer out.Close()
 	err = m.ledgerSub(ctx, sub, fs, cfg, filter, out, *asJSON, *limit, *yes)

@@ -230,3 +230,36 @@ func pipeHolds(t *testing.T, r *os.File) int {
 	}
 	return int(n)
 }
+
+// sqsonce send stops at SIGTERM also while it waits for its input (a pipe
+// or a terminal that sends nothing more), and says that nothing was sent.
+func TestMain_SendStopsWhileReading(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "exit 0\n")
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close() // held open, never written: the input that never ends
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), e.vars...), "SQSONCE_TEST_AS_BINARY=1", "SQSONCE_TEST_ARGS=send")
+	stderr := &syncBuffer{}
+	cmd.Stdin, cmd.Stderr = r, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	time.Sleep(time.Second) // reading
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := wait(t, cmd, 30*time.Second); code != exitFailure || !strings.Contains(stderr.String(), "nothing was sent") {
+		t.Fatalf("after SIGTERM: exit %d, want %d saying nothing was sent:\n%s", code, exitFailure, stderr)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"syscall"
 )
 
@@ -88,6 +89,13 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		return exitUsage
 	}
 	var err error
+	switch args[0] {
+	case "send", "check", "health":
+		// Commands without a stop of their own end at the first signal.
+		var stop func()
+		ctx, stop = m.stopOnSignal(ctx)
+		defer stop()
+	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
 		err = m.runCommand(ctx, rest)
@@ -122,6 +130,26 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	}
 	fmt.Fprintf(m.Stderr, "sqsonce %s: %v\n", args[0], err)
 	return exitFailure
+}
+
+// stopOnSignal returns ctx ended by the first SIGTERM or SIGINT, with the
+// signal as its cause, and a function that stops watching for it.
+func (m *Main) stopOnSignal(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan struct{})
+	var watch sync.WaitGroup
+	watch.Go(func() {
+		select {
+		case sig := <-m.Signals:
+			cancel(fmt.Errorf("stopped by a signal (%v)", sig))
+		case <-done:
+		}
+	})
+	return ctx, func() {
+		close(done)
+		watch.Wait()
+		cancel(nil)
+	}
 }
 
 // commonFlags are the flags every command that reads the configuration has.

@@ -75,9 +75,26 @@ func (m *Main) sendCommand(ctx context.Context, args []string) error {
 		maxLine = max(cfg.Payload.MaxSize, maxInline)
 		tooLong = fmt.Sprintf("longer than SQS's %d-byte message limit and than payload.max_size (%d bytes), the most the worker reads from S3", maxBody, cfg.Payload.MaxSize)
 	}
-	entries, err := readLines(in, name, keyOf, maxLine, tooLong)
-	if err != nil {
-		return err
+	// A read from a terminal or a pipe cannot be cut short: it runs on its
+	// own, and a signal ends the command while it waits (nothing is sent).
+	type read struct {
+		entries []types.SendMessageBatchRequestEntry
+		err     error
+	}
+	lines := make(chan read, 1)
+	go func() {
+		entries, err := readLines(in, name, keyOf, maxLine, tooLong)
+		lines <- read{entries, err}
+	}()
+	var entries []types.SendMessageBatchRequestEntry
+	select {
+	case r := <-lines:
+		if r.err != nil {
+			return r.err
+		}
+		entries = r.entries
+	case <-ctx.Done():
+		return fmt.Errorf("%v while reading %s: nothing was sent", context.Cause(ctx), name)
 	}
 	client, err := newSQSClient(ctx, cfg.Queue)
 	if err != nil {
@@ -95,6 +112,9 @@ func (m *Main) sendCommand(ctx context.Context, args []string) error {
 		out, err := client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &cfg.Queue.URL, Entries: batch})
 		spans.end(out, err)
 		if err != nil {
+			if ctx.Err() != nil {
+				err = context.Cause(ctx)
+			}
 			return fmt.Errorf("sent %d of %d messages, then: %w", sent, len(entries), err)
 		}
 		sent += len(out.Successful)
