@@ -36,6 +36,15 @@
 // handlers as well as for the worker's claims and heartbeats
 // (pool_max_conns in the ledger's URL). The heartbeat keeps the lease
 // while the transaction is open; it uses other connections of the pool.
+//
+// However the Func leaves, the transaction ends and its connection goes
+// back to the pool: an error, a cancelled context, a panic and
+// runtime.Goexit all roll it back. A panic is not recovered: once the
+// transaction is rolled back it goes on, unchanged, to the caller (the
+// worker turns it into a retryable failure, as for any handler). A
+// connection that cannot be rolled back (a panic while a result was still
+// being read, say) is closed instead of given back, and the server ends its
+// transaction.
 package pgtx
 
 import (
@@ -95,8 +104,12 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	if err != nil {
 		return err
 	}
+	// Every way out ends the transaction and gives its connection back:
+	// an error, a panic, runtime.Goexit. A panic is not recovered here:
+	// it goes on to the caller unchanged once the transaction is rolled
+	// back (the worker turns it into a retryable failure).
+	defer op.Rollback(ctx)
 	if err := h.fn(ctx, op.Tx(), m); err != nil {
-		op.Rollback(ctx)
 		return err
 	}
 	if h.beforeCommit != nil {

@@ -17,8 +17,9 @@ import (
 // Begin starts a plain transaction on a connection of the ledger's pool,
 // on the database that holds the ledger's table, for writes that belong to
 // no operation (a schema of the caller's, say); the writes of an operation
-// commit with its completion in an OpTx. The caller commits or rolls it
-// back; either gives the connection back.
+// commit with its completion in an OpTx. It runs at the server's default
+// isolation level (default_transaction_isolation). The caller commits or
+// rolls it back; either gives the connection back.
 func (l *Ledger) Begin(ctx context.Context) (pgx.Tx, error) {
 	if l.closed.Load() {
 		return nil, ledger.ErrClosed
@@ -36,14 +37,15 @@ func (l *Ledger) Begin(ctx context.Context) (pgx.Tx, error) {
 // (Rollback). It holds a connection of the ledger's pool until it ends. An
 // OpTx is used by one goroutine at a time.
 type OpTx struct {
-	l    *Ledger
-	conn *pgxpool.Conn
-	tx   pgx.Tx
-	done bool
+	l         *Ledger
+	conn      *pgxpool.Conn
+	tx        pgx.Tx
+	committed bool // the server answered the COMMIT
+	done      bool // ended: the connection is given back
 }
 
 // BeginOp starts an OpTx on a connection of the ledger's pool.
-func (l *Ledger) BeginOp(ctx context.Context) (*OpTx, error) {
+func (l *Ledger) BeginOp(ctx context.Context) (op *OpTx, err error) {
 	if l.closed.Load() {
 		return nil, ledger.ErrClosed
 	}
@@ -51,18 +53,23 @@ func (l *Ledger) BeginOp(ctx context.Context) (*OpTx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(ctx, err))
 	}
+	defer func() {
+		if op == nil {
+			// The pool takes back only a connection that is idle and
+			// out of every transaction; it closes any other.
+			conn.Release()
+		}
+	}()
 	// The statements of CommitComplete are prepared once per connection
 	// (under their text as name, which a batch finds them by), so that
 	// the completion and the commit then go in a single round trip.
 	for _, sql := range []string{l.q.completeOrAbort, "COMMIT"} {
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
-			conn.Release()
 			return nil, fmt.Errorf("begin: prepare the completion: %w", classify(ctx, err))
 		}
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		conn.Release()
 		return nil, fmt.Errorf("begin: %w", classify(ctx, err))
 	}
 	return &OpTx{l: l, conn: conn, tx: tx}, nil
@@ -73,23 +80,21 @@ func (l *Ledger) BeginOp(ctx context.Context) (*OpTx, error) {
 func (t *OpTx) Tx() pgx.Tx { return t.tx }
 
 // CommitComplete records c complete and commits the transaction, in one
-// round trip, and ends the OpTx. The record must be in progress under
-// c.Owner. When it is not (another claim took the operation over, the
-// record is gone or in another state), nothing is committed: the
-// transaction is rolled back, and the error wraps ledger.ErrNotOwner,
-// ledger.ErrNotFound or ledger.ErrState (a record already complete
-// included, since these writes did not commit with it). Any other error
-// (the connection lost, the commit refused) leaves it unknown whether the
-// commit took effect: read the record to tell.
+// round trip, and ends the OpTx, whatever happens (a panic included). The
+// record must be in progress under c.Owner. When it is not (another claim
+// took the operation over, the record is gone or in another state),
+// nothing is committed: the transaction is rolled back, and the error
+// wraps ledger.ErrNotOwner, ledger.ErrNotFound or ledger.ErrState (a record
+// already complete included, since these writes did not commit with it).
+// Any other error (the connection lost, the commit refused) leaves it
+// unknown whether the commit took effect: read the record to tell.
 func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	if t.done {
 		return fmt.Errorf("complete %q: %w", c.Key, pgx.ErrTxClosed)
 	}
-	t.done = true
+	defer t.end(ctx)
 	it := item{key: c.Key, owner: c.Owner}
 	if !it.valid("complete") {
-		t.tx.Rollback(context.WithoutCancel(ctx))
-		t.conn.Release()
 		return it.err
 	}
 	result := c.Result
@@ -108,17 +113,13 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 		cerr = fmt.Errorf("the server answered %q to the commit", commit.String())
 	}
 	if cerr == nil {
-		t.conn.Release()
+		t.committed = true
 		return nil
 	}
-	// The transaction did not commit, or it is not known whether it did.
-	// A connection that cannot roll back is closed, and the server ends
-	// the transaction. The pool takes back only a connection that is out
-	// of every transaction.
-	t.tx.Rollback(context.WithoutCancel(ctx))
-	t.conn.Release()
-	var pgErr *pgconn.PgError
-	if !errors.As(cerr, &pgErr) || pgErr.Code != "22P02" || !strings.Contains(pgErr.Message, notCompletedMark) {
+	// The transaction did not commit, or it is not known whether it did:
+	// it ends now, before the record is read on another connection.
+	t.end(ctx)
+	if _, ok := marked(cerr, notCompletedMark); !ok {
 		return fmt.Errorf("complete %q and commit: %w", c.Key, classify(ctx, cerr))
 	}
 	// Not committed: say why, from the record as it is now.
@@ -136,13 +137,40 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	})
 }
 
+// marked reports whether err is the failed cast by which the completion
+// refuses to go on (see notCompletedMark), and returns what follows mark in
+// its message.
+func marked(err error, mark string) (string, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "22P02" {
+		return "", false
+	}
+	_, rest, ok := strings.Cut(pgErr.Message, mark)
+	return strings.TrimSuffix(rest, `"`), ok
+}
+
 // Rollback rolls the transaction back and ends the OpTx. It does nothing
-// once the OpTx has ended.
+// once the OpTx has ended, so that it may be deferred right after BeginOp.
 func (t *OpTx) Rollback(ctx context.Context) {
+	t.end(ctx)
+}
+
+// end ends the OpTx once: a transaction that did not commit is rolled
+// back, within Options.Timeout, and the connection is given back. A
+// connection whose rollback fails (a result still being read, the
+// connection broken, the server not answering in time) is closed by pgx,
+// and the server then ends the transaction; the pool takes back only a
+// connection that is idle and out of every transaction, and closes any
+// other.
+func (t *OpTx) end(ctx context.Context) {
 	if t.done {
 		return
 	}
 	t.done = true
-	t.tx.Rollback(context.WithoutCancel(ctx))
-	t.conn.Release()
+	defer t.conn.Release()
+	if !t.committed {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.l.cfg.timeout)
+		defer cancel()
+		t.tx.Rollback(rctx)
+	}
 }
