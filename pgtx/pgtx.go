@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/postgres"
@@ -110,6 +111,10 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	// back (the worker turns it into a retryable failure).
 	defer op.Rollback(ctx)
 	if err := h.fn(ctx, op.Tx(), m); err != nil {
+		var perm *worker.PermanentError
+		if isContention(err) && !errors.As(err, &perm) {
+			return fmt.Errorf("pgtx %q: %w: %w", m.Key, ledger.ErrContention, err)
+		}
 		return err
 	}
 	if h.beforeCommit != nil {
@@ -119,6 +124,10 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	cerr := op.CommitComplete(ctx, c)
 	if cerr == nil {
 		return nil
+	}
+	if errors.Is(cerr, ledger.ErrContention) {
+		// The server answered, and rolled the transaction back.
+		return fmt.Errorf("pgtx %q: %w: %w", m.Key, ErrNotCommitted, cerr)
 	}
 	if errors.Is(cerr, ledger.ErrNotOwner) || errors.Is(cerr, ledger.ErrNotFound) || errors.Is(cerr, ledger.ErrState) || errors.Is(cerr, ledger.ErrInvalidKey) {
 		// Another claim owns the operation now (or the record is gone):
@@ -141,6 +150,14 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 		state = rec.State.String()
 	}
 	return fmt.Errorf("pgtx %q: commit: %w (the operation's record is %s): %w", m.Key, cerr, state, ErrNotCommitted)
+}
+
+// isContention reports whether err is PostgreSQL's answer that it rolled
+// the transaction back because of a concurrent one: serialization_failure
+// (40001) or deadlock_detected (40P01).
+func isContention(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
 func errString(err error) string {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -313,6 +315,81 @@ func TestHandler(t *testing.T) {
 			}
 		})
 	}
+
+	// Two handlers take two rows in opposite orders and deadlock: the
+	// server rolls one transaction back, and its Handle says that it must
+	// be retried (ledger.ErrContention, a failure that is not permanent),
+	// not that the store is unavailable; the other commits.
+	t.Run("Deadlock", func(t *testing.T) {
+		t.Parallel()
+		url, _ := pgtest.Schema(t)
+		l := setup(t, url)
+		tx, err := l.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE rows (id int PRIMARY KEY, n int NOT NULL); INSERT INTO rows VALUES (1, 0), (2, 0)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var arrived sync.WaitGroup
+		arrived.Add(2)
+		h := New(l, func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+			if err := insert(ctx, tx, m); err != nil {
+				return err
+			}
+			first, second := 1, 2
+			if m.Key == "b" {
+				first, second = 2, 1
+			}
+			if _, err := tx.Exec(ctx, `UPDATE rows SET n = n + 1 WHERE id = $1`, first); err != nil {
+				return fmt.Errorf("update row %d: %w", first, err)
+			}
+			arrived.Done()
+			arrived.Wait()
+			if _, err := tx.Exec(ctx, `UPDATE rows SET n = n + 1 WHERE id = $1`, second); err != nil {
+				return fmt.Errorf("update row %d: %w", second, err)
+			}
+			return nil
+		})
+		errs := map[string]error{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, key := range []string{"a", "b"} {
+			m := claim(t, l, key, "o-"+key, time.Minute, ledger.Claimed)
+			wg.Go(func() {
+				err := h.Handle(ctx, m)
+				mu.Lock()
+				errs[key] = err
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		var failed, done []string
+		for key, err := range errs {
+			if err == nil {
+				done = append(done, key)
+				continue
+			}
+			failed = append(failed, key)
+			var perm *worker.PermanentError
+			if !errors.Is(err, ledger.ErrContention) || errors.Is(err, ledger.ErrUnavailable) || errors.As(err, &perm) ||
+				!strings.Contains(err.Error(), "must be retried") || !strings.Contains(err.Error(), "40P01") {
+				t.Errorf("%s: %q; want a retryable failure wrapping ErrContention, saying it must be retried", key, err)
+			}
+			if rec := state(t, l, key); rec.State != ledger.StateInProgress || effects(t, l, key) != 0 {
+				t.Errorf("%s, rolled back: record %s, %d effects", key, rec.State, effects(t, l, key))
+			}
+		}
+		if len(failed) != 1 || len(done) != 1 {
+			t.Fatalf("failed %v, done %v: want one of each", failed, done)
+		}
+		if rec := state(t, l, done[0]); rec.State != ledger.StateComplete || effects(t, l, done[0]) != 1 {
+			t.Errorf("%s, committed: record %s, %d effects", done[0], rec.State, effects(t, l, done[0]))
+		}
+	})
 
 	// Every way out of the handler ends the transaction and gives its
 	// connection back, on a pool of two connections: a panic (which goes

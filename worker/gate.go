@@ -41,9 +41,15 @@ func isFatal(err error) bool {
 	return errors.Is(err, ledger.ErrNoSchema) || errors.Is(err, ledger.ErrSchema)
 }
 
-// claimFailed records that a batch's claims could not be recorded.
+// claimFailed records that a batch's claims could not be recorded. A
+// batch that the store rolled back because of a concurrent transaction
+// (ledger.ErrContention) does not hold new work back: the store answered,
+// and the next batch may well pass.
 func (w *Worker) claimFailed(err error) {
 	w.stats.claimFailures.Add(1)
+	if errors.Is(err, ledger.ErrContention) {
+		return
+	}
 	g := &w.gate
 	g.mu.Lock()
 	defer g.mu.Unlock()

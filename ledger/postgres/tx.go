@@ -86,8 +86,11 @@ func (t *OpTx) Tx() pgx.Tx { return t.tx }
 // nothing is committed: the transaction is rolled back, and the error
 // wraps ledger.ErrNotOwner, ledger.ErrNotFound or ledger.ErrState (a record
 // already complete included, since these writes did not commit with it).
-// Any other error (the connection lost, the commit refused) leaves it
-// unknown whether the commit took effect: read the record to tell.
+// When the server rolled the transaction back because of a concurrent one
+// (a deadlock, a serialization failure), nothing is committed and the
+// error wraps ledger.ErrContention: the attempt may be made again. Any
+// other error (the connection lost, the commit refused) leaves it unknown
+// whether the commit took effect: read the record to tell.
 func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	if t.done {
 		return fmt.Errorf("complete %q: %w", c.Key, pgx.ErrTxClosed)
