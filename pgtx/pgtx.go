@@ -125,6 +125,9 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	if cerr == nil {
 		return nil
 	}
+	if errors.Is(cerr, postgres.ErrIsolation) {
+		return worker.Permanent(fmt.Errorf("pgtx %q: %w: the handler must not change the transaction's isolation level: %w", m.Key, ErrNotCommitted, cerr))
+	}
 	if errors.Is(cerr, ledger.ErrContention) {
 		// The server answered, and rolled the transaction back.
 		return fmt.Errorf("pgtx %q: %w: %w", m.Key, ErrNotCommitted, cerr)

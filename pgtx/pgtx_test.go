@@ -316,6 +316,30 @@ func TestHandler(t *testing.T) {
 		})
 	}
 
+	// A handler that changes its transaction's isolation level is refused
+	// at its completion, permanently: at REPEATABLE READ or SERIALIZABLE
+	// the completion would fail whenever a heartbeat came after the
+	// handler's first statement, and no retry would change that.
+	t.Run("HandlerChangesIsolation", func(t *testing.T) {
+		t.Parallel()
+		url, _ := pgtest.Schema(t)
+		l := setup(t, url)
+		m := claim(t, l, "k", "a", time.Minute, ledger.Claimed)
+		err := New(l, func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+			if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`); err != nil {
+				return err
+			}
+			return insert(ctx, tx, m)
+		}).Handle(ctx, m)
+		var perm *worker.PermanentError
+		if !errors.As(err, &perm) || !errors.Is(err, postgres.ErrIsolation) || !errors.Is(err, ErrNotCommitted) || !strings.Contains(err.Error(), "serializable") {
+			t.Fatalf("Handle: %v; want a permanent failure wrapping ErrIsolation and ErrNotCommitted, naming the level", err)
+		}
+		if rec := state(t, l, "k"); rec.State != ledger.StateInProgress || effects(t, l, "k") != 0 {
+			t.Fatalf("record %s, %d effects; want in progress, none", rec.State, effects(t, l, "k"))
+		}
+	})
+
 	// Two handlers take two rows in opposite orders and deadlock: the
 	// server rolls one transaction back, and its Handle says that it must
 	// be retried (ledger.ErrContention, a failure that is not permanent),

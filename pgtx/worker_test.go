@@ -2,6 +2,7 @@ package pgtx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -159,4 +160,167 @@ func TestHandler_InWorker(t *testing.T) {
 		}
 		closeLedger(t, l)
 	})
+
+	// On a server whose default isolation level is stricter than READ
+	// COMMITTED, a handler that runs for longer than a heartbeat commits
+	// on its first attempt: the heartbeat updates the operation's record
+	// after the transaction's first statement, and the completion still
+	// finds it (the transaction runs at READ COMMITTED, whatever the
+	// default). Two handlers that then take two rows in opposite orders
+	// deadlock: the server rolls one back, whose failure says that it
+	// must be retried (not that the store is unavailable); the worker
+	// retries it, and it commits on its redelivery.
+	for _, level := range []string{"serializable", "repeatable read"} {
+		t.Run("DefaultIsolation/"+strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			url, _ := pgtest.Schema(t)
+			url = pgtest.WithParam(t, url, "default_transaction_isolation", level)
+			l := setup(t, url)
+			func() {
+				tx, err := l.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx)
+				var got string
+				if err := tx.QueryRow(ctx, `SHOW transaction_isolation`).Scan(&got); err != nil || got != level {
+					t.Fatalf("the server's default isolation: %q, %v; want %q", got, err, level)
+				}
+				if _, err := tx.Exec(ctx, `CREATE TABLE rows (id int PRIMARY KEY, n int NOT NULL); INSERT INTO rows VALUES (1, 0), (2, 0)`); err != nil {
+					t.Fatal(err)
+				}
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			q := newQueue(t)
+			cfg := q.config()
+			cfg.Concurrency = 2
+			var (
+				mu      sync.Mutex
+				errs    = map[string][]error{} // what each operation's attempts returned
+				arrived = map[string]bool{}    // the deadlocking pair: which holds its first row
+				both    = make(chan struct{})
+			)
+			h := New(l, func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+				if err := insert(ctx, tx, m); err != nil {
+					return err
+				}
+				if strings.HasPrefix(m.Key, "long") {
+					// Wait, with the transaction open, until a heartbeat
+					// has renewed the lease: it updated the record since
+					// the insert.
+					lease := func() time.Time {
+						rec, _ := l.Get(ctx, m.Key)
+						return rec.LeaseExpiry
+					}
+					before := lease()
+					deadline := time.Now().Add(15 * time.Second)
+					for !lease().After(before) {
+						if time.Now().After(deadline) {
+							return fmt.Errorf("no heartbeat renewed the lease within 15s")
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+					return nil
+				}
+				first, second := 1, 2
+				if m.Key == "pair-b" {
+					first, second = 2, 1
+				}
+				if _, err := tx.Exec(ctx, `UPDATE rows SET n = n + 1 WHERE id = $1`, first); err != nil {
+					return fmt.Errorf("update row %d: %w", first, err)
+				}
+				if m.Attempt == 1 {
+					mu.Lock()
+					arrived[m.Key] = true
+					if len(arrived) == 2 {
+						close(both)
+					}
+					mu.Unlock()
+					select {
+					case <-both:
+					case <-time.After(15 * time.Second):
+						return fmt.Errorf("the other handler of the pair did not come within 15s")
+					}
+				}
+				if _, err := tx.Exec(ctx, `UPDATE rows SET n = n + 1 WHERE id = $1`, second); err != nil {
+					return fmt.Errorf("update row %d: %w", second, err)
+				}
+				return nil
+			})
+			_, stop := q.start(cfg, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+				err := h.Handle(ctx, m)
+				mu.Lock()
+				errs[m.Key] = append(errs[m.Key], err)
+				mu.Unlock()
+				return err
+			}))
+			q.send(`{"id":"long"}`)
+			// Its first attempt commits, or the test fails at its second.
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				rec, err := l.Get(ctx, "long")
+				if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+					t.Fatal(err)
+				}
+				if rec.State == ledger.StateComplete && rec.Attempts == 1 {
+					break
+				}
+				if rec.Attempts > 1 || time.Now().After(deadline) {
+					mu.Lock()
+					got := append([]error(nil), errs["long"]...)
+					mu.Unlock()
+					t.Fatalf("the long handler: record %s after %d attempts, which returned %v; want complete after one", rec.State, rec.Attempts, got)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			q.send(`{"id":"pair-a"}`)
+			q.send(`{"id":"pair-b"}`)
+			q.waitEmpty(60 * time.Second)
+			stats := stop()
+
+			for _, key := range []string{"long", "pair-a", "pair-b"} {
+				if rec := state(t, l, key); rec.State != ledger.StateComplete || effects(t, l, key) != 1 {
+					t.Errorf("%s: record %s, %d effects; want complete, one effect", key, rec.State, effects(t, l, key))
+				}
+			}
+			var rows [2]int
+			func() {
+				tx, err := l.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx)
+				if err := tx.QueryRow(ctx, `SELECT (SELECT n FROM rows WHERE id = 1), (SELECT n FROM rows WHERE id = 2)`).Scan(&rows[0], &rows[1]); err != nil {
+					t.Fatal(err)
+				}
+			}()
+			if rows != [2]int{2, 2} {
+				t.Errorf("rows %v: want each updated once by each of the pair", rows)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			var failed []error
+			for _, key := range []string{"pair-a", "pair-b"} {
+				for _, err := range errs[key] {
+					if err != nil {
+						failed = append(failed, err)
+					}
+				}
+			}
+			if len(failed) != 1 {
+				t.Fatalf("the pair's failed attempts: %v; want one, rolled back by the deadlock", failed)
+			}
+			err := failed[0]
+			var perm *worker.PermanentError
+			if !errors.Is(err, ledger.ErrContention) || errors.Is(err, ledger.ErrUnavailable) || errors.As(err, &perm) ||
+				!strings.Contains(err.Error(), "must be retried") || !strings.Contains(err.Error(), "40P01") {
+				t.Errorf("the deadlocked attempt returned %q: want a retryable failure wrapping ErrContention, saying it must be retried", err)
+			}
+			if stats.Retried != 1 || stats.Completed != 3 || stats.ClaimFailures != 0 || stats.Heartbeats == 0 {
+				t.Errorf("stats %+v: want 1 retried, 3 completed, no claim failure, heartbeats", stats)
+			}
+		})
+	}
 }

@@ -31,6 +31,15 @@ func (l *Ledger) Begin(ctx context.Context) (pgx.Tx, error) {
 	return tx, nil
 }
 
+// ErrIsolation is wrapped by CommitComplete's error when the transaction
+// no longer runs at READ COMMITTED (the caller's statements changed it with
+// SET TRANSACTION): nothing is committed. See BeginOp.
+var ErrIsolation = errors.New("the completion needs a transaction at read committed")
+
+// opTxOptions start the transaction of an OpTx: READ COMMITTED, in the
+// BEGIN statement itself (no round trip of its own).
+var opTxOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
 // OpTx is a transaction on the ledger's database that ends by recording
 // one operation complete: the writes made through Tx and the completion
 // commit together, in one round trip (CommitComplete), or neither does
@@ -45,6 +54,20 @@ type OpTx struct {
 }
 
 // BeginOp starts an OpTx on a connection of the ledger's pool.
+//
+// The transaction runs at READ COMMITTED, whatever the server's
+// default_transaction_isolation, and must stay there. The heartbeat
+// renews the operation's lease by updating its record, on another
+// connection, while the transaction is open; the completion then updates
+// that record once more, and checks that it is still in progress under the
+// attempt's own claim. At READ COMMITTED that update waits for any other
+// writer of the record and then reads its latest version, which is what
+// the check must see. At REPEATABLE READ or SERIALIZABLE PostgreSQL refuses
+// to update a row that another transaction changed after the snapshot was
+// taken (a serialization failure): every attempt longer than a heartbeat
+// would fail at its completion. A transaction whose isolation the caller
+// changed (SET TRANSACTION) is therefore not committed: CommitComplete
+// fails with ErrIsolation.
 func (l *Ledger) BeginOp(ctx context.Context) (op *OpTx, err error) {
 	if l.closed.Load() {
 		return nil, ledger.ErrClosed
@@ -62,13 +85,13 @@ func (l *Ledger) BeginOp(ctx context.Context) (op *OpTx, err error) {
 	}()
 	// The statements of CommitComplete are prepared once per connection
 	// (under their text as name, which a batch finds them by), so that
-	// the completion and the commit then go in a single round trip.
-	for _, sql := range []string{l.q.completeOrAbort, "COMMIT"} {
+	// they and the commit then go in a single round trip.
+	for _, sql := range []string{checkIsolation, l.q.completeOrAbort, "COMMIT"} {
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
 			return nil, fmt.Errorf("begin: prepare the completion: %w", classify(ctx, err))
 		}
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, opTxOptions)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(ctx, err))
 	}
@@ -76,7 +99,8 @@ func (l *Ledger) BeginOp(ctx context.Context) (op *OpTx, err error) {
 }
 
 // Tx is the transaction for the caller's writes. The caller must not
-// commit or roll it back, nor use it once the OpTx has ended.
+// commit or roll it back, nor change its isolation level, nor use it once
+// the OpTx has ended.
 func (t *OpTx) Tx() pgx.Tx { return t.tx }
 
 // CommitComplete records c complete and commits the transaction, in one
@@ -86,11 +110,13 @@ func (t *OpTx) Tx() pgx.Tx { return t.tx }
 // nothing is committed: the transaction is rolled back, and the error
 // wraps ledger.ErrNotOwner, ledger.ErrNotFound or ledger.ErrState (a record
 // already complete included, since these writes did not commit with it).
-// When the server rolled the transaction back because of a concurrent one
-// (a deadlock, a serialization failure), nothing is committed and the
-// error wraps ledger.ErrContention: the attempt may be made again. Any
-// other error (the connection lost, the commit refused) leaves it unknown
-// whether the commit took effect: read the record to tell.
+// When the transaction no longer runs at READ COMMITTED, nothing is
+// committed and the error wraps ErrIsolation. When the server rolled the
+// transaction back because of a concurrent one (a deadlock, a
+// serialization failure), nothing is committed and the error wraps
+// ledger.ErrContention: the attempt may be made again. Any other error
+// (the connection lost, the commit refused) leaves it unknown whether the
+// commit took effect: read the record to tell.
 func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	if t.done {
 		return fmt.Errorf("complete %q: %w", c.Key, pgx.ErrTxClosed)
@@ -106,12 +132,14 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	}
 	l := t.l
 	b := &pgx.Batch{}
+	b.Queue(checkIsolation)
 	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
 	b.Queue("COMMIT")
 	br := t.conn.SendBatch(ctx, b)
+	_, isolationErr := br.Exec()
 	_, completeErr := br.Exec()
 	commit, commitErr := br.Exec()
-	cerr := cmp.Or(completeErr, commitErr, br.Close()) // the completion's own first: it tells a refusal
+	cerr := cmp.Or(isolationErr, completeErr, commitErr, br.Close()) // the first statement's error tells why the rest did not run
 	if cerr == nil && commit.String() != "COMMIT" {
 		cerr = fmt.Errorf("the server answered %q to the commit", commit.String())
 	}
@@ -122,6 +150,9 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	// The transaction did not commit, or it is not known whether it did:
 	// it ends now, before the record is read on another connection.
 	t.end(ctx)
+	if level, ok := marked(cerr, isolationMark); ok {
+		return fmt.Errorf("complete %q: the transaction runs at %s, rolled back: %w", c.Key, level, ErrIsolation)
+	}
 	if _, ok := marked(cerr, notCompletedMark); !ok {
 		return fmt.Errorf("complete %q and commit: %w", c.Key, classify(ctx, cerr))
 	}
@@ -140,9 +171,9 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	})
 }
 
-// marked reports whether err is the failed cast by which the completion
-// refuses to go on (see notCompletedMark), and returns what follows mark in
-// its message.
+// marked reports whether err is the failed cast by which one of the
+// statements of CommitComplete refuses to go on (see notCompletedMark and
+// isolationMark), and returns what follows mark in its message.
 func marked(err error, mark string) (string, bool) {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "22P02" {

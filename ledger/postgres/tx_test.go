@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqsonce/sqsonce/internal/pgtest"
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/postgres"
 )
 
 // CommitComplete commits the writes with the completion, and only when the
@@ -202,5 +203,77 @@ func TestOpTx_Contention(t *testing.T) {
 	}
 	if rec, err := l.Get(ctx, "k"); err != nil || rec.State != ledger.StateInProgress || n != 0 {
 		t.Fatalf("record %s (%v), %d effects; want in progress, none", rec.State, err, n)
+	}
+}
+
+// The transaction of an OpTx runs at READ COMMITTED whatever the server's
+// default, and a transaction whose isolation the caller changed is not
+// committed: at REPEATABLE READ or SERIALIZABLE the completion would fail
+// whenever the record changed since the transaction's first statement.
+func TestOpTx_Isolation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, level := range []string{"serializable", "repeatable read"} {
+		t.Run("Default/"+strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			opts := setup(t, nil)
+			opts.URL = pgtest.WithParam(t, opts.URL, "default_transaction_isolation", level)
+			l := open(t, opts)
+			op, err := l.BeginOp(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer op.Rollback(ctx)
+			var got, def string
+			if err := op.Tx().QueryRow(ctx, `SELECT current_setting('transaction_isolation'), current_setting('default_transaction_isolation')`).Scan(&got, &def); err != nil {
+				t.Fatal(err)
+			}
+			if got != "read committed" || def != level {
+				t.Fatalf("the OpTx runs at %q on a server whose default is %q; want read committed on %q", got, def, level)
+			}
+		})
+		t.Run("Set/"+strings.ReplaceAll(level, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			l := open(t, setup(t, nil))
+			tx, err := l.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, `CREATE TABLE effects (key text NOT NULL)`); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if c, err := l.Claim(ctx, ledger.ClaimRequest{Key: "k", Owner: "a", Lease: time.Minute, Fingerprint: []byte("fp")}); err != nil || c.Outcome != ledger.Claimed {
+				t.Fatalf("claim: %v, %v", c.Outcome, err)
+			}
+			op, err := l.BeginOp(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := op.Tx().Exec(ctx, `SET TRANSACTION ISOLATION LEVEL `+level); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := op.Tx().Exec(ctx, `INSERT INTO effects (key) VALUES ('k')`); err != nil {
+				t.Fatal(err)
+			}
+			err = op.CommitComplete(ctx, ledger.Completion{Key: "k", Owner: "a"})
+			if !errors.Is(err, postgres.ErrIsolation) || !strings.Contains(err.Error(), level) {
+				t.Fatalf("CommitComplete: %v; want ErrIsolation naming %s", err, level)
+			}
+			var n int
+			op, err = l.BeginOp(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer op.Rollback(ctx)
+			if err := op.Tx().QueryRow(ctx, `SELECT count(*) FROM effects`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if rec, err := l.Get(ctx, "k"); err != nil || rec.State != ledger.StateInProgress || n != 0 {
+				t.Fatalf("record %s (%v), %d effects; want in progress, none", rec.State, err, n)
+			}
+		})
 	}
 }
