@@ -37,6 +37,23 @@
 // (pool_max_conns in the ledger's URL). The heartbeat keeps the lease
 // while the transaction is open; it uses other connections of the pool.
 //
+// The transaction runs at READ COMMITTED, whatever the server's
+// default_transaction_isolation (see postgres.Ledger.BeginOp): the
+// heartbeat renews the lease by updating the operation's record while the
+// transaction is open, and at REPEATABLE READ or SERIALIZABLE the
+// completion's update of that record would fail with a serialization
+// failure in every attempt longer than a heartbeat. A Func must not change
+// the level: such a transaction is not committed, and the attempt fails
+// permanently (postgres.ErrIsolation). Row locks (SELECT … FOR UPDATE),
+// advisory locks and constraints give stronger guarantees on the Func's
+// own rows at READ COMMITTED.
+//
+// When the server rolls the transaction back because of a concurrent one
+// (a deadlock, a serialization failure: SQLSTATE 40P01, 40001), in the
+// Func's statements or at the completion, the attempt is a retryable
+// failure whose error wraps ledger.ErrContention and says that it must be
+// retried, unless the Func made its error permanent.
+//
 // However the Func leaves, the transaction ends and its connection goes
 // back to the pool: an error, a cancelled context, a panic and
 // runtime.Goexit all roll it back. A panic is not recovered: once the
@@ -64,7 +81,7 @@ import (
 // Func is a handler's work inside the transaction tx. It returns nil when
 // the work is done; an error rolls tx back and is the attempt's outcome, as
 // for worker.Handler (worker.Permanent and worker.RetryAfter steer it). It
-// must not commit or roll back tx itself.
+// must not commit or roll back tx itself, nor change its isolation level.
 type Func func(ctx context.Context, tx pgx.Tx, m *worker.Message) error
 
 // Handler is a worker.Handler that runs a Func in a transaction with the

@@ -316,6 +316,27 @@ func TestHandler(t *testing.T) {
 		})
 	}
 
+	// A message costs two round trips of its own beside the handler's
+	// statements, READ COMMITTED and the isolation check included: BEGIN,
+	// and the completion with the COMMIT.
+	t.Run("RoundTrips", func(t *testing.T) {
+		t.Parallel()
+		url, _ := pgtest.Schema(t)
+		p := pgtest.NewProxy(t, pgtest.Addr(t, url))
+		l := setup(t, pgtest.WithParam(t, pgtest.ReplaceAddr(t, url, p.Addr()), "pool_max_conns", "1"))
+		h := New(l, insert)
+		for i, key := range []string{"warm", "k"} { // the first prepares the statements on the connection
+			m := claim(t, l, key, "a", time.Minute, ledger.Claimed)
+			before := p.RoundTrips()
+			if err := h.Handle(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			if n := p.RoundTrips() - before; i == 1 && n != 3 {
+				t.Fatalf("%d round trips for a handler of one statement, want 3: BEGIN, the insert, the completion with the COMMIT", n)
+			}
+		}
+	})
+
 	// A handler that changes its transaction's isolation level is refused
 	// at its completion, permanently: at REPEATABLE READ or SERIALIZABLE
 	// the completion would fail whenever a heartbeat came after the
