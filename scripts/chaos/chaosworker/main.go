@@ -193,6 +193,15 @@ func main() {
 }
 
 func run(o options) (code int) {
+	// The campaign may arm a run (SIGUSR1, SIGUSR2, SIGWINCH) as soon as it
+	// has started it: caught from the start, they wait here until the
+	// worker is set up. SIGUSR1 and SIGUSR2 would otherwise end a process
+	// that has not caught them yet, and a SIGWINCH would be lost.
+	usr := make(chan os.Signal, 2)
+	signal.Notify(usr, syscall.SIGUSR1, syscall.SIGUSR2)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
@@ -312,8 +321,6 @@ func run(o options) (code int) {
 			rng:        rand.New(rand.NewPCG(o.seed, o.seed+2)),
 			client:     &http.Client{Timeout: 15 * time.Second},
 		}
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
 		go func() {
 			for range winch {
 				tw.armed.Store(true)
@@ -411,8 +418,6 @@ func run(o options) (code int) {
 		<-sigs
 		w.StopNow()
 	}()
-	usr := make(chan os.Signal, 2)
-	signal.Notify(usr, syscall.SIGUSR1, syscall.SIGUSR2)
 	go func() {
 		for sig := range usr {
 			if sig == syscall.SIGUSR1 {
