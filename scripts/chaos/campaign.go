@@ -1106,6 +1106,10 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 			if s.end == endWindowB {
 				sig = syscall.SIGUSR2
 			}
+			// Not before the run catches the signal, which it does
+			// before it opens its ledger: until then, its default
+			// action would end the process.
+			waitFor(ctx, 30*time.Second, func() bool { return p.outputHas("ledger opened in") || !p.alive() })
 			_ = p.cmd.Process.Signal(sig)
 			if !p.wait(ctx, s.dur-arm+10*time.Second) {
 				p.kill(endKill, "")
