@@ -48,6 +48,13 @@ var (
 	// the call may succeed later.
 	ErrUnavailable = errors.New("ledger store unavailable")
 
+	// ErrContention is wrapped by the errors of a shared ledger whose
+	// store answered, and rolled the call's transaction back because of
+	// a concurrent one (in PostgreSQL a serialization failure or a
+	// deadlock): nothing of it took effect, and the same call may
+	// succeed when made again. The store is not unavailable.
+	ErrContention = errors.New("transaction rolled back because of a concurrent one (serialization failure or deadlock): it must be retried")
+
 	// ErrClosed is returned by calls on a closed ledger.
 	ErrClosed = errors.New("ledger closed")
 )

@@ -36,6 +36,32 @@
 // handlers as well as for the worker's claims and heartbeats
 // (pool_max_conns in the ledger's URL). The heartbeat keeps the lease
 // while the transaction is open; it uses other connections of the pool.
+//
+// The transaction runs at READ COMMITTED, whatever the server's
+// default_transaction_isolation (see postgres.Ledger.BeginOp): the
+// heartbeat renews the lease by updating the operation's record while the
+// transaction is open, and at REPEATABLE READ or SERIALIZABLE the
+// completion's update of that record would fail with a serialization
+// failure in every attempt longer than a heartbeat. A Func must not change
+// the level: such a transaction is not committed, and the attempt fails
+// permanently (postgres.ErrIsolation). Row locks (SELECT … FOR UPDATE),
+// advisory locks and constraints give stronger guarantees on the Func's
+// own rows at READ COMMITTED.
+//
+// When the server rolls the transaction back because of a concurrent one
+// (a deadlock, a serialization failure: SQLSTATE 40P01, 40001), in the
+// Func's statements or at the completion, the attempt is a retryable
+// failure whose error wraps ledger.ErrContention and says that it must be
+// retried, unless the Func made its error permanent.
+//
+// However the Func leaves, the transaction ends and its connection goes
+// back to the pool: an error, a cancelled context, a panic and
+// runtime.Goexit all roll it back. A panic is not recovered: once the
+// transaction is rolled back it goes on, unchanged, to the caller (the
+// worker turns it into a retryable failure, as for any handler). A
+// connection that cannot be rolled back (a panic while a result was still
+// being read, say) is closed instead of given back, and the server ends its
+// transaction.
 package pgtx
 
 import (
@@ -45,6 +71,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/postgres"
@@ -54,7 +81,7 @@ import (
 // Func is a handler's work inside the transaction tx. It returns nil when
 // the work is done; an error rolls tx back and is the attempt's outcome, as
 // for worker.Handler (worker.Permanent and worker.RetryAfter steer it). It
-// must not commit or roll back tx itself.
+// must not commit or roll back tx itself, nor change its isolation level.
 type Func func(ctx context.Context, tx pgx.Tx, m *worker.Message) error
 
 // Handler is a worker.Handler that runs a Func in a transaction with the
@@ -95,8 +122,16 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	if err != nil {
 		return err
 	}
+	// Every way out ends the transaction and gives its connection back:
+	// an error, a panic, runtime.Goexit. A panic is not recovered here:
+	// it goes on to the caller unchanged once the transaction is rolled
+	// back (the worker turns it into a retryable failure).
+	defer op.Rollback(ctx)
 	if err := h.fn(ctx, op.Tx(), m); err != nil {
-		op.Rollback(ctx)
+		var perm *worker.PermanentError
+		if isContention(err) && !errors.As(err, &perm) {
+			return fmt.Errorf("pgtx %q: %w: %w", m.Key, ledger.ErrContention, err)
+		}
 		return err
 	}
 	if h.beforeCommit != nil {
@@ -106,6 +141,13 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	cerr := op.CommitComplete(ctx, c)
 	if cerr == nil {
 		return nil
+	}
+	if errors.Is(cerr, postgres.ErrIsolation) {
+		return worker.Permanent(fmt.Errorf("pgtx %q: %w: the handler must not change the transaction's isolation level: %w", m.Key, ErrNotCommitted, cerr))
+	}
+	if errors.Is(cerr, ledger.ErrContention) {
+		// The server answered, and rolled the transaction back.
+		return fmt.Errorf("pgtx %q: %w: %w", m.Key, ErrNotCommitted, cerr)
 	}
 	if errors.Is(cerr, ledger.ErrNotOwner) || errors.Is(cerr, ledger.ErrNotFound) || errors.Is(cerr, ledger.ErrState) || errors.Is(cerr, ledger.ErrInvalidKey) {
 		// Another claim owns the operation now (or the record is gone):
@@ -128,6 +170,14 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 		state = rec.State.String()
 	}
 	return fmt.Errorf("pgtx %q: commit: %w (the operation's record is %s): %w", m.Key, cerr, state, ErrNotCommitted)
+}
+
+// isContention reports whether err is PostgreSQL's answer that it rolled
+// the transaction back because of a concurrent one: serialization_failure
+// (40001) or deadlock_detected (40P01).
+func isContention(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
 func errString(err error) string {

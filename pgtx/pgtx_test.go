@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,7 +33,7 @@ func setup(t *testing.T, url string) *postgres.Ledger {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { closeLedger(t, l) })
 	tx, err := l.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +45,54 @@ func setup(t *testing.T, url string) *postgres.Ledger {
 		t.Fatal(err)
 	}
 	return l
+}
+
+// closeLedger closes l, and fails the test when Close does not return:
+// Close waits for every connection of the pool to be given back, and a
+// transaction that nothing ends keeps its connection forever.
+func closeLedger(t *testing.T, l *postgres.Ledger) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.Close()
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Error("the ledger's Close did not return: a connection of its pool is still held")
+	}
+}
+
+// idleInTx counts the sessions of application_name app that are inside a
+// transaction and not running a statement.
+func idleInTx(t *testing.T, app string) int {
+	t.Helper()
+	conn := pgtest.Connect(t, "")
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND state LIKE 'idle in transaction%'`, app).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// noSessionInTx waits until no session of application_name app is inside
+// a transaction: a connection closed by the client ends its session as
+// soon as the server reads the end of the stream, a moment later.
+func noSessionInTx(t *testing.T, app string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := idleInTx(t, app)
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions of the pool stay idle in transaction: transactions that nothing will end", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // effects counts the rows of key in the effects table.
@@ -264,4 +315,234 @@ func TestHandler(t *testing.T) {
 			}
 		})
 	}
+
+	// A message costs two round trips of its own beside the handler's
+	// statements, READ COMMITTED and the isolation check included: BEGIN,
+	// and the completion with the COMMIT.
+	t.Run("RoundTrips", func(t *testing.T) {
+		t.Parallel()
+		url, _ := pgtest.Schema(t)
+		p := pgtest.NewProxy(t, pgtest.Addr(t, url))
+		l := setup(t, pgtest.WithParam(t, pgtest.ReplaceAddr(t, url, p.Addr()), "pool_max_conns", "1"))
+		h := New(l, insert)
+		for i, key := range []string{"warm", "k"} { // the first prepares the statements on the connection
+			m := claim(t, l, key, "a", time.Minute, ledger.Claimed)
+			before := p.RoundTrips()
+			if err := h.Handle(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			if n := p.RoundTrips() - before; i == 1 && n != 3 {
+				t.Fatalf("%d round trips for a handler of one statement, want 3: BEGIN, the insert, the completion with the COMMIT", n)
+			}
+		}
+	})
+
+	// A handler that changes its transaction's isolation level is refused
+	// at its completion, permanently: at REPEATABLE READ or SERIALIZABLE
+	// the completion would fail whenever a heartbeat came after the
+	// handler's first statement, and no retry would change that.
+	t.Run("HandlerChangesIsolation", func(t *testing.T) {
+		t.Parallel()
+		url, _ := pgtest.Schema(t)
+		l := setup(t, url)
+		m := claim(t, l, "k", "a", time.Minute, ledger.Claimed)
+		err := New(l, func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+			if _, err := tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`); err != nil {
+				return err
+			}
+			return insert(ctx, tx, m)
+		}).Handle(ctx, m)
+		var perm *worker.PermanentError
+		if !errors.As(err, &perm) || !errors.Is(err, postgres.ErrIsolation) || !errors.Is(err, ErrNotCommitted) || !strings.Contains(err.Error(), "serializable") {
+			t.Fatalf("Handle: %v; want a permanent failure wrapping ErrIsolation and ErrNotCommitted, naming the level", err)
+		}
+		if rec := state(t, l, "k"); rec.State != ledger.StateInProgress || effects(t, l, "k") != 0 {
+			t.Fatalf("record %s, %d effects; want in progress, none", rec.State, effects(t, l, "k"))
+		}
+	})
+
+	// Two handlers take two rows in opposite orders and deadlock: the
+	// server rolls one transaction back, and its Handle says that it must
+	// be retried (ledger.ErrContention, a failure that is not permanent),
+	// not that the store is unavailable; the other commits.
+	t.Run("Deadlock", func(t *testing.T) {
+		t.Parallel()
+		url, _ := pgtest.Schema(t)
+		l := setup(t, url)
+		tx, err := l.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE rows (id int PRIMARY KEY, n int NOT NULL); INSERT INTO rows VALUES (1, 0), (2, 0)`); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var arrived sync.WaitGroup
+		arrived.Add(2)
+		h := New(l, func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+			if err := insert(ctx, tx, m); err != nil {
+				return err
+			}
+			first, second := 1, 2
+			if m.Key == "b" {
+				first, second = 2, 1
+			}
+			if _, err := tx.Exec(ctx, `UPDATE rows SET n = n + 1 WHERE id = $1`, first); err != nil {
+				return fmt.Errorf("update row %d: %w", first, err)
+			}
+			arrived.Done()
+			arrived.Wait()
+			if _, err := tx.Exec(ctx, `UPDATE rows SET n = n + 1 WHERE id = $1`, second); err != nil {
+				return fmt.Errorf("update row %d: %w", second, err)
+			}
+			return nil
+		})
+		errs := map[string]error{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, key := range []string{"a", "b"} {
+			m := claim(t, l, key, "o-"+key, time.Minute, ledger.Claimed)
+			wg.Go(func() {
+				err := h.Handle(ctx, m)
+				mu.Lock()
+				errs[key] = err
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		var failed, done []string
+		for key, err := range errs {
+			if err == nil {
+				done = append(done, key)
+				continue
+			}
+			failed = append(failed, key)
+			var perm *worker.PermanentError
+			if !errors.Is(err, ledger.ErrContention) || errors.Is(err, ledger.ErrUnavailable) || errors.As(err, &perm) ||
+				!strings.Contains(err.Error(), "must be retried") || !strings.Contains(err.Error(), "40P01") {
+				t.Errorf("%s: %q; want a retryable failure wrapping ErrContention, saying it must be retried", key, err)
+			}
+			if rec := state(t, l, key); rec.State != ledger.StateInProgress || effects(t, l, key) != 0 {
+				t.Errorf("%s, rolled back: record %s, %d effects", key, rec.State, effects(t, l, key))
+			}
+		}
+		if len(failed) != 1 || len(done) != 1 {
+			t.Fatalf("failed %v, done %v: want one of each", failed, done)
+		}
+		if rec := state(t, l, done[0]); rec.State != ledger.StateComplete || effects(t, l, done[0]) != 1 {
+			t.Errorf("%s, committed: record %s, %d effects", done[0], rec.State, effects(t, l, done[0]))
+		}
+	})
+
+	// Every way out of the handler ends the transaction and gives its
+	// connection back, on a pool of two connections: a panic (which goes
+	// on to the caller, as to the worker, which turns it into a retryable
+	// failure), a panic with a result still being read (the connection
+	// is then closed: its state is unknown), runtime.Goexit, a panic in
+	// the last moment before the commit, and a handler that ignores its
+	// cancelled context. Each is done more times than the pool has
+	// connections; afterwards the ledger still claims and completes, and
+	// Close returns.
+	t.Run("EveryWayOutEndsTheTransaction", func(t *testing.T) {
+		t.Parallel()
+		url, schema := pgtest.Schema(t)
+		app := "pgtx_" + schema
+		url = pgtest.WithParam(t, url, "application_name", app)
+		url = pgtest.WithParam(t, url, "pool_max_conns", "2")
+		l := setup(t, url)
+		type panicValue struct{ way string }
+		ways := []struct {
+			name  string
+			fn    Func
+			hook  func(way string)
+			panic bool
+		}{
+			{name: "Panic", panic: true, fn: func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+				if err := insert(ctx, tx, m); err != nil {
+					return err
+				}
+				panic(panicValue{"Panic"})
+			}},
+			{name: "PanicWhileReading", panic: true, fn: func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+				if err := insert(ctx, tx, m); err != nil {
+					return err
+				}
+				rows, err := tx.Query(ctx, `SELECT generate_series(1, 100000)`)
+				if err != nil {
+					return err
+				}
+				rows.Next()
+				panic(panicValue{"PanicWhileReading"})
+			}},
+			{name: "Goexit", fn: func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+				if err := insert(ctx, tx, m); err != nil {
+					return err
+				}
+				runtime.Goexit()
+				return nil
+			}},
+			{name: "PanicBeforeCommit", panic: true, fn: insert, hook: func(way string) { panic(panicValue{way}) }},
+			{name: "Cancelled", fn: func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+				if err := insert(ctx, tx, m); err != nil {
+					return err
+				}
+				cancel := ctx.Value(cancelKey{}).(context.CancelFunc)
+				cancel()
+				return nil // as if it had not noticed
+			}},
+		}
+		for _, way := range ways {
+			for i := range 3 {
+				key := fmt.Sprintf("%s-%d", way.name, i)
+				m := claim(t, l, key, "a", time.Minute, ledger.Claimed)
+				h := New(l, way.fn)
+				if way.hook != nil {
+					h.beforeCommit = func() { way.hook(way.name) }
+				}
+				var (
+					err       error
+					recovered any
+					returned  bool
+				)
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					defer func() { recovered = recover() }()
+					hctx, cancel := context.WithCancel(ctx)
+					defer cancel()
+					hctx = context.WithValue(hctx, cancelKey{}, cancel)
+					err = h.Handle(hctx, m)
+					returned = true
+				}()
+				<-done
+				switch {
+				case way.panic && recovered != (panicValue{way.name}):
+					t.Fatalf("%s: the caller recovered %v, want the handler's panic", key, recovered)
+				case !way.panic && recovered != nil:
+					t.Fatalf("%s: panicked with %v", key, recovered)
+				case way.name == "Goexit" && returned:
+					t.Fatalf("%s: Handle returned %v after runtime.Goexit", key, err)
+				case way.name == "Cancelled" && !errors.Is(err, ErrNotCommitted):
+					t.Fatalf("%s: Handle returned %v, want ErrNotCommitted", key, err)
+				}
+				noSessionInTx(t, app)
+				if rec := state(t, l, key); rec.State != ledger.StateInProgress || effects(t, l, key) != 0 {
+					t.Fatalf("%s: record %s, %d effects; want in progress, none", key, rec.State, effects(t, l, key))
+				}
+			}
+		}
+		m := claim(t, l, "after", "a", time.Minute, ledger.Claimed)
+		if err := New(l, insert).Handle(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		if rec := state(t, l, "after"); rec.State != ledger.StateComplete || effects(t, l, "after") != 1 {
+			t.Fatalf("record %s, %d effects; want complete, one", rec.State, effects(t, l, "after"))
+		}
+		closeLedger(t, l)
+	})
 }
+
+// cancelKey holds, in a handler's context, the function that cancels it.
+type cancelKey struct{}

@@ -41,7 +41,10 @@ func isFatal(err error) bool {
 	return errors.Is(err, ledger.ErrNoSchema) || errors.Is(err, ledger.ErrSchema)
 }
 
-// claimFailed records that a batch's claims could not be recorded.
+// claimFailed records that a batch's claims could not be recorded. A
+// batch that the store rolled back because of a concurrent transaction
+// (ledger.ErrContention) does not hold new work back: the store answered,
+// and the next batch may well pass.
 func (w *Worker) claimFailed(err error) {
 	w.stats.claimFailures.Add(1)
 	w.ledgerFailed(err, "the ledger cannot record claims: no new work starts until it can; running work goes on")
@@ -54,7 +57,13 @@ func (w *Worker) completionFailed(err error) {
 	w.ledgerFailed(err, "the ledger cannot record completions: no new work starts until it records again; done work waits out of sight")
 }
 
+// ledgerFailed holds new work back after err, unless the store rolled the
+// call back because of a concurrent transaction (ledger.ErrContention):
+// the store answered, and the next call may well pass.
 func (w *Worker) ledgerFailed(err error, why string) {
+	if errors.Is(err, ledger.ErrContention) {
+		return
+	}
 	g := &w.gate
 	g.mu.Lock()
 	defer g.mu.Unlock()

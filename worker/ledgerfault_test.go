@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -278,6 +281,79 @@ func TestWorker_LedgerOutage(t *testing.T) {
 	if s := w.Stats(); s.ClaimFailures == 0 {
 		t.Errorf("stats %+v: no claim failed", s)
 	}
+}
+
+// contendedLedger is the real ledger whose first claim batches the store
+// rolls back because of a concurrent transaction, as a shared store does
+// to break a deadlock.
+type contendedLedger struct {
+	*ledger.DB
+	left  atomic.Int64 // claim batches still to roll back
+	pings atomic.Int64
+}
+
+func (l *contendedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
+	if l.left.Add(-1) >= 0 {
+		return nil, fmt.Errorf("claim: %w: ERROR: deadlock detected (SQLSTATE 40P01)", ledger.ErrContention)
+	}
+	return l.DB.ClaimBatch(ctx, reqs)
+}
+
+func (l *contendedLedger) Ping(ctx context.Context) error {
+	l.pings.Add(1)
+	return nil
+}
+
+// A claim batch that the store rolled back because of a concurrent
+// transaction is no outage: the store answered. The batch comes back for
+// another claim, and the worker neither holds new work back nor pings the
+// ledger nor logs it as unable to record claims.
+func TestWorker_ClaimContention(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	l := &contendedLedger{DB: b.db}
+	l.left.Store(2)
+	var logs strings.Builder
+	var logMu sync.Mutex
+	cfg := b.config()
+	cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{w: &logs, mu: &logMu}, nil))
+	w, err := worker.New(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	b.send(`{"id":"contended"}`)
+	b.waitEmpty(20 * time.Second)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.runs.count("contended"); n != 1 {
+		t.Errorf("ran %d times", n)
+	}
+	s := w.Stats()
+	logMu.Lock()
+	defer logMu.Unlock()
+	if s.ClaimFailures != 2 || l.pings.Load() != 0 || strings.Contains(logs.String(), "cannot record claims") {
+		t.Errorf("%d claim batches failed, %d pings; the log:\n%s\nwant 2 failed, no ping, the ledger not reported down", s.ClaimFailures, l.pings.Load(), logs.String())
+	}
+}
+
+// lockedWriter writes to w under mu.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // A ledger whose table is gone will not come back by waiting: Run stops and

@@ -113,7 +113,8 @@ func WithParam(t testing.TB, raw, name, value string) string {
 		}
 		q := u.Query()
 		q.Set(name, value)
-		u.RawQuery = q.Encode()
+		// A space as %20: pgx reads a + in a query value as itself.
+		u.RawQuery = strings.ReplaceAll(q.Encode(), "+", "%20")
 		return u.String()
 	}
 	return raw + " " + name + "='" + strings.ReplaceAll(value, "'", `\'`) + "'"

@@ -419,8 +419,10 @@ func retryable(err error) (retry, unknown bool) {
 // classify wraps err with the ledger error that says what it means: the
 // caller's own context ending is returned as it is; a lost or refused
 // connection, a timeout or a server that is shutting down or out of
-// connections wraps ledger.ErrUnavailable; a missing table
-// ledger.ErrNoSchema. ctx is the caller's context.
+// connections wraps ledger.ErrUnavailable; a transaction that the server
+// rolled back because of a concurrent one (serialization failure,
+// deadlock) ledger.ErrContention; a missing table ledger.ErrNoSchema. ctx
+// is the caller's context.
 func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
@@ -433,9 +435,10 @@ func classify(ctx context.Context, err error) error {
 		switch {
 		case pgErr.Code == "42P01":
 			return fmt.Errorf("%v: run `sqsonce ledger init`: %w", err, ledger.ErrNoSchema)
+		case pgErr.Code == "40001", pgErr.Code == "40P01":
+			return fmt.Errorf("%w: %w", ledger.ErrContention, err)
 		case strings.HasPrefix(pgErr.Code, "08"), strings.HasPrefix(pgErr.Code, "53"),
-			strings.HasPrefix(pgErr.Code, "57"), pgErr.Code == "40001", pgErr.Code == "40P01",
-			pgErr.Code == "55P03":
+			strings.HasPrefix(pgErr.Code, "57"), pgErr.Code == "55P03":
 			return fmt.Errorf("%w: %w", ledger.ErrUnavailable, err)
 		}
 		return err

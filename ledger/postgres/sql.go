@@ -29,6 +29,18 @@ const nowExpr = `coalesce($1::timestamptz, now())`
 // was not in progress under the owner.
 const notCompletedMark = "sqsonce: the completion found no claim of its owner in progress: "
 
+// isolationMark is in the error of checkIsolation when the transaction of
+// an OpTx does not run at READ COMMITTED; the level follows it.
+const isolationMark = "sqsonce: the transaction of the completion runs at "
+
+// checkIsolation fails, with isolationMark and the level in its message,
+// when the transaction runs at another isolation level than READ COMMITTED
+// (which READ UNCOMMITTED is, in PostgreSQL). BeginOp starts it at READ
+// COMMITTED; the caller's statements may have changed it (SET TRANSACTION)
+// before their first query.
+const checkIsolation = `SELECT CASE WHEN current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN 0
+	ELSE ('` + isolationMark + `' || current_setting('transaction_isolation'))::int END`
+
 // queries are the statements, with the table's name filled in. Those that
 // read the clock take it as $1 (see nowExpr), and those that write a record
 // the retention in microseconds as $2.

@@ -17,8 +17,9 @@ import (
 // Begin starts a plain transaction on a connection of the ledger's pool,
 // on the database that holds the ledger's table, for writes that belong to
 // no operation (a schema of the caller's, say); the writes of an operation
-// commit with its completion in an OpTx. The caller commits or rolls it
-// back; either gives the connection back.
+// commit with its completion in an OpTx. It runs at the server's default
+// isolation level (default_transaction_isolation). The caller commits or
+// rolls it back; either gives the connection back.
 func (l *Ledger) Begin(ctx context.Context) (pgx.Tx, error) {
 	if l.closed.Load() {
 		return nil, ledger.ErrClosed
@@ -30,20 +31,44 @@ func (l *Ledger) Begin(ctx context.Context) (pgx.Tx, error) {
 	return tx, nil
 }
 
+// ErrIsolation is wrapped by CommitComplete's error when the transaction
+// no longer runs at READ COMMITTED (the caller's statements changed it with
+// SET TRANSACTION): nothing is committed. See BeginOp.
+var ErrIsolation = errors.New("the completion needs a transaction at read committed")
+
+// opTxOptions start the transaction of an OpTx: READ COMMITTED, in the
+// BEGIN statement itself (no round trip of its own).
+var opTxOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
 // OpTx is a transaction on the ledger's database that ends by recording
 // one operation complete: the writes made through Tx and the completion
 // commit together, in one round trip (CommitComplete), or neither does
 // (Rollback). It holds a connection of the ledger's pool until it ends. An
 // OpTx is used by one goroutine at a time.
 type OpTx struct {
-	l    *Ledger
-	conn *pgxpool.Conn
-	tx   pgx.Tx
-	done bool
+	l         *Ledger
+	conn      *pgxpool.Conn
+	tx        pgx.Tx
+	committed bool // the server answered the COMMIT
+	done      bool // ended: the connection is given back
 }
 
 // BeginOp starts an OpTx on a connection of the ledger's pool.
-func (l *Ledger) BeginOp(ctx context.Context) (*OpTx, error) {
+//
+// The transaction runs at READ COMMITTED, whatever the server's
+// default_transaction_isolation, and must stay there. The heartbeat
+// renews the operation's lease by updating its record, on another
+// connection, while the transaction is open; the completion then updates
+// that record once more, and checks that it is still in progress under the
+// attempt's own claim. At READ COMMITTED that update waits for any other
+// writer of the record and then reads its latest version, which is what
+// the check must see. At REPEATABLE READ or SERIALIZABLE PostgreSQL refuses
+// to update a row that another transaction changed after the snapshot was
+// taken (a serialization failure): every attempt longer than a heartbeat
+// would fail at its completion. A transaction whose isolation the caller
+// changed (SET TRANSACTION) is therefore not committed: CommitComplete
+// fails with ErrIsolation.
+func (l *Ledger) BeginOp(ctx context.Context) (op *OpTx, err error) {
 	if l.closed.Load() {
 		return nil, ledger.ErrClosed
 	}
@@ -51,45 +76,54 @@ func (l *Ledger) BeginOp(ctx context.Context) (*OpTx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(ctx, err))
 	}
+	defer func() {
+		if op == nil {
+			// The pool takes back only a connection that is idle and
+			// out of every transaction; it closes any other.
+			conn.Release()
+		}
+	}()
 	// The statements of CommitComplete are prepared once per connection
 	// (under their text as name, which a batch finds them by), so that
-	// the completion and the commit then go in a single round trip.
-	for _, sql := range []string{l.q.completeOrAbort, "COMMIT"} {
+	// they and the commit then go in a single round trip.
+	for _, sql := range []string{checkIsolation, l.q.completeOrAbort, "COMMIT"} {
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
-			conn.Release()
 			return nil, fmt.Errorf("begin: prepare the completion: %w", classify(ctx, err))
 		}
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, opTxOptions)
 	if err != nil {
-		conn.Release()
 		return nil, fmt.Errorf("begin: %w", classify(ctx, err))
 	}
 	return &OpTx{l: l, conn: conn, tx: tx}, nil
 }
 
 // Tx is the transaction for the caller's writes. The caller must not
-// commit or roll it back, nor use it once the OpTx has ended.
+// commit or roll it back, nor change its isolation level, nor use it once
+// the OpTx has ended.
 func (t *OpTx) Tx() pgx.Tx { return t.tx }
 
 // CommitComplete records c complete and commits the transaction, in one
-// round trip, and ends the OpTx. The record must be in progress under
-// c.Owner. When it is not (another claim took the operation over, the
-// record is gone or in another state), nothing is committed: the
-// transaction is rolled back, and the error wraps ledger.ErrNotOwner,
-// ledger.ErrNotFound or ledger.ErrState (a record already complete
-// included, since these writes did not commit with it). Any other error
+// round trip, and ends the OpTx, whatever happens (a panic included). The
+// record must be in progress under c.Owner. When it is not (another claim
+// took the operation over, the record is gone or in another state),
+// nothing is committed: the transaction is rolled back, and the error
+// wraps ledger.ErrNotOwner, ledger.ErrNotFound or ledger.ErrState (a record
+// already complete included, since these writes did not commit with it).
+// When the transaction no longer runs at READ COMMITTED, nothing is
+// committed and the error wraps ErrIsolation. When the server rolled the
+// transaction back because of a concurrent one (a deadlock, a
+// serialization failure), nothing is committed and the error wraps
+// ledger.ErrContention: the attempt may be made again. Any other error
 // (the connection lost, the commit refused) leaves it unknown whether the
 // commit took effect: read the record to tell.
 func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	if t.done {
 		return fmt.Errorf("complete %q: %w", c.Key, pgx.ErrTxClosed)
 	}
-	t.done = true
+	defer t.end(ctx)
 	it := item{key: c.Key, owner: c.Owner}
 	if !it.valid("complete") {
-		t.tx.Rollback(context.WithoutCancel(ctx))
-		t.conn.Release()
 		return it.err
 	}
 	result := c.Result
@@ -98,27 +132,28 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	}
 	l := t.l
 	b := &pgx.Batch{}
+	b.Queue(checkIsolation)
 	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
 	b.Queue("COMMIT")
 	br := t.conn.SendBatch(ctx, b)
+	_, isolationErr := br.Exec()
 	_, completeErr := br.Exec()
 	commit, commitErr := br.Exec()
-	cerr := cmp.Or(completeErr, commitErr, br.Close()) // the completion's own first: it tells a refusal
+	cerr := cmp.Or(isolationErr, completeErr, commitErr, br.Close()) // the first statement's error tells why the rest did not run
 	if cerr == nil && commit.String() != "COMMIT" {
 		cerr = fmt.Errorf("the server answered %q to the commit", commit.String())
 	}
 	if cerr == nil {
-		t.conn.Release()
+		t.committed = true
 		return nil
 	}
-	// The transaction did not commit, or it is not known whether it did.
-	// A connection that cannot roll back is closed, and the server ends
-	// the transaction. The pool takes back only a connection that is out
-	// of every transaction.
-	t.tx.Rollback(context.WithoutCancel(ctx))
-	t.conn.Release()
-	var pgErr *pgconn.PgError
-	if !errors.As(cerr, &pgErr) || pgErr.Code != "22P02" || !strings.Contains(pgErr.Message, notCompletedMark) {
+	// The transaction did not commit, or it is not known whether it did:
+	// it ends now, before the record is read on another connection.
+	t.end(ctx)
+	if level, ok := marked(cerr, isolationMark); ok {
+		return fmt.Errorf("complete %q: the transaction runs at %s, rolled back: %w", c.Key, level, ErrIsolation)
+	}
+	if _, ok := marked(cerr, notCompletedMark); !ok {
 		return fmt.Errorf("complete %q and commit: %w", c.Key, classify(ctx, cerr))
 	}
 	// Not committed: say why, from the record as it is now.
@@ -136,13 +171,40 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	})
 }
 
+// marked reports whether err is the failed cast by which one of the
+// statements of CommitComplete refuses to go on (see notCompletedMark and
+// isolationMark), and returns what follows mark in its message.
+func marked(err error, mark string) (string, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "22P02" {
+		return "", false
+	}
+	_, rest, ok := strings.Cut(pgErr.Message, mark)
+	return strings.TrimSuffix(rest, `"`), ok
+}
+
 // Rollback rolls the transaction back and ends the OpTx. It does nothing
-// once the OpTx has ended.
+// once the OpTx has ended, so that it may be deferred right after BeginOp.
 func (t *OpTx) Rollback(ctx context.Context) {
+	t.end(ctx)
+}
+
+// end ends the OpTx once: a transaction that did not commit is rolled
+// back, within Options.Timeout, and the connection is given back. A
+// connection whose rollback fails (a result still being read, the
+// connection broken, the server not answering in time) is closed by pgx,
+// and the server then ends the transaction; the pool takes back only a
+// connection that is idle and out of every transaction, and closes any
+// other.
+func (t *OpTx) end(ctx context.Context) {
 	if t.done {
 		return
 	}
 	t.done = true
-	t.tx.Rollback(context.WithoutCancel(ctx))
-	t.conn.Release()
+	defer t.conn.Release()
+	if !t.committed {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.l.cfg.timeout)
+		defer cancel()
+		t.tx.Rollback(rctx)
+	}
 }

@@ -78,7 +78,7 @@ func FullConfig() Config {
 			Stops: 3, StopFor: 8 * time.Second, Refusals: 3, RefuseFor: 6 * time.Second, Cuts: 4, Concurrency: 16},
 		Tx: TxConfig{Workers: 3, Ops: 2000, Deliveries: 6000, Duration: 90 * time.Second, Kills: 9, InTx: 9, Terms: 3,
 			Stops: 2, StopFor: 8 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 2, LostCommits: 24,
-			Concurrency: 8, HoldShare: 0.08, Hold: 200 * time.Millisecond},
+			Concurrency: 8, HoldShare: 0.08, Hold: 200 * time.Millisecond, PanicShare: 0.03},
 	}
 }
 
@@ -104,7 +104,7 @@ func ShortConfig() Config {
 			Stops: 1, StopFor: 7 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8},
 		Tx: TxConfig{Workers: 3, Ops: 200, Deliveries: 600, Duration: 20 * time.Second, Kills: 3, InTx: 3, Terms: 1,
 			Stops: 1, StopFor: 6 * time.Second, Cuts: 1, LostCommits: 6,
-			Concurrency: 8, HoldShare: 0.1, Hold: 200 * time.Millisecond},
+			Concurrency: 8, HoldShare: 0.1, Hold: 200 * time.Millisecond, PanicShare: 0.05},
 	}
 }
 
@@ -811,7 +811,7 @@ func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
 	if c.effects != "" {
 		tx := c.cfg.Tx
 		args = append(args, "-pgtx", "-effects", c.effects, "-control", c.control,
-			"-tx-hold-share", f(tx.HoldShare), "-tx-hold", tx.Hold.String())
+			"-tx-hold-share", f(tx.HoldShare), "-tx-hold", tx.Hold.String(), "-tx-panic-share", f(tx.PanicShare))
 	} else {
 		args = append(args, "-downstream", c.downURL+"/op")
 	}
@@ -1106,6 +1106,10 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 			if s.end == endWindowB {
 				sig = syscall.SIGUSR2
 			}
+			// Not before the run catches the signal, which it does
+			// before it opens its ledger: until then, its default
+			// action would end the process.
+			waitFor(ctx, 30*time.Second, func() bool { return p.outputHas("ledger opened in") || !p.alive() })
 			_ = p.cmd.Process.Signal(sig)
 			if !p.wait(ctx, s.dur-arm+10*time.Second) {
 				p.kill(endKill, "")

@@ -86,8 +86,9 @@
 // its own completion (after the transaction committed) and inside the
 // transaction: a share of the attempts hold their transaction open after
 // the insert and ask the campaign, which kills an armed run with SIGKILL
-// before it answers; or drained. Meanwhile the database is stopped hard
-// and restarted, its connections refused and cut, and the proxy loses
+// before it answers; or drained. A share of the attempts panic after the
+// insert, as a handler with a bug would. Meanwhile the database is stopped
+// hard and restarted, its connections refused and cut, and the proxy loses
 // commits: it holds back a COMMIT and cuts the connection (the server
 // rolls back), or passes it on and cuts the connection once the server
 // answered (the commit took effect, its answer is lost). Its audit reads
@@ -96,8 +97,10 @@
 // none, with no window excepted; every message sent is done, in the
 // dead-letter queue or still on the queue; every attempt whose handler
 // said it committed did, every row of an attempt killed inside its
-// transaction was rolled back, and every lost commit was resolved by the
-// operation's record as the database decided it.
+// transaction or that panicked was rolled back, and no transaction of a
+// handler that panicked was left open; every lost commit was resolved by
+// the operation's record as the database decided it; and no drained
+// worker left a session of its pool inside a transaction.
 //
 // The exit status is 0 when no operation or message was lost, nothing was
 // acknowledged that was not done, every execution beyond the first is

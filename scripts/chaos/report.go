@@ -116,6 +116,12 @@ type txJSON struct {
 	Kills                     int            `json:"kills"`
 	InTxKills                 int            `json:"kills_in_transaction"`
 	InTxHolds                 int            `json:"transactions_held"`
+	Panics                    int            `json:"handler_panics"`
+	PanicSessionsRead         int            `json:"panicked_sessions_read"`
+	PanicTxLeft               int            `json:"panicked_transactions_left_open"`
+	LeakChecks                int            `json:"runs_that_counted_sessions"`
+	LeakedSessions            int            `json:"sessions_left_in_transaction"`
+	PanicCommitted            int            `json:"panicked_rows_committed"`
 	Restarts                  int            `json:"database_restarts"`
 	ConnsCut                  int            `json:"connections_cut"`
 	LostRequests              int            `json:"commit_requests_lost"`
@@ -260,6 +266,7 @@ func writeReport(dir string, rep *Report, runErr error, notes []string) error {
 		}
 		if t := rep.Tx; t != nil {
 			j.Tx = &txJSON{Workers: t.Workers, Runs: t.Runs, Kills: t.Kills, InTxKills: t.InTxKills, InTxHolds: t.InTxHolds,
+				Panics: t.Panics, PanicSessionsRead: t.PanicSessionsRead, PanicTxLeft: t.PanicTxLeft, LeakChecks: t.LeakChecks, LeakedSessions: t.LeakedSessions, PanicCommitted: t.PanicCommitted,
 				Restarts: t.Restarts, ConnsCut: t.ConnsCut, LostRequests: t.LostRequests, LostAnswers: t.LostAnswers,
 				ResolvedCommitted: t.ResolvedCommitted, AnsweredToldFailed: t.AnsweredToldFailed, ResolvedNotCommitted: t.ResolvedNotCommitted,
 				LostUnresolved: t.LostUnresolved, EffectRows: t.EffectRows, OpsComplete: t.OpsComplete, Completed: t.Completed,

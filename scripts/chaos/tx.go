@@ -45,6 +45,9 @@ type TxConfig struct {
 	// the insert, and tell the campaign, which may kill them there.
 	HoldShare float64
 	Hold      time.Duration
+	// PanicShare of the attempts panic after the insert (and the hold),
+	// as a handler with a bug would.
+	PanicShare float64
 }
 
 // txEffectsTable is the transactional campaign's effects table: one row
@@ -102,13 +105,14 @@ func (c *campaign) txCampaign() (*campaign, error) {
 // campaign's kind of workload, every message tagged; each worker killed
 // at random, in the windows around its own completion and inside the
 // transaction between the insert and the commit, or drained, and
-// restarted at once; meanwhile the database stopped hard and restarted,
-// its connections refused and cut, and commits lost. Then the audit from
-// the database itself (txAudit).
+// restarted at once; a share of the handlers' attempts panic after their
+// insert; meanwhile the database stopped hard and restarted, its
+// connections refused and cut, and commits lost. Then the audit from the
+// database itself (txAudit).
 func (c *campaign) runTx(ctx context.Context) (*txReport, error) {
 	tc := c.cfg.Tx
-	c.logf("transactional campaign: %d workers with pgtx handlers on one queue and one PostgreSQL database, %d operations, about %d deliveries over %v, %d kills inside the transaction and %d others, %d drains, the database stopped %d times, refused %d times, cut %d times, %d commits lost",
-		tc.Workers, tc.Ops, tc.Deliveries, tc.Duration, tc.InTx, tc.Kills, tc.Terms, tc.Stops, tc.Refusals, tc.Cuts, tc.LostCommits)
+	c.logf("transactional campaign: %d workers with pgtx handlers on one queue and one PostgreSQL database, %d operations, about %d deliveries over %v, %d kills inside the transaction and %d others, %d drains, the database stopped %d times, refused %d times, cut %d times, %d commits lost, %.0f%% of the attempts panicking after their insert",
+		tc.Workers, tc.Ops, tc.Deliveries, tc.Duration, tc.InTx, tc.Kills, tc.Terms, tc.Stops, tc.Refusals, tc.Cuts, tc.LostCommits, 100*tc.PanicShare)
 	// Each handler holds a connection for its transaction; the worker's
 	// claims, heartbeats and completions need more.
 	if err := c.startDatabase(ctx, tc.Concurrency+8); err != nil {

@@ -59,6 +59,15 @@ type txReport struct {
 	CommittedToldFailed             int // committed, the handler told the worker it was not (safe: the record decides)
 	InTxHolds, InTxKills            int
 	InTxMissed                      int // kills meant for a held transaction that came after it went on
+	Panics                          int // attempts that panicked after their insert, on purpose
+	// The sessions of those attempts' transactions once their handler
+	// had returned: read, and still inside a transaction.
+	PanicSessionsRead, PanicTxLeft int
+
+	// Drained runs that counted, once their worker had stopped, the
+	// sessions of their ledger's pool still inside a transaction, and
+	// how many they found.
+	LeakChecks, LeakedSessions int
 
 	// Commits the proxy lost, and what the worker's handler made of them.
 	LostRequests, LostAnswers int
@@ -75,6 +84,7 @@ type txReport struct {
 	RowOfAnotherAttempt       int
 	ToldCommittedNotCommitted int
 	InTxCommitted             int
+	PanicCommitted            int
 	LostRequestCommitted      int
 	LostAnswerMissing         int
 	ConflictRan, KeylessRan   int
@@ -104,6 +114,7 @@ const (
 	rbTransient = "transient failures"
 	rbPermanent = "permanent failures"
 	rbInTx      = "killed inside the transaction"
+	rbPanicked  = "handlers that panicked after the insert"
 	rbKilled    = "runs killed otherwise before the commit"
 	rbRequest   = "commits lost on their way"
 	rbCommit    = "commits whose connection failed"
@@ -159,6 +170,15 @@ func (c *campaign) txAudit(ctx context.Context, wl *workload, snd *sender, elaps
 		return nil, err
 	}
 	r.Runs, r.Kills, r.Ends, r.Faults, r.Stats = rl.runs, rl.kills, rl.endCounts, rl.faults, rl.stats
+	for _, p := range procs {
+		if cnt := c.counts(p.id); cnt.LeakChecked {
+			r.LeakChecks++
+			r.LeakedSessions += int(cnt.LeakedSessions)
+			if cnt.LeakedSessions > 0 {
+				detail("run %d: %d sessions of its ledger's pool still inside a transaction after its worker stopped", p.id, cnt.LeakedSessions)
+			}
+		}
+	}
 	f, err := c.sharedFindings(rl)
 	if err != nil {
 		return nil, err
@@ -181,6 +201,7 @@ func (c *campaign) txAudit(ctx context.Context, wl *workload, snd *sender, elaps
 	var inserts []txInsert
 	handled := map[string]event.WorkerEvent{} // by owner: one handler call per claim
 	wentOn := map[string]bool{}               // by owner: held, and went on without the campaign's answer
+	panicked := map[string]bool{}             // by owner: panicked after the insert
 	for _, p := range procs {
 		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
 			switch e.Ev {
@@ -194,6 +215,20 @@ func (c *campaign) txAudit(ctx context.Context, wl *workload, snd *sender, elaps
 				}
 			case event.EvHandled:
 				handled[e.Owner] = e
+				if e.Session != "" {
+					switch {
+					case strings.HasPrefix(e.Session, event.SessionUnknown):
+					case strings.HasPrefix(e.Session, "idle in transaction"):
+						r.PanicSessionsRead++
+						r.PanicTxLeft++
+						detail("%s: run %d's handler panicked, and its transaction's session was still %s after the handler returned (%s)", e.Key, p.id, e.Session, e.Owner)
+					default:
+						r.PanicSessionsRead++
+					}
+				}
+			case event.EvPanic:
+				r.Panics++
+				panicked[e.Owner] = true
 			}
 		})
 		if err != nil {
@@ -468,6 +503,10 @@ func (c *campaign) txAudit(ctx context.Context, wl *workload, snd *sender, elaps
 		}
 		if _, ok := rowByOwner[e.Owner]; ok {
 			r.Committed++
+			if panicked[e.Owner] {
+				r.PanicCommitted++
+				detail("%s: run %d's handler panicked after its insert, and its row committed (%s)", e.Key, in.run, e.Owner)
+			}
 			if told && h.Err != "" {
 				r.CommittedToldFailed++
 			}
@@ -547,6 +586,8 @@ func rollbackCause(owner string, h event.WorkerEvent, told bool, inTx map[string
 	switch {
 	case lostRequest[owner]:
 		return rbRequest
+	case told && strings.HasPrefix(h.Err, event.HandlerPanicked):
+		return rbPanicked
 	case !told:
 		if _, ok := inTx[owner]; ok {
 			return rbInTx
@@ -617,7 +658,7 @@ func (r *txReport) print(row func(name, value string), must func(name string, n 
 			len(pg.Waits), spread(ws), pg.CutShort, pg.Unavail))
 	}
 	var causes []string
-	for _, k := range []string{rbTransient, rbPermanent, rbInTx, rbKilled, rbRequest, rbCommit, rbRefused, rbStopped, rbOther, rbEnded} {
+	for _, k := range []string{rbTransient, rbPermanent, rbPanicked, rbInTx, rbKilled, rbRequest, rbCommit, rbRefused, rbStopped, rbOther, rbEnded} {
 		if n := r.RolledBackBy[k]; n > 0 {
 			causes = append(causes, fmt.Sprintf("%d %s", n, k))
 		}
@@ -629,6 +670,8 @@ func (r *txReport) print(row func(name, value string), must func(name string, n 
 		missed = fmt.Sprintf(" (and %d kills meant for one came after it went on without the campaign's answer)", r.InTxMissed)
 	}
 	sub("transactions held open after the insert", fmt.Sprintf("%d, %d of them killed there (SIGKILL)%s", r.InTxHolds, r.InTxKills, missed))
+	sub("handlers that panicked after the insert", fmt.Sprintf("%d (each a retryable failure); the session of %d of their transactions read once the handler had returned: %d still inside the transaction", r.Panics, r.PanicSessionsRead, r.PanicTxLeft))
+	sub("sessions left inside a transaction after a drain", fmt.Sprintf("%d, counted by %d drained runs once their worker had stopped", r.LeakedSessions, r.LeakChecks))
 	sub("lost commits resolved by the record", fmt.Sprintf("answers dropped %d: told committed %d, told not committed %d (the redelivery found it complete); requests lost %d: told not committed %d; %d runs killed before their handler returned",
 		r.LostAnswers, r.ResolvedCommitted, r.AnsweredToldFailed, r.LostRequests, r.ResolvedNotCommitted, r.LostUnresolved))
 	sub("effect rows", fmt.Sprintf("%d, for %d operations complete in the ledger", r.EffectRows, r.OpsComplete))
@@ -642,6 +685,9 @@ func (r *txReport) print(row func(name, value string), must func(name string, n 
 	zero("effect rows of another attempt than the completion's", r.RowOfAnotherAttempt)
 	zero("handlers told committed whose row did not commit", r.ToldCommittedNotCommitted)
 	zero("rows of attempts killed inside their transaction", r.InTxCommitted)
+	zero("rows of attempts that panicked", r.PanicCommitted)
+	zero("transactions of panicked handlers left open", r.PanicTxLeft)
+	zero("sessions left inside a transaction after a drain", r.LeakedSessions)
 	zero("lost commit requests that took effect", r.LostRequestCommitted)
 	zero("answered commits whose row is missing", r.LostAnswerMissing)
 	zero("conflicting payloads run", r.ConflictRan)
@@ -680,6 +726,11 @@ func (r *txReport) checks() []check {
 	zero("effect rows of another attempt than the completion's", r.RowOfAnotherAttempt)
 	zero("handlers told committed whose row did not commit", r.ToldCommittedNotCommitted)
 	zero("rows of attempts killed inside their transaction", r.InTxCommitted)
+	zero("rows of attempts that panicked", r.PanicCommitted)
+	zero("transactions of panicked handlers left open", r.PanicTxLeft)
+	cs = append(cs, check{Name: "tx: sessions of panicked handlers read", Value: fmt.Sprintf("%d of %d", r.PanicSessionsRead, r.Panics), OK: r.Panics == 0 || r.PanicSessionsRead > 0})
+	zero("sessions left inside a transaction after a drain", r.LeakedSessions)
+	cs = append(cs, check{Name: "tx: drained runs that counted their sessions", Value: fmt.Sprint(r.LeakChecks), OK: r.LeakChecks > 0})
 	zero("lost commit requests that took effect", r.LostRequestCommitted)
 	zero("answered commits whose row is missing", r.LostAnswerMissing)
 	zero("conflicting payloads run", r.ConflictRan)

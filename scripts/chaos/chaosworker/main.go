@@ -38,7 +38,17 @@
 // holds the transaction open after the insert for -tx-hold, and first logs
 // that it is inside and asks the campaign (POST
 // -control/intx?run=N&key=K&owner=O), which may kill it there with SIGKILL
-// before it answers.
+// before it answers. In another share (-tx-panic-share) it panics after the
+// insert (and the hold), as a handler with a bug would: the event log says
+// so, and the worker must turn the panic into a retryable failure once the
+// transaction is rolled back; once the handler has returned, it reads from
+// the database the state of that transaction's session, which must no
+// longer be inside a transaction, and logs it with the handler's result.
+// Once its worker has stopped on a drain, it asks the database how many
+// sessions of its ledger's pool (application name chaosworker-N, N the
+// run, as every run on -postgres names them) are still inside a
+// transaction, and writes that into its counters: no handler runs then, so
+// none may be.
 //
 // On a bbolt ledger it serves the ledger on a unix socket beside the file
 // (the path plus ".sock") for `sqsonce ledger` commands, as `sqsonce run`
@@ -73,6 +83,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -82,6 +93,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
@@ -113,6 +125,7 @@ type options struct {
 	control    string
 	holdShare  float64
 	hold       time.Duration
+	panicShare float64
 	downstream string
 	dir        string
 	crashLog   string
@@ -150,6 +163,7 @@ func main() {
 	flag.StringVar(&o.control, "control", "", "the campaign's control URL, asked from inside a held transaction (with -pgtx)")
 	flag.Float64Var(&o.holdShare, "tx-hold-share", 0, "share of the attempts that hold their transaction open after the insert (with -pgtx)")
 	flag.DurationVar(&o.hold, "tx-hold", 200*time.Millisecond, "how long such an attempt holds it (with -pgtx)")
+	flag.Float64Var(&o.panicShare, "tx-panic-share", 0, "share of the attempts that panic after the insert (with -pgtx)")
 	flag.StringVar(&o.downstream, "downstream", "", "URL the http handler POSTs to")
 	flag.StringVar(&o.dir, "dir", "", "directory for this run's event log and counters")
 	flag.StringVar(&o.crashLog, "crash-log", "", "crash log (shared by all runs)")
@@ -179,6 +193,15 @@ func main() {
 }
 
 func run(o options) (code int) {
+	// The campaign may arm a run (SIGUSR1, SIGUSR2, SIGWINCH) as soon as it
+	// has started it: caught from the start, they wait here until the
+	// worker is set up. SIGUSR1 and SIGUSR2 would otherwise end a process
+	// that has not caught them yet, and a SIGWINCH would be lost.
+	usr := make(chan os.Signal, 2)
+	signal.Notify(usr, syscall.SIGUSR1, syscall.SIGUSR2)
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
@@ -215,9 +238,15 @@ func run(o options) (code int) {
 	var db *ledger.DB
 	var pgl *postgres.Ledger
 	opened := time.Now()
+	app := fmt.Sprintf("chaosworker-%d", o.run) // the application name of the ledger's sessions
 	if o.pgURL != "" {
+		pgURL, err := withAppName(o.pgURL, app)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaosworker: -postgres:", err)
+			return 2
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		pg, err := postgres.Open(ctx, postgres.Options{URL: o.pgURL, Table: o.pgTable, Timeout: o.pgTimeout})
+		pg, err := postgres.Open(ctx, postgres.Options{URL: pgURL, Table: o.pgTable, Timeout: o.pgTimeout})
 		cancel()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "chaosworker: %v\n", err)
@@ -282,19 +311,20 @@ func run(o options) (code int) {
 	}, sqsclient.InMemoryBodies) // as sqsonce run builds its client
 
 	var h worker.Handler
+	var sessions *sessionWatch
 	if o.pgtx {
+		sessions = &sessionWatch{raw: o.pgURL}
 		tw := &txWork{
-			run:       o.run,
-			table:     pgx.Identifier{o.effects}.Sanitize(),
-			events:    events,
-			control:   o.control,
-			holdShare: o.holdShare,
-			hold:      o.hold,
-			rng:       rand.New(rand.NewPCG(o.seed, o.seed+2)),
-			client:    &http.Client{Timeout: 15 * time.Second},
+			run:        o.run,
+			table:      pgx.Identifier{o.effects}.Sanitize(),
+			events:     events,
+			control:    o.control,
+			holdShare:  o.holdShare,
+			hold:       o.hold,
+			panicShare: o.panicShare,
+			rng:        rand.New(rand.NewPCG(o.seed, o.seed+2)),
+			client:     &http.Client{Timeout: 15 * time.Second},
 		}
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
 		go func() {
 			for range winch {
 				tw.armed.Store(true)
@@ -316,6 +346,8 @@ func run(o options) (code int) {
 	countsPath := filepath.Join(o.dir, fmt.Sprintf("run-%d.counts", o.run))
 	var w *worker.Worker
 	var completesOK atomic.Int64
+	var leakChecked bool
+	var leaked int64
 	cl := &chaosLedger{
 		inner:       store,
 		run:         o.run,
@@ -346,6 +378,7 @@ func run(o options) (code int) {
 			}
 		}
 		c.Waits, c.WaitNanos, c.Down = cl.waits()
+		c.LeakChecked, c.LeakedSessions = leakChecked, leaked
 		if w != nil {
 			c.Stats = w.Stats()
 		}
@@ -373,7 +406,7 @@ func run(o options) (code int) {
 		MaxBackoff:        o.maxBackoff,
 		Grace:             o.grace,
 		Logger:            log,
-	}, client, wl, eventHandler{h: h, events: events})
+	}, client, wl, eventHandler{h: h, events: events, sessions: sessions})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		return 1
@@ -387,8 +420,6 @@ func run(o options) (code int) {
 		<-sigs
 		w.StopNow()
 	}()
-	usr := make(chan os.Signal, 2)
-	signal.Notify(usr, syscall.SIGUSR1, syscall.SIGUSR2)
 	go func() {
 		for sig := range usr {
 			if sig == syscall.SIGUSR1 {
@@ -416,6 +447,21 @@ func run(o options) (code int) {
 	close(tickDone)
 	bg.Wait()
 	cl.endWait()
+	if sessions != nil {
+		sessions.close()
+	}
+	if o.pgtx {
+		// Every handler has returned: a session of the pool still inside
+		// a transaction holds one that nothing will end (and Close would
+		// wait for its connection forever). Counted before Close.
+		n, lerr := sessionsInTx(o.pgURL, app)
+		if lerr != nil {
+			fmt.Fprintln(os.Stderr, "chaosworker: count the sessions left in a transaction:", lerr)
+		} else {
+			leakChecked, leaked = true, n
+		}
+		snapshot(false)
+	}
 	if sock != nil {
 		sock.Close()
 	}
@@ -475,6 +521,11 @@ func (l *chaosLedger) unavailable(err error) {
 func (l *chaosLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
 	claims, err := l.inner.ClaimBatch(ctx, reqs)
 	l.unavailable(err)
+	if errors.Is(err, ledger.ErrContention) {
+		// Rolled back because of a concurrent transaction: the store
+		// answered, and the worker does not wait for it.
+		return claims, err
+	}
 	if err != nil {
 		l.gateMu.Lock()
 		if !l.down {
@@ -631,6 +682,9 @@ func (l *chaosLedger) die(window, key string, n int64) {
 type eventHandler struct {
 	h      worker.Handler
 	events *event.Appender
+	// sessions reads the state of a transaction's session after a
+	// planned panic (with -pgtx).
+	sessions *sessionWatch
 }
 
 // messageKey is the context key under which eventHandler hands the message
@@ -638,6 +692,21 @@ type eventHandler struct {
 type messageKey struct{}
 
 func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
+	defer func() {
+		// A panic is logged, then goes on to the worker.
+		if p := recover(); p != nil {
+			ev := event.WorkerEvent{
+				Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner,
+				Err: fmt.Sprintf("%s: %v", event.HandlerPanicked, p),
+			}
+			if tp, ok := p.(txPanic); ok && e.sessions != nil {
+				ev.Session = e.sessions.state(tp.pid)
+			}
+			ev.T = time.Now().UnixNano()
+			e.log(ev)
+			panic(p)
+		}
+	}()
 	err := e.h.Handle(context.WithValue(ctx, messageKey{}, m), m)
 	ev := event.WorkerEvent{
 		Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner,
@@ -648,23 +717,139 @@ func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
 		// the grace, or a lease that another claim took over.
 		ev.Cause = errText(context.Cause(ctx))
 	}
-	if aerr := e.events.Append(ev); aerr != nil {
-		fmt.Fprintln(os.Stderr, "chaosworker: event log:", aerr)
-	}
+	e.log(ev)
 	return err
+}
+
+func (e eventHandler) log(ev event.WorkerEvent) {
+	if err := e.events.Append(ev); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker: event log:", err)
+	}
+}
+
+// withAppName returns the connection string raw with application_name set
+// to app.
+func withAppName(raw, app string) (string, error) {
+	if !strings.Contains(raw, "://") {
+		return raw + " application_name=" + app, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// sessionWatch reads the state of sessions of the database of raw, on a
+// connection of its own. It is safe for concurrent use.
+type sessionWatch struct {
+	raw  string
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+// state returns the state of the session of server process pid in
+// pg_stat_activity, event.SessionGone when there is none, or
+// event.SessionUnknown and why. A session inside a transaction is looked
+// at again for up to 3 s: a connection that its client has just closed
+// (one whose rollback failed) ends as soon as the server reads the end of
+// the stream, a transaction that nothing ends stays.
+func (s *sessionWatch) state(pid uint32) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		st := s.read(pid)
+		if !strings.HasPrefix(st, "idle in transaction") || time.Now().After(deadline) {
+			return st
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (s *sessionWatch) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		s.conn.Close(context.Background())
+		s.conn = nil
+	}
+}
+
+// read reads the state once, on a new connection when the one it has
+// fails (the campaign's proxy cuts connections).
+func (s *sessionWatch) read(pid uint32) string {
+	st := s.readOn(pid)
+	if strings.HasPrefix(st, event.SessionUnknown) {
+		st = s.readOn(pid)
+	}
+	return st
+}
+
+func (s *sessionWatch) readOn(pid uint32) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if s.conn == nil {
+		pc, err := pgxpool.ParseConfig(s.raw) // drops the pool's settings
+		if err != nil {
+			return event.SessionUnknown + ": " + err.Error()
+		}
+		if s.conn, err = pgx.ConnectConfig(ctx, pc.ConnConfig); err != nil {
+			s.conn = nil
+			return event.SessionUnknown + ": " + err.Error()
+		}
+	}
+	var st *string
+	err := s.conn.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE pid = $1`, int64(pid)).Scan(&st)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return event.SessionGone
+	case err != nil:
+		s.conn.Close(context.Background())
+		s.conn = nil
+		return event.SessionUnknown + ": " + err.Error()
+	case st == nil:
+		return event.SessionUnknown + ": no state"
+	}
+	return *st
+}
+
+// sessionsInTx counts the sessions of application name app that are inside
+// a transaction and not running a statement, on a connection of its own to
+// the database of raw.
+func sessionsInTx(raw, app string) (int64, error) {
+	pc, err := pgxpool.ParseConfig(raw) // drops the pool's settings
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.Background())
+	var n int64
+	err = conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE application_name = $1 AND state IN ('idle in transaction', 'idle in transaction (aborted)')`, app).Scan(&n)
+	return n, err
 }
 
 // txWork is the work of the transactional handler (-pgtx): one effect row
 // per attempt, inserted in the transaction of the operation's completion,
 // then what the body asks for.
 type txWork struct {
-	run       int
-	table     string // the effects table, quoted
-	events    *event.Appender
-	control   string
-	holdShare float64
-	hold      time.Duration
-	client    *http.Client
+	run        int
+	table      string // the effects table, quoted
+	events     *event.Appender
+	control    string
+	holdShare  float64
+	hold       time.Duration
+	panicShare float64
+	client     *http.Client
 
 	seq   atomic.Int64
 	armed atomic.Bool // SIGWINCH came: hold the next attempt's transaction
@@ -697,7 +882,7 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 		return fmt.Errorf("insert the effect row: %w", err)
 	}
 	t.log(event.WorkerEvent{Ev: event.EvInsert, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, Seq: seq, Hash: hash, Client: client})
-	if t.armed.CompareAndSwap(true, false) || t.draw() {
+	if t.armed.CompareAndSwap(true, false) || t.draw(t.holdShare) {
 		t.log(event.WorkerEvent{Ev: event.EvInTx, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
 		if err := t.askControl(ctx, m); err != nil {
 			// Not killed while it asked: the campaign must know that this
@@ -707,6 +892,10 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 		if err := sleepCtx(ctx, t.hold); err != nil {
 			return err
 		}
+	}
+	if t.draw(t.panicShare) {
+		t.log(event.WorkerEvent{Ev: event.EvPanic, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
+		panic(txPanic{key: m.Key, seq: seq, run: t.run, pid: tx.Conn().PgConn().PID()})
 	}
 	var b txBody
 	_ = json.Unmarshal(m.Body, &b)
@@ -729,13 +918,27 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 	return nil
 }
 
-func (t *txWork) draw() bool {
-	if t.holdShare <= 0 {
+// txPanic is the value of a transactional handler's planned panic: pid is
+// the server process of its transaction's session.
+type txPanic struct {
+	key string
+	seq int64
+	run int
+	pid uint32
+}
+
+func (p txPanic) String() string {
+	return fmt.Sprintf("chaos: a planned panic after the insert of %s, row %d of run %d", p.key, p.seq, p.run)
+}
+
+// draw reports true with probability share.
+func (t *txWork) draw(share float64) bool {
+	if share <= 0 {
 		return false
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.rng.Float64() < t.holdShare
+	return t.rng.Float64() < share
 }
 
 // askControl tells the campaign that this attempt is inside its

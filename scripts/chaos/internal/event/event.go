@@ -59,6 +59,10 @@ const (
 	// insert, and asks the campaign whether to be killed there; a second
 	// one with Err says it went on without the campaign's answer.
 	EvInTx = "in-tx"
+	// A transactional handler panics after its insert, on purpose, as a
+	// handler with a bug would (Owner); its transaction must be rolled
+	// back and its connection given back.
+	EvPanic = "panic"
 )
 
 // WaitCutShort is the Err of an EvWait that ended with the run, not with
@@ -85,7 +89,7 @@ type WorkerEvent struct {
 	Copy  string `json:"copy,omitempty"`
 	Queue string `json:"queue,omitempty"`
 	// Owner: the attempt's claim in the ledger (worker.Message.Owner), on
-	// EvHandled, EvInsert and EvInTx.
+	// EvHandled, EvInsert, EvInTx and EvPanic.
 	Owner string `json:"owner,omitempty"`
 	// EvInsert: the row's sequence number in its run, the SHA-256 of the
 	// payload (hex: the worker's fingerprint), and the local address of the
@@ -94,7 +98,22 @@ type WorkerEvent struct {
 	Seq    int64  `json:"seq,omitempty"`
 	Hash   string `json:"hash,omitempty"`
 	Client string `json:"client,omitempty"`
+	// Session: EvHandled of a transactional handler that panicked, the
+	// state of its transaction's session once the handler had returned
+	// (pg_stat_activity.state: "idle" after a rollback, SessionGone when
+	// the session had ended, "idle in transaction" when nothing ended
+	// the transaction; SessionUnknown and why when it could not be read).
+	Session string `json:"session,omitempty"`
 }
+
+// HandlerPanicked begins the Err of an EvHandled whose handler panicked.
+const HandlerPanicked = "panicked"
+
+// Session states of an EvHandled besides pg_stat_activity's own.
+const (
+	SessionGone    = "gone"
+	SessionUnknown = "unknown"
+)
 
 // Execution is a line of the downstream's log: one POST it served.
 type Execution struct {
@@ -142,7 +161,13 @@ type Counts struct {
 	Waits     int64 `json:"waits"`
 	WaitNanos int64 `json:"wait_nanos"`
 	Down      bool  `json:"down"`
-	Final     bool  `json:"final"`
+	// LeakChecked is true when the run, once its worker had stopped (a
+	// drain), asked the database how many sessions of its ledger's pool
+	// were still inside a transaction: LeakedSessions. No handler runs
+	// then, so each of them is a transaction that nothing will end.
+	LeakChecked    bool  `json:"leak_checked,omitempty"`
+	LeakedSessions int64 `json:"leaked_sessions,omitempty"`
+	Final          bool  `json:"final"`
 }
 
 // Appender appends JSON lines to a file. It is safe for concurrent use.
