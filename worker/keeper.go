@@ -39,13 +39,10 @@ type keeper struct {
 
 	mu      sync.Mutex
 	jobs    []*job // kept: not settled yet
-	stopped bool
+	stopped bool   // no job left: no more beats
 	t       *time.Timer
 	due     time.Time
-	ctx     context.Context // made at the first beat; cancelled by stop
-	cancel  context.CancelFunc
 	beat    *beatRun // the beat in flight, if any
-	beats   sync.WaitGroup
 }
 
 // beatRun is one beat in flight: the jobs it covers, and closed when done.
@@ -156,19 +153,6 @@ func (k *keeper) leave(j *job, wait bool) {
 	}
 }
 
-// stop stops the keeper, cancels a beat in flight and waits for it.
-func (k *keeper) stop() {
-	k.mu.Lock()
-	k.stopped = true
-	k.t.Stop()
-	cancel := k.cancel
-	k.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	k.beats.Wait()
-}
-
 // giveBack gives back js, whose work never started, unless given back
 // already: their claims are released and they become visible after wait.
 // With all set, every job of the batch that is waiting to start goes
@@ -199,13 +183,6 @@ func (k *keeper) giveBack(js []*job, all bool, wait time.Duration) {
 		k.leave(j, true)
 	}
 	k.w.giveBack(out, wait)
-}
-
-// givenBack reports whether j was given back (by another job's giveBack).
-func (k *keeper) givenBack(j *job) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return j.kept.givenBack
 }
 
 // startable decides whether j, claimed here, may start its work now. It
@@ -254,10 +231,6 @@ func (k *keeper) fire() {
 		k.mu.Unlock()
 		return
 	}
-	if k.ctx == nil {
-		k.ctx, k.cancel = context.WithCancel(context.Background())
-	}
-	ctx := k.ctx
 	run := &beatRun{jobs: make(map[*job]bool, len(k.jobs)), done: make(chan struct{})}
 	msgs := make([]types.Message, 0, len(k.jobs))
 	var leased []*job
@@ -273,15 +246,13 @@ func (k *keeper) fire() {
 		}
 	}
 	k.beat = run
-	k.beats.Add(1)
-	k.w.beats.Add(1)
+	k.w.beats.Add(1) // Run waits for it
 	k.mu.Unlock()
 	defer k.w.beats.Done()
-	defer k.beats.Done()
 
 	w := k.w
 	start := time.Now()
-	bctx, cancel := context.WithTimeout(ctx, k.every)
+	bctx, cancel := context.WithTimeout(context.Background(), k.every)
 	var errs []error
 	var unchanged []types.Message
 	var calls sync.WaitGroup
@@ -296,10 +267,6 @@ func (k *keeper) fire() {
 	k.mu.Lock()
 	k.beat = nil
 	close(run.done)
-	if ctx.Err() != nil {
-		k.mu.Unlock()
-		return // stopped
-	}
 	w.stats.heartbeats.Add(int64(len(msgs) - len(unchanged)))
 	if len(unchanged) > 0 {
 		w.log.Warn("heartbeat: extending the visibility of kept messages failed: the next beat tries again", "messages", len(unchanged))

@@ -27,15 +27,14 @@ import (
 // away. It counts the calls that keep and give back claims.
 type seamLedger struct {
 	*ledger.DB
-	failFails      atomic.Int32 // the next Fail calls fail as unavailable
-	failCompletes  atomic.Bool  // completions fail as unavailable
-	failExtends    atomic.Bool  // lease extensions fail as unavailable
-	hangExtends    atomic.Bool  // lease extensions hang until their context ends
-	extendCalls    atomic.Int64 // calls that extend leases, and the leases they extend
-	extendLeases   atomic.Int64
-	releaseCalls   atomic.Int64 // calls that release claims, and the claims they release
-	releaseClaims  atomic.Int64
-	claimsInFlight atomic.Int64
+	failFails     atomic.Int32 // the next Fail calls fail as unavailable
+	failCompletes atomic.Bool  // completions fail as unavailable
+	failExtends   atomic.Bool  // lease extensions fail as unavailable
+	hangExtends   atomic.Bool  // lease extensions hang until their context ends
+	extendCalls   atomic.Int64 // calls that extend leases, and the leases they extend
+	extendLeases  atomic.Int64
+	releaseCalls  atomic.Int64 // calls that release claims, and the claims they release
+	releaseClaims atomic.Int64
 }
 
 var errAway = fmt.Errorf("store away for the test: %w", ledger.ErrUnavailable)

@@ -591,6 +591,46 @@ func TestFIFOSeveralMessagesOfAGroupPerReceive(t *testing.T) {
 	}
 }
 
+// Messages of one group that come back together (visibility 0, or their
+// visibility timeout ended) keep their order, as SQS keeps it.
+func TestFIFOGroupBackInOrder(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+	ctx := testContext(t)
+	for _, b := range []string{"G1", "G2", "G3", "G4"} {
+		sendFIFO(t, c, q.URL, b, "G", b)
+	}
+	got := receive(t, c, q.URL, 10, 0)
+	if !slices.Equal(bodies(got), []string{"G1", "G2", "G3", "G4"}) {
+		t.Fatalf("received %q", bodies(got))
+	}
+	del(t, c, q.URL, got[0])
+	for _, m := range got[1:] {
+		if _, err := c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got = receive(t, c, q.URL, 10, 0)
+	if !slices.Equal(bodies(got), []string{"G2", "G3", "G4"}) {
+		t.Fatalf("given back together, then received %q, want them in order", bodies(got))
+	}
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), MaxNumberOfMessages: 10})
+	if err != nil || len(out.Messages) != 0 {
+		t.Fatalf("received %v, %v while the group is in flight", bodies(out.Messages), err)
+	}
+	// Their visibility timeout (the queue's) ends together.
+	for _, m := range got {
+		if _, err := c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond)
+	if got := bodies(receive(t, c, q.URL, 10, 0)); !slices.Equal(got, []string{"G2", "G3", "G4"}) {
+		t.Fatalf("back after their visibility timeout: %q, want them in order", got)
+	}
+}
+
 func TestFIFOReceiveRequestAttemptIDIgnored(t *testing.T) {
 	t.Parallel()
 	c := sqstest.NewClient(t, nil)

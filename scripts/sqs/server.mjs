@@ -26,7 +26,10 @@
 // every case of a message that waits behind another of its group in a
 // worker's hands. fifoLikeSQS below makes one receive take a group's next
 // messages too; the group stays locked for other receives while any of
-// them is in flight, as before.
+// them is in flight, as before. And since several messages of a group may
+// now come back at once (visibility 0, or their visibility timeout ends),
+// it puts them back in their order: fauxqs puts each one back at the head
+// of its group, which would reverse them.
 
 import { buildApp } from "fauxqs";
 import { SqsQueue } from "./node_modules/fauxqs/dist/sqs/sqsStore.js";
@@ -44,6 +47,7 @@ function fifoLikeSQS(Queue) {
   }
   Queue.prototype.dequeueFifo = function (maxCount, visibilityTimeoutOverride, dlqResolver) {
     const want = Math.min(maxCount, 10);
+    this.processTimers(); // what came back unlocks its group first
     const lockedBefore = new Set(this.fifoLockedGroups.keys());
     const out = [];
     for (;;) {
@@ -66,6 +70,41 @@ function fifoLikeSQS(Queue) {
       }
     }
   };
+
+  const changeVisibility = Queue.prototype.changeVisibility;
+  const processTimers = Queue.prototype.processTimers;
+  if (typeof changeVisibility !== "function" || typeof processTimers !== "function") {
+    throw new Error("fauxqs has no SqsQueue.changeVisibility or processTimers: the FIFO patch does not fit this version");
+  }
+  Queue.prototype.changeVisibility = function (receiptHandle, timeoutSeconds) {
+    const entry = this.inflightMessages.get(receiptHandle);
+    changeVisibility.call(this, receiptHandle, timeoutSeconds);
+    if (this.isFifo() && entry?.message.messageGroupId) {
+      inSequence(this.fifoMessages.get(entry.message.messageGroupId));
+    }
+  };
+  Queue.prototype.processTimers = function () {
+    processTimers.call(this);
+    if (this.isFifo()) {
+      for (const group of this.fifoMessages.values()) {
+        inSequence(group);
+      }
+    }
+  };
+}
+
+// inSequence sorts a group's waiting messages by their sequence numbers
+// (zero-padded decimal strings), unless they are in order already.
+function inSequence(group) {
+  if (!group) {
+    return;
+  }
+  for (let i = 1; i < group.length; i++) {
+    if (group[i - 1].sequenceNumber > group[i].sequenceNumber) {
+      group.sort((a, b) => (a.sequenceNumber < b.sequenceNumber ? -1 : a.sequenceNumber > b.sequenceNumber ? 1 : 0));
+      return;
+    }
+  }
 }
 
 import { HOST, intFromEnv, serve } from "../lib/server.mjs";
