@@ -24,6 +24,7 @@ type metrics struct {
 	ledgerSeconds  *prometheus.HistogramVec
 	ledgerErrors   *prometheus.CounterVec
 	messageAge     prometheus.Histogram
+	queueInfo      *prometheus.GaugeVec
 	queueMessages  *prometheus.GaugeVec
 	dlqMessages    *prometheus.GaugeVec
 
@@ -87,6 +88,10 @@ func newMetrics() *metrics {
 			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600,
 				3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600, 4 * 24 * 3600},
 		}),
+		queueInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "queue_info",
+			Help: "1, labelled with the queue this worker consumes, its dead-letter queue (empty without a redrive policy) and whether it is FIFO; set when Run has read the queue.",
+		}, []string{"queue", "dead_letter_queue", "fifo"}),
 		queueMessages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "sqsonce", Name: "queue_messages",
 			Help: "Messages in the queue as SQS's attributes count them (approximate), by state: visible (ApproximateNumberOfMessages), in_flight (received, not yet deleted or visible again: ApproximateNumberOfMessagesNotVisible), delayed. Read every QueueStatsInterval; absent while the read fails.",
@@ -121,7 +126,7 @@ func (w *Worker) register(r prometheus.Registerer) error {
 	collectors := []prometheus.Collector{
 		w.metrics.handlerSeconds, w.metrics.sqsRequests, w.metrics.sqsErrors,
 		w.metrics.ledgerSeconds, w.metrics.ledgerErrors, w.metrics.messageAge,
-		w.metrics.queueMessages, w.metrics.dlqMessages,
+		w.metrics.queueInfo, w.metrics.queueMessages, w.metrics.dlqMessages,
 		counter("messages_received_total", "Messages received (deliveries).", c.received.Load, nil),
 		counter("operations_claimed_total", "Operations claimed to run: attempts started.", c.claimed.Load, nil),
 		counter("operations_completed_total", "Operations recorded complete (durably) by this process.", c.completed.Load, nil),

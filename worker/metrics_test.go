@@ -129,6 +129,7 @@ func TestWorker_QueueMetrics(t *testing.T) {
 		{"sqsonce_queue_messages", map[string]string{"queue": queue, "state": "delayed"}, 0},
 		{"sqsonce_dead_letter_queue_messages", map[string]string{"queue": queue, "dead_letter_queue": dlq, "state": "visible"}, 2},
 		{"sqsonce_dead_letter_queue_messages", map[string]string{"queue": queue, "dead_letter_queue": dlq, "state": "in_flight"}, 0},
+		{"sqsonce_queue_info", map[string]string{"queue": queue, "dead_letter_queue": dlq, "fifo": "false"}, 1},
 		{"sqsonce_handlers_running", nil, 1},
 		{"sqsonce_handler_concurrency", nil, 1},
 		{"sqsonce_work_capacity", nil, 1},

@@ -57,12 +57,18 @@ func ReadQueueDepth(ctx context.Context, c SQSClient, url string) (QueueDepth, e
 // queueStatsTimeout bounds one read of a queue's depth, retries included.
 const queueStatsTimeout = 10 * time.Second
 
-// watchQueue reads the depth of the queue and of its dead-letter queue
-// into the metrics now and then every QueueStatsInterval, in a goroutine of
-// its own, until ctx ends or the returned func is called: that func stops
-// the reading and waits for it. Without a Registerer, or with a negative
-// interval, it reads nothing. Run calls it once it knows the queue.
+// watchQueue sets the queue's info gauge and reads the depth of the queue
+// and of its dead-letter queue into the metrics now and then every
+// QueueStatsInterval, in a goroutine of its own, until ctx ends or the
+// returned func is called: that func stops the reading and waits for it.
+// Without a Registerer, or with a negative interval, it reads nothing. Run
+// calls it once it knows the queue.
 func (w *Worker) watchQueue(ctx context.Context) (stop func()) {
+	var dlq string
+	if w.queue.dlqURL != "" {
+		dlq = QueueName(w.queue.dlqURL)
+	}
+	w.metrics.queueInfo.WithLabelValues(w.queueName, dlq, strconv.FormatBool(w.queue.fifo)).Set(1)
 	if w.cfg.Registerer == nil || w.cfg.QueueStatsInterval < 0 {
 		return func() {}
 	}
