@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/grafana/grafana-foundation-sdk/go/cog"
+	"github.com/grafana/grafana-foundation-sdk/go/cog/plugins"
+	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -603,6 +606,42 @@ func TestDeploy_GrafanaDashboard(t *testing.T) {
 	walk(d.Panels)
 	if len(ids) < 20 {
 		t.Errorf("%d panels", len(ids))
+	}
+}
+
+// The dashboard passes a strict reading by Grafana's dashboard schema (as
+// the Grafana Foundation SDK generates it, with the schemas of the panels):
+// no field it does not know, none of the wrong type, none it requires
+// missing. The fields Grafana reads only on import are taken out first.
+func TestDeploy_GrafanaDashboardSchema(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"__inputs", "__requires", "__elements"} {
+		delete(raw, k)
+	}
+	if b, err = json.Marshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	plugins.RegisterDefaultPlugins()
+	var d dashboard.Dashboard
+	// UnmarshalJSONStrict returns its error list typed even when empty.
+	if err := d.UnmarshalJSONStrict(b); err != nil {
+		if errs, ok := err.(cog.BuildErrors); !ok || len(errs) > 0 {
+			t.Fatalf("%s: %v", dashboardFile, err)
+		}
+	}
+	if err := d.Validate(); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	if len(d.Panels) == 0 {
+		t.Fatal("no panels read")
 	}
 }
 
