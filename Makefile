@@ -14,6 +14,10 @@ WITH_PG     := scripts/with-postgres.sh
 # The same for the local DynamoDB-compatible server (dynalite), which the
 # DynamoDB ledger's tests need. Wrappers compose: $(WITH_SQS) $(WITH_DYNALITE) CMD.
 WITH_DYNALITE := scripts/with-dynalite.sh
+# promtool, for the tests of the alert rules in deploy/prometheus/: Debian's
+# prometheus package, installed with apt-get when missing (its server is
+# never started).
+WITH_PROMTOOL := scripts/with-promtool.sh
 
 .DEFAULT_GOAL := help
 
@@ -32,12 +36,16 @@ deps: ## Install the local SQS- and DynamoDB-compatible servers (npm) and Go mod
 	go mod download
 
 .PHONY: test
-test: ## Run every test, with the race detector, against local SQS- and DynamoDB-compatible servers and PostgreSQL.
-	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go test -race -count=1 ./...
+test: ## Run every test, with the race detector, against local SQS- and DynamoDB-compatible servers and PostgreSQL, with promtool.
+	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) $(WITH_PROMTOOL) go test -race -count=1 ./...
 
 .PHONY: test-short
 test-short: ## Run the tests without the race detector.
-	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go test -count=1 ./...
+	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) $(WITH_PROMTOOL) go test -count=1 ./...
+
+.PHONY: rules
+rules: ## Check the alert rules (deploy/prometheus/) and run their unit tests with promtool.
+	cd deploy/prometheus && ../../$(WITH_PROMTOOL) sh -c 'promtool check rules sqsonce.rules.yml && promtool test rules sqsonce.rules.test.yml'
 
 # The console in headless Chromium (Debian's chromium, installed with apt-get
 # when missing), driven from Go with chromedp. Screenshots of each page go

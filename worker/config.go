@@ -67,16 +67,17 @@ const (
 // limits and meaning of zero are decided here, for library users and for
 // the sqsonce command alike.
 const (
-	DefaultWaitTime          = 20 * time.Second
-	DefaultMaxMessages       = MaxMessagesPerReceive
-	DefaultVisibilityTimeout = 60 * time.Second
-	DefaultPollers           = 1
-	DefaultConcurrency       = 8
-	DefaultHandlerTimeout    = 20 * time.Second
-	DefaultMinBackoff        = 5 * time.Second
-	DefaultMaxBackoff        = 15 * time.Minute
-	DefaultGrace             = 25 * time.Second
-	DefaultSweepInterval     = 10 * time.Minute
+	DefaultWaitTime           = 20 * time.Second
+	DefaultMaxMessages        = MaxMessagesPerReceive
+	DefaultVisibilityTimeout  = 60 * time.Second
+	DefaultPollers            = 1
+	DefaultConcurrency        = 8
+	DefaultHandlerTimeout     = 20 * time.Second
+	DefaultMinBackoff         = 5 * time.Second
+	DefaultMaxBackoff         = 15 * time.Minute
+	DefaultGrace              = 25 * time.Second
+	DefaultSweepInterval      = 10 * time.Minute
+	DefaultQueueStatsInterval = 30 * time.Second
 )
 
 // NoDelay, in a duration field of Config whose zero value picks a default
@@ -157,6 +158,11 @@ type Config struct {
 
 	// Registerer, when set, gets the worker's Prometheus metrics.
 	Registerer prometheus.Registerer
+	// QueueStatsInterval is how often, with a Registerer, Run reads the
+	// depth of the queue and of its dead-letter queue for the metrics
+	// (ReadQueueDepth: one GetQueueAttributes call per queue): at least
+	// 1s; default 30s, negative reads none.
+	QueueStatsInterval time.Duration
 	// StallAfter is how long a receive loop may go without moving before
 	// Health reports it not alive (a stuck receive); default WaitTime + 1m.
 	StallAfter time.Duration
@@ -254,6 +260,9 @@ func (c *Config) setDefaults() {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
 	}
+	if c.QueueStatsInterval == 0 {
+		c.QueueStatsInterval = DefaultQueueStatsInterval
+	}
 	if c.MaxMessages == 0 {
 		c.MaxMessages = DefaultMaxMessages
 	}
@@ -336,6 +345,9 @@ func (c *Config) validate() error {
 	if held := c.VisibilityTimeout + c.HandlerTimeout; c.Retention > 0 && c.Retention < held {
 		bad("Retention", short(c.Retention), "must be at least the visibility timeout plus the handler timeout (%v), "+
 			"the longest a claim is held, so that no record expires while its work runs", short(held))
+	}
+	if c.QueueStatsInterval > 0 && c.QueueStatsInterval < time.Second {
+		bad("QueueStatsInterval", short(c.QueueStatsInterval), "must be at least 1s, or negative to read none")
 	}
 	if c.MaxPayload < 1 || c.MaxPayload > MaxMaxPayload {
 		bad("MaxPayload", strconv.FormatInt(c.MaxPayload, 10), "must be between 1 and %d bytes", MaxMaxPayload)

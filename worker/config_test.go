@@ -49,6 +49,7 @@ func TestConfig_Validate(t *testing.T) {
 		{"negative max payload", func(c *worker.Config) { c.MaxPayload = -1 }, "MaxPayload", "between 1 and 2147483648 bytes, got -1"},
 		{"huge max payload", func(c *worker.Config) { c.MaxPayload = 3 << 30 }, "MaxPayload", "got 3221225472"},
 		{"delete objects without S3", func(c *worker.Config) { c.DeleteObjects = true }, "DeleteObjects", "needs an S3 client"},
+		{"queue stats too often", func(c *worker.Config) { c.QueueStatsInterval = 500 * time.Millisecond }, "QueueStatsInterval", "at least 1s, or negative to read none, got 500ms"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -84,9 +84,16 @@ sqsonce_operations_completed_total 2
 	if got := value(t, reg, "sqsonce_sqs_requests_total", "ReceiveMessage"); got < 1 {
 		t.Fatalf("ReceiveMessage calls %v", got)
 	}
+	// Every outcome's series is there from the start; two attempts ran,
+	// both done.
 	n, err := testutil.GatherAndCount(reg, "sqsonce_handler_duration_seconds")
-	if err != nil || n != 1 {
-		t.Fatalf("handler duration series: %d, %v", n, err)
+	if err != nil || n != 4 {
+		t.Fatalf("handler duration series: %d, %v; want one per outcome", n, err)
+	}
+	for outcome, want := range map[string]uint64{"done": 2, "retry": 0, "permanent": 0, "lease_lost": 0} {
+		if got := sampleCount(t, reg, "sqsonce_handler_duration_seconds", outcome); got != want {
+			t.Errorf("handler durations observed with outcome %s: %d, want %d", outcome, got, want)
+		}
 	}
 }
 

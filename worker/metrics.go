@@ -2,25 +2,37 @@ package worker
 
 import (
 	"context"
-	"sync/atomic"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // metrics are the worker's Prometheus metrics. Counters that Stats also
 // reports read the same atomics, so the two never disagree. No metric has a
 // per-key label: keys are unbounded.
+//
+// Every series whose label values are known in advance (each outcome, each
+// SQS operation, each ledger call) is made at start, at zero, so that a
+// rate or an alert over it works before its first event.
 type metrics struct {
 	handlerSeconds *prometheus.HistogramVec
 	sqsRequests    *prometheus.CounterVec
 	sqsErrors      *prometheus.CounterVec
+	ledgerSeconds  *prometheus.HistogramVec
+	ledgerErrors   *prometheus.CounterVec
+	messageAge     prometheus.Histogram
+	queueInfo      *prometheus.GaugeVec
+	queueMessages  *prometheus.GaugeVec
+	dlqMessages    *prometheus.GaugeVec
 
-	// handlerSeconds' series of each outcome, looked up on its first
-	// observation (a series appears once observed) and kept, so that a
-	// message costs no label hashing and lookup.
-	handlerSeries [numOutcomes]atomic.Value // of prometheus.Observer
+	// The series of each outcome and each ledger call, looked up once, so
+	// that a message costs no label hashing and lookup.
+	handlerSeries [numOutcomes]prometheus.Observer
+	ledgerSeries  [numLedgerCalls]prometheus.Observer
+	ledgerFailed  [numLedgerCalls]prometheus.Counter
 }
 
 // handlerOutcome is the outcome label of handlerSeconds.
@@ -38,16 +50,16 @@ var outcomeLabels = [numOutcomes]string{"done", "retry", "permanent", "lease_los
 
 // handlerDuration returns the series of handlerSeconds for o.
 func (m *metrics) handlerDuration(o handlerOutcome) prometheus.Observer {
-	if obs, ok := m.handlerSeries[o].Load().(prometheus.Observer); ok {
-		return obs
-	}
-	obs := m.handlerSeconds.WithLabelValues(outcomeLabels[o])
-	m.handlerSeries[o].Store(obs)
-	return obs
+	return m.handlerSeries[o]
 }
 
+// sqsOperations are the SQS calls the worker makes: the operation label of
+// sqsRequests and sqsErrors.
+var sqsOperations = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibility",
+	"ChangeMessageVisibilityBatch", "SendMessage", "GetQueueAttributes", "GetQueueUrl"}
+
 func newMetrics() *metrics {
-	return &metrics{
+	m := &metrics{
 		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "sqsonce", Name: "handler_duration_seconds",
 			Help:    "Time the handler took per attempt, by outcome (done, retry, permanent, lease_lost).",
@@ -61,7 +73,46 @@ func newMetrics() *metrics {
 			Namespace: "sqsonce", Name: "sqs_request_errors_total",
 			Help: "SQS API calls that failed after the SDK's retries, by operation.",
 		}, []string{"operation"}),
+		ledgerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "sqsonce", Name: "ledger_call_duration_seconds",
+			Help:    "Time of the worker's calls to the ledger, on every backend, by call (claim_batch, complete_batch, fail, release_batch, extend_batch, sweep, ping).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18), // 0.1ms .. 13s
+		}, []string{"call"}),
+		ledgerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "sqsonce", Name: "ledger_call_errors_total",
+			Help: "The worker's ledger calls that failed (the store did not answer or could not write; not an answer about a record, such as another claim owning it), by call.",
+		}, []string{"call"}),
+		messageAge: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "sqsonce", Name: "received_message_age_seconds",
+			Help: "Age of each message received, since SQS accepted it (its SentTimestamp), redeliveries included: how long messages wait before they are received.",
+			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600,
+				3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600, 4 * 24 * 3600},
+		}),
+		queueInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "queue_info",
+			Help: "1, labelled with the queue this worker consumes, its dead-letter queue (empty without a redrive policy) and whether it is FIFO; set when Run has read the queue.",
+		}, []string{"queue", "dead_letter_queue", "fifo"}),
+		queueMessages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "queue_messages",
+			Help: "Messages in the queue as SQS's attributes count them (approximate), by state: visible (ApproximateNumberOfMessages), in_flight (received, not yet deleted or visible again: ApproximateNumberOfMessagesNotVisible), delayed. Read every QueueStatsInterval; absent while the read fails.",
+		}, []string{"queue", "state"}),
+		dlqMessages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "dead_letter_queue_messages",
+			Help: "Messages in the dead-letter queue of queue, as SQS's attributes count them (approximate), by state (visible, in_flight, delayed). Absent without a redrive policy and while the read fails.",
+		}, []string{"queue", "dead_letter_queue", "state"}),
 	}
+	for o := range numOutcomes {
+		m.handlerSeries[o] = m.handlerSeconds.WithLabelValues(outcomeLabels[o])
+	}
+	for c := range numLedgerCalls {
+		m.ledgerSeries[c] = m.ledgerSeconds.WithLabelValues(ledgerCallLabels[c])
+		m.ledgerFailed[c] = m.ledgerErrors.WithLabelValues(ledgerCallLabels[c])
+	}
+	for _, op := range sqsOperations {
+		m.sqsRequests.WithLabelValues(op)
+		m.sqsErrors.WithLabelValues(op)
+	}
+	return m
 }
 
 // register adds the worker's metrics to r.
@@ -74,6 +125,8 @@ func (w *Worker) register(r prometheus.Registerer) error {
 	}
 	collectors := []prometheus.Collector{
 		w.metrics.handlerSeconds, w.metrics.sqsRequests, w.metrics.sqsErrors,
+		w.metrics.ledgerSeconds, w.metrics.ledgerErrors, w.metrics.messageAge,
+		w.metrics.queueInfo, w.metrics.queueMessages, w.metrics.dlqMessages,
 		counter("messages_received_total", "Messages received (deliveries).", c.received.Load, nil),
 		counter("operations_claimed_total", "Operations claimed to run: attempts started.", c.claimed.Load, nil),
 		counter("operations_completed_total", "Operations recorded complete (durably) by this process.", c.completed.Load, nil),
@@ -101,6 +154,26 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "sqsonce", Name: "work_in_flight", Help: "Messages in hand: running, claimed ahead of a free handler, or being settled.",
 		}, func() float64 { return float64(w.inFlight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "work_capacity", Help: "Messages the worker holds at most: handlers plus those received ahead of a free handler (prefetch).",
+		}, func() float64 { return float64(cap(w.slots)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "handlers_running", Help: "Handlers running now.",
+		}, func() float64 { return float64(len(w.handlers)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "handler_concurrency", Help: "Handlers that may run at once.",
+		}, func() float64 { return float64(cap(w.handlers)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "sqsonce", Name: "last_receive_timestamp_seconds",
+			Help: "Unix time of the last receive call that succeeded, with or without messages (a long poll returns at least every queue.wait_time); 0 before the first.",
+		}, func() float64 {
+			w.healthMu.Lock()
+			defer w.healthMu.Unlock()
+			if w.lastReceive.IsZero() {
+				return 0
+			}
+			return float64(w.lastReceive.UnixNano()) / 1e9
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "sqsonce", Name: "ledger_up", Help: "1 while the ledger records claims, 0 while new work waits for it.",
 		}, func() float64 {
@@ -141,6 +214,15 @@ func (c instrumented) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 	out, err := c.SQSClient.ReceiveMessage(ctx, in, opts...)
 	if ctx.Err() == nil { // a long poll cut short by shutdown is no error
 		c.observe("ReceiveMessage", err)
+	}
+	if err == nil && out != nil {
+		now := time.Now()
+		for _, m := range out.Messages {
+			sent, err := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64)
+			if err == nil {
+				c.m.messageAge.Observe(max(now.Sub(time.UnixMilli(sent)).Seconds(), 0))
+			}
+		}
 	}
 	return out, err
 }

@@ -112,7 +112,7 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 		metrics:        m,
 		active:         map[string]*job{},
 		pollers:        make([]pollerState, cfg.Pollers),
-		ledger:         l,
+		ledger:         instrumentLedger(l, m),
 		handler:        h,
 		keyer:          k,
 		log:            cfg.Logger.With("queue", cfg.QueueURL),
@@ -181,6 +181,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.queue = info
 	w.warnRetention()
+	defer w.watchQueue(ctx)()
 	w.healthMu.Lock()
 	w.running = true
 	for i := range w.pollers {

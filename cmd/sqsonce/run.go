@@ -59,6 +59,9 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 	}
 	wcfg := workerConfig(cfg, log)
 	wcfg.Registerer = reg
+	if cfg.Admin.Listen == "" {
+		wcfg.QueueStatsInterval = -1 // no one reads the metrics: no GetQueueAttributes calls for them
+	}
 	wcfg.TracerProvider = tp
 	if cfg.Payload.S3 {
 		if wcfg.S3, err = newS3Client(ctx, cfg); err != nil {

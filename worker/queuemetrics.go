@@ -1,0 +1,139 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// QueueDepth is what SQS's attributes say of the messages in a queue. The
+// counts are approximate (SQS's own word), and say nothing of the age of
+// the oldest message: on AWS that is the CloudWatch metric
+// ApproximateAgeOfOldestMessage, not an attribute.
+type QueueDepth struct {
+	Visible  int64 // ApproximateNumberOfMessages: waiting to be received
+	InFlight int64 // ApproximateNumberOfMessagesNotVisible: received, not yet deleted or visible again
+	Delayed  int64 // ApproximateNumberOfMessagesDelayed: sent with a delay not yet over
+}
+
+// depthAttributes are the attributes ReadQueueDepth asks for.
+var depthAttributes = []types.QueueAttributeName{
+	types.QueueAttributeNameApproximateNumberOfMessages,
+	types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+	types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+}
+
+// ReadQueueDepth reads the depth of the queue at url with one
+// GetQueueAttributes call. An attribute SQS leaves out counts as zero; one
+// that is not a number is an error.
+func ReadQueueDepth(ctx context.Context, c SQSClient, url string) (QueueDepth, error) {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &url, AttributeNames: depthAttributes})
+	if err != nil {
+		return QueueDepth{}, fmt.Errorf("read the depth of queue %s: %w", url, err)
+	}
+	var d QueueDepth
+	for name, dst := range map[types.QueueAttributeName]*int64{
+		types.QueueAttributeNameApproximateNumberOfMessages:           &d.Visible,
+		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible: &d.InFlight,
+		types.QueueAttributeNameApproximateNumberOfMessagesDelayed:    &d.Delayed,
+	} {
+		v, ok := out.Attributes[string(name)]
+		if !ok {
+			continue
+		}
+		if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return QueueDepth{}, fmt.Errorf("read the depth of queue %s: attribute %s is %q, not a count", url, name, v)
+		}
+	}
+	return d, nil
+}
+
+// queueStatsTimeout bounds one read of a queue's depth, retries included.
+const queueStatsTimeout = 10 * time.Second
+
+// watchQueue sets the queue's info gauge and reads the depth of the queue
+// and of its dead-letter queue into the metrics now and then every
+// QueueStatsInterval, in a goroutine of its own, until ctx ends or the
+// returned func is called: that func stops the reading and waits for it.
+// Without a Registerer, or with a negative interval, it reads nothing. Run
+// calls it once it knows the queue.
+func (w *Worker) watchQueue(ctx context.Context) (stop func()) {
+	var dlq string
+	if w.queue.dlqURL != "" {
+		dlq = QueueName(w.queue.dlqURL)
+	}
+	w.metrics.queueInfo.WithLabelValues(w.queueName, dlq, strconv.FormatBool(w.queue.fifo)).Set(1)
+	if w.cfg.Registerer == nil || w.cfg.QueueStatsInterval < 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var loop sync.WaitGroup
+	loop.Go(func() {
+		t := time.NewTicker(w.cfg.QueueStatsInterval)
+		defer t.Stop()
+		failing := false
+		for {
+			err := w.readQueueStats(ctx)
+			switch {
+			case err != nil && !failing && ctx.Err() == nil:
+				w.log.Warn("cannot read the queue's depth for the metrics: its gauges are absent until it can", "error", err)
+				failing = true
+			case err == nil && failing:
+				w.log.Info("the queue's depth can be read again")
+				failing = false
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() {
+		cancel()
+		loop.Wait()
+	}
+}
+
+// readQueueStats reads the depth of the queue and of its dead-letter queue
+// into their gauges. The gauges of a queue whose read failed are removed,
+// so that a graph shows a gap rather than an old count; the first error is
+// returned.
+func (w *Worker) readQueueStats(ctx context.Context) error {
+	type target struct {
+		url    string
+		gauges *prometheus.GaugeVec
+		labels []string
+	}
+	targets := []target{{w.cfg.QueueURL, w.metrics.queueMessages, []string{w.queueName}}}
+	if w.queue.dlqURL != "" {
+		targets = append(targets, target{w.queue.dlqURL, w.metrics.dlqMessages, []string{w.queueName, QueueName(w.queue.dlqURL)}})
+	}
+	var first error
+	for _, q := range targets {
+		rctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
+		d, err := ReadQueueDepth(rctx, w.sqs, q.url)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err() // stopping: the last counts stay
+		}
+		for state, n := range map[string]int64{"visible": d.Visible, "in_flight": d.InFlight, "delayed": d.Delayed} {
+			labels := append(q.labels[:len(q.labels):len(q.labels)], state)
+			if err != nil {
+				q.gauges.DeleteLabelValues(labels...)
+				continue
+			}
+			q.gauges.WithLabelValues(labels...).Set(float64(n))
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
+}
