@@ -230,22 +230,12 @@ type queueDepth struct {
 // readDepth reads a queue's approximate counts.
 func readDepth(ctx context.Context, c SQSClient, url string, now time.Time) queueDepth {
 	q := queueDepth{URL: url, ReadAt: now}
-	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: &url,
-		AttributeNames: []types.QueueAttributeName{
-			types.QueueAttributeNameApproximateNumberOfMessages,
-			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
-			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
-		},
-	})
+	d, err := worker.ReadQueueDepth(ctx, c, url)
 	if err != nil {
 		q.Err = err.Error()
 		return q
 	}
-	a := out.Attributes
-	q.Visible, _ = strconv.Atoi(a[string(types.QueueAttributeNameApproximateNumberOfMessages)])
-	q.InFlight, _ = strconv.Atoi(a[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
-	q.Delayed, _ = strconv.Atoi(a[string(types.QueueAttributeNameApproximateNumberOfMessagesDelayed)])
+	q.Visible, q.InFlight, q.Delayed = int(d.Visible), int(d.InFlight), int(d.Delayed)
 	return q
 }
 

@@ -29,10 +29,16 @@ var depthAttributes = []types.QueueAttributeName{
 	types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
 }
 
+// QueueAttributesReader reads a queue's attributes: what ReadQueueDepth
+// needs of an SQS client.
+type QueueAttributesReader interface {
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
 // ReadQueueDepth reads the depth of the queue at url with one
 // GetQueueAttributes call. An attribute SQS leaves out counts as zero; one
 // that is not a number is an error.
-func ReadQueueDepth(ctx context.Context, c SQSClient, url string) (QueueDepth, error) {
+func ReadQueueDepth(ctx context.Context, c QueueAttributesReader, url string) (QueueDepth, error) {
 	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &url, AttributeNames: depthAttributes})
 	if err != nil {
 		return QueueDepth{}, fmt.Errorf("read the depth of queue %s: %w", url, err)
