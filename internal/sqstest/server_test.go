@@ -591,6 +591,66 @@ func TestFIFOSeveralMessagesOfAGroupPerReceive(t *testing.T) {
 	}
 }
 
+// Messages of one group that were in flight together and come back
+// together are delivered again in the order they were sent: a FIFO queue
+// delivers a group's messages in order. They come back when a receiver
+// dies with them in hand (their visibility timeouts end together) or when
+// it gives them back (visibility 0) after the group's first message
+// failed. (fauxqs, taking several messages of a group per receive,
+// delivered them in reverse order; scripts/sqs/server.mjs corrects that.)
+func TestFIFOGroupInOrderWhenMessagesComeBack(t *testing.T) {
+	t.Parallel()
+	want := []string{"G1", "G2", "G3"}
+	for _, tc := range []struct {
+		name string
+		// back makes the messages received in one receive visible again.
+		back func(t *testing.T, c *sqs.Client, q sqstest.Queue, msgs []types.Message)
+	}{
+		{"VisibilityTimeoutEnds", func(t *testing.T, c *sqs.Client, q sqstest.Queue, msgs []types.Message) {
+			time.Sleep(1500 * time.Millisecond) // past the queue's 1 s
+		}},
+		{"GivenBack", func(t *testing.T, c *sqs.Client, q sqstest.Queue, msgs []types.Message) {
+			var entries []types.ChangeMessageVisibilityBatchRequestEntry
+			for i, m := range msgs {
+				entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
+					Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
+				})
+			}
+			out, err := c.ChangeMessageVisibilityBatch(testContext(t), &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+			if err != nil || len(out.Failed) != 0 {
+				t.Fatalf("ChangeMessageVisibilityBatch to 0: %v, failed %+v", err, out)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := sqstest.NewClient(t, nil)
+			q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true, VisibilityTimeout: time.Second})
+			for _, b := range want {
+				sendFIFO(t, c, q.URL, b, "G", b)
+			}
+			first := receive(t, c, q.URL, 10, 0)
+			if got := bodies(first); !slices.Equal(got, want) {
+				t.Fatalf("first delivery %q, want %q in one receive", got, want)
+			}
+			tc.back(t, c, q, first)
+			var got []string
+			for range 10 {
+				if len(got) == len(want) {
+					break
+				}
+				for _, m := range receive(t, c, q.URL, 10, 1) {
+					got = append(got, aws.ToString(m.Body))
+					del(t, c, q.URL, m)
+				}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("when they came back received %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 func TestFIFOReceiveRequestAttemptIDIgnored(t *testing.T) {
 	t.Parallel()
 	c := sqstest.NewClient(t, nil)

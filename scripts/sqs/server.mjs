@@ -27,11 +27,19 @@
 // worker's hands. fifoLikeSQS below makes one receive take a group's next
 // messages too; the group stays locked for other receives while any of
 // them is in flight, as before.
+//
+// A group's messages also come back in order when their visibility ends
+// (a visibility timeout that runs out, or ChangeMessageVisibility to 0):
+// fauxqs puts each such message back at the front of its group, one at a
+// time, which turns several of them, in flight together, round (a receiver
+// killed with G1, G2, G3 in hand would see G3, G2, G1 next).
+// fifoReturnsInOrder below puts them back in the order they arrived.
 
 import { buildApp } from "fauxqs";
 import { SqsQueue } from "./node_modules/fauxqs/dist/sqs/sqsStore.js";
 
 fifoLikeSQS(SqsQueue);
+fifoReturnsInOrder(SqsQueue);
 
 // fifoLikeSQS wraps dequeueFifo, which takes at most one message per
 // unlocked group per call: it calls it again while the receive has room,
@@ -66,6 +74,46 @@ function fifoLikeSQS(Queue) {
       }
     }
   };
+}
+
+// fifoReturnsInOrder numbers every message as a queue takes it (enqueue:
+// a send, or a move to a dead-letter queue) and, after each of the two
+// calls that put in-flight messages back (changeVisibility and
+// processTimers), sorts a FIFO queue's groups by that number where they
+// are out of order.
+function fifoReturnsInOrder(Queue) {
+  for (const name of ["enqueue", "changeVisibility", "processTimers"]) {
+    if (typeof Queue.prototype[name] !== "function") {
+      throw new Error(`fauxqs has no SqsQueue.${name}: the FIFO return patch does not fit this version`);
+    }
+  }
+  const arrival = new WeakMap();
+  let arrivals = 0;
+  const order = (a, b) => (arrival.get(a) ?? 0) - (arrival.get(b) ?? 0);
+  const sortGroups = (queue) => {
+    if (!queue.isFifo()) {
+      return;
+    }
+    for (const msgs of queue.fifoMessages.values()) {
+      if (msgs.some((m, i) => i > 0 && order(msgs[i - 1], m) > 0)) {
+        msgs.sort(order);
+      }
+    }
+  };
+
+  const enqueue = Queue.prototype.enqueue;
+  Queue.prototype.enqueue = function (msg, ...rest) {
+    arrival.set(msg, ++arrivals);
+    return enqueue.call(this, msg, ...rest);
+  };
+  for (const name of ["changeVisibility", "processTimers"]) {
+    const putBack = Queue.prototype[name];
+    Queue.prototype[name] = function (...args) {
+      const result = putBack.apply(this, args);
+      sortGroups(this);
+      return result;
+    };
+  }
 }
 
 import { HOST, intFromEnv, serve } from "../lib/server.mjs";
