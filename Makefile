@@ -18,6 +18,10 @@ WITH_DYNALITE := scripts/with-dynalite.sh
 # prometheus package, installed with apt-get when missing (its server is
 # never started).
 WITH_PROMTOOL := scripts/with-promtool.sh
+# A second implementation of the AWS APIs for `make interop`: Python moto
+# (installed with pip, not from npm) serving SQS, SNS, S3 and DynamoDB on
+# one free loopback port, stopped afterwards.
+WITH_MOTO   := scripts/with-moto.sh
 
 .DEFAULT_GOAL := help
 
@@ -38,6 +42,15 @@ deps: ## Install the local SQS- and DynamoDB-compatible servers (npm) and Go mod
 .PHONY: test
 test: ## Run every test, with the race detector, against local SQS- and DynamoDB-compatible servers and PostgreSQL, with promtool.
 	$(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) $(WITH_PROMTOOL) go test -race -count=1 ./...
+
+# The packages whose tests talk to AWS APIs (SQS, SNS, S3, DynamoDB), which
+# `make interop` runs against moto, the chaos campaign's short form among
+# them.
+INTEROP_PKGS := ./internal/sqstest/ ./internal/dynamotest/ ./worker/ ./replay/ ./ingest/ ./cmd/sqsonce/ ./ledger/dynamodb/ ./scripts/chaos/
+
+.PHONY: interop
+interop: ## Run the tests that talk to AWS APIs against a second implementation, moto, without the race detector (needs moto: pip install "moto[server]").
+	$(WITH_MOTO) $(WITH_PG) go test -count=1 -timeout 20m $(INTEROP_PKGS)
 
 .PHONY: test-short
 test-short: ## Run the tests without the race detector.

@@ -4,10 +4,12 @@
 # Usage: scripts/with-dynalite.sh CMD [ARGS...]
 #
 # If SQSONCE_TEST_DYNAMODB_ENDPOINT is set and answers, CMD runs against
-# that server. Otherwise a private server (dynalite, see scripts/dynalite/)
+# that server (dynalite, unless SQSONCE_TEST_DYNAMODB_SERVER says
+# otherwise). Otherwise a private server (dynalite, see scripts/dynalite/)
 # is installed if needed, started on 127.0.0.1 with a free port, exported as
-# SQSONCE_TEST_DYNAMODB_ENDPOINT for CMD, and stopped by its PID when this
-# script exits, whatever the outcome. The exit status is CMD's.
+# SQSONCE_TEST_DYNAMODB_ENDPOINT (and SQSONCE_TEST_DYNAMODB_SERVER=dynalite)
+# for CMD, and stopped by its PID when this script exits, whatever the
+# outcome. The exit status is CMD's.
 #
 # It composes with scripts/with-sqs.sh: scripts/with-sqs.sh
 # scripts/with-dynalite.sh go test ./... has both servers up.
@@ -34,5 +36,6 @@ fi
 install_node_server "the local DynamoDB server" "$dynalite_dir" dynalite
 start_node_server "the local DynamoDB server" "$dynalite_dir" SQSONCE_DYNALITE_PARENT_PID DYNALITE_PORT healthy
 export SQSONCE_TEST_DYNAMODB_ENDPOINT="$endpoint"
+export SQSONCE_TEST_DYNAMODB_SERVER=dynalite
 
 run_command "$@"

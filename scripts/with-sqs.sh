@@ -4,10 +4,12 @@
 # Usage: scripts/with-sqs.sh CMD [ARGS...]
 #
 # If SQSONCE_TEST_SQS_ENDPOINT is set and its /health answers, CMD runs
-# against that server. Otherwise a private server (fauxqs, see
-# scripts/sqs/) is installed if needed, started on 127.0.0.1 with a free
-# port, exported as SQSONCE_TEST_SQS_ENDPOINT for CMD, and stopped when this
-# script exits, whatever the outcome. The exit status is CMD's.
+# against that server (fauxqs, unless SQSONCE_TEST_SQS_SERVER says
+# otherwise). Otherwise a private server (fauxqs, see scripts/sqs/) is
+# installed if needed, started on 127.0.0.1 with a free port, exported as
+# SQSONCE_TEST_SQS_ENDPOINT (and SQSONCE_TEST_SQS_SERVER=fauxqs) for CMD,
+# and stopped when this script exits, whatever the outcome. The exit status
+# is CMD's.
 set -euo pipefail
 
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -30,5 +32,6 @@ fi
 install_node_server "the local SQS server" "$sqs_dir" fauxqs
 start_node_server "the local SQS server" "$sqs_dir" SQSONCE_SQS_PARENT_PID FAUXQS_PORT healthy
 export SQSONCE_TEST_SQS_ENDPOINT="$endpoint"
+export SQSONCE_TEST_SQS_SERVER=fauxqs
 
 run_command "$@"

@@ -3,7 +3,8 @@
 //
 // Tests run against a real DynamoDB-compatible server listening on the
 // loopback interface (dynalite, installed and started by
-// scripts/with-dynalite.sh), never against a mock. The server's base URL is
+// scripts/with-dynalite.sh; or moto, started by scripts/with-moto.sh for
+// `make interop`), never against a mock. The server's base URL is
 // read from the environment variable SQSONCE_TEST_DYNAMODB_ENDPOINT; a test
 // that needs the server and does not find it fails (it is not skipped), so
 // run tests through `make test` or `scripts/with-dynalite.sh go test ./...`.
@@ -26,7 +27,10 @@
 // DescribeTimeToLive answers DISABLED), and it ignores
 // ReturnValuesOnConditionCheckFailure. Like DynamoDB it refuses reserved
 // words such as state and owner as attribute names in expressions.
-// scripts/dynalite/server.mjs keeps new tables CREATING for 50 ms.
+// scripts/dynalite/server.mjs keeps new tables CREATING for 50 ms. moto
+// accepts UpdateTimeToLive ([Server] tells the two apart); its conditional
+// writes are not atomic under concurrent requests, so
+// scripts/moto/server.py handles DynamoDB requests one at a time.
 package dynamotest
 
 import (
@@ -61,6 +65,22 @@ const Region = "us-east-1"
 // that a stuck request cannot hang a test.
 const HTTPTimeout = 30 * time.Second
 
+// ServerEnv names the environment variable that says which implementation
+// of DynamoDB answers at [EndpointEnv]: [Dynalite] (also when it is unset)
+// or [Moto]. scripts/with-dynalite.sh and scripts/with-moto.sh set it.
+const ServerEnv = "SQSONCE_TEST_DYNAMODB_SERVER"
+
+// The implementations of DynamoDB that the tests run against; see [Server].
+const (
+	// Dynalite is dynalite from the npm registry, as
+	// scripts/dynalite/server.mjs runs it: the server of `make test`.
+	Dynalite = "dynalite"
+	// Moto is Python moto, as scripts/moto/server.py runs it (DynamoDB
+	// requests one at a time, so that conditional writes are atomic): the
+	// second implementation of `make interop`.
+	Moto = "moto"
+)
+
 // server is the local DynamoDB-compatible server, found through
 // [EndpointEnv].
 var server = loopback.Server{
@@ -68,6 +88,17 @@ var server = loopback.Server{
 	Name:    "the local DynamoDB-compatible server",
 	Script:  "scripts/with-dynalite.sh",
 	Example: "http://127.0.0.1:4567",
+	ImplEnv: ServerEnv,
+	Impls:   []string{Dynalite, Moto},
+}
+
+// Server returns which implementation of DynamoDB answers at [Endpoint],
+// from [ServerEnv]: [Dynalite] or [Moto]. Tests whose expectations depend
+// on what the service has (TTL deletion, transactions) ask it. An unknown
+// value fails the test.
+func Server(t testing.TB) string {
+	t.Helper()
+	return server.Impl(t)
 }
 
 // Endpoint returns the base URL of the local DynamoDB-compatible server

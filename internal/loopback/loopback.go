@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -23,6 +24,13 @@ type Server struct {
 	// Example is a well-formed address, shown when Env holds something
 	// else, e.g. "http://127.0.0.1:4566".
 	Example string
+	// ImplEnv names the environment variable that says which
+	// implementation of the service answers at Env, e.g.
+	// "SQSONCE_TEST_SQS_SERVER"; Impls lists the names it may hold, the
+	// first being the one meant when it is unset or empty. Both are empty
+	// for a server that has one implementation.
+	ImplEnv string
+	Impls   []string
 }
 
 // Lookup returns the value of s.Env without surrounding white space. When
@@ -53,6 +61,25 @@ func (s Server) Endpoint(t testing.TB) string {
 		t.Fatalf("%s=%q: tests only talk to a server on a loopback address", s.Env, raw)
 	}
 	return strings.TrimRight(raw, "/")
+}
+
+// Impl returns which implementation of the service answers at s.Env: the
+// value of s.ImplEnv, or s.Impls[0] when it is unset or empty. Tests that
+// pin down where an implementation differs from the real service ask it.
+// Any other value fails the test with t.Fatal, naming the known ones.
+func (s Server) Impl(t testing.TB) string {
+	t.Helper()
+	if s.ImplEnv == "" || len(s.Impls) == 0 {
+		t.Fatalf("loopback: %s has no implementations to tell apart", s.Name)
+	}
+	v := strings.TrimSpace(os.Getenv(s.ImplEnv))
+	if v == "" {
+		return s.Impls[0]
+	}
+	if !slices.Contains(s.Impls, v) {
+		t.Fatalf("%s=%q: want one of %s (unset means %s)", s.ImplEnv, v, strings.Join(s.Impls, ", "), s.Impls[0])
+	}
+	return v
 }
 
 // IsHost reports whether host, a name or an IP address without a port, is

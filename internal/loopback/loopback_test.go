@@ -65,6 +65,40 @@ func TestServer_Endpoint(t *testing.T) {
 	}
 }
 
+// Not parallel: it sets environment variables.
+func TestServer_Impl(t *testing.T) {
+	s := loopback.Server{
+		Env:     "SQSONCE_LOOPBACK_TEST_ENDPOINT",
+		Name:    "the local thing",
+		ImplEnv: "SQSONCE_LOOPBACK_TEST_SERVER",
+		Impls:   []string{"first", "second"},
+	}
+	for _, tc := range []struct {
+		value, want, fatal string
+	}{
+		{value: "", want: "first"},
+		{value: " second ", want: "second"},
+		{value: "first", want: "first"},
+		{value: "third", fatal: `SQSONCE_LOOPBACK_TEST_SERVER="third": want one of first, second (unset means first)`},
+	} {
+		t.Setenv(s.ImplEnv, tc.value)
+		r := &fatalRecorder{TB: t}
+		var got string
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			got = s.Impl(r)
+		}()
+		<-done
+		switch {
+		case tc.fatal == "" && (r.msg != "" || got != tc.want):
+			t.Errorf("%q: got %q (fatal %q), want %q", tc.value, got, r.msg, tc.want)
+		case tc.fatal != "" && r.msg != tc.fatal:
+			t.Errorf("%q: fatal %q, want %q", tc.value, r.msg, tc.fatal)
+		}
+	}
+}
+
 func TestIsHost(t *testing.T) {
 	t.Parallel()
 	for host, want := range map[string]bool{

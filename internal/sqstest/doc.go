@@ -1,11 +1,13 @@
 // Package sqstest is test support for code that talks to Amazon SQS.
 //
 // Tests run against a real SQS-compatible server listening on the loopback
-// interface (fauxqs, installed and started by scripts/with-sqs.sh), never
-// against a mock. The server's base URL is read from the environment
-// variable SQSONCE_TEST_SQS_ENDPOINT; a test that needs the server and does
-// not find it fails (it is not skipped), so run tests through
-// `make test` or `scripts/with-sqs.sh go test ./...`.
+// interface (fauxqs, installed and started by scripts/with-sqs.sh; or moto,
+// started by scripts/with-moto.sh for `make interop`), never against a
+// mock. The server's base URL is read from the environment variable
+// SQSONCE_TEST_SQS_ENDPOINT; a test that needs the server and does not find
+// it fails (it is not skipped), so run tests through `make test` or
+// `scripts/with-sqs.sh go test ./...`. [Server] says which implementation
+// it is (SQSONCE_TEST_SQS_SERVER).
 //
 // The package provides:
 //
@@ -16,28 +18,41 @@
 //   - [Drain] and [Count]: inspection of a queue's messages and counters;
 //   - [Faults]: a RoundTripper that injects throttling, server errors,
 //     timeouts, connection resets and lost acknowledgements into chosen SQS
-//     operations, reproducibly from a seed.
+//     operations, reproducibly from a seed;
+//   - [NewSNSClient] and [NewS3Client]: SNS and S3, which both servers
+//     serve at the same endpoint.
 //
-// # The local server
+// # The local servers
 //
-// Queue URLs from the server look like
-// http://sqs.us-east-1.localhost:PORT/000000000000/NAME and ARNs like
-// arn:aws:sqs:us-east-1:000000000000:NAME; clients reach the server through
-// BaseEndpoint only, never through the queue URL's host. Where the server
+// Queue URLs look like http://sqs.us-east-1.localhost:PORT/000000000000/NAME
+// (fauxqs) or http://127.0.0.1:PORT/123456789012/NAME (moto), and ARNs like
+// arn:aws:sqs:us-east-1:ACCOUNT:NAME; clients reach the server through
+// BaseEndpoint only, never through the queue URL's host. Where a server
 // differs from Amazon SQS, server_test.go asserts what it does, in tests
-// commented "Differs from SQS". In short:
+// commented "Differs from SQS". Code under test must work on a server that
+// behaves as SQS documents, whichever of them it runs on. In short:
 //
-//   - GetQueueAttributes does not notice expired visibility timeouts until a
-//     ReceiveMessage runs on the queue (counts stay "in flight");
-//   - a FIFO ReceiveMessage returns at most one message per message group;
-//   - ReceiveRequestAttemptId is ignored;
-//   - message attributes come back even when not requested;
-//   - DeleteMessage and DeleteMessageBatch accept any receipt handle, and a
-//     stale one deletes nothing;
-//   - messages moved to a DLQ carry no DeadLetterQueueSourceArn;
-//   - ListDeadLetterSourceQueues and the message-move-task operations answer
-//     InvalidAction;
-//   - MessageRetentionPeriod is stored but messages never expire.
+//   - fauxqs: GetQueueAttributes does not notice expired visibility
+//     timeouts until a ReceiveMessage runs on the queue (counts stay "in
+//     flight"); message attributes come back even when not requested;
+//     DeleteMessage and DeleteMessageBatch accept any receipt handle, and a
+//     stale one deletes nothing; ListDeadLetterSourceQueues and the
+//     message-move-task operations answer InvalidAction;
+//     MessageRetentionPeriod is stored but messages never expire. A FIFO
+//     ReceiveMessage returns at most one message per group in fauxqs
+//     itself; scripts/sqs/server.mjs makes it return several, in order, as
+//     SQS does, and give a group's messages back in order.
+//   - moto: a deduplicated FIFO send is answered with a new MessageId that
+//     no message has; a stale receipt handle deletes the message or changes
+//     its visibility; a deleted message's handle gets ReceiptHandleIsInvalid
+//     (fauxqs: MessageNotInflight); the message-move-task operations answer
+//     HTTP 500. In moto itself a FIFO group comes back out of order when
+//     several of its messages' visibility timeouts end together, a long
+//     poll can take a group's message while another receive holds the
+//     group, and deduplication forgets an id once its message is deleted;
+//     scripts/moto/server.py corrects these, as SQS documents them.
+//   - both: ReceiveRequestAttemptId is ignored; messages moved to a DLQ
+//     carry no DeadLetterQueueSourceArn.
 //
 // Tests and test programs (scripts/chaos) import it; the binary never does.
 package sqstest

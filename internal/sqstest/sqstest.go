@@ -36,12 +36,39 @@ const HTTPTimeout = 30 * time.Second
 // opTimeout bounds each SQS call the helpers of this package make.
 const opTimeout = 15 * time.Second
 
+// ServerEnv names the environment variable that says which implementation
+// of SQS answers at [EndpointEnv]: [Fauxqs] (also when it is unset) or
+// [Moto]. scripts/with-sqs.sh and scripts/with-moto.sh set it.
+const ServerEnv = "SQSONCE_TEST_SQS_SERVER"
+
+// The implementations of SQS that the tests run against; see [Server].
+const (
+	// Fauxqs is fauxqs from the npm registry, as scripts/sqs/server.mjs
+	// runs it: the server of `make test`.
+	Fauxqs = "fauxqs"
+	// Moto is Python moto, as scripts/moto/server.py runs it: the second
+	// implementation of `make interop`. It serves SNS and S3 on the same
+	// endpoint too.
+	Moto = "moto"
+)
+
 // server is the local SQS-compatible server, found through [EndpointEnv].
 var server = loopback.Server{
 	Env:     EndpointEnv,
 	Name:    "the local SQS-compatible server",
 	Script:  "scripts/with-sqs.sh",
 	Example: "http://127.0.0.1:4566",
+	ImplEnv: ServerEnv,
+	Impls:   []string{Fauxqs, Moto},
+}
+
+// Server returns which implementation of SQS answers at [Endpoint], from
+// [ServerEnv]: [Fauxqs] or [Moto]. Tests that pin down where a server
+// differs from Amazon SQS ask it; code that works on any server that
+// behaves as SQS documents has no need to. An unknown value fails the test.
+func Server(t testing.TB) string {
+	t.Helper()
+	return server.Impl(t)
 }
 
 // Endpoint returns the base URL of the local SQS-compatible server from

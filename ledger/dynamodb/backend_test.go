@@ -74,7 +74,8 @@ func number(t *testing.T, item map[string]types.AttributeValue, name string) int
 
 // faulty is a ledger whose client's requests go through a Faults
 // transport, with the SDK's retries as maxAttempts says (0: the SDK's
-// default), and a second, plain ledger on the same table for looking.
+// default), and a second, plain ledger on the same table for looking, with
+// the default timeout whatever mod sets.
 type faulty struct {
 	l, other *dynamodb.Ledger
 	faults   *dynamotest.Faults
@@ -97,7 +98,28 @@ func setupFaulty(t *testing.T, maxAttempts int, mod func(*dynamodb.Options)) *fa
 			o.RetryMaxAttempts = maxAttempts
 		}
 	})
-	return &faulty{l: open(t, c, opts), other: open(t, plain, opts), faults: f, clock: clock, client: plain, opts: opts}
+	looking := opts
+	looking.Timeout = 0
+	return &faulty{l: openPatiently(t, c, opts), other: open(t, plain, looking), faults: f, clock: clock, client: plain, opts: opts}
+}
+
+// openPatiently opens a ledger whose Options.Timeout may be short, trying
+// again for up to 30 s while the open finds DynamoDB unavailable: no fault
+// is set yet, so that can only be a server slower than the timeout (moto
+// under load), which the tests that set a short timeout do not test.
+func openPatiently(t *testing.T, c dynamodb.Client, opts dynamodb.Options) *dynamodb.Ledger {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l, err := dynamodb.Open(context.Background(), c, opts)
+		if err == nil {
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+		if !errors.Is(err, ledger.ErrUnavailable) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
 }
 
 // A write whose answer is lost took effect; whether the SDK or the caller
@@ -267,7 +289,7 @@ func TestLedger_Unavailable(t *testing.T) {
 		t.Run(string(kind), func(t *testing.T) {
 			t.Parallel()
 			s := setupFaulty(t, 2, func(o *dynamodb.Options) { o.Timeout = 300 * time.Millisecond })
-			mustClaim(t, s.l, "done", "a", ledger.Claimed)
+			mustClaim(t, s.other, "done", "a", ledger.Claimed)
 			for _, op := range []string{"UpdateItem", "GetItem", "Scan", "DeleteItem", "PutItem"} {
 				s.faults.Always(op, kind)
 			}

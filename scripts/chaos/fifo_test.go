@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 )
 
@@ -121,5 +124,45 @@ func TestFIFOWorkload(t *testing.T) {
 	}
 	if len(w.tags) != len(w.main)+len(w.late) {
 		t.Fatalf("%d tags for %d sends", len(w.tags), len(w.main)+len(w.late))
+	}
+}
+
+// TestFIFOSender_Dropped: a send whose deduplication id an earlier send of
+// the campaign got enqueued is dropped by SQS, and the sender says so
+// whatever message id the server answers it with (fauxqs names the
+// earlier message, moto a new one), also after the earlier message was
+// deleted; a send with a deduplication id of its own is not.
+func TestFIFOSender_Dropped(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+	f := newFIFOSender(sqstest.Endpoint(t), q.URL, 1, 0)
+	op := &fifoOp{id: "op-1", class: fifoNormal, group: "g", bodies: []string{`{"id":"op-1"}`}, byKey: true}
+	other := &fifoOp{id: "op-2", class: fifoNormal, group: "g", bodies: []string{`{"id":"op-2"}`}, byKey: true}
+	sends := []*fifoSend{{tag: "s-1", op: op}, {tag: "s-2", op: op}, {tag: "s-3", op: other}, {tag: "s-4", op: op}}
+	send := func(s *fifoSend) {
+		t.Helper()
+		if err := f.send(t.Context(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range sends[:3] {
+		send(s)
+	}
+	// Both enqueued messages received and deleted: SQS still remembers
+	// their deduplication ids.
+	for _, m := range sqstest.Drain(t, c, q.URL, 2, 5*time.Second) {
+		if _, err := c.DeleteMessage(t.Context(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(sends[3])
+	for i, want := range []bool{false, true, false, true} {
+		if got := sends[i].dropped; got != want {
+			t.Errorf("%s (deduplication id %s): dropped %v, want %v", sends[i].tag, sends[i].dedup, got, want)
+		}
+	}
+	if v, n := sqstest.Count(t, c, q.URL); v != 0 || n != 0 {
+		t.Errorf("queue holds %d visible and %d in flight, want nothing: a send the sender took as dropped was enqueued", v, n)
 	}
 }

@@ -65,7 +65,7 @@ type fifoSend struct {
 	dedup   string
 	n       int // its place among its group's sends, from 1
 	msgID   string
-	dropped bool // SQS answered with an earlier message's id: nothing was enqueued
+	dropped bool // SQS deduplicated it: nothing was enqueued
 	sentAt  time.Time
 }
 
@@ -208,6 +208,7 @@ type fifoSender struct {
 	mu       sync.Mutex
 	seq      map[string]int       // per group: sends so far
 	ids      map[string]*fifoSend // message id -> the send that got it first
+	accepted map[string]time.Time // deduplication id -> when SQS first enqueued a send with it
 	sent     []*fifoSend          // in the order sent
 	failures atomic.Int64         // send calls that failed and were retried
 }
@@ -221,15 +222,29 @@ func newFIFOSender(endpoint, queueURL string, seed uint64, lostAck float64) *fif
 		faults:   faults,
 		seq:      map[string]int{},
 		ids:      map[string]*fifoSend{},
+		accepted: map[string]time.Time{},
 	}
 }
 
+// fifoDedupWindow is how long a FIFO queue drops sends with a deduplication
+// id it has accepted, whatever became of that message: "any messages sent
+// with the same MessageDeduplicationId are accepted successfully but aren't
+// delivered during the 5-minute deduplication interval", and "Amazon SQS
+// continues tracking the deduplication ID even after the message has been
+// received and deleted" (SQS API Reference, SendMessage; Developer Guide,
+// FIFO queue key terms).
+const fifoDedupWindow = 5 * time.Minute
+
 // send sends s, again with the same deduplication id until SQS answers,
-// up to a bound. An answer naming a message that an earlier send got means
-// SQS dropped s as a duplicate (same deduplication id within five minutes).
+// up to a bound. SQS drops s as a duplicate, and answers with success all
+// the same, when an earlier send with its deduplication id was enqueued
+// less than fifoDedupWindow before. What the answer then says is not
+// documented: fauxqs names the earlier message, moto a new message id that
+// no message has; either marks s dropped.
 func (f *fifoSender) send(ctx context.Context, s *fifoSend) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	start := time.Now()
 	s.dedup = s.tag
 	if s.op.byKey {
 		s.dedup = worker.DeduplicationID(s.op.id)
@@ -247,10 +262,12 @@ func (f *fifoSender) send(ctx context.Context, s *fifoSend) error {
 		out, err := f.client.SendMessage(ctx, in)
 		if err == nil {
 			s.msgID = aws.ToString(out.MessageId)
-			if _, seen := f.ids[s.msgID]; seen {
-				s.dropped = true
-			} else {
+			_, idSeen := f.ids[s.msgID]
+			first, repeat := f.accepted[s.dedup]
+			s.dropped = idSeen || repeat && start.Sub(first) < fifoDedupWindow
+			if !s.dropped {
 				f.ids[s.msgID] = s
+				f.accepted[s.dedup] = time.Now()
 			}
 			f.seq[s.op.group]++
 			s.n = f.seq[s.op.group]

@@ -61,23 +61,31 @@ install_node_server() {
 }
 
 # start_node_server WHAT DIR PARENT_VAR PORT_VAR HEALTHY: starts DIR/server.mjs
-# on 127.0.0.1 with a free port (PORT_VAR=0), waits at most 20 s until it
-# prints "listening URL" and `HEALTHY URL` succeeds, and sets endpoint to
-# URL. PARENT_VAR holds this script's PID: the server
-# ends by itself once this script is gone, and outlives a Ctrl-C so that the
-# command's clean-up can still reach it. The server is stopped by its PID
-# when the script exits (SIGTERM, then SIGKILL after 5 s).
+# with node; see start_server.
 start_node_server() {
-	local what="$1" dir="$2" parent_var="$3" port_var="$4" healthy="$5"
-	server_log="$(mktemp "${TMPDIR:-/tmp}/sqsonce-${dir##*/}.XXXXXX")"
-	server_pid=""
-	stop_on_exit stop_node_server
+	start_server "$1" "${2##*/}" "$3" "$4" "$5" node "$2/server.mjs"
+}
 
-	env "$parent_var=$$" "$port_var=0" node "$dir/server.mjs" >"$server_log" 2>&1 </dev/null &
+# start_server WHAT TAG PARENT_VAR PORT_VAR HEALTHY PROG [ARGS...]: starts
+# the server PROG ARGS (one that follows scripts/lib/server.mjs) on
+# 127.0.0.1 with a free port (PORT_VAR=0), waits at most 30 s until it
+# prints "listening URL" and `HEALTHY URL` succeeds, and sets endpoint to
+# URL. TAG names its log file. PARENT_VAR holds this script's PID: the
+# server ends by itself once this script is gone, and outlives a Ctrl-C so
+# that the command's clean-up can still reach it. The server is stopped by
+# its PID when the script exits (SIGTERM, then SIGKILL after 5 s).
+start_server() {
+	local what="$1" tag="$2" parent_var="$3" port_var="$4" healthy="$5"
+	shift 5
+	server_log="$(mktemp "${TMPDIR:-/tmp}/sqsonce-$tag.XXXXXX")"
+	server_pid=""
+	stop_on_exit stop_server
+
+	env "$parent_var=$$" "$port_var=0" "$@" >"$server_log" 2>&1 </dev/null &
 	server_pid=$!
 
 	endpoint=""
-	local line timeout_s=20
+	local line timeout_s=30
 	local deadline=$((SECONDS + timeout_s))
 	while :; do
 		if ! kill -0 "$server_pid" 2>/dev/null; then
@@ -103,9 +111,9 @@ start_node_server() {
 	done
 }
 
-# stop_node_server: stops the server start_node_server started, if it runs,
+# stop_server: stops the server start_server started, if it runs,
 # and removes its log.
-stop_node_server() {
+stop_server() {
 	if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
 		kill -TERM "$server_pid" 2>/dev/null || true
 		local i

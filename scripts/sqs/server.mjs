@@ -26,15 +26,20 @@
 // every case of a message that waits behind another of its group in a
 // worker's hands. fifoLikeSQS below makes one receive take a group's next
 // messages too; the group stays locked for other receives while any of
-// them is in flight, as before. And since several messages of a group may
-// now come back at once (visibility 0, or their visibility timeout ends),
-// it puts them back in their order: fauxqs puts each one back at the head
-// of its group, which would reverse them.
+// them is in flight, as before.
+//
+// A group's messages also come back in order when their visibility ends
+// (a visibility timeout that runs out, or ChangeMessageVisibility to 0):
+// fauxqs puts each such message back at the front of its group, one at a
+// time, which turns several of them, in flight together, round (a receiver
+// killed with G1, G2, G3 in hand would see G3, G2, G1 next).
+// fifoReturnsInOrder below puts them back in the order they arrived.
 
 import { buildApp } from "fauxqs";
 import { SqsQueue } from "./node_modules/fauxqs/dist/sqs/sqsStore.js";
 
 fifoLikeSQS(SqsQueue);
+fifoReturnsInOrder(SqsQueue);
 
 // fifoLikeSQS wraps dequeueFifo, which takes at most one message per
 // unlocked group per call: it calls it again while the receive has room,
@@ -70,40 +75,45 @@ function fifoLikeSQS(Queue) {
       }
     }
   };
+}
 
-  const changeVisibility = Queue.prototype.changeVisibility;
-  const processTimers = Queue.prototype.processTimers;
-  if (typeof changeVisibility !== "function" || typeof processTimers !== "function") {
-    throw new Error("fauxqs has no SqsQueue.changeVisibility or processTimers: the FIFO patch does not fit this version");
-  }
-  Queue.prototype.changeVisibility = function (receiptHandle, timeoutSeconds) {
-    const entry = this.inflightMessages.get(receiptHandle);
-    changeVisibility.call(this, receiptHandle, timeoutSeconds);
-    if (this.isFifo() && entry?.message.messageGroupId) {
-      inSequence(this.fifoMessages.get(entry.message.messageGroupId));
+// fifoReturnsInOrder numbers every message as a queue takes it (enqueue:
+// a send, or a move to a dead-letter queue) and, after each of the two
+// calls that put in-flight messages back (changeVisibility and
+// processTimers), sorts a FIFO queue's groups by that number where they
+// are out of order.
+function fifoReturnsInOrder(Queue) {
+  for (const name of ["enqueue", "changeVisibility", "processTimers"]) {
+    if (typeof Queue.prototype[name] !== "function") {
+      throw new Error(`fauxqs has no SqsQueue.${name}: the FIFO return patch does not fit this version`);
     }
-  };
-  Queue.prototype.processTimers = function () {
-    processTimers.call(this);
-    if (this.isFifo()) {
-      for (const group of this.fifoMessages.values()) {
-        inSequence(group);
+  }
+  const arrival = new WeakMap();
+  let arrivals = 0;
+  const order = (a, b) => (arrival.get(a) ?? 0) - (arrival.get(b) ?? 0);
+  const sortGroups = (queue) => {
+    if (!queue.isFifo()) {
+      return;
+    }
+    for (const msgs of queue.fifoMessages.values()) {
+      if (msgs.some((m, i) => i > 0 && order(msgs[i - 1], m) > 0)) {
+        msgs.sort(order);
       }
     }
   };
-}
 
-// inSequence sorts a group's waiting messages by their sequence numbers
-// (zero-padded decimal strings), unless they are in order already.
-function inSequence(group) {
-  if (!group) {
-    return;
-  }
-  for (let i = 1; i < group.length; i++) {
-    if (group[i - 1].sequenceNumber > group[i].sequenceNumber) {
-      group.sort((a, b) => (a.sequenceNumber < b.sequenceNumber ? -1 : a.sequenceNumber > b.sequenceNumber ? 1 : 0));
-      return;
-    }
+  const enqueue = Queue.prototype.enqueue;
+  Queue.prototype.enqueue = function (msg, ...rest) {
+    arrival.set(msg, ++arrivals);
+    return enqueue.call(this, msg, ...rest);
+  };
+  for (const name of ["changeVisibility", "processTimers"]) {
+    const putBack = Queue.prototype[name];
+    Queue.prototype[name] = function (...args) {
+      const result = putBack.apply(this, args);
+      sortGroups(this);
+      return result;
+    };
   }
 }
 

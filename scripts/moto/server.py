@@ -1,0 +1,288 @@
+"""Local AWS server for the sqsonce test suite: moto, a second implementation.
+
+Runs moto's server (Python moto 5.x, `pip install "moto[server]"`), which
+serves SQS, SNS, S3 and DynamoDB on one port, on 127.0.0.1 only, with
+request logging off. The port comes from SQSONCE_MOTO_PORT (default 0: the
+kernel picks a free port, so two servers never race for one).
+
+When the server is ready, exactly one line is written to stdout:
+
+  listening http://127.0.0.1:PORT
+
+SIGTERM and SIGINT stop the server and exit with status 0.
+
+SQSONCE_MOTO_PARENT_PID (set by scripts/with-moto.sh) names the process
+that manages the server: the server then shuts down once that process is
+gone, so a killed test runner cannot leave it behind, and it ignores
+SIGINT, so that it outlives the clean-up of tests interrupted with Ctrl-C
+(the parent stops it with SIGTERM). This is what scripts/lib/server.mjs
+does for the Node servers.
+
+It serves the application the moto_server command serves, through the
+same werkzeug server; unlike moto_server it binds port 0 and reports the
+port it got.
+
+DynamoDB requests are handled one at a time. moto checks a conditional
+write's condition and then writes, and two requests in two threads can
+interleave between the two: both conditions hold, both writes happen.
+DynamoDB documents single writes as atomic ("Individual write operations
+such as UpdateItem are atomic and always operate on the most recent
+version of the item, regardless of concurrency", Developer Guide, "Best
+practices for handling concurrent updates"), and the shared ledger's
+claims rely on exactly that; serialising the requests gives moto
+that property, so that the tests neither rely on the difference nor are
+weakened for it. SQS, SNS and S3 requests run concurrently as before (an
+SQS long poll would otherwise hold up every other request).
+
+A FIFO group's messages come back in order when their visibility timeouts
+end together (a receiver killed with several of them in hand): moto keeps
+a message "pending" until a receive finds it visible again, and counts a
+group as held while any of its messages is pending, so the receive that
+walks the group in order skips each message while its successors still
+hold the group, and delivers the last one first.
+fifo_groups_held_by_messages_in_flight counts only the messages still in
+flight, as SQS does (SQS Developer Guide, "FIFO queue delivery logic":
+within a message group messages are received in strict order, and a
+group's received messages hold it until they are deleted or visible
+again).
+
+A FIFO group held by a message in flight is held for every receive. moto
+decides which groups a ReceiveMessage must skip once, when it begins, and
+runs receives side by side with nothing between them: a long poll that
+began while a group was free takes the group's next message although
+another receive took the one before it in the meantime, and two receives
+can take one group's messages at the same moment; SQS delivers no more of
+a group's messages while some are in flight (same page).
+receive_passes_one_at_a_time makes a receive a loop
+of single passes over the queue (moto's own receive without waiting), each
+pass deciding afresh and none running beside another, and waits between
+passes, woken by a send, for at most 100 ms (a visibility timeout that
+ends wakes nothing).
+
+A FIFO queue drops a send whose deduplication id it accepted in the last
+five minutes, also when that message has been received and deleted since
+(SQS: "Amazon SQS continues tracking the deduplication ID even after the
+message has been received and deleted"); moto compares only with the
+messages the queue still holds. fifo_dedup_outlives_delete keeps every
+accepted id for the five minutes. (The answer to a dropped send keeps
+moto's new MessageId: SQS documents none.)
+
+moto's SQS reads the clock through datetime arithmetic, twice for every
+message of a queue each time it counts the queue's messages, which it does
+for every message sent and every message delivered: seconds per
+ReceiveMessage on a queue of a thousand messages. sqs_clock_from_time
+makes its clock reads time.time(), the same wall clock without the
+arithmetic; no behaviour changes.
+"""
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+HOST = "127.0.0.1"
+NAME = "moto"
+
+
+def int_from_env(name, fallback, maximum):
+    raw = os.environ.get(name, "")
+    if raw == "":
+        return fallback
+    try:
+        n = int(raw)
+    except ValueError:
+        n = -1
+    if n < 0 or n > maximum:
+        raise SystemExit(f"{NAME}: {name} must be an integer in [0, {maximum}], got {raw!r}")
+    return n
+
+
+def one_dynamodb_request_at_a_time(app):
+    """Wraps the WSGI application app so that DynamoDB requests (those with
+    an X-Amz-Target of DynamoDB_*) run one at a time, their response
+    included; other requests pass through."""
+    lock = threading.Lock()
+
+    def serve(environ, start_response):
+        if not environ.get("HTTP_X_AMZ_TARGET", "").startswith("DynamoDB_"):
+            return app(environ, start_response)
+        with lock:
+            body = app(environ, start_response)
+            try:
+                return [b"".join(body)]
+            finally:
+                close = getattr(body, "close", None)
+                if close is not None:
+                    close()
+
+    return serve
+
+
+def sqs_clock_from_time(models):
+    """Makes unix_time() and unix_time_millis() of moto's SQS models module
+    (called without a datetime) read time.time(); with a datetime they do
+    as before."""
+    for name, scale in (("unix_time", 1.0), ("unix_time_millis", 1000.0)):
+        original = getattr(models, name, None)
+        if not callable(original):
+            raise SystemExit(f"{NAME}: moto.sqs.models has no {name}: the clock patch does not fit this version")
+
+        def read(dt=None, original=original, scale=scale):
+            return time.time() * scale if dt is None else original(dt)
+
+        setattr(models, name, read)
+
+
+def fifo_groups_held_by_messages_in_flight(queue_class):
+    """Replaces moto's Queue.pending_message_groups (the FIFO groups a
+    receive must skip) by the groups of the pending messages that are still
+    in flight, leaving out those whose visibility timeout has passed."""
+    name = "pending_message_groups"
+    if not isinstance(getattr(queue_class, name, None), property):
+        raise SystemExit(f"{NAME}: moto's SQS Queue has no property {name}: the FIFO patch does not fit this version")
+
+    def held(self):
+        # list() copies the set at once: another request may change it.
+        return {m.group_id for m in list(self.pending_messages) if m.group_id is not None and not m.visible}
+
+    setattr(queue_class, name, property(held))
+
+
+def receive_passes_one_at_a_time(backend_class):
+    """Replaces moto's SQSBackend.receive_message by a loop of passes of the
+    original with no wait, one pass at a time across all receives, waiting
+    between passes (without holding the lock) until a message arrives, 100 ms
+    pass, or the receive's WaitTimeSeconds ends."""
+    original = getattr(backend_class, "receive_message", None)
+    if not callable(original):
+        raise SystemExit(f"{NAME}: moto's SQSBackend has no receive_message: the receive patch does not fit this version")
+    one_pass = threading.Lock()
+
+    def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
+        queue = self.get_queue(queue_name)
+        arrived = getattr(queue, "_messages_lock", None)
+        if arrived is None:
+            raise RuntimeError("moto's SQS Queue has no _messages_lock: the receive patch does not fit this version")
+        deadline = time.monotonic() + float(wait_seconds_timeout or 0)
+        while True:
+            with one_pass:
+                got = original(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+            left = deadline - time.monotonic()
+            if got or left <= 0:
+                return got
+            with arrived:
+                arrived.wait(timeout=min(left, 0.1))
+
+    setattr(backend_class, "receive_message", receive_message)
+
+
+def fifo_dedup_outlives_delete(backend_class, queue_class, window):
+    """Makes a FIFO queue drop a message sent (SQSBackend.send_message, which
+    SendMessageBatch and SNS call too) with a deduplication id that the queue
+    accepted less than window seconds before, whatever became of that
+    message. Moves to a dead-letter queue, which are not sends, pass as
+    before."""
+    for cls, name in ((backend_class, "send_message"), (queue_class, "add_message")):
+        if not callable(getattr(cls, name, None)):
+            raise SystemExit(f"{NAME}: moto's SQS has no {cls.__name__}.{name}: the deduplication patch does not fit this version")
+    send = backend_class.send_message
+    add = queue_class.add_message
+    sending = threading.local()
+    lock = threading.Lock()
+
+    def send_message(self, *args, **kwargs):
+        sending.active = True
+        try:
+            return send(self, *args, **kwargs)
+        finally:
+            sending.active = False
+
+    def add_message(self, message):
+        dedup = getattr(message, "deduplication_id", None)
+        if not (self.fifo_queue and dedup and getattr(sending, "active", False)):
+            return add(self, message)
+        with lock:
+            accepted = self.__dict__.setdefault("_sqsonce_accepted_dedup_ids", {})
+            now = time.monotonic()
+            if len(accepted) > 10000:
+                for old in [d for d, t in accepted.items() if now - t >= window]:
+                    del accepted[old]
+            t = accepted.get(dedup)
+            if t is not None and now - t < window:
+                return None
+            accepted[dedup] = now
+            return add(self, message)
+
+    setattr(backend_class, "send_message", send_message)
+    setattr(queue_class, "add_message", add_message)
+
+
+def main():
+    port = int_from_env("SQSONCE_MOTO_PORT", 0, 65535)
+    parent = int_from_env("SQSONCE_MOTO_PARENT_PID", 0, 2**31 - 1)
+    managed = parent > 1
+
+    install = f'install it with: {sys.executable} -m pip install "moto[server]>=5,<6"'
+    try:
+        import moto
+        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+        import moto.sqs.models
+        from werkzeug.serving import make_server
+    except ImportError as err:
+        raise SystemExit(f"{NAME}: cannot import moto's server ({err}); {install}")
+    if not moto.__version__.startswith("5."):
+        raise SystemExit(f"{NAME}: moto {moto.__version__} is installed, the tests know moto 5.x; {install}")
+
+    # One line per request would fill the log with thousands of lines.
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+
+    sqs_clock_from_time(moto.sqs.models)
+    fifo_groups_held_by_messages_in_flight(moto.sqs.models.Queue)
+    receive_passes_one_at_a_time(moto.sqs.models.SQSBackend)
+    fifo_dedup_outlives_delete(moto.sqs.models.SQSBackend, moto.sqs.models.Queue, moto.sqs.models.DEDUPLICATION_TIME_IN_SECONDS)
+    app = one_dynamodb_request_at_a_time(DomainDispatcherApplication(create_backend_app))
+    server = make_server(HOST, port, app, threaded=True)
+    bound = server.server_address[1]
+    # moto builds some URLs from MOTO_PORT; make it the port in use.
+    os.environ["MOTO_PORT"] = str(bound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if managed:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    print(f"listening http://{HOST}:{bound}", flush=True)
+
+    while not stop.wait(1.0):
+        if managed:
+            try:
+                os.kill(parent, 0)
+            except ProcessLookupError:
+                sys.stderr.write(f"{NAME}: parent {parent} exited\n")
+                break
+            except PermissionError:
+                pass
+
+    # Never hang on shutdown: the serving thread is a daemon, so exiting
+    # ends it even if the server does not stop in time.
+    done = threading.Thread(target=server.shutdown, daemon=True)
+    done.start()
+    done.join(5.0)
+    if done.is_alive():
+        sys.stderr.write(f"{NAME}: forced exit after the stop took more than 5 s\n")
+        sys.stderr.flush()
+        os._exit(1)
+    # The state is in memory and nothing is left to write: skip the
+    # interpreter's clean-up of moto's many modules, which takes seconds.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
