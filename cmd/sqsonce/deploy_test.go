@@ -163,7 +163,7 @@ echo "$SQSONCE_KEY" >>"$VOLUME/effects"
 	}
 	env := []string{
 		"PATH=/usr/bin:/bin", "VOLUME=" + volume,
-		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true", "AWS_REGION=us-east-1",
 		"SQSONCE_QUEUE_URL=" + q.URL, "SQSONCE_QUEUE_ENDPOINT=" + sqstest.Endpoint(t),
 		"SQSONCE_QUEUE_WAIT_TIME=1s", "SQSONCE_LEDGER_PATH=" + volume + "/ledger.db",
 		"SQSONCE_HANDLER_COMMAND=" + handler, "SQSONCE_SHUTDOWN_GRACE=25s", "SQSONCE_ADMIN_LISTEN=127.0.0.1:0",

@@ -57,7 +57,7 @@ func newEnv(t *testing.T, fifo bool, handler string) *procEnv {
 	e := &procEnv{t: t, client: client, queue: q, dir: dir}
 	// Configuration by the environment alone, as in a container.
 	e.vars = []string{
-		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true",
+		"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_EC2_METADATA_DISABLED=true", "AWS_REGION=us-east-1",
 		"SQSONCE_QUEUE_URL=" + q.URL,
 		"SQSONCE_QUEUE_ENDPOINT=" + sqstest.Endpoint(t),
 		"SQSONCE_QUEUE_WAIT_TIME=1s",

@@ -416,5 +416,5 @@ func cliEnv() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "AWS_ACCESS_KEY_ID=chaos", "AWS_SECRET_ACCESS_KEY=chaos", "AWS_EC2_METADATA_DISABLED=true")
+	return append(env, "AWS_ACCESS_KEY_ID=chaos", "AWS_SECRET_ACCESS_KEY=chaos", "AWS_EC2_METADATA_DISABLED=true", "AWS_REGION=us-east-1")
 }
