@@ -591,6 +591,95 @@ func TestFIFOSeveralMessagesOfAGroupPerReceive(t *testing.T) {
 	}
 }
 
+// As SQS, messages of one group that were in flight together and come
+// back (their visibility timeout ran out, or it was set to 0) keep their
+// order in the group, whatever order they come back in: "messages that
+// belong to the same message group are always processed one by one, in a
+// strict order relative to the message group" (Amazon SQS Developer Guide,
+// FIFO queue delivery logic).
+func TestFIFOGroupOrderKeptWhenMessagesComeBack(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true, VisibilityTimeout: time.Second})
+	ctx := testContext(t)
+	groupOf := func(msgs []types.Message, g string) []string {
+		var out []string
+		for _, m := range msgs {
+			if m.Attributes["MessageGroupId"] == g {
+				out = append(out, aws.ToString(m.Body))
+			}
+		}
+		return out
+	}
+	// receiveGroup receives until it has got n messages of group g, or
+	// a receive comes back empty after a long poll.
+	receiveGroup := func(g string, n int) []types.Message {
+		var got []types.Message
+		for len(groupOf(got, g)) < n {
+			msgs := receive(t, c, q.URL, 10, 3)
+			if len(msgs) == 0 {
+				break
+			}
+			got = append(got, msgs...)
+		}
+		return got
+	}
+	visibility := func(msgs []types.Message, seconds int32) {
+		t.Helper()
+		var entries []types.ChangeMessageVisibilityBatchRequestEntry
+		for i, m := range msgs {
+			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: seconds,
+			})
+		}
+		out, err := c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+		if err != nil || len(out.Failed) != 0 {
+			t.Fatalf("ChangeMessageVisibilityBatch: %v, %d failed", err, len(out.Failed))
+		}
+	}
+	want := []string{"A1", "A2", "A3", "A4"}
+	for _, b := range want {
+		sendFIFO(t, c, q.URL, b, "A", b)
+	}
+
+	// All four in flight; their visibility timeout runs out.
+	if got := groupOf(receiveGroup("A", 4), "A"); !slices.Equal(got, want) {
+		t.Fatalf("first receive: %q, want %q", got, want)
+	}
+	got := receiveGroup("A", 4)
+	if g := groupOf(got, "A"); !slices.Equal(g, want) {
+		t.Fatalf("after their visibility timeout ran out: %q, want %q", g, want)
+	}
+
+	// Given back at once, in their order, in one call.
+	visibility(got, 0)
+	got = receiveGroup("A", 4)
+	if g := groupOf(got, "A"); !slices.Equal(g, want) {
+		t.Fatalf("after a visibility of 0 for all: %q, want %q", g, want)
+	}
+
+	// The head held back for a second, the rest given back at once
+	// (what a worker does when the head fails): the head comes first.
+	visibility(got[:1], 1)
+	visibility(got[1:], 0)
+	if early := bodies(receive(t, c, q.URL, 10, 0)); len(early) != 0 {
+		t.Fatalf("with A1 in flight received %q, want nothing", early)
+	}
+	got = receiveGroup("A", 4)
+	if g := groupOf(got, "A"); !slices.Equal(g, want) {
+		t.Fatalf("after A1 came back behind the others: %q, want %q", g, want)
+	}
+
+	// The head deleted, the rest given back in reverse order.
+	del(t, c, q.URL, got[0])
+	rest := slices.Clone(got[1:])
+	slices.Reverse(rest)
+	visibility(rest, 0)
+	if g := groupOf(receiveGroup("A", 3), "A"); !slices.Equal(g, want[1:]) {
+		t.Fatalf("after A1 was deleted and the rest given back: %q, want %q", g, want[1:])
+	}
+}
+
 func TestFIFOReceiveRequestAttemptIDIgnored(t *testing.T) {
 	t.Parallel()
 	c := sqstest.NewClient(t, nil)

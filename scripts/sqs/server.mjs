@@ -27,11 +27,21 @@
 // worker's hands. fifoLikeSQS below makes one receive take a group's next
 // messages too; the group stays locked for other receives while any of
 // them is in flight, as before.
+//
+// And messages of a group that come back (their visibility timeout ran out,
+// or was set to 0) take their place in the group again, as in SQS, where a
+// group's order is the order its messages entered the queue. fauxqs puts
+// each one back at the head of its group as it comes, which reverses
+// messages that were in flight together (with one message per group in
+// flight, as fauxqs has it, that could not happen). keepFIFOOrder below
+// numbers each message as it enters a queue and sorts a group by that
+// number after messages came back to it.
 
 import { buildApp } from "fauxqs";
 import { SqsQueue } from "./node_modules/fauxqs/dist/sqs/sqsStore.js";
 
 fifoLikeSQS(SqsQueue);
+keepFIFOOrder(SqsQueue);
 
 // fifoLikeSQS wraps dequeueFifo, which takes at most one message per
 // unlocked group per call: it calls it again while the receive has room,
@@ -65,6 +75,47 @@ function fifoLikeSQS(Queue) {
         return out;
       }
     }
+  };
+}
+
+// keepFIFOOrder numbers every message as it enters a queue (a send, or a
+// move to a dead-letter queue: enqueue) and wraps the two methods that put
+// in-flight messages back into their groups (changeVisibility,
+// processTimers) so that each group is in that order again afterwards.
+function keepFIFOOrder(Queue) {
+  const { enqueue, changeVisibility, processTimers } = Queue.prototype;
+  if ([enqueue, changeVisibility, processTimers].some((f) => typeof f !== "function")) {
+    throw new Error("fauxqs has no SqsQueue.enqueue, changeVisibility or processTimers: the FIFO order patch does not fit this version");
+  }
+  const entered = new WeakMap(); // message -> its number in its queue
+  let next = 0;
+  const sortGroups = (queue) => {
+    for (const msgs of queue.fifoMessages.values()) {
+      for (let i = 1; i < msgs.length; i++) {
+        if ((entered.get(msgs[i - 1]) ?? 0) > (entered.get(msgs[i]) ?? 0)) {
+          msgs.sort((a, b) => (entered.get(a) ?? 0) - (entered.get(b) ?? 0));
+          break;
+        }
+      }
+    }
+  };
+  Queue.prototype.enqueue = function (msg) {
+    entered.set(msg, ++next);
+    return enqueue.call(this, msg);
+  };
+  Queue.prototype.changeVisibility = function (...args) {
+    const out = changeVisibility.apply(this, args);
+    if (this.isFifo()) {
+      sortGroups(this);
+    }
+    return out;
+  };
+  Queue.prototype.processTimers = function (...args) {
+    const out = processTimers.apply(this, args);
+    if (this.isFifo()) {
+      sortGroups(this);
+    }
+    return out;
   };
 }
 
