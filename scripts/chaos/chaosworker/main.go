@@ -185,6 +185,11 @@ func run(o options) (code int) {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("run", o.run)
+	// The stop signals are caught from the start, as in sqsonce: one that
+	// comes while the ledger opens waits for the worker, which then stops
+	// at once, rather than killing the process.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
 	// Count SQS requests from the start, so that a run that fails to start
 	// can show it sent none.
@@ -377,8 +382,6 @@ func run(o options) (code int) {
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
 		<-sigs
 		stop()
@@ -411,6 +414,11 @@ func run(o options) (code int) {
 		}
 	})
 	err = w.Run(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Stopped while it read its queue's attributes: it had not
+		// started, so it stopped cleanly.
+		err = nil
+	}
 	close(tickDone)
 	bg.Wait()
 	cl.endWait()
