@@ -67,6 +67,7 @@ type Report struct {
 	Ops                     map[opClass]int
 	Keyless                 int
 	LateResends             int
+	PhaseOps                int // operations the ledger phases sent of their own (among Ops)
 
 	Faults     map[string]int            // by kind, all worker runs
 	FaultsByOp map[string]map[string]int // by operation, then kind
@@ -298,7 +299,9 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 			r.SenderFaults[string(k)] += n
 		}
 	}
-	for _, o := range wl.ops {
+	ops := c.allOps(wl)
+	r.PhaseOps = len(ops) - len(wl.ops)
+	for _, o := range ops {
 		r.Ops[o.class]++
 		if o.late {
 			r.LateResends++
@@ -417,7 +420,7 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 		}
 	}
 
-	for _, o := range wl.ops {
+	for _, o := range ops {
 		rec, gerr := db.Get(ctx, o.id)
 		state := "absent"
 		if gerr == nil {
@@ -820,9 +823,9 @@ func (r *Report) printStandard(row func(name, value string), must func(name stri
 	row("time taken", r.Elapsed.Round(time.Second).String())
 	row("deliveries sent", fmt.Sprintf("%d acknowledged to the sender (%d planned), %d accepted by the server: %d extra copies from %d lost send acknowledgements",
 		r.Sent, r.Planned, r.Accepted, r.Accepted-r.Sent, r.SenderLostAcks))
-	row("operations", fmt.Sprintf("%d: %d normal, %d transient (fail 1-2 times), %d slow (5.5-6.5 s), %d permanent, %d conflicting; %d resent after done; + %d keyless messages",
+	row("operations", fmt.Sprintf("%d: %d normal (%d of them sent by the ledger phases), %d transient (fail 1-2 times), %d slow (5.5-6.5 s), %d permanent, %d conflicting; %d resent after done; + %d keyless messages",
 		r.Ops[classNormal]+r.Ops[classTransient]+r.Ops[classSlow]+r.Ops[classPermanent]+r.Ops[classConflict],
-		r.Ops[classNormal], r.Ops[classTransient], r.Ops[classSlow], r.Ops[classPermanent], r.Ops[classConflict], r.LateResends, r.Keyless))
+		r.Ops[classNormal], r.PhaseOps, r.Ops[classTransient], r.Ops[classSlow], r.Ops[classPermanent], r.Ops[classConflict], r.LateResends, r.Keyless))
 	row("faults injected (sender's sends)", fmt.Sprintf("%s  (total %d)", kindList(r.SenderFaults), sum(r.SenderFaults)))
 	row("faults injected (worker SQS calls)", fmt.Sprintf("%s  (total %d)", kindList(r.Faults), sum(r.Faults)))
 	for _, op := range faultOps {

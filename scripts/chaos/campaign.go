@@ -118,6 +118,14 @@ const (
 	refuseTimeout        = 15 * time.Second // a worker that must not start exits within this
 )
 
+// How many operations of their own the ledger phases send: the reader
+// that stops (holdOps), the compaction races (raceOps), and the others
+// each time they need work (phaseOpsEach).
+const (
+	raceOps      = 15
+	phaseOpsEach = 20
+)
+
 // The planned length of the ledger fault phases on the timeline.
 const (
 	phaseSecond   = 4 * time.Second
@@ -217,9 +225,11 @@ type campaign struct {
 	pauses, doubleTerms int // done, for the report
 
 	// The standard campaign's workload and sender, for the operations it
-	// sends again after a compaction race.
-	wl  *workload
-	snd *sender
+	// sends again after a compaction race, and the operations its phases
+	// sent of their own (phaseWork).
+	wl       *workload
+	snd      *sender
+	phaseOps []*op
 
 	rngMu sync.Mutex // rng, when several workers' runs are driven at once
 
@@ -1032,6 +1042,11 @@ func (c *campaign) chaos(ctx context.Context) error {
 		if raceAt[i] {
 			p, race, err = c.raceCompaction(ctx, races)
 			races++
+			if err == nil {
+				// Work for the run that started with the compaction,
+				// which its race is judged by.
+				_, err = c.phaseWork(ctx, "race", raceOps)
+			}
 		} else {
 			p, err = c.startRun(c.ledger, runOpts{})
 		}
@@ -1274,6 +1289,11 @@ func (c *campaign) ledgerPhases(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Work before, during and after the full disk: the commits that fail,
+	// and those that show the recovery.
+	if _, err := c.phaseWork(ctx, "diskfull", phaseOpsEach); err != nil {
+		return err
+	}
 	waitFor(ctx, 10*time.Second, func() bool { return c.counts(p.id).CompletesOK > 0 })
 	filler, size, err := c.tmp.fill()
 	if err != nil {
@@ -1281,6 +1301,9 @@ func (c *campaign) ledgerPhases(ctx context.Context) error {
 	}
 	full := c.counts(p.id)
 	c.logf("disk full: %d MiB filler on the ledger's file system (run %d)", size>>20, p.id)
+	if _, err := c.phaseWork(ctx, "diskfull", phaseOpsEach); err != nil {
+		return err
+	}
 	failing := waitFor(ctx, 30*time.Second, func() bool { return c.counts(p.id).CommitErrors > full.CommitErrors })
 	sleepCtx(ctx, 3*time.Second)
 	during := c.counts(p.id)
@@ -1291,6 +1314,9 @@ func (c *campaign) ledgerPhases(ctx context.Context) error {
 	// counters lag by up to 250 ms: count recovery from a second later.
 	sleepCtx(ctx, time.Second)
 	freed := c.counts(p.id)
+	if _, err := c.phaseWork(ctx, "diskfull", phaseOpsEach); err != nil {
+		return err
+	}
 	recovered := waitFor(ctx, 30*time.Second, func() bool {
 		n := c.counts(p.id)
 		return n.CompletesOK > freed.CompletesOK+5 && n.CommitErrors == freed.CommitErrors
@@ -1347,6 +1373,9 @@ func (c *campaign) ledgerPhases(ctx context.Context) error {
 		return err
 	}
 	before := c.counts(p.id)
+	if _, err := c.phaseWork(ctx, "readonly", phaseOpsEach); err != nil {
+		return err
+	}
 	if !waitFor(ctx, 20*time.Second, func() bool { return c.counts(p.id).CompletesOK > before.CompletesOK+5 }) && r.ok {
 		r.ok = false
 		r.detail += "; after remounting read-write the restarted worker completed nothing within 20s"

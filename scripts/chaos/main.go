@@ -16,6 +16,12 @@
 // process. Once the queue is empty it audits every operation against the
 // ledger, the downstream's log and the dead-letter queue.
 //
+// Every ledger phase sends operations of its own when it needs the worker
+// busy (the full disk before, during and after, the worker restarted after
+// the read-only file system, the hold of the ledger socket, the run that
+// starts with a compaction), so that its verdict depends neither on the
+// seed nor on the machine's load; the audit counts them with the rest.
+//
 // Among its worker runs come two more phases of the embedded ledger. In
 // some runs a reader stops: `sqsonce ledger export` (the real command,
 // built from the same tree) lists the ledger through the worker's socket
