@@ -73,7 +73,9 @@ func FullConfig() Config {
 		Holds:       2,
 		Hold:        15 * time.Second,
 		Races:       6,
-		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
+		FIFO: FIFOConfig{Ops: 1500, Groups: 12, Bursts: 60, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 2, Forgets: 6,
+			Shared: SharedConfig{Workers: 3, Ops: 600, Groups: 6, Bursts: 30, Duration: 75 * time.Second, Kills: 6, Terms: 3, Pauses: 4,
+				Stalls: 2, StallFor: 8 * time.Second, Stops: 1, StopFor: 8 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8}},
 		Shared: SharedConfig{Workers: 3, Ops: 3000, Deliveries: 9000, Duration: 150 * time.Second, Kills: 24, Terms: 6,
 			Stops: 3, StopFor: 8 * time.Second, Refusals: 3, RefuseFor: 6 * time.Second, Cuts: 4, Concurrency: 16},
 		Tx: TxConfig{Workers: 3, Ops: 2000, Deliveries: 6000, Duration: 90 * time.Second, Kills: 9, InTx: 9, Terms: 3,
@@ -99,7 +101,9 @@ func ShortConfig() Config {
 		Holds:       1,
 		Hold:        6 * time.Second,
 		Races:       2,
-		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1},
+		FIFO: FIFOConfig{Ops: 150, Groups: 4, Bursts: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1, Forgets: 2,
+			Shared: SharedConfig{Workers: 2, Ops: 60, Groups: 3, Bursts: 3, Duration: 10 * time.Second, Kills: 1, Terms: 1, Pauses: 1,
+				Stalls: 1, StallFor: 7 * time.Second, Concurrency: 8}},
 		Shared: SharedConfig{Workers: 3, Ops: 300, Deliveries: 900, Duration: 24 * time.Second, Kills: 6, Terms: 2,
 			Stops: 1, StopFor: 7 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8},
 		Tx: TxConfig{Workers: 3, Ops: 200, Deliveries: 600, Duration: 20 * time.Second, Kills: 3, InTx: 3, Terms: 1,
@@ -196,9 +200,12 @@ type campaign struct {
 
 	tl *timeline // how far the chaos has come: the sending follows it
 
-	fifo   *campaign // the FIFO campaign beside this one, or nil
-	shared *campaign // the shared-ledger campaign beside this one, or nil
-	tx     *campaign // the transactional campaign after the shared-ledger one, or nil
+	fifo *campaign // the FIFO campaign beside this one, or nil
+	// fifoShared is the FIFO campaign's part on a shared ledger, after the
+	// other campaigns on PostgreSQL, or nil.
+	fifoShared *campaign
+	shared     *campaign // the shared-ledger campaign beside this one, or nil
+	tx         *campaign // the transactional campaign after the shared-ledger one, or nil
 
 	// The shared-ledger campaign's database, the proxy in front of it and
 	// the connection string its workers use; the outages made so far; the
@@ -223,6 +230,21 @@ type campaign struct {
 	phasesOver func()
 
 	pauses, doubleTerms int // done, for the report
+	// aimedPauses counts the pauses that found messages waiting behind a
+	// running one (waitingPauses).
+	aimedPauses int
+	// waitingPauses: a pause waits for its run to keep messages waiting
+	// behind a running one of their group (the FIFO campaigns).
+	waitingPauses bool
+	// faults, when not nil, holds one token while a fault of the shared
+	// ledger's campaign is on: an outage of the database, or a worker's
+	// pause; they come one at a time.
+	faults chan struct{}
+	// paused holds when each run was stopped (SIGSTOP), by run.
+	paused map[int][]window
+	// forgets are the records of operations waiting in a worker's hands
+	// that the campaign forgot (sqsonce ledger forget).
+	forgets []forgetRec
 
 	// The standard campaign's workload and sender, for the operations it
 	// sends again after a compaction race, and the operations its phases
@@ -282,6 +304,9 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	if cfg.FIFOOnly && cfg.FIFO.Duration <= 0 {
 		return nil, errors.New("the FIFO campaign needs a duration")
 	}
+	if fs := cfg.FIFO.Shared; cfg.FIFO.Ops > 0 && fs.Ops > 0 && (fs.Duration <= 0 || fs.Workers < 2 || fs.Groups < 1) {
+		return nil, errors.New("the FIFO campaign's part on a shared ledger needs a duration, two workers or more and a message group")
+	}
 	if cfg.FIFOOnly && cfg.TxOnly {
 		return nil, errors.New("the FIFO campaign alone and the transactional campaign alone: choose one")
 	}
@@ -329,12 +354,12 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	}
 	c.mu.Lock()
 	notes := append([]string(nil), c.notes...)
-	fifo, shared, tx := c.fifo, c.shared, c.tx
+	fifo, fifoShared, shared, tx := c.fifo, c.fifoShared, c.shared, c.tx
 	c.mu.Unlock()
 	for _, o := range []struct {
 		c    *campaign
 		name string
-	}{{fifo, "FIFO"}, {shared, "shared"}, {tx, "tx"}} {
+	}{{fifo, "FIFO"}, {fifoShared, "FIFO shared"}, {shared, "shared"}, {tx, "tx"}} {
 		if o.c == nil {
 			continue
 		}
@@ -354,9 +379,9 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 func (c *campaign) cleanup() {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
-	fifo, shared, tx, pg := c.fifo, c.shared, c.tx, c.pg
+	fifo, fifoShared, shared, tx, pg := c.fifo, c.fifoShared, c.shared, c.tx, c.pg
 	c.mu.Unlock()
-	for _, o := range []*campaign{fifo, shared, tx} {
+	for _, o := range []*campaign{fifo, fifoShared, shared, tx} {
 		if o != nil {
 			o.cleanup()
 		}
@@ -490,6 +515,10 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	var txDone chan txOutcome
 	txCtx, stopTx := context.WithCancel(ctx)
 	defer stopTx()
+	txOver := make(chan struct{}) // closed once the transactional campaign is over (or will not come)
+	if !withTx {
+		go func() { <-sharedOver; close(txOver) }()
+	}
 	if withTx {
 		t, err := c.txCampaign()
 		if err != nil {
@@ -500,6 +529,7 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		c.mu.Unlock()
 		txDone = make(chan txOutcome, 1)
 		go func() {
+			defer close(txOver)
 			select {
 			case <-sharedOver:
 			case <-txCtx.Done():
@@ -508,6 +538,37 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 			}
 			r, err := t.runTx(txCtx)
 			txDone <- txOutcome{r, err}
+		}()
+	}
+
+	// The FIFO campaign's part on a shared ledger comes after the other
+	// campaigns on PostgreSQL, for the same reason.
+	withFIFOShared := withFIFO && cfg.FIFO.Shared.Ops > 0
+	type fifoSharedOutcome struct {
+		rep *fifoReport
+		err error
+	}
+	var fifoSharedDone chan fifoSharedOutcome
+	fifoSharedCtx, stopFIFOShared := context.WithCancel(ctx)
+	defer stopFIFOShared()
+	if withFIFOShared {
+		f, err := c.fifoSharedCampaign()
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.fifoShared = f
+		c.mu.Unlock()
+		fifoSharedDone = make(chan fifoSharedOutcome, 1)
+		go func() {
+			select {
+			case <-txOver:
+			case <-fifoSharedCtx.Done():
+				fifoSharedDone <- fifoSharedOutcome{nil, fifoSharedCtx.Err()}
+				return
+			}
+			r, err := f.runFIFOShared(fifoSharedCtx)
+			fifoSharedDone <- fifoSharedOutcome{r, err}
 		}()
 	}
 
@@ -550,6 +611,18 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		}
 		if rep != nil {
 			rep.Tx = to.rep
+		}
+	}
+	if withFIFOShared {
+		if err != nil {
+			stopFIFOShared()
+		}
+		fo := <-fifoSharedDone
+		if fo.err != nil && err == nil {
+			err = fmt.Errorf("the FIFO campaign on a shared ledger: %w", fo.err)
+		}
+		if rep != nil {
+			rep.FIFOShared = fo.rep
 		}
 	}
 	return rep, err
@@ -1102,13 +1175,7 @@ func (c *campaign) planEmbedded(n, phasesAt int) (hold, race map[int]bool) {
 // drive lets run p live for step s and ends it the planned way.
 func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 	if s.pauseAt > 0 && !p.wait(ctx, s.pauseAt) {
-		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-		sleepCtx(ctx, pauseFor)
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		c.mu.Lock()
-		c.pauses++
-		c.mu.Unlock()
-		c.logf("run %d: stopped (SIGSTOP) for %v, continued", p.id, pauseFor)
+		c.pause(ctx, p)
 	}
 	switch s.end {
 	case endWindowA, endWindowB:
@@ -1180,6 +1247,82 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 	}
 	c.checkEnd(p)
 	c.logf("run %d (planned: %s): %s after %.1fs", p.id, s.end, c.endOf(p), time.Since(p.started).Seconds())
+}
+
+// pause stops run p (SIGSTOP) for pauseFor, longer than its leases and
+// visibility timeouts, so that they lapse while its work is in flight.
+// In a FIFO campaign (waitingPauses) it first waits, for up to
+// pauseAimFor, until p keeps messages that wait behind a running one of
+// their group (a beat that kept such messages: Stats.GroupWaitBeats), so
+// that the stop finds them waiting. On a shared ledger it waits for the
+// database's outage in progress, if any, to end first, and holds the next
+// one back until a while after p goes on: the other workers must be able
+// to take over what p held, and p to find out.
+func (c *campaign) pause(ctx context.Context, p *proc) {
+	if c.faults != nil {
+		select {
+		case c.faults <- struct{}{}:
+			defer func() {
+				sleepCtx(ctx, 2*time.Second)
+				<-c.faults
+			}()
+		case <-ctx.Done():
+			return
+		}
+	}
+	aim := ""
+	if c.waitingPauses && c.aimAtWaiting(ctx, []*proc{p}) {
+		aim = ", while it kept messages waiting behind a running one of their group"
+	}
+	if !p.alive() || ctx.Err() != nil {
+		return
+	}
+	from := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+	sleepCtx(ctx, pauseFor)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	c.mu.Lock()
+	c.pauses++
+	if aim != "" {
+		c.aimedPauses++
+	}
+	if c.paused == nil {
+		c.paused = map[int][]window{}
+	}
+	c.paused[p.id] = append(c.paused[p.id], window{from: from, to: time.Now()})
+	c.mu.Unlock()
+	c.logf("run %d: stopped (SIGSTOP) for %v%s, continued", p.id, pauseFor, aim)
+}
+
+// pauseAimFor bounds how long a pause or an outage in a FIFO campaign waits
+// for a run to keep messages waiting behind a running one.
+const pauseAimFor = 10 * time.Second
+
+// aimAtWaiting waits, for up to pauseAimFor, until one of the runs ps, alive,
+// keeps messages that wait behind a running one of their group: a beat of
+// its keepers kept such messages (its Stats.GroupWaitBeats went up; the
+// counters lag by up to 250 ms, the beats come every third of the
+// visibility timeout). It reports whether one did.
+func (c *campaign) aimAtWaiting(ctx context.Context, ps []*proc) bool {
+	before := map[int]int64{}
+	for _, p := range ps {
+		before[p.id] = c.counts(p.id).Stats.GroupWaitBeats
+	}
+	found := false
+	waitFor(ctx, pauseAimFor, func() bool {
+		alive := false
+		for _, p := range ps {
+			if !p.alive() {
+				continue
+			}
+			alive = true
+			if c.counts(p.id).Stats.GroupWaitBeats > before[p.id] {
+				found = true
+			}
+		}
+		return found || !alive
+	})
+	return found
 }
 
 // intN draws from c.rng, which the runs of several workers driven at once
