@@ -1005,9 +1005,13 @@ func (r *Report) printStandard(row func(name, value string), must func(name stri
 	row("time taken", r.Elapsed.Round(time.Second).String())
 	row("deliveries sent", fmt.Sprintf("%d acknowledged to the sender (%d planned), %d accepted by the server: %d extra copies from %d lost send acknowledgements",
 		r.Sent, r.Planned, r.Accepted, r.Accepted-r.Sent, r.SenderLostAcks))
-	row("operations", fmt.Sprintf("%d: %d normal (%d of them sent by the ledger phases), %d transient (fail 1-2 times), %d slow (5.5-6.5 s), %d permanent, %d conflicting; %d resent after done; + %d keyless messages",
+	phaseOps := ""
+	if r.PhaseOps > 0 {
+		phaseOps = fmt.Sprintf(" (%d of them sent by the ledger phases)", r.PhaseOps)
+	}
+	row("operations", fmt.Sprintf("%d: %d normal%s, %d transient (fail 1-2 times), %d slow (5.5-6.5 s), %d permanent, %d conflicting; %d resent after done; + %d keyless messages",
 		r.Ops[classNormal]+r.Ops[classTransient]+r.Ops[classSlow]+r.Ops[classPermanent]+r.Ops[classConflict],
-		r.Ops[classNormal], r.PhaseOps, r.Ops[classTransient], r.Ops[classSlow], r.Ops[classPermanent], r.Ops[classConflict], r.LateResends, r.Keyless))
+		r.Ops[classNormal], phaseOps, r.Ops[classTransient], r.Ops[classSlow], r.Ops[classPermanent], r.Ops[classConflict], r.LateResends, r.Keyless))
 	row("faults injected (sender's sends)", fmt.Sprintf("%s  (total %d)", kindList(r.SenderFaults), sum(r.SenderFaults)))
 	row("faults injected (worker SQS calls)", fmt.Sprintf("%s  (total %d)", kindList(r.Faults), sum(r.Faults)))
 	for _, op := range faultOps {
