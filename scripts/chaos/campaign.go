@@ -101,8 +101,8 @@ func ShortConfig() Config {
 		Holds:       1,
 		Hold:        6 * time.Second,
 		Races:       2,
-		FIFO: FIFOConfig{Ops: 150, Groups: 4, Bursts: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1, Forgets: 2,
-			Shared: SharedConfig{Workers: 2, Ops: 60, Groups: 3, Bursts: 3, Duration: 10 * time.Second, Kills: 1, Terms: 1, Pauses: 1,
+		FIFO: FIFOConfig{Ops: 150, Groups: 4, Bursts: 3, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1, Forgets: 2,
+			Shared: SharedConfig{Workers: 2, Ops: 50, Groups: 3, Bursts: 2, Duration: 10 * time.Second, Kills: 1, Terms: 1, Pauses: 1,
 				Stalls: 1, StallFor: 7 * time.Second, Concurrency: 8}},
 		Shared: SharedConfig{Workers: 3, Ops: 300, Deliveries: 900, Duration: 24 * time.Second, Kills: 6, Terms: 2,
 			Stops: 1, StopFor: 7 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8},
@@ -252,6 +252,11 @@ type campaign struct {
 	wl       *workload
 	snd      *sender
 	phaseOps []*op
+	// outageWork, when not nil, sends a little work of the outage's own,
+	// for the workers to show that they receive again after it;
+	// fifoExtra holds the FIFO operations it sent.
+	outageWork func(context.Context) error
+	fifoExtra  []*fifoOp
 
 	rngMu sync.Mutex // rng, when several workers' runs are driven at once
 

@@ -31,6 +31,8 @@ type fifoReport struct {
 	Ops     map[fifoClass]int
 	Groups  int
 	Bursts  int // runs of messages of one group sent together, slow ones among them
+	// OutageOps: operations sent after the database's outages (among Ops).
+	OutageOps int
 	// CrossCopies: bursts sent with a copy of one of their operations in
 	// another group.
 	CrossCopies int
@@ -109,7 +111,11 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	if r.Shared {
 		r.Groups = c.cfg.Shared.Groups
 	}
-	for _, o := range wl.ops {
+	c.mu.Lock()
+	ops := append(append([]*fifoOp(nil), wl.ops...), c.fifoExtra...)
+	r.OutageOps = len(c.fifoExtra)
+	c.mu.Unlock()
+	for _, o := range ops {
 		r.Ops[o.class]++
 	}
 	c.mu.Lock()
@@ -195,7 +201,7 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	}
 	defer db.Close()
 	states := map[string]string{}
-	for _, o := range wl.ops {
+	for _, o := range ops {
 		if o.class == fifoKeyless {
 			continue
 		}
@@ -570,7 +576,12 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 			total += n
 		}
 	}
-	row("  operations", fmt.Sprintf("%d: %s; %d bursts of 4-8 operations of one group sent together, the first and one in the middle slow, %d of them with a copy of one of their operations in another group", total, strings.Join(classes, ", "), r.Bursts, r.CrossCopies))
+	outageOps := ""
+	if r.OutageOps > 0 {
+		outageOps = fmt.Sprintf(" (%d normal ones sent after the database's outages, each in a group of its own)", r.OutageOps)
+	}
+	row("  operations", fmt.Sprintf("%d: %s%s; %d bursts of 4-8 operations of one group sent together, the first and one in the middle slow, %d of them with a copy of one of their operations in another group",
+		total, strings.Join(classes, ", "), outageOps, r.Bursts, r.CrossCopies))
 	row("  worker runs", fmt.Sprintf("%d: %d kills (%d window a, %d window b, %d random), %d SIGTERM drains (%d with a second SIGTERM), %d refused starts, %d failed; %d paused (SIGSTOP %v), %d of them while they kept messages waiting behind a running one",
 		r.Runs, r.Kills, r.Ends[endWindowA], r.Ends[endWindowB], r.Ends[endKill], r.Ends[endTerm], r.DoubleTerm, r.Ends[endRefused], r.Ends[endFailed], r.Pauses, pauseFor, r.AimedPauses))
 	if pg := r.PG; pg != nil {

@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 )
 
@@ -83,6 +85,7 @@ func (c *campaign) runFIFOShared(ctx context.Context) (*fifoReport, error) {
 	snd := newFIFOSender(c.cfg.Endpoint, c.queue, c.cfg.Seed+17, c.cfg.SendLost)
 	c.logf("workload: %d operations, %d messages planned (%d sent after their key completed), %d bursts", len(wl.ops), len(wl.main)+len(wl.late), len(wl.late), wl.bursts)
 
+	c.outageWork = func(ctx context.Context) error { return c.sendFIFOExtra(ctx, snd) }
 	start := time.Now()
 	send := func(ctx context.Context) error { return c.sendFIFO(ctx, snd, wl) }
 	if err := c.driveWorkers(ctx, c.fifoSharedPlan(), send, nil); err != nil {
@@ -102,6 +105,19 @@ func (c *campaign) runFIFOShared(ctx context.Context) (*fifoReport, error) {
 	elapsed := time.Since(start)
 	c.logf("auditing")
 	return c.auditFIFO(ctx, wl, snd, nil, elapsed, quiet)
+}
+
+// sendFIFOExtra sends, after an outage, one operation of the outage's own
+// in a group of its own (so that nothing holds it back): a normal one,
+// which the audit counts with the workload's (c.fifoExtra).
+func (c *campaign) sendFIFOExtra(ctx context.Context, snd *fifoSender) error {
+	c.mu.Lock()
+	k := len(c.fifoExtra)
+	o := &fifoOp{id: fmt.Sprintf("o-%d", k), class: fifoNormal, group: fmt.Sprintf("outage%d", k)}
+	o.bodies = []string{fmt.Sprintf(`{"id":%q,"amount":%d}`, o.id, k)}
+	c.fifoExtra = append(c.fifoExtra, o)
+	c.mu.Unlock()
+	return snd.send(ctx, &fifoSend{tag: "o-s-" + strconv.Itoa(k), op: o})
 }
 
 // fifoSharedPlan draws each worker's runs: kills in the two windows around

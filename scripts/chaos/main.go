@@ -184,7 +184,7 @@ func main() {
 	fifoOps := flag.Int("fifo-ops", -1, "operations of the FIFO campaign beside the standard one, 0 for none (default 1500, short 150)")
 	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 16s)")
 	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone (with its part on a shared ledger)")
-	fifoSharedOps := flag.Int("fifo-shared-ops", -1, "operations of the FIFO campaign's part on a shared ledger (PostgreSQL), 0 for none (default 600, short 60)")
+	fifoSharedOps := flag.Int("fifo-shared-ops", -1, "operations of the FIFO campaign's part on a shared ledger (PostgreSQL), 0 for none (default 600, short 50)")
 	fifoSharedDuration := flag.Duration("fifo-shared-duration", 0, "planned length of the worker runs of the FIFO campaign's part on a shared ledger (default 75s, short 10s)")
 	sharedOps := flag.Int("shared-ops", -1, "operations of the shared-ledger campaign (PostgreSQL) beside the standard one, 0 for none (default 3000, short 300)")
 	sharedDuration := flag.Duration("shared-duration", 0, "planned length of the shared-ledger campaign's worker runs (default 150s, short 24s)")

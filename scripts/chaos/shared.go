@@ -161,6 +161,11 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 
 	start := time.Now()
 	send := func(ctx context.Context) error { return c.send(ctx, snd, wl) }
+	c.wl, c.snd = wl, snd
+	c.outageWork = func(ctx context.Context) error {
+		_, err := c.phaseWork(ctx, "outage", 3)
+		return err
+	}
 	if err := c.driveWorkers(ctx, c.sharedPlan(), send, nil); err != nil {
 		return nil, err
 	}
@@ -498,7 +503,9 @@ func (c *campaign) outage(ctx context.Context, kind string) (*outage, error) {
 	o.to = time.Now()
 	// Every worker alive now must receive again, by itself (those that
 	// started during the outage could not open the ledger, and were
-	// started again).
+	// started again). The outage brings the work it watches: while a
+	// worker has not received again, a little more is sent every other
+	// second, whatever the workload has left.
 	alive := map[int]*proc{}
 	received := map[int]int64{}
 	c.mu.Lock()
@@ -511,7 +518,16 @@ func (c *campaign) outage(ctx context.Context, kind string) (*outage, error) {
 	for id := range alive {
 		received[id] = c.counts(id).Stats.Received
 	}
+	var sent time.Time
 	waitFor(ctx, resumeWithin, func() bool {
+		defer func() {
+			if c.outageWork != nil && time.Since(sent) > 2*time.Second && len(o.resumed) < len(alive) {
+				sent = time.Now()
+				if err := c.outageWork(ctx); err != nil && ctx.Err() == nil {
+					c.note("after an outage (%s): send work: %v", kind, err)
+				}
+			}
+		}()
 		waiting := false
 		for id, p := range alive {
 			if _, ok := o.resumed[id]; ok {
