@@ -578,7 +578,7 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 	}
 	outageOps := ""
 	if r.OutageOps > 0 {
-		outageOps = fmt.Sprintf(" (%d normal ones sent after the database's outages, each in a group of its own)", r.OutageOps)
+		outageOps = fmt.Sprintf("; %d of the normal ones sent after the database's outages, each in a group of its own", r.OutageOps)
 	}
 	row("  operations", fmt.Sprintf("%d: %s%s; %d bursts of 4-8 operations of one group sent together, the first and one in the middle slow, %d of them with a copy of one of their operations in another group",
 		total, strings.Join(classes, ", "), outageOps, r.Bursts, r.CrossCopies))
