@@ -128,7 +128,7 @@ bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress 
 CHAOS_FLAGS ?=
 
 .PHONY: chaos
-chaos: ## Kill, fault and fill the worker's world, standard, FIFO, on a shared PostgreSQL ledger and with transactional handlers, and audit every operation (one table; ~5 min; root).
+chaos: ## Kill, fault and fill the worker's world, standard, FIFO, on a shared PostgreSQL ledger and with transactional handlers, and audit every operation (one table; ~8 min; root).
 	$(WITH_SQS) $(WITH_PG) go run ./scripts/chaos $(CHAOS_FLAGS)
 
 .PHONY: demo

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,8 +39,16 @@ const (
 	causeCompleteDown = "completion could not be recorded: the database was out of reach"
 	causeFailDown     = "failure could not be recorded: the database was out of reach"
 	causeLeaseDown    = "lease lapsed while the database was out of reach, another claim ran it too"
-	causeHandlerErr   = "the worker saw the attempt fail after the downstream did it"
-	causeUnexplained  = "UNEXPLAINED"
+	// causeLeasePaused: a worker stopped (SIGSTOP) for longer than its
+	// leases is, to the others, a worker that died: another claim takes
+	// its operations over, as the lease is for.
+	causeLeasePaused = "lease lapsed while its worker was stopped (SIGSTOP), another claim ran it too"
+	// causeForgotten: the campaign forgot the operation's record (sqsonce
+	// ledger forget) while an attempt ran: its next delivery runs it
+	// again, as forget says.
+	causeForgotten   = "its record forgotten (sqsonce ledger forget) while it ran, its next delivery ran it again"
+	causeHandlerErr  = "the worker saw the attempt fail after the downstream did it"
+	causeUnexplained = "UNEXPLAINED"
 	// causeTakenOver is not the documented window: the claim's lease lapsed
 	// while the work ran and another claim ran it too.
 	causeTakenOver = "UNEXPLAINED: lease lapsed while the work ran, another claim ran it too"
@@ -49,6 +58,9 @@ const (
 type Report struct {
 	Standard bool        // the standard campaign ran: the fields below are its findings
 	FIFO     *fifoReport // the FIFO campaign's findings, nil when it did not run
+	// FIFOShared is the findings of the FIFO campaign's part on a shared
+	// ledger, nil when it did not run.
+	FIFOShared *fifoReport
 	// Shared is the shared-ledger campaign's report, nil when it did not
 	// run; in it, PG holds what that campaign found beyond the standard
 	// audit.
@@ -67,6 +79,7 @@ type Report struct {
 	Ops                     map[opClass]int
 	Keyless                 int
 	LateResends             int
+	PhaseOps                int // operations the ledger phases sent of their own (among Ops)
 
 	Faults     map[string]int            // by kind, all worker runs
 	FaultsByOp map[string]map[string]int // by operation, then kind
@@ -83,6 +96,7 @@ type Report struct {
 	DLQBeforeComplete         int // expected to complete, dead-lettered by SQS's redrive instead
 	DLQBeforeByClass          map[opClass]int
 	DLQWrongReason            int // expected to complete, dead-lettered by sqsonce with a reason
+	AfterLoss                 int // handler calls after their attempt's claim was lost (claimHistory.afterLoss)
 	Lost, AckNotDone          int
 	Executions, Effects       int
 	Extra                     map[string]int // executions beyond one, by cause
@@ -203,6 +217,15 @@ type runLogs struct {
 	windows     []time.Duration           // handler success to durable completion
 	sent        []event.WorkerEvent       // copies SQS accepted from the worker (EvSent)
 	hist        *history
+	// afterLoss: handler calls of an attempt whose claim was no longer its
+	// own (see claimHistory.afterLoss), one line each.
+	afterLoss []string
+	// takenUnstarted: claims taken over from a run still alive before it
+	// called their handler (claimHistory.takenUnstarted).
+	takenUnstarted int
+	// unknowing: handler calls made after their record was forgotten, the
+	// worker not told yet (claimHistory.unknowing).
+	unknowing int
 }
 
 // readRuns reads how every worker run of c ended, its counters, its event
@@ -211,9 +234,16 @@ func (c *campaign) readRuns() (*runLogs, error) {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
 	inHand := c.inHand
+	paused := c.paused
+	forgets := append([]forgetRec(nil), c.forgets...)
 	c.mu.Unlock()
 	rl := &runLogs{endCounts: map[string]int{}, faults: map[string]int{}, faultsByOp: map[string]map[string]int{}}
-	hist := &history{inHand: inHand, ends: map[int]string{}, endedAt: map[int]time.Time{}, events: map[int]*runEvents{}}
+	hist := &history{inHand: inHand, ends: map[int]string{}, endedAt: map[int]time.Time{}, events: map[int]*runEvents{},
+		shared: c.pg != nil, paused: paused}
+	claims := newClaimHistory()
+	for _, f := range forgets {
+		claims.forgotten[f.Key] = append(claims.forgotten[f.Key], f.T.UnixNano())
+	}
 	for _, p := range procs {
 		end := c.endOf(p)
 		hist.ends[p.id] = end
@@ -240,6 +270,7 @@ func (c *campaign) readRuns() (*runLogs, error) {
 		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}}
 		okAt := map[string]int64{} // key -> when its handler last succeeded
 		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
+			claims.add(p.id, e)
 			switch e.Ev {
 			case event.EvHandled:
 				ev.handled[e.Key] = append(ev.handled[e.Key], e)
@@ -273,7 +304,136 @@ func (c *campaign) readRuns() (*runLogs, error) {
 		return nil, err
 	}
 	rl.hist = hist
+	rl.afterLoss = claims.afterLoss()
+	rl.unknowing = claims.unknowing
+	rl.takenUnstarted = claims.takenUnstarted(hist.endedAt)
+	hist.forgotten = claims.forgotten
 	return rl, nil
+}
+
+// claimHistory is who held each operation's claim when, from the worker
+// runs' event logs: every claim written (EvClaim, logged once the ledger
+// call returned, so after the claim took effect), every claim released
+// (EvRelease, likewise), every answer that a claim was lost (EvLost) and
+// every handler call (EvStart, logged as the handler is called), each with
+// its attempt's owner token, which no two attempts share; and from the
+// campaign, the records it forgot (sqsonce ledger forget).
+type claimHistory struct {
+	claims    map[string][]runEvent // key -> claims written, by time
+	claimed   map[string]int64      // owner -> when its claim was written
+	released  map[string]int64      // owner -> when its claim was released
+	told      map[string]int64      // owner -> when the ledger first said its claim was lost
+	started   map[string]int64      // owner -> when its handler was called
+	starts    []runEvent            // handler calls
+	forgotten map[string][]int64    // key -> when the campaign forgot its record
+	// unknowing counts the handler calls made after the record was
+	// forgotten but before the ledger told the worker so (its next beat
+	// would): the worker could not know.
+	unknowing int
+}
+
+// runEvent is an event of a worker run.
+type runEvent struct {
+	run int
+	event.WorkerEvent
+}
+
+func newClaimHistory() *claimHistory {
+	return &claimHistory{claims: map[string][]runEvent{}, claimed: map[string]int64{}, released: map[string]int64{}, told: map[string]int64{},
+		started: map[string]int64{}, forgotten: map[string][]int64{}}
+}
+
+func (h *claimHistory) add(run int, e event.WorkerEvent) {
+	switch e.Ev {
+	case event.EvClaim:
+		h.claims[e.Key] = append(h.claims[e.Key], runEvent{run, e})
+		h.claimed[e.Owner] = e.T
+	case event.EvRelease:
+		h.released[e.Owner] = e.T
+	case event.EvLost:
+		if _, ok := h.told[e.Owner]; !ok {
+			h.told[e.Owner] = e.T
+		}
+	case event.EvStart:
+		h.starts = append(h.starts, runEvent{run, e})
+		h.started[e.Owner] = e.T
+	}
+}
+
+// takenUnstarted counts the claims that another claim took over while the
+// run that held them was alive (stopped, or cut off from its ledger) and
+// had not called their handler: messages waiting in its hands, whose work
+// it must then never start. endedAt says when each run ended.
+func (h *claimHistory) takenUnstarted(endedAt map[int]time.Time) int {
+	n := 0
+	for _, cs := range h.claims {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].T < cs[j].T })
+		for i := 1; i < len(cs); i++ {
+			c, prev := cs[i], cs[i-1]
+			if !c.Takeover || prev.Owner == c.Owner || prev.run == c.run {
+				continue
+			}
+			if start, ok := h.started[prev.Owner]; ok && start < c.T {
+				continue
+			}
+			if ended := endedAt[prev.run]; ended.IsZero() || ended.UnixNano() > c.T {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// afterLoss returns, one line each, the handler calls made after their
+// attempt's claim was lost: after another claim of the operation was
+// written (a takeover: the ledger gave the operation to another attempt),
+// after the attempt's own claim was released, after its record was
+// forgotten and the ledger had said so to the worker, or with no claim of
+// theirs written at all. A worker checks its claim before it calls the
+// handler (a claim whose lease may have lapsed is extended first, and one
+// that the ledger said is lost never starts), so none is expected: the
+// only way past that check is a process stopped between the check and the
+// call for longer than the lease. A record forgotten by an operator, on
+// the other hand, is news to the worker until its next beat: a call made
+// before it is counted in h.unknowing, not here.
+func (h *claimHistory) afterLoss() []string {
+	for _, cs := range h.claims {
+		sort.Slice(cs, func(i, j int) bool { return cs[i].T < cs[j].T })
+	}
+	var out []string
+	for _, s := range h.starts {
+		own, ok := h.claimed[s.Owner]
+		why := ""
+		switch rel, released := h.released[s.Owner]; {
+		case !ok || own > s.T:
+			why = "no claim of its owner was written before"
+		case released && rel < s.T:
+			why = fmt.Sprintf("its claim had been released %.3fs before", float64(s.T-rel)/1e9)
+		default:
+			for _, c := range h.claims[s.Key] {
+				if c.T > own && c.T < s.T && c.Owner != s.Owner {
+					why = fmt.Sprintf("claim %s took the operation over %.3fs before", c.Owner, float64(s.T-c.T)/1e9)
+					break
+				}
+			}
+			for _, f := range h.forgotten[s.Key] {
+				if why != "" || f < own || f > s.T {
+					continue
+				}
+				if told, ok := h.told[s.Owner]; ok && told < s.T {
+					why = fmt.Sprintf("its record had been forgotten %.3fs before, and the ledger had told the worker %.3fs before", float64(s.T-f)/1e9, float64(s.T-told)/1e9)
+				} else {
+					h.unknowing++
+				}
+			}
+		}
+		if why != "" {
+			out = append(out, fmt.Sprintf("%s: run %d called the handler for attempt %d under claim %s at %s, but %s",
+				s.Key, s.run, s.Attempt, s.Owner, time.Unix(0, s.T).UTC().Format("15:04:05.000"), why))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed time.Duration, quiet bool) (*Report, error) {
@@ -298,7 +458,9 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 			r.SenderFaults[string(k)] += n
 		}
 	}
-	for _, o := range wl.ops {
+	ops := c.allOps(wl)
+	r.PhaseOps = len(ops) - len(wl.ops)
+	for _, o := range ops {
 		r.Ops[o.class]++
 		if o.late {
 			r.LateResends++
@@ -315,6 +477,8 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 		return nil, err
 	}
 	r.Runs, r.Kills, r.Ends, r.Faults, r.FaultsByOp, r.Stats = rl.runs, rl.kills, rl.endCounts, rl.faults, rl.faultsByOp, rl.stats
+	r.AfterLoss = len(rl.afterLoss)
+	r.Details = append(r.Details, rl.afterLoss...)
 	r.InHandlerKills = len(rl.hist.inHand)
 	if windows := rl.windows; len(windows) > 0 {
 		sort.Slice(windows, func(i, j int) bool { return windows[i] < windows[j] })
@@ -417,7 +581,7 @@ func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed
 		}
 	}
 
-	for _, o := range wl.ops {
+	for _, o := range ops {
 		rec, gerr := db.Get(ctx, o.id)
 		state := "absent"
 		if gerr == nil {
@@ -630,9 +794,25 @@ type history struct {
 	ends    map[int]string            // run -> how it ended
 	endedAt map[int]time.Time         // run -> when it ended
 	events  map[int]*runEvents
-	// outages: when a shared ledger's database was out of the workers'
-	// reach (nil for the embedded ledger).
+	// shared: the runs shared a ledger in a database; outages: when it
+	// was out of the workers' reach.
+	shared  bool
 	outages []window
+	paused  map[int][]window // run -> when it was stopped (SIGSTOP)
+	// forgotten: key -> when the campaign forgot its record (Unix
+	// nanoseconds).
+	forgotten map[string][]int64
+}
+
+// pausedDuring reports whether run was stopped (SIGSTOP) at some time
+// between from and to.
+func (h *history) pausedDuring(run int, from, to time.Time) bool {
+	for _, w := range h.paused[run] {
+		if w.from.Before(to) && w.to.After(from) {
+			return true
+		}
+	}
+	return false
 }
 
 // outOfReach reports whether the database was out of the workers' reach
@@ -674,6 +854,11 @@ const (
 // the two.
 func explain(prev, next event.Execution, permanent bool, h *history) string {
 	run := prev.Run
+	for _, f := range h.forgotten[prev.Key] {
+		if f > prev.T-int64(killAfterInFlight) && f < next.T {
+			return causeForgotten
+		}
+	}
 	if h.crashes[prev.Key][run] == event.WindowA {
 		return causeWindowA
 	}
@@ -689,9 +874,11 @@ func explain(prev, next event.Execution, permanent bool, h *history) string {
 	case endKill, endInHandler, endWindowA, endWindowB:
 		killed = true
 	}
+	// The attempt that made prev: its owner token when the downstream
+	// recorded it, else the first of its number that returned after prev.
 	var handled *event.WorkerEvent
 	for i, e := range ev.handled[prev.Key] {
-		if e.T >= prev.T && fmt.Sprint(e.Attempt) == prev.Attempt {
+		if (prev.Owner != "" && e.Owner == prev.Owner) || (prev.Owner == "" && e.T >= prev.T && fmt.Sprint(e.Attempt) == prev.Attempt) {
 			handled = &ev.handled[prev.Key][i]
 			break
 		}
@@ -703,18 +890,22 @@ func explain(prev, next event.Execution, permanent bool, h *history) string {
 		return causeUnexplained
 	}
 	// On a shared ledger, an attempt that another claim took over is
-	// explained only by the database being out of reach while its lease
-	// had to be extended: from its claim (at most a lease before the work
-	// reached the downstream) until the worker found the operation taken
-	// over (until, Unix nanoseconds).
+	// explained only by its worker stopped (SIGSTOP), or the database out
+	// of reach, while its lease had to be extended: from its claim (at
+	// most a lease before the work reached the downstream) until the
+	// worker found the operation taken over (until, Unix nanoseconds).
 	leaseLapsed := func(until int64) string {
-		if h.outages != nil && h.outOfReach(time.Unix(0, prev.T).Add(-workerVisibility), time.Unix(0, until)) {
+		from, to := time.Unix(0, prev.T).Add(-workerVisibility), time.Unix(0, until)
+		switch {
+		case h.pausedDuring(run, from, to):
+			return causeLeasePaused
+		case h.outOfReach(from, to):
 			return causeLeaseDown
 		}
 		return causeTakenOver
 	}
 	if handled.Err != "" && !permanent {
-		if h.outages != nil && strings.Contains(handled.Cause, "lease lost") {
+		if h.shared && strings.Contains(handled.Cause, "lease lost") {
 			return leaseLapsed(handled.T)
 		}
 		return causeHandlerErr
@@ -729,9 +920,11 @@ func explain(prev, next event.Execution, permanent bool, h *history) string {
 	var takenOver int64 // when the worker found the operation taken over
 	for _, e := range records {
 		switch {
-		case e.T < handled.T || e.T > next.T:
-			// Another attempt's: a completion recorded after the next
-			// execution started says nothing about this one.
+		case handled.Owner != "" && e.Owner != handled.Owner:
+			// Another attempt's.
+		case handled.Owner == "" && (e.T < handled.T || e.T > next.T):
+			// Another attempt's, most likely: a completion recorded after
+			// the next execution started says nothing about this one.
 		case e.Err == "":
 			recorded = true
 		case strings.Contains(e.Err, ledger.ErrNotOwner.Error()):
@@ -757,23 +950,12 @@ func explain(prev, next event.Execution, permanent bool, h *history) string {
 	return causeUnexplained
 }
 
+// addStats adds every counter of s to dst.
 func addStats(dst *worker.Stats, s worker.Stats) {
-	dst.Received += s.Received
-	dst.Claimed += s.Claimed
-	dst.Completed += s.Completed
-	dst.Duplicates += s.Duplicates
-	dst.RedeliveredFailed += s.RedeliveredFailed
-	dst.InProgressElsewhere += s.InProgressElsewhere
-	dst.Retried += s.Retried
-	dst.FailedPermanently += s.FailedPermanently
-	dst.DeadLettered += s.DeadLettered
-	dst.Keyless += s.Keyless
-	dst.Conflicts += s.Conflicts
-	dst.Takeovers += s.Takeovers
-	dst.LeaseLost += s.LeaseLost
-	dst.CompleteFailed += s.CompleteFailed
-	dst.Deleted += s.Deleted
-	dst.DeleteFailed += s.DeleteFailed
+	d, v := reflect.ValueOf(dst).Elem(), reflect.ValueOf(s)
+	for i := range d.NumField() {
+		d.Field(i).SetInt(d.Field(i).Int() + v.Field(i).Int())
+	}
 }
 
 // print writes the report as one table.
@@ -798,6 +980,9 @@ func (r *Report) print(out io.Writer) {
 	if r.FIFO != nil {
 		r.FIFO.print(row, must)
 	}
+	if r.FIFOShared != nil {
+		r.FIFOShared.print(row, must)
+	}
 	if s := r.Shared; s != nil {
 		head := "on PostgreSQL"
 		if s.PG != nil {
@@ -820,9 +1005,13 @@ func (r *Report) printStandard(row func(name, value string), must func(name stri
 	row("time taken", r.Elapsed.Round(time.Second).String())
 	row("deliveries sent", fmt.Sprintf("%d acknowledged to the sender (%d planned), %d accepted by the server: %d extra copies from %d lost send acknowledgements",
 		r.Sent, r.Planned, r.Accepted, r.Accepted-r.Sent, r.SenderLostAcks))
-	row("operations", fmt.Sprintf("%d: %d normal, %d transient (fail 1-2 times), %d slow (5.5-6.5 s), %d permanent, %d conflicting; %d resent after done; + %d keyless messages",
+	phaseOps := ""
+	if r.PhaseOps > 0 {
+		phaseOps = fmt.Sprintf(" (%d of them sent by the ledger phases)", r.PhaseOps)
+	}
+	row("operations", fmt.Sprintf("%d: %d normal%s, %d transient (fail 1-2 times), %d slow (5.5-6.5 s), %d permanent, %d conflicting; %d resent after done; + %d keyless messages",
 		r.Ops[classNormal]+r.Ops[classTransient]+r.Ops[classSlow]+r.Ops[classPermanent]+r.Ops[classConflict],
-		r.Ops[classNormal], r.Ops[classTransient], r.Ops[classSlow], r.Ops[classPermanent], r.Ops[classConflict], r.LateResends, r.Keyless))
+		r.Ops[classNormal], phaseOps, r.Ops[classTransient], r.Ops[classSlow], r.Ops[classPermanent], r.Ops[classConflict], r.LateResends, r.Keyless))
 	row("faults injected (sender's sends)", fmt.Sprintf("%s  (total %d)", kindList(r.SenderFaults), sum(r.SenderFaults)))
 	row("faults injected (worker SQS calls)", fmt.Sprintf("%s  (total %d)", kindList(r.Faults), sum(r.Faults)))
 	for _, op := range faultOps {
@@ -860,6 +1049,7 @@ func (r *Report) printStandard(row func(name, value string), must func(name stri
 	must("operations lost", r.Lost)
 	must("acknowledged but not done", r.AckNotDone)
 	must("dead-lettered with a reason, expected to complete", r.DLQWrongReason)
+	must("handler calls after their claim was lost (taken over, released)", r.AfterLoss)
 	row("executions", fmt.Sprintf("%d POSTs, %d effects applied", r.Executions, r.Effects))
 	row("duplicate window (handler done to completion durable)", fmt.Sprintf("p50 %v, p99 %v, max %v", r.Window[0].Round(10*time.Microsecond), r.Window[1].Round(10*time.Microsecond), r.Window[2].Round(10*time.Microsecond)))
 	extra := 0

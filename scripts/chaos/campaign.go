@@ -73,7 +73,9 @@ func FullConfig() Config {
 		Holds:       2,
 		Hold:        15 * time.Second,
 		Races:       6,
-		FIFO:        FIFOConfig{Ops: 1500, Groups: 12, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 1},
+		FIFO: FIFOConfig{Ops: 1500, Groups: 12, Bursts: 60, Duration: 160 * time.Second, Replays: 4, Kills: 12, Terms: 3, Pauses: 2, Forgets: 6,
+			Shared: SharedConfig{Workers: 3, Ops: 600, Groups: 6, Bursts: 30, Duration: 75 * time.Second, Kills: 6, Terms: 3, Pauses: 4,
+				Stalls: 2, StallFor: 8 * time.Second, Stops: 1, StopFor: 8 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8}},
 		Shared: SharedConfig{Workers: 3, Ops: 3000, Deliveries: 9000, Duration: 150 * time.Second, Kills: 24, Terms: 6,
 			Stops: 3, StopFor: 8 * time.Second, Refusals: 3, RefuseFor: 6 * time.Second, Cuts: 4, Concurrency: 16},
 		Tx: TxConfig{Workers: 3, Ops: 2000, Deliveries: 6000, Duration: 90 * time.Second, Kills: 9, InTx: 9, Terms: 3,
@@ -99,7 +101,9 @@ func ShortConfig() Config {
 		Holds:       1,
 		Hold:        6 * time.Second,
 		Races:       2,
-		FIFO:        FIFOConfig{Ops: 150, Groups: 4, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1},
+		FIFO: FIFOConfig{Ops: 150, Groups: 4, Bursts: 3, Duration: 16 * time.Second, Replays: 2, Kills: 3, Terms: 1, Forgets: 2,
+			Shared: SharedConfig{Workers: 2, Ops: 50, Groups: 3, Bursts: 2, Duration: 10 * time.Second, Kills: 1, Terms: 1, Pauses: 1,
+				Stalls: 1, StallFor: 7 * time.Second, Concurrency: 8}},
 		Shared: SharedConfig{Workers: 3, Ops: 300, Deliveries: 900, Duration: 24 * time.Second, Kills: 6, Terms: 2,
 			Stops: 1, StopFor: 7 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8},
 		Tx: TxConfig{Workers: 3, Ops: 200, Deliveries: 600, Duration: 20 * time.Second, Kills: 3, InTx: 3, Terms: 1,
@@ -116,6 +120,14 @@ const (
 	maxReceiveCount      = 5
 	termTimeout          = 60 * time.Second // a drained worker exits within this
 	refuseTimeout        = 15 * time.Second // a worker that must not start exits within this
+)
+
+// How many operations of their own the ledger phases send: the reader
+// that stops (holdOps), the compaction races (raceOps), and the others
+// each time they need work (phaseOpsEach).
+const (
+	raceOps      = 15
+	phaseOpsEach = 20
 )
 
 // The planned length of the ledger fault phases on the timeline.
@@ -188,9 +200,12 @@ type campaign struct {
 
 	tl *timeline // how far the chaos has come: the sending follows it
 
-	fifo   *campaign // the FIFO campaign beside this one, or nil
-	shared *campaign // the shared-ledger campaign beside this one, or nil
-	tx     *campaign // the transactional campaign after the shared-ledger one, or nil
+	fifo *campaign // the FIFO campaign beside this one, or nil
+	// fifoShared is the FIFO campaign's part on a shared ledger, after the
+	// other campaigns on PostgreSQL, or nil.
+	fifoShared *campaign
+	shared     *campaign // the shared-ledger campaign beside this one, or nil
+	tx         *campaign // the transactional campaign after the shared-ledger one, or nil
 
 	// The shared-ledger campaign's database, the proxy in front of it and
 	// the connection string its workers use; the outages made so far; the
@@ -215,11 +230,33 @@ type campaign struct {
 	phasesOver func()
 
 	pauses, doubleTerms int // done, for the report
+	// aimedPauses counts the pauses that found messages waiting behind a
+	// running one (waitingPauses).
+	aimedPauses int
+	// waitingPauses: a pause waits for its run to keep messages waiting
+	// behind a running one of their group (the FIFO campaigns).
+	waitingPauses bool
+	// faults, when not nil, holds one token while a fault of the shared
+	// ledger's campaign is on: an outage of the database, or a worker's
+	// pause; they come one at a time.
+	faults chan struct{}
+	// paused holds when each run was stopped (SIGSTOP), by run.
+	paused map[int][]window
+	// forgets are the records of operations waiting in a worker's hands
+	// that the campaign forgot (sqsonce ledger forget).
+	forgets []forgetRec
 
 	// The standard campaign's workload and sender, for the operations it
-	// sends again after a compaction race.
-	wl  *workload
-	snd *sender
+	// sends again after a compaction race, and the operations its phases
+	// sent of their own (phaseWork).
+	wl       *workload
+	snd      *sender
+	phaseOps []*op
+	// outageWork, when not nil, sends a little work of the outage's own,
+	// for the workers to show that they receive again after it;
+	// fifoExtra holds the FIFO operations it sent.
+	outageWork func(context.Context) error
+	fifoExtra  []*fifoOp
 
 	rngMu sync.Mutex // rng, when several workers' runs are driven at once
 
@@ -272,6 +309,9 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	if cfg.FIFOOnly && cfg.FIFO.Duration <= 0 {
 		return nil, errors.New("the FIFO campaign needs a duration")
 	}
+	if fs := cfg.FIFO.Shared; cfg.FIFO.Ops > 0 && fs.Ops > 0 && (fs.Duration <= 0 || fs.Workers < 2 || fs.Groups < 1) {
+		return nil, errors.New("the FIFO campaign's part on a shared ledger needs a duration, two workers or more and a message group")
+	}
 	if cfg.FIFOOnly && cfg.TxOnly {
 		return nil, errors.New("the FIFO campaign alone and the transactional campaign alone: choose one")
 	}
@@ -319,12 +359,12 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 	}
 	c.mu.Lock()
 	notes := append([]string(nil), c.notes...)
-	fifo, shared, tx := c.fifo, c.shared, c.tx
+	fifo, fifoShared, shared, tx := c.fifo, c.fifoShared, c.shared, c.tx
 	c.mu.Unlock()
 	for _, o := range []struct {
 		c    *campaign
 		name string
-	}{{fifo, "FIFO"}, {shared, "shared"}, {tx, "tx"}} {
+	}{{fifo, "FIFO"}, {fifoShared, "FIFO shared"}, {shared, "shared"}, {tx, "tx"}} {
 		if o.c == nil {
 			continue
 		}
@@ -344,9 +384,9 @@ func Run(ctx context.Context, cfg Config, out, log io.Writer) (*Report, error) {
 func (c *campaign) cleanup() {
 	c.mu.Lock()
 	procs := append([]*proc(nil), c.procs...)
-	fifo, shared, tx, pg := c.fifo, c.shared, c.tx, c.pg
+	fifo, fifoShared, shared, tx, pg := c.fifo, c.fifoShared, c.shared, c.tx, c.pg
 	c.mu.Unlock()
-	for _, o := range []*campaign{fifo, shared, tx} {
+	for _, o := range []*campaign{fifo, fifoShared, shared, tx} {
 		if o != nil {
 			o.cleanup()
 		}
@@ -480,6 +520,10 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 	var txDone chan txOutcome
 	txCtx, stopTx := context.WithCancel(ctx)
 	defer stopTx()
+	txOver := make(chan struct{}) // closed once the transactional campaign is over (or will not come)
+	if !withTx {
+		go func() { <-sharedOver; close(txOver) }()
+	}
 	if withTx {
 		t, err := c.txCampaign()
 		if err != nil {
@@ -490,6 +534,7 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		c.mu.Unlock()
 		txDone = make(chan txOutcome, 1)
 		go func() {
+			defer close(txOver)
 			select {
 			case <-sharedOver:
 			case <-txCtx.Done():
@@ -498,6 +543,37 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 			}
 			r, err := t.runTx(txCtx)
 			txDone <- txOutcome{r, err}
+		}()
+	}
+
+	// The FIFO campaign's part on a shared ledger comes after the other
+	// campaigns on PostgreSQL, for the same reason.
+	withFIFOShared := withFIFO && cfg.FIFO.Shared.Ops > 0
+	type fifoSharedOutcome struct {
+		rep *fifoReport
+		err error
+	}
+	var fifoSharedDone chan fifoSharedOutcome
+	fifoSharedCtx, stopFIFOShared := context.WithCancel(ctx)
+	defer stopFIFOShared()
+	if withFIFOShared {
+		f, err := c.fifoSharedCampaign()
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.fifoShared = f
+		c.mu.Unlock()
+		fifoSharedDone = make(chan fifoSharedOutcome, 1)
+		go func() {
+			select {
+			case <-txOver:
+			case <-fifoSharedCtx.Done():
+				fifoSharedDone <- fifoSharedOutcome{nil, fifoSharedCtx.Err()}
+				return
+			}
+			r, err := f.runFIFOShared(fifoSharedCtx)
+			fifoSharedDone <- fifoSharedOutcome{r, err}
 		}()
 	}
 
@@ -540,6 +616,18 @@ func (c *campaign) run(ctx context.Context) (*Report, error) {
 		}
 		if rep != nil {
 			rep.Tx = to.rep
+		}
+	}
+	if withFIFOShared {
+		if err != nil {
+			stopFIFOShared()
+		}
+		fo := <-fifoSharedDone
+		if fo.err != nil && err == nil {
+			err = fmt.Errorf("the FIFO campaign on a shared ledger: %w", fo.err)
+		}
+		if rep != nil {
+			rep.FIFOShared = fo.rep
 		}
 	}
 	return rep, err
@@ -1032,6 +1120,11 @@ func (c *campaign) chaos(ctx context.Context) error {
 		if raceAt[i] {
 			p, race, err = c.raceCompaction(ctx, races)
 			races++
+			if err == nil {
+				// Work for the run that started with the compaction,
+				// which its race is judged by.
+				_, err = c.phaseWork(ctx, "race", raceOps)
+			}
 		} else {
 			p, err = c.startRun(c.ledger, runOpts{})
 		}
@@ -1087,13 +1180,7 @@ func (c *campaign) planEmbedded(n, phasesAt int) (hold, race map[int]bool) {
 // drive lets run p live for step s and ends it the planned way.
 func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 	if s.pauseAt > 0 && !p.wait(ctx, s.pauseAt) {
-		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-		sleepCtx(ctx, pauseFor)
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		c.mu.Lock()
-		c.pauses++
-		c.mu.Unlock()
-		c.logf("run %d: stopped (SIGSTOP) for %v, continued", p.id, pauseFor)
+		c.pause(ctx, p)
 	}
 	switch s.end {
 	case endWindowA, endWindowB:
@@ -1169,6 +1256,82 @@ func (c *campaign) drive(ctx context.Context, p *proc, s step) {
 	}
 	c.checkEnd(p)
 	c.logf("run %d (planned: %s): %s after %.1fs", p.id, s.end, c.endOf(p), time.Since(p.started).Seconds())
+}
+
+// pause stops run p (SIGSTOP) for pauseFor, longer than its leases and
+// visibility timeouts, so that they lapse while its work is in flight.
+// In a FIFO campaign (waitingPauses) it first waits, for up to
+// pauseAimFor, until p keeps messages that wait behind a running one of
+// their group (a beat that kept such messages: Stats.GroupWaitBeats), so
+// that the stop finds them waiting. On a shared ledger it waits for the
+// database's outage in progress, if any, to end first, and holds the next
+// one back until a while after p goes on: the other workers must be able
+// to take over what p held, and p to find out.
+func (c *campaign) pause(ctx context.Context, p *proc) {
+	if c.faults != nil {
+		select {
+		case c.faults <- struct{}{}:
+			defer func() {
+				sleepCtx(ctx, 2*time.Second)
+				<-c.faults
+			}()
+		case <-ctx.Done():
+			return
+		}
+	}
+	aim := ""
+	if c.waitingPauses && c.aimAtWaiting(ctx, []*proc{p}) {
+		aim = ", while it kept messages waiting behind a running one of their group"
+	}
+	if !p.alive() || ctx.Err() != nil {
+		return
+	}
+	from := time.Now()
+	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+	sleepCtx(ctx, pauseFor)
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	c.mu.Lock()
+	c.pauses++
+	if aim != "" {
+		c.aimedPauses++
+	}
+	if c.paused == nil {
+		c.paused = map[int][]window{}
+	}
+	c.paused[p.id] = append(c.paused[p.id], window{from: from, to: time.Now()})
+	c.mu.Unlock()
+	c.logf("run %d: stopped (SIGSTOP) for %v%s, continued", p.id, pauseFor, aim)
+}
+
+// pauseAimFor bounds how long a pause or an outage in a FIFO campaign waits
+// for a run to keep messages waiting behind a running one.
+const pauseAimFor = 10 * time.Second
+
+// aimAtWaiting waits, for up to pauseAimFor, until one of the runs ps, alive,
+// keeps messages that wait behind a running one of their group: a beat of
+// its keepers kept such messages (its Stats.GroupWaitBeats went up; the
+// counters lag by up to 250 ms, the beats come every third of the
+// visibility timeout). It reports whether one did.
+func (c *campaign) aimAtWaiting(ctx context.Context, ps []*proc) bool {
+	before := map[int]int64{}
+	for _, p := range ps {
+		before[p.id] = c.counts(p.id).Stats.GroupWaitBeats
+	}
+	found := false
+	waitFor(ctx, pauseAimFor, func() bool {
+		alive := false
+		for _, p := range ps {
+			if !p.alive() {
+				continue
+			}
+			alive = true
+			if c.counts(p.id).Stats.GroupWaitBeats > before[p.id] {
+				found = true
+			}
+		}
+		return found || !alive
+	})
+	return found
 }
 
 // intN draws from c.rng, which the runs of several workers driven at once
@@ -1278,6 +1441,11 @@ func (c *campaign) ledgerPhases(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Work before, during and after the full disk: the commits that fail,
+	// and those that show the recovery.
+	if _, err := c.phaseWork(ctx, "diskfull", phaseOpsEach); err != nil {
+		return err
+	}
 	waitFor(ctx, 10*time.Second, func() bool { return c.counts(p.id).CompletesOK > 0 })
 	filler, size, err := c.tmp.fill()
 	if err != nil {
@@ -1285,6 +1453,9 @@ func (c *campaign) ledgerPhases(ctx context.Context) error {
 	}
 	full := c.counts(p.id)
 	c.logf("disk full: %d MiB filler on the ledger's file system (run %d)", size>>20, p.id)
+	if _, err := c.phaseWork(ctx, "diskfull", phaseOpsEach); err != nil {
+		return err
+	}
 	failing := waitFor(ctx, 30*time.Second, func() bool { return c.counts(p.id).CommitErrors > full.CommitErrors })
 	sleepCtx(ctx, 3*time.Second)
 	during := c.counts(p.id)
@@ -1295,6 +1466,9 @@ func (c *campaign) ledgerPhases(ctx context.Context) error {
 	// counters lag by up to 250 ms: count recovery from a second later.
 	sleepCtx(ctx, time.Second)
 	freed := c.counts(p.id)
+	if _, err := c.phaseWork(ctx, "diskfull", phaseOpsEach); err != nil {
+		return err
+	}
 	recovered := waitFor(ctx, 30*time.Second, func() bool {
 		n := c.counts(p.id)
 		return n.CompletesOK > freed.CompletesOK+5 && n.CommitErrors == freed.CommitErrors
@@ -1351,6 +1525,9 @@ func (c *campaign) ledgerPhases(ctx context.Context) error {
 		return err
 	}
 	before := c.counts(p.id)
+	if _, err := c.phaseWork(ctx, "readonly", phaseOpsEach); err != nil {
+		return err
+	}
 	if !waitFor(ctx, 20*time.Second, func() bool { return c.counts(p.id).CompletesOK > before.CompletesOK+5 }) && r.ok {
 		r.ok = false
 		r.detail += "; after remounting read-write the restarted worker completed nothing within 20s"

@@ -17,10 +17,13 @@ var raceEnabled bool
 // a request, two at random), 2 drains, every fault kind, the ledger fault
 // phases, a reader that stops on the ledger socket for 6 s and two
 // compactions racing a restart; beside it the FIFO campaign with 150
-// operations in 4 groups, 3 kills, a drain and 2 replay rounds, and the
-// shared-ledger campaign with 3 workers on PostgreSQL, 300 operations, 6
-// kills, 2 drains, a hard stop of the database, a refusal and a cut of its
-// connections; held to the same zeros as `make chaos`. It needs the local
+// operations in 4 groups (3 bursts), 3 kills, a drain, 2 forgets of waiting
+// operations and 2 replay rounds, and the shared-ledger campaign with 3
+// workers on PostgreSQL, 300 operations, 6 kills, 2 drains, a hard stop of
+// the database, a refusal and a cut of its connections; after that the
+// FIFO campaign's part on a shared ledger, 2 workers and 50 operations, a
+// stall of the database and a worker stopped while messages wait; held to
+// the same zeros as `make chaos`. It needs the local
 // SQS-compatible server, PostgreSQL's server binaries (make test runs it
 // through scripts/with-postgres.sh, which installs them) and root (for the
 // tmpfs of the ledger phases).

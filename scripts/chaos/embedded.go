@@ -26,8 +26,9 @@ import (
 //   - a reader that stops: while a worker runs, `sqsonce ledger export`
 //     reads the ledger through the worker's socket into a pipe that the
 //     campaign does not read, and so stops part way through the listing;
-//     the worker keeps claiming and completing meanwhile, and the reader is
-//     let go (the pipe read to its end) after a hold longer than the
+//     the worker keeps claiming and completing meanwhile (operations that
+//     the phase sends as the hold begins: see phaseWork), and the reader
+//     is let go (the pipe read to its end) after a hold longer than the
 //     leases;
 //   - a compaction racing a restart: between two worker runs, `sqsonce
 //     ledger compact` and the next worker start at the same moment; when
@@ -55,6 +56,10 @@ type readerHold struct {
 	before, after event.Counts
 	sizes         [2]int64 // the ledger file's size when the hold began and ended
 	alive         bool     // the worker was alive when the reader was let go
+	// own: the operations the phase sent as the hold began; ownDone: those
+	// the worker recorded complete during the hold.
+	own, ownDone int
+	sendErr      string
 }
 
 // ok judges a hold, and says what it found.
@@ -66,10 +71,12 @@ func (h readerHold) ok() (bool, string) {
 	if h.listing > pipeBuffers {
 		held = "the worker's walk waited on the reader"
 	}
-	d := fmt.Sprintf("run %d held %.0fs: reader stopped after %d KiB of a %d KiB listing (%s); meanwhile %d claims, %d completions, %d heartbeats, %d lost leases, %d takeovers, file %d -> %d KiB; let go: exit %d, %d records, %d listed twice",
-		h.run, h.held.Seconds(), h.inPipe>>10, h.listing>>10, held, claimed, completed, h.after.Stats.Heartbeats-h.before.Stats.Heartbeats,
+	d := fmt.Sprintf("run %d held %.0fs: reader stopped after %d KiB of a %d KiB listing (%s); meanwhile %d claims, %d completions (%d of the %d operations the phase sent), %d heartbeats, %d lost leases, %d takeovers, file %d -> %d KiB; let go: exit %d, %d records, %d listed twice",
+		h.run, h.held.Seconds(), h.inPipe>>10, h.listing>>10, held, claimed, completed, h.ownDone, h.own, h.after.Stats.Heartbeats-h.before.Stats.Heartbeats,
 		lost, h.after.Stats.Takeovers-h.before.Stats.Takeovers, h.sizes[0]>>10, h.sizes[1]>>10, h.exit, h.records, h.dups)
 	switch {
+	case h.sendErr != "":
+		return false, d + "; the phase could not send its operations: " + h.sendErr
 	case !h.alive:
 		return false, d + "; the worker died during the hold"
 	case h.inPipe == 0:
@@ -78,20 +85,43 @@ func (h readerHold) ok() (bool, string) {
 		return false, d + "; the reader failed once let go: " + h.stderr
 	case h.dups > 0:
 		return false, d + "; the listing repeated keys"
-	case completed == 0 || claimed == 0:
-		return false, d + "; the worker did not claim and complete while the reader held its socket"
+	case h.ownDone == 0 || claimed == 0:
+		return false, d + "; the worker did not claim and complete the phase's operations while the reader held its socket"
 	case lost > 0:
 		return false, d + "; leases lapsed while the reader held the socket"
 	}
 	return true, d
 }
 
+// holdOps is how many operations the phase of a reader that stops sends as
+// its hold begins.
+const holdOps = 20
+
+// completedBy returns how many of ops run id recorded complete between
+// from and to.
+func (c *campaign) completedBy(id int, ops []*op, from, to time.Time) int {
+	want := map[string]bool{}
+	for _, o := range ops {
+		want[o.id] = true
+	}
+	n := 0
+	_ = event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", id)), func(e event.WorkerEvent) {
+		if e.Ev == event.EvComplete && e.Err == "" && want[e.Key] && e.T >= from.UnixNano() && e.T <= to.UnixNano() {
+			n++
+			delete(want, e.Key)
+		}
+	})
+	return n
+}
+
 // holdReader runs `sqsonce ledger export` against run p's ledger socket
-// with its output into a pipe that nobody reads for hold, then reads the
+// with its output into a pipe that nobody reads for hold, sending the
+// phase's operations (holdOps) once the reader has stopped, then reads the
 // pipe to its end and waits for the reader to finish.
 func (c *campaign) holdReader(ctx context.Context, p *proc, hold time.Duration) readerHold {
 	h := readerHold{run: p.id, exit: -1}
-	waitFor(ctx, 10*time.Second, func() bool { return c.counts(p.id).CompletesOK > 0 || !p.alive() })
+	// The worker is up (it serves its socket once its ledger is open).
+	waitFor(ctx, 10*time.Second, func() bool { return c.counts(p.id).SQSRequests > 0 || !p.alive() })
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		h.stderr = err.Error()
@@ -130,10 +160,15 @@ func (c *campaign) holdReader(ctx context.Context, p *proc, hold time.Duration) 
 	h.inPipe = max(last, 0)
 	h.before, h.sizes[0] = c.counts(p.id), fileSize(c.ledger)
 	t0 := time.Now()
-	p.wait(ctx, hold)
+	own, err := c.phaseWork(ctx, "hold", holdOps)
+	if err != nil {
+		h.sendErr = err.Error()
+	}
+	p.wait(ctx, hold-time.Since(t0))
 	h.held = time.Since(t0)
 	h.after, h.sizes[1] = c.counts(p.id), fileSize(c.ledger)
 	h.alive = p.alive()
+	h.own, h.ownDone = len(own), c.completedBy(p.id, own, t0, time.Now())
 
 	// Let go: read everything, and wait for the reader to finish.
 	type listing struct {
@@ -390,7 +425,7 @@ func (c *campaign) resendCompleted(ctx context.Context, r *compactRace, wl *work
 			return
 		}
 		seen[e.Key] = true
-		if o := wl.byID[e.Key]; o != nil && o.class != classConflict {
+		if o := c.opByID(wl, e.Key); o != nil && o.class != classConflict {
 			r.resent = append(r.resent, e.Key)
 			bodies = append(bodies, o.body)
 		}

@@ -26,11 +26,16 @@ import (
 type FIFOConfig struct {
 	Ops      int           // operations; 0: no FIFO campaign
 	Groups   int           // message groups of the ordinary operations
+	Bursts   int           // bursts: runs of 4-8 operations of one group sent together, two slow ones among them
 	Duration time.Duration // the planned length of its worker runs, while its workload is sent
 	Replays  int           // replay rounds through `sqsonce replay`, the worker stopped
 	Kills    int           // SIGKILLs of its worker: at random and in the windows around a completion
 	Terms    int           // SIGTERM drains of its worker
 	Pauses   int           // SIGSTOPs, longer than the leases, of a worker run
+	Forgets  int           // records of operations waiting in a worker's hands forgotten (sqsonce ledger forget)
+	// Shared is the FIFO campaign's part on a shared ledger (see
+	// fifoshared.go), after the other campaigns on PostgreSQL; Ops 0: none.
+	Shared SharedConfig
 }
 
 // fifoMaxReceiveCount is the FIFO queue's maxReceiveCount: small, so that
@@ -57,6 +62,8 @@ func (c *campaign) fifoCampaign() (*campaign, error) {
 		workerBin: c.workerBin,
 		downBin:   c.downBin,
 		cliBin:    c.cliBin,
+		// Its pauses find messages waiting.
+		waitingPauses: true,
 	}
 	f.runsDir = filepath.Join(f.dir, "runs")
 	f.crashLog = filepath.Join(f.dir, "crash.log")
@@ -92,9 +99,9 @@ func (c *campaign) runFIFO(ctx context.Context) (*fifoReport, error) {
 	if err := c.writeCLIConfig(); err != nil {
 		return nil, err
 	}
-	wl := newFIFOWorkload(rand.New(rand.NewPCG(c.cfg.Seed, 3)), fc.Ops, fc.Groups)
+	wl := newFIFOWorkload(rand.New(rand.NewPCG(c.cfg.Seed, 3)), fc.Ops, fc.Groups, fc.Bursts)
 	snd := newFIFOSender(c.cfg.Endpoint, c.queue, c.cfg.Seed+7, c.cfg.SendLost)
-	c.logf("workload: %d operations, %d messages planned (%d sent after their key completed)", len(wl.ops), len(wl.main)+len(wl.late), len(wl.late))
+	c.logf("workload: %d operations, %d messages planned (%d sent after their key completed), %d bursts", len(wl.ops), len(wl.main)+len(wl.late), len(wl.late), wl.bursts)
 
 	steps := c.fifoPlan()
 	var planned time.Duration
@@ -110,6 +117,17 @@ func (c *campaign) runFIFO(ctx context.Context) (*fifoReport, error) {
 	defer stopSend()
 	sendDone := make(chan error, 1)
 	go func() { sendDone <- c.sendFIFO(sendCtx, snd, wl) }()
+	// Half the forgets come during the runs, the rest in the last run,
+	// which lives until the queue is empty: the operation whose record it
+	// forgot is sure to come to its turn in that run's hands (unless one
+	// ahead of it fails).
+	forgetCtx, stopForgets := context.WithCancel(ctx)
+	defer stopForgets()
+	forgetsDone := make(chan struct{})
+	go func() {
+		defer close(forgetsDone)
+		c.forgetSome(forgetCtx, fc.Forgets/2)
+	}()
 
 	// Replay rounds between runs, the last one after the last run, when
 	// nearly everything was sent; the downstream's bug is fixed before the
@@ -146,11 +164,23 @@ func (c *campaign) runFIFO(ctx context.Context) (*fifoReport, error) {
 		c.drive(ctx, p, s)
 	}
 	c.tl.finish()
+	stopForgets()
+	<-forgetsDone
 	// A last worker, killed no more, while the late conflicts are sent and
 	// until the queue is empty.
 	if _, err := c.startRun(c.ledger, runOpts{}); err != nil {
 		return nil, err
 	}
+	lastCtx, stopLastForgets := context.WithCancel(ctx)
+	defer stopLastForgets()
+	lastForgets := make(chan struct{})
+	go func() {
+		defer close(lastForgets)
+		for range fc.Forgets - fc.Forgets/2 {
+			c.forgetWaiting(lastCtx)
+		}
+	}()
+	defer func() { stopLastForgets(); <-lastForgets }()
 	var sendErr error
 	select {
 	case sendErr = <-sendDone:
@@ -162,6 +192,7 @@ func (c *campaign) runFIFO(ctx context.Context) (*fifoReport, error) {
 	}
 	c.logf("sending done: %d messages sent", len(snd.sent))
 	quiet, qerr := c.waitQuiet(ctx)
+	<-lastForgets
 	c.mu.Lock()
 	last := c.cur
 	c.mu.Unlock()
@@ -281,6 +312,18 @@ func (c *campaign) sendFIFO(ctx context.Context, s *fifoSender, wl *fifoWorkload
 	var lastPoll time.Time
 	for {
 		for next < len(wl.main) && c.tl.fraction() >= mainShare*float64(next)/float64(len(wl.main)) {
+			if b := wl.main[next].burst; b != 0 {
+				// A burst leaves whole, once its first message is due.
+				end := next
+				for end < len(wl.main) && wl.main[end].burst == b {
+					end++
+				}
+				if err := s.sendBatch(ctx, wl.main[next:end]); err != nil {
+					return err
+				}
+				next = end
+				continue
+			}
 			if err := s.send(ctx, wl.main[next]); err != nil {
 				return err
 			}

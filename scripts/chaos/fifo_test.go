@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func TestAccount(t *testing.T) {
 
 // TestFIFOWorkload checks the shapes the FIFO campaign relies on.
 func TestFIFOWorkload(t *testing.T) {
-	w := newFIFOWorkload(rand.New(rand.NewPCG(1, 3)), 2000, 8)
+	w := newFIFOWorkload(rand.New(rand.NewPCG(1, 3)), 2000, 8, 50)
 	counts := map[fifoClass]int{}
 	for _, o := range w.ops {
 		counts[o.class]++
@@ -124,6 +125,49 @@ func TestFIFOWorkload(t *testing.T) {
 	}
 	if len(w.tags) != len(w.main)+len(w.late) {
 		t.Fatalf("%d tags for %d sends", len(w.tags), len(w.main)+len(w.late))
+	}
+
+	// Bursts: each leaves in one piece, with at least four operations of
+	// one group among its sends, its first operation slow and another
+	// behind it.
+	if w.bursts < 40 {
+		t.Fatalf("%d bursts, want about 50", w.bursts)
+	}
+	type burst struct {
+		from, to int // its sends in main
+		ops      []*fifoOp
+	}
+	bursts := map[int]*burst{}
+	for i, s := range w.main {
+		if s.burst == 0 {
+			continue
+		}
+		b := bursts[s.burst]
+		if b == nil {
+			b = &burst{from: i}
+			bursts[s.burst] = b
+		}
+		if b.to != 0 && b.to != i-1 {
+			t.Fatalf("burst %d: its sends are not together (send %d after %d)", s.burst, i, b.to)
+		}
+		b.to = i
+		if s.op.group == w.main[b.from].op.group && s.variant == 0 && !slices.Contains(b.ops, s.op) {
+			b.ops = append(b.ops, s.op)
+		}
+	}
+	if len(bursts) != w.bursts {
+		t.Fatalf("%d bursts among the sends, %d made", len(bursts), w.bursts)
+	}
+	for n, b := range bursts {
+		slow := 0
+		for _, o := range b.ops {
+			if o.class == fifoSlow {
+				slow++
+			}
+		}
+		if len(b.ops) < 4 || b.ops[0].class != fifoSlow || slow < 2 {
+			t.Fatalf("burst %d: %d operations of its group, the first %s, %d slow; want at least 4, the first slow, 2 slow", n, len(b.ops), b.ops[0].class, slow)
+		}
 	}
 }
 

@@ -17,11 +17,25 @@ import (
 	"github.com/sqsonce/sqsonce/worker"
 )
 
-// fifoReport is what the FIFO campaign found.
+// fifoReport is what the FIFO campaign found, or its part on a shared
+// ledger.
 type fifoReport struct {
+	// Shared: the part on a shared ledger, Workers workers at once; PG and
+	// Phases hold what it found of the database's outages.
+	Shared  bool
+	Workers int
+	PG      *sharedFindings
+	Phases  []phaseResult
+
 	Elapsed time.Duration
 	Ops     map[fifoClass]int
 	Groups  int
+	Bursts  int // runs of messages of one group sent together, slow ones among them
+	// OutageOps: operations sent after the database's outages (among Ops).
+	OutageOps int
+	// CrossCopies: bursts sent with a copy of one of their operations in
+	// another group.
+	CrossCopies int
 
 	// Every message the campaign sent is in exactly one of these.
 	Sent    int // sends SQS answered
@@ -41,18 +55,38 @@ type fifoReport struct {
 	Outcomes map[fifoClass]map[string]int
 
 	Runs, Kills, Pauses, DoubleTerm int
+	AimedPauses                     int // pauses that found messages waiting behind a running one
 	Ends                            map[string]int
 	Faults                          map[string]int
 	Stats                           worker.Stats
 
 	Executions, Effects int
 	AckNotDone          int // complete in the ledger, no effect downstream
-	EffectsTwice        int
-	ConflictRan         int // executions of a payload other than the one its key was first claimed with
-	OrderViolations     int // a group's effects applied out of the order their deliveries entered the queue
-	OrderChecked        int // effects whose order was checked
-	Extra               map[string]int
-	ExtraSamples        map[string][]string
+	// AfterLoss counts the handler calls made after their attempt's claim
+	// was lost (claimHistory.afterLoss).
+	AfterLoss int
+	// DLQShouldComplete counts the messages that sqsonce dead-lettered
+	// (with a reason) although their payload should have completed;
+	// DLQRedriven those of them that SQS moved there after
+	// fifoMaxReceiveCount receives, its redrive (no reason: not lost,
+	// not sqsonce's verdict).
+	DLQShouldComplete, DLQRedriven int
+	// Forgets counts the records of waiting operations the campaign forgot
+	// (sqsonce ledger forget); Unknowing the handler calls made after such
+	// a forget, before the worker was told (claimHistory.unknowing).
+	Forgets, Unknowing int
+	// TakenUnstarted counts the claims taken over from a worker still
+	// alive before it started their work (claimHistory.takenUnstarted).
+	TakenUnstarted int
+	// NotOwnerCompletes counts the completions the ledger refused because
+	// another claim owned the operation by then, or it was gone.
+	NotOwnerCompletes int
+	EffectsTwice      int
+	ConflictRan       int // executions of a payload other than the one its key was first claimed with
+	OrderViolations   int // a group's effects applied out of the order their deliveries entered the queue
+	OrderChecked      int // effects whose order was checked
+	Extra             map[string]int
+	ExtraSamples      map[string][]string
 
 	Quiet   bool
 	Notes   []string
@@ -61,6 +95,8 @@ type fifoReport struct {
 
 func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSender, rounds []replayRound, elapsed time.Duration, quiet bool) (*fifoReport, error) {
 	r := &fifoReport{
+		Shared:       c.pg != nil,
+		Workers:      c.cfg.Shared.Workers,
 		Elapsed:      elapsed,
 		Ops:          map[fifoClass]int{},
 		Groups:       c.cfg.FIFO.Groups,
@@ -71,17 +107,48 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 		ExtraSamples: map[string][]string{},
 		Quiet:        quiet,
 	}
-	for _, o := range wl.ops {
+	r.Bursts, r.CrossCopies = wl.bursts, wl.crossCopies
+	if r.Shared {
+		r.Groups = c.cfg.Shared.Groups
+	}
+	c.mu.Lock()
+	ops := append(append([]*fifoOp(nil), wl.ops...), c.fifoExtra...)
+	r.OutageOps = len(c.fifoExtra)
+	c.mu.Unlock()
+	for _, o := range ops {
 		r.Ops[o.class]++
 	}
 	c.mu.Lock()
-	r.Pauses, r.DoubleTerm = c.pauses, c.doubleTerms
+	r.Pauses, r.AimedPauses, r.DoubleTerm = c.pauses, c.aimedPauses, c.doubleTerms
 	c.mu.Unlock()
 	rl, err := c.readRuns()
 	if err != nil {
 		return nil, err
 	}
 	r.Runs, r.Kills, r.Ends, r.Faults, r.Stats = rl.runs, rl.kills, rl.endCounts, rl.faults, rl.stats
+	if c.pg != nil {
+		rl.hist.outages = c.sharedWindows()
+		f, err := c.sharedFindings(rl)
+		if err != nil {
+			return nil, err
+		}
+		r.PG = f
+		r.Phases = f.phases(c.cfg.Shared)
+	}
+	r.AfterLoss, r.TakenUnstarted, r.Unknowing = len(rl.afterLoss), rl.takenUnstarted, rl.unknowing
+	c.mu.Lock()
+	r.Forgets = len(c.forgets)
+	c.mu.Unlock()
+	r.Details = append(r.Details, rl.afterLoss...)
+	for _, ev := range rl.hist.events {
+		for _, cs := range ev.complete {
+			for _, e := range cs {
+				if strings.Contains(e.Err, ledger.ErrNotOwner.Error()) || strings.Contains(e.Err, ledger.ErrNotFound.Error()) {
+					r.NotOwnerCompletes++
+				}
+			}
+		}
+	}
 
 	// Executions at the downstream, by key.
 	execs := map[string][]event.Execution{}
@@ -117,6 +184,10 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	for _, m := range dlq {
 		inDLQ[m.tag]++
 	}
+	byTag := map[string]*fifoSend{}
+	for _, s := range snd.sent {
+		byTag[s.tag] = s
+	}
 	for _, m := range queued {
 		inQueue[m.tag]++
 	}
@@ -124,13 +195,13 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 		c.note("%d messages could not be drained from the queues for the audit", r.Undrained)
 	}
 
-	db, err := ledger.Open(c.ledger, ledger.Options{})
+	db, err := c.openRecords(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open the FIFO ledger for the audit: %w", err)
 	}
 	defer db.Close()
 	states := map[string]string{}
-	for _, o := range wl.ops {
+	for _, o := range ops {
 		if o.class == fifoKeyless {
 			continue
 		}
@@ -199,6 +270,25 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 		}
 	}
 
+	// The dead letters whose payload should have completed.
+	for _, m := range dlq {
+		s := byTag[m.tag]
+		if s == nil || !s.shouldComplete() {
+			continue
+		}
+		switch {
+		case m.reason == "":
+			r.DLQRedriven++
+		case strings.HasPrefix(m.reason, "conflict") && applied[s.op.id] != "" && applied[s.op.id] != hash8(s.body()):
+			// Another payload of its key went first (this one came back
+			// from the dead-letter queue after it): the conflict is right.
+		default:
+			r.DLQShouldComplete++
+			r.Details = append(r.Details, fmt.Sprintf("%s (%s, payload %c): dead-lettered by sqsonce although it should have completed: %s",
+				m.tag, s.op.id, 'a'+s.variant, m.reason))
+		}
+	}
+
 	// Every message sent, accounted for.
 	var lost []*fifoSend
 	for _, s := range snd.sent {
@@ -223,10 +313,6 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	}
 
 	// Group order.
-	byTag := map[string]*fifoSend{}
-	for _, s := range snd.sent {
-		byTag[s.tag] = s
-	}
 	var effects []event.Execution
 	for _, es := range execs {
 		for _, e := range es {
@@ -254,11 +340,11 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	r.Notes = append(r.Notes, c.notes...)
 	c.mu.Unlock()
 	for _, d := range r.Details {
-		fmt.Fprintln(c.log, "fifo: detail:", d)
+		fmt.Fprintf(c.log, "%s: detail: %s\n", c.name, d)
 	}
 	for cause, samples := range r.ExtraSamples {
 		for _, s := range samples {
-			fmt.Fprintf(c.log, "fifo: extra execution (%s): %s\n", cause, s)
+			fmt.Fprintf(c.log, "%s: extra execution (%s): %s\n", c.name, cause, s)
 		}
 	}
 	return r, nil
@@ -438,28 +524,50 @@ func grepKey(files []string, key string, n int) []string {
 	return out
 }
 
+// label names the campaign in the names of its checks.
+func (r *fifoReport) label() string {
+	if r.Shared {
+		return "FIFO shared"
+	}
+	return "FIFO"
+}
+
 // checks lists the figures of the FIFO campaign that decide the verdict.
 func (r *fifoReport) checks() []check {
 	var cs []check
 	zero := func(name string, n int) {
-		cs = append(cs, check{Name: "FIFO: " + name, Value: fmt.Sprint(n), OK: n == 0})
+		cs = append(cs, check{Name: r.label() + ": " + name, Value: fmt.Sprint(n), OK: n == 0})
 	}
 	zero("messages lost", r.Lost)
 	zero("acknowledged but not done", r.AckNotDone)
+	zero("handler calls after their claim was lost", r.AfterLoss)
+	zero("dead-lettered with a reason, expected to complete", r.DLQShouldComplete)
 	zero("effects applied twice", r.EffectsTwice)
 	zero("conflicting payloads run", r.ConflictRan)
 	zero("group order violations", r.OrderViolations)
 	zero(causeTakenOver, r.Extra[causeTakenOver])
 	zero(causeUnexplained, r.Extra[causeUnexplained])
-	cs = append(cs, check{Name: "FIFO: queue empty at the end", Value: fmt.Sprint(r.Quiet), OK: r.Quiet})
+	for _, p := range r.Phases {
+		v := "ok"
+		if !p.ok {
+			v = "failed: " + p.detail
+		}
+		cs = append(cs, check{Name: r.label() + ": phase: " + p.name, Value: v, OK: p.ok})
+	}
+	cs = append(cs, check{Name: r.label() + ": queue empty at the end", Value: fmt.Sprint(r.Quiet), OK: r.Quiet})
 	zero("other findings", len(r.Notes))
 	return cs
 }
 
 // print writes the FIFO campaign's rows of the report table.
 func (r *fifoReport) print(row func(name, value string), must func(name string, n int)) {
-	row("FIFO campaign", fmt.Sprintf("time taken %v; a FIFO queue (maxReceiveCount %d) and a FIFO dead-letter queue, %d message groups (+ groups of their own for the conflicts whose key completes and for keyless messages)",
-		r.Elapsed.Round(time.Second), fifoMaxReceiveCount, r.Groups))
+	if r.Shared {
+		row("FIFO campaign on a shared ledger", fmt.Sprintf("time taken %v; %d workers at once on a FIFO queue (maxReceiveCount %d) and a FIFO dead-letter queue, one PostgreSQL table through a TCP proxy; %d message groups (+ groups of their own for the conflicts whose key completes and for keyless messages); no replay rounds",
+			r.Elapsed.Round(time.Second), r.Workers, fifoMaxReceiveCount, r.Groups))
+	} else {
+		row("FIFO campaign", fmt.Sprintf("time taken %v; a FIFO queue (maxReceiveCount %d) and a FIFO dead-letter queue, %d message groups (+ groups of their own for the conflicts whose key completes and for keyless messages)",
+			r.Elapsed.Round(time.Second), fifoMaxReceiveCount, r.Groups))
+	}
 	var classes []string
 	total := 0
 	for cl := range fifoClasses {
@@ -468,12 +576,31 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 			total += n
 		}
 	}
-	row("  operations", fmt.Sprintf("%d: %s", total, strings.Join(classes, ", ")))
-	row("  worker runs", fmt.Sprintf("%d: %d kills (%d window a, %d window b, %d random), %d SIGTERM drains (%d with a second SIGTERM), %d failed; %d paused",
-		r.Runs, r.Kills, r.Ends[endWindowA], r.Ends[endWindowB], r.Ends[endKill], r.Ends[endTerm], r.DoubleTerm, r.Ends[endFailed], r.Pauses))
+	outageOps := ""
+	if r.OutageOps > 0 {
+		outageOps = fmt.Sprintf("; %d of the normal ones sent after the database's outages, each in a group of its own", r.OutageOps)
+	}
+	row("  operations", fmt.Sprintf("%d: %s%s; %d bursts of 4-8 operations of one group sent together, the first and one in the middle slow, %d of them with a copy of one of their operations in another group",
+		total, strings.Join(classes, ", "), outageOps, r.Bursts, r.CrossCopies))
+	row("  worker runs", fmt.Sprintf("%d: %d kills (%d window a, %d window b, %d random), %d SIGTERM drains (%d with a second SIGTERM), %d refused starts, %d failed; %d paused (SIGSTOP %v), %d of them while they kept messages waiting behind a running one",
+		r.Runs, r.Kills, r.Ends[endWindowA], r.Ends[endWindowB], r.Ends[endKill], r.Ends[endTerm], r.DoubleTerm, r.Ends[endRefused], r.Ends[endFailed], r.Pauses, pauseFor, r.AimedPauses))
+	if pg := r.PG; pg != nil {
+		var ws []float64
+		var total time.Duration
+		for _, w := range pg.Waits {
+			ws = append(ws, w.Seconds())
+			total += w
+		}
+		row("  waits of the workers for the database", fmt.Sprintf("%d waits until it answered again (no new work while claims could not be recorded), %s s each, %.1f s in all, and %d until their run ended; %d ledger calls found it unavailable",
+			len(pg.Waits), spread(ws), total.Seconds(), pg.CutShort, pg.Unavail))
+	}
 	row("  faults injected (worker SQS calls)", fmt.Sprintf("%s  (total %d)", kindList(r.Faults), sum(r.Faults)))
 	row("  worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, conflicts %d, failed permanently again %d, dead-lettered %d, given back unstarted %d, takeovers %d",
 		r.Stats.Received, r.Stats.Claimed, r.Stats.Completed, r.Stats.Duplicates, r.Stats.Conflicts, r.Stats.RedeliveredFailed, r.Stats.DeadLettered, r.Stats.GivenBack, r.Stats.Takeovers))
+	row("  waiting behind a running message of their group", fmt.Sprintf("%d messages received behind another of their group (GroupWaited), kept out of sight and their claims alive by %d beats (GroupWaitBeats)",
+		r.Stats.GroupWaited, r.Stats.GroupWaitBeats))
+	row("  claims lost and reclaimed", fmt.Sprintf("%d claims taken over from a worker still alive before it started their work; %d records of operations waiting in a worker's hands forgotten (sqsonce ledger forget; %d started before the worker learnt it); %d attempts whose claim was lost, before their work started or while it ran (LeaseLost); %d stale claims of the worker's own released and claimed again (StaleReclaimed); %d completions refused, the claim another's or gone",
+		r.TakenUnstarted, r.Forgets, r.Unknowing, r.Stats.LeaseLost, r.Stats.StaleReclaimed, r.NotOwnerCompletes))
 	for _, rr := range r.Rounds {
 		fixed := ""
 		if rr.Fixed {
@@ -502,7 +629,7 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 	row("  messages sent", fmt.Sprintf("%d: %d dropped by SQS at the send (deduplicated by key within 5 minutes), %d enqueued", r.Sent, r.Dropped, r.Sent-r.Dropped))
 	row("  messages accounted for", fmt.Sprintf("%d done (payload applied, key complete), %d in the dead-letter queue, %d in the queue (%d and %d messages found)",
 		r.Done, r.InDLQ, r.InQueue, r.DLQMessages, r.QueueMessages))
-	must("FIFO: messages lost", r.Lost)
+	must(r.label()+": messages lost", r.Lost)
 	var by []string
 	for k, n := range r.LostBy {
 		by = append(by, fmt.Sprintf("%d %s", n, k))
@@ -511,7 +638,10 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 	for _, b := range by {
 		row("    lost", b)
 	}
-	must("FIFO: acknowledged but not done", r.AckNotDone)
+	must(r.label()+": acknowledged but not done", r.AckNotDone)
+	must(r.label()+": handler calls after their claim was lost (taken over, released)", r.AfterLoss)
+	row("  messages that should have completed, in the dead-letter queue", fmt.Sprintf("%d moved there by SQS after %d receives (not lost)", r.DLQRedriven, fifoMaxReceiveCount))
+	must(r.label()+": dead-lettered by sqsonce (with a reason), expected to complete", r.DLQShouldComplete)
 	row("  executions", fmt.Sprintf("%d POSTs, %d effects applied", r.Executions, r.Effects))
 	extra := 0
 	for _, n := range r.Extra {
@@ -529,18 +659,25 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 		}
 	}
 	if r.Extra[causeTakenOver] > 0 {
-		must("FIFO:   "+causeTakenOver, r.Extra[causeTakenOver])
+		must(r.label()+":   "+causeTakenOver, r.Extra[causeTakenOver])
 	}
-	must("FIFO:   "+causeUnexplained, r.Extra[causeUnexplained])
-	must("FIFO: effects applied twice", r.EffectsTwice)
-	must("FIFO: conflicting payloads run", r.ConflictRan)
-	must(fmt.Sprintf("FIFO: group order violations (%d effects checked)", r.OrderChecked), r.OrderViolations)
+	must(r.label()+":   "+causeUnexplained, r.Extra[causeUnexplained])
+	must(r.label()+": effects applied twice", r.EffectsTwice)
+	must(r.label()+": conflicting payloads run", r.ConflictRan)
+	must(fmt.Sprintf(r.label()+": group order violations (%d effects checked)", r.OrderChecked), r.OrderViolations)
+	for _, p := range r.Phases {
+		mark := "ok"
+		if !p.ok {
+			mark = "FAIL"
+		}
+		row("  phase: "+p.name, mark+": "+p.detail)
+	}
 	q := "yes"
 	if !r.Quiet {
 		q = "NO"
 	}
-	row("FIFO: queue empty at the end", q)
-	must("FIFO: other findings", len(r.Notes))
+	row(r.label()+": queue empty at the end", q)
+	must(r.label()+": other findings", len(r.Notes))
 	for _, n := range r.Notes {
 		row("  finding", strings.SplitN(n, "\n", 2)[0])
 	}

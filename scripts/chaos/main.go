@@ -16,6 +16,12 @@
 // process. Once the queue is empty it audits every operation against the
 // ledger, the downstream's log and the dead-letter queue.
 //
+// Every ledger phase sends operations of its own when it needs the worker
+// busy (the full disk before, during and after, the worker restarted after
+// the read-only file system, the hold of the ledger socket, the run that
+// starts with a compaction), so that its verdict depends neither on the
+// seed nor on the machine's load; the audit counts them with the rest.
+//
 // Among its worker runs come two more phases of the embedded ledger. In
 // some runs a reader stops: `sqsonce ledger export` (the real command,
 // built from the same tree) lists the ledger through the worker's socket
@@ -39,18 +45,46 @@
 // fixed, a conflicting payload right behind its original (also behind one
 // that failed permanently, so that two messages of one failed key are
 // dead-lettered) and two more conflicting payloads after their key
-// completed, and keyless messages. Between worker runs it replays the
-// dead-letter queue through the real `sqsonce replay`, built from the same
-// tree, within SQS's five-minute deduplication window. Every message sent
-// carries an attribute of its own, which every copy keeps, so that the audit
-// accounts for each one: done (its payload applied, its key complete), in
-// the queue, in the dead-letter queue, dropped by SQS at the send, or lost;
+// completed, and keyless messages; and bursts: runs of 4 to 8 operations of
+// one group sent together in SendMessageBatch calls, the first and one in
+// the middle slow (2-8.5 s), half of them with a copy of one operation in
+// another group, so that one receive brings several messages of a group
+// and those behind a slow one wait in the worker's hands for several beats
+// of its keeper. Its pauses (SIGSTOP, longer than the leases) wait until
+// the worker keeps such waiting messages, and it forgets (the real
+// `sqsonce ledger forget`, through the worker's socket) the records of
+// operations that wait so: the worker must not start them. Between worker
+// runs it replays the dead-letter queue through the real `sqsonce replay`,
+// built from the same tree, within SQS's five-minute deduplication window.
+// Every message sent carries an attribute of its own, which every copy
+// keeps, so that the audit accounts for each one: done (its payload
+// applied, its key complete), in the queue, in the dead-letter queue,
+// dropped by SQS at the send, or lost;
 // a dead-letter copy or a replayed copy dropped by FIFO deduplication shows
 // as lost. The downstream records which delivery applied each effect, and
 // the audit counts every effect of a group applied after one whose
 // delivery belongs after it: a delivery belongs where the campaign sent the
 // message it copies, or, when sqsonce replay moved it, after everything
-// sent before that replay round and before everything sent after it.
+// sent before that replay round and before everything sent after it. The
+// table reports how many messages waited behind a running one of their
+// group (the workers' Stats.GroupWaited) and how many beats kept them
+// (GroupWaitBeats), the claims lost (LeaseLost) and reclaimed
+// (StaleReclaimed); and it must count no handler called after its
+// attempt's claim was lost (from the runs' event logs: every claim
+// written, released, taken over or answered lost, and every handler
+// call, each with its owner token; see claimHistory), and no message that
+// sqsonce dead-lettered although its payload should have completed.
+//
+// After it, and after the other campaigns on PostgreSQL, comes the FIFO
+// campaign's part on a shared ledger (fifo-shared/): the same kind of
+// workload, on a FIFO queue of its own, for several chaos workers at once
+// that share one PostgreSQL table through the campaign's proxy, which
+// stalls (nothing carried: the ledger slow), refuses and cuts the
+// connections, or stops the database, each time while a worker keeps
+// messages waiting behind a running one; meanwhile one worker at a time is
+// stopped (SIGSTOP) for longer than the leases, also while it keeps such
+// messages, so that the others take its claims over (see fifoshared.go).
+// Its audit is the FIFO campaign's.
 //
 // Beside both, from the start, runs the shared-ledger campaign (shared/ in
 // the work directory): three chaos workers at once on one standard queue
@@ -105,9 +139,11 @@
 // The exit status is 0 when no operation or message was lost, nothing was
 // acknowledged that was not done, every execution beyond the first is
 // explained by a crash in the documented window (or a kill that is
-// equivalent to one, or, on the shared ledger, the database out of reach),
-// no effect of a transactional handler was applied twice, no group ran out
-// of order, and every check passed; 1 otherwise.
+// equivalent to one, or, on the shared ledger, the database out of reach or
+// the worker stopped for longer than its leases, or a record the campaign
+// forgot), no handler was called after its claim was lost, no effect of a
+// transactional handler was applied twice, no group ran out of order, and
+// every check passed; 1 otherwise.
 //
 // It writes its progress to standard error and, as it goes, to progress.log
 // in its work directory. When the campaign fails or ends early, or with
@@ -150,7 +186,9 @@ func main() {
 	race := flag.Bool("race", false, "build the worker with the race detector")
 	fifoOps := flag.Int("fifo-ops", -1, "operations of the FIFO campaign beside the standard one, 0 for none (default 1500, short 150)")
 	fifoDuration := flag.Duration("fifo-duration", 0, "planned length of the FIFO campaign's worker runs (default 160s, short 16s)")
-	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone")
+	fifoOnly := flag.Bool("fifo-only", false, "run the FIFO campaign alone (with its part on a shared ledger)")
+	fifoSharedOps := flag.Int("fifo-shared-ops", -1, "operations of the FIFO campaign's part on a shared ledger (PostgreSQL), 0 for none (default 600, short 50)")
+	fifoSharedDuration := flag.Duration("fifo-shared-duration", 0, "planned length of the worker runs of the FIFO campaign's part on a shared ledger (default 75s, short 10s)")
 	sharedOps := flag.Int("shared-ops", -1, "operations of the shared-ledger campaign (PostgreSQL) beside the standard one, 0 for none (default 3000, short 300)")
 	sharedDuration := flag.Duration("shared-duration", 0, "planned length of the shared-ledger campaign's worker runs (default 150s, short 24s)")
 	txOps := flag.Int("tx-ops", -1, "operations of the transactional campaign (pgtx handlers on PostgreSQL) after the shared-ledger one, 0 for none (default 2000, short 200)")
@@ -188,6 +226,12 @@ func main() {
 		cfg.FIFO.Duration = *fifoDuration
 	}
 	cfg.FIFOOnly = *fifoOnly
+	if *fifoSharedOps >= 0 {
+		cfg.FIFO.Shared.Ops = *fifoSharedOps
+	}
+	if *fifoSharedDuration > 0 {
+		cfg.FIFO.Shared.Duration = *fifoSharedDuration
+	}
 	if *sharedOps >= 0 {
 		cfg.Shared.Ops = *sharedOps
 		cfg.Shared.Deliveries = 3 * *sharedOps

@@ -23,15 +23,21 @@ import (
 // commit: the next COMMIT a client sends is either never passed on (the
 // server rolls the transaction back when the connection goes) or passed
 // on and its answer dropped once the server committed; either way the
-// connection is then cut, and the client cannot tell which happened. It is
-// safe for concurrent use.
+// connection is then cut, and the client cannot tell which happened. And
+// it can stall: carry nothing, either way, on any connection, old or new,
+// for a while, as a database that hangs (a lock, a full disk, a network
+// that drops packets) would; the connections stay open. It is safe for
+// concurrent use.
 type tcpProxy struct {
 	ln net.Listener
 
 	mu     sync.Mutex
 	target string
 	refuse bool
-	conns  map[net.Conn]*proxyConn // by the client's side
+	// stalled is non-nil while the proxy stalls; it is closed when the
+	// stall ends.
+	stalled chan struct{}
+	conns   map[net.Conn]*proxyConn // by the client's side
 	// Commits still to lose: their requests, and their answers.
 	loseRequests, loseAnswers int
 	lost                      []lostCommit
@@ -100,6 +106,30 @@ func (p *tcpProxy) setRefuse(on bool) {
 	p.mu.Lock()
 	p.refuse = on
 	p.mu.Unlock()
+}
+
+// setStall makes the proxy stop carrying messages (on) or carry them again
+// (off): a message read from either side waits meanwhile.
+func (p *tcpProxy) setStall(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case on && p.stalled == nil:
+		p.stalled = make(chan struct{})
+	case !on && p.stalled != nil:
+		close(p.stalled)
+		p.stalled = nil
+	}
+}
+
+// waitStall returns once the proxy does not stall.
+func (p *tcpProxy) waitStall() {
+	p.mu.Lock()
+	ch := p.stalled
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 }
 
 // cutAll closes every connection carried now and returns how many.
@@ -217,6 +247,7 @@ func (p *tcpProxy) fromClient(pc *proxyConn) {
 	}
 	close(pc.ready)
 	for {
+		p.waitStall()
 		if _, err := w.Write(msg); err != nil {
 			return
 		}
@@ -311,6 +342,7 @@ func (p *tcpProxy) fromServer(pc *proxyConn) {
 				p.loseCommits(1, true)
 			}
 		}
+		p.waitStall()
 		if _, err := w.Write(msg); err != nil {
 			return
 		}
@@ -362,9 +394,11 @@ func (p *tcpProxy) end(pc *proxyConn) {
 	p.mu.Unlock()
 }
 
-// close stops accepting, cuts every connection and waits for the copies.
+// close stops accepting, ends a stall, cuts every connection and waits for
+// the copies.
 func (p *tcpProxy) close() {
 	p.ln.Close()
+	p.setStall(false)
 	p.cutAll()
 	p.wg.Wait()
 }

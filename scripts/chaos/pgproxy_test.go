@@ -127,3 +127,74 @@ func testLoseCommits(t *testing.T, batch bool) {
 		t.Fatalf("%d commits still to lose", p.commitsToLose())
 	}
 }
+
+// TestTCPProxy_Stall runs queries through the proxy against the test server:
+// while the proxy stalls, a query on an open connection and a new
+// connection both wait (a query with a shorter deadline fails), and both go
+// on once the stall ends, on the same connections.
+func TestTCPProxy_Stall(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	url, _ := pgtest.Schema(t)
+	p, err := newTCPProxy(pgtest.Addr(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	through := pgtest.ReplaceAddr(t, url, p.addr())
+	conn, err := pgx.Connect(ctx, through)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	one := func(ctx context.Context, c *pgx.Conn) error {
+		var n int
+		return c.QueryRow(ctx, `SELECT 1`).Scan(&n)
+	}
+	if err := one(ctx, conn); err != nil {
+		t.Fatalf("a query through the proxy: %v", err)
+	}
+
+	const stall = time.Second
+	p.setStall(true)
+	start := time.Now()
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	old, fresh := make(chan result, 1), make(chan result, 1)
+	go func() {
+		err := one(ctx, conn)
+		old <- result{err, time.Since(start)}
+	}()
+	go func() {
+		c, err := pgx.Connect(ctx, through)
+		if err == nil {
+			defer c.Close(context.Background())
+			err = one(ctx, c)
+		}
+		fresh <- result{err, time.Since(start)}
+	}()
+	short, cancelShort := context.WithTimeout(ctx, stall/4)
+	defer cancelShort()
+	other, err := pgx.Connect(short, through)
+	if err == nil {
+		other.Close(context.Background())
+		t.Fatal("a connection with a deadline shorter than the stall was made")
+	}
+	time.Sleep(stall - time.Since(start))
+	p.setStall(false)
+	for name, ch := range map[string]chan result{"a query on an open connection": old, "a new connection": fresh} {
+		r := <-ch
+		if r.err != nil {
+			t.Fatalf("%s across the stall: %v", name, r.err)
+		}
+		if r.took < stall {
+			t.Fatalf("%s answered after %v, during the %v stall", name, r.took, stall)
+		}
+	}
+	if err := one(ctx, conn); err != nil {
+		t.Fatalf("a query after the stall: %v", err)
+	}
+}

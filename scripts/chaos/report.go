@@ -39,6 +39,9 @@ func (r *Report) checks() []check {
 	if r.FIFO != nil {
 		cs = append(cs, r.FIFO.checks()...)
 	}
+	if r.FIFOShared != nil {
+		cs = append(cs, r.FIFOShared.checks()...)
+	}
 	if r.Shared != nil {
 		cs = append(cs, r.Shared.standardChecks("shared: ")...)
 	}
@@ -58,6 +61,7 @@ func (r *Report) standardChecks(prefix string) []check {
 	zero("operations lost", r.Lost)
 	zero("acknowledged but not done", r.AckNotDone)
 	zero("dead-lettered with a reason, expected to complete", r.DLQWrongReason)
+	zero("handler calls after their claim was lost", r.AfterLoss)
 	cs = append(cs, check{Name: prefix + "in the dead-letter queue as expected", Value: fmt.Sprintf("%d of %d", r.FoundDLQ, r.ExpectDLQ), OK: r.FoundDLQ == r.ExpectDLQ})
 	zero(causeTakenOver, r.Extra[causeTakenOver])
 	zero(causeUnexplained, r.Extra[causeUnexplained])
@@ -105,6 +109,7 @@ type reportJSON struct {
 	Runs           int         `json:"runs"`
 	Kills          int         `json:"kills"`
 	FIFO           *fifoJSON   `json:"fifo,omitempty"`
+	FIFOShared     *fifoJSON   `json:"fifo_shared,omitempty"`
 	Shared         *sharedJSON `json:"shared,omitempty"`
 	Tx             *txJSON     `json:"tx,omitempty"`
 }
@@ -200,6 +205,29 @@ type fifoJSON struct {
 	Executions      int            `json:"executions"`
 	Effects         int            `json:"effects"`
 	Replays         []replayRound  `json:"replays"`
+	// The messages that waited in a worker's hands behind a running one
+	// of their group, and what became of claims.
+	Bursts            int   `json:"bursts"`
+	GroupWaited       int64 `json:"group_waited"`
+	GroupWaitBeats    int64 `json:"group_wait_beats"`
+	LeaseLost         int64 `json:"lease_lost"`
+	StaleReclaimed    int64 `json:"stale_reclaimed"`
+	Takeovers         int64 `json:"takeovers"`
+	AfterLoss         int   `json:"handler_calls_after_claim_lost"`
+	TakenUnstarted    int   `json:"claims_taken_over_unstarted"`
+	Forgets           int   `json:"waiting_records_forgotten"`
+	DLQShouldComplete int   `json:"dead_lettered_expected_to_complete"`
+	DLQRedriven       int   `json:"redriven_expected_to_complete"`
+	NotOwnerCompletes int   `json:"completions_refused_not_owner"`
+}
+
+// fifoJSONOf is f's part of report.json.
+func fifoJSONOf(f *fifoReport) *fifoJSON {
+	return &fifoJSON{Sent: f.Sent, Dropped: f.Dropped, Done: f.Done, InDLQ: f.InDLQ, InQueue: f.InQueue, Lost: f.Lost, LostBy: f.LostBy,
+		OrderChecked: f.OrderChecked, OrderViolations: f.OrderViolations, Executions: f.Executions, Effects: f.Effects, Replays: f.Rounds,
+		Bursts: f.Bursts, GroupWaited: f.Stats.GroupWaited, GroupWaitBeats: f.Stats.GroupWaitBeats, LeaseLost: f.Stats.LeaseLost,
+		StaleReclaimed: f.Stats.StaleReclaimed, Takeovers: f.Stats.Takeovers, AfterLoss: f.AfterLoss, TakenUnstarted: f.TakenUnstarted, Forgets: f.Forgets,
+		DLQShouldComplete: f.DLQShouldComplete, DLQRedriven: f.DLQRedriven, NotOwnerCompletes: f.NotOwnerCompletes}
 }
 
 // writeReport writes report.txt and report.json into dir: the table (or
@@ -234,10 +262,18 @@ func writeReport(dir string, rep *Report, runErr error, notes []string) error {
 		j.Executions, j.Effects, j.Completed, j.ExpectComplete = rep.Executions, rep.Effects, rep.Completed, rep.ExpectComplete
 		j.DLQMessages, j.Runs, j.Kills = rep.DLQMessages, rep.Runs, rep.Kills
 		if f := rep.FIFO; f != nil {
-			j.FIFO = &fifoJSON{Sent: f.Sent, Dropped: f.Dropped, Done: f.Done, InDLQ: f.InDLQ, InQueue: f.InQueue, Lost: f.Lost, LostBy: f.LostBy,
-				OrderChecked: f.OrderChecked, OrderViolations: f.OrderViolations, Executions: f.Executions, Effects: f.Effects, Replays: f.Rounds}
+			j.FIFO = fifoJSONOf(f)
 			j.Notes = append(j.Notes, f.Notes...)
 			j.Details = append(j.Details, f.Details...)
+		}
+		if f := rep.FIFOShared; f != nil {
+			j.FIFOShared = fifoJSONOf(f)
+			for _, n := range f.Notes {
+				j.Notes = append(j.Notes, "fifo-shared: "+n)
+			}
+			for _, d := range f.Details {
+				j.Details = append(j.Details, "fifo-shared: "+d)
+			}
 		}
 		if s := rep.Shared; s != nil {
 			sj := &sharedJSON{Lost: s.Lost, AckNotDone: s.AckNotDone, EffectsTwice: s.EffectsTwice, ConflictRan: s.ConflictRan, Extra: s.Extra,

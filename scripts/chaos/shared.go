@@ -35,7 +35,13 @@ type SharedConfig struct {
 	Refusals    int           // times the proxy refuses new connections and cuts the open ones
 	RefuseFor   time.Duration // how long it refuses them
 	Cuts        int           // times the proxy cuts the open connections
+	Stalls      int           // times the proxy stalls: carries nothing, the connections open
+	StallFor    time.Duration // how long the longest stalls last; every other one lasts a quarter of it
+	Pauses      int           // SIGSTOPs of a worker run, longer than the leases, while the others go on
 	Concurrency int           // handler concurrency of each worker
+	// Groups and Bursts: the message groups and the bursts of the FIFO
+	// campaign's part on a shared ledger (FIFOConfig.Shared).
+	Groups, Bursts int
 }
 
 // sharedTable is the ledger's table in the campaign's database.
@@ -54,6 +60,7 @@ const (
 	outageStop   = "stopped hard (pg_ctl stop -m immediate), then restarted"
 	outageRefuse = "connections refused by the proxy, the open ones cut"
 	outageCut    = "open connections cut by the proxy"
+	outageStall  = "stalled by the proxy (nothing carried, the connections open)"
 )
 
 // outage is one time the campaign took the database from the workers.
@@ -153,9 +160,16 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 	c.logf("workload: %d operations, %d deliveries planned (%d keyless), %d units in the main phase", len(wl.ops), wl.planned(), len(wl.keyless), len(wl.main))
 
 	start := time.Now()
-	if err := c.driveWorkers(ctx, c.sharedPlan(), snd, wl, nil); err != nil {
+	send := func(ctx context.Context) error { return c.send(ctx, snd, wl) }
+	c.wl, c.snd = wl, snd
+	c.outageWork = func(ctx context.Context) error {
+		_, err := c.phaseWork(ctx, "outage", 3)
+		return err
+	}
+	if err := c.driveWorkers(ctx, c.sharedPlan(), send, nil); err != nil {
 		return nil, err
 	}
+	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
 
 	quiet, err := c.quietThenStop(ctx)
 	if err != nil {
@@ -174,11 +188,11 @@ func (c *campaign) runShared(ctx context.Context) (*Report, error) {
 
 // driveWorkers runs the main phase of a campaign of several workers at
 // once: the workers' runs (slots, paced by the first worker's), the
-// sender's deliveries of wl and the database's outages together, and
-// also, when not nil, another fault of the database alongside the
-// outages. It returns once the runs ended, sending is done and the
-// outages (and also) have finished.
-func (c *campaign) driveWorkers(ctx context.Context, slots [][]step, snd *sender, wl *workload, also func(context.Context)) error {
+// sending of the workload (send, which follows c.tl) and the database's
+// outages together, and also, when not nil, another fault of the database
+// alongside the outages. It returns once the runs ended, sending is done
+// and the outages (and also) have finished.
+func (c *campaign) driveWorkers(ctx context.Context, slots [][]step, send func(context.Context) error, also func(context.Context)) error {
 	var planned time.Duration
 	for _, s := range slots[0] {
 		planned += s.dur
@@ -187,7 +201,7 @@ func (c *campaign) driveWorkers(ctx context.Context, slots [][]step, snd *sender
 	sendCtx, stopSend := context.WithCancel(ctx)
 	defer stopSend()
 	sendDone := make(chan error, 1)
-	go func() { sendDone <- c.send(sendCtx, snd, wl) }()
+	go func() { sendDone <- send(sendCtx) }()
 
 	outCtx, stopOutages := context.WithCancel(ctx)
 	defer stopOutages()
@@ -213,7 +227,6 @@ func (c *campaign) driveWorkers(ctx context.Context, slots [][]step, snd *sender
 	if sendErr != nil {
 		return fmt.Errorf("sending: %w", sendErr)
 	}
-	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
 	if err := <-outDone; err != nil {
 		return err
 	}
@@ -398,6 +411,9 @@ func (c *campaign) outages(ctx context.Context) error {
 	for range sc.Cuts {
 		kinds = append(kinds, outageCut)
 	}
+	for range sc.Stalls {
+		kinds = append(kinds, outageStall)
+	}
 	rng := rand.New(rand.NewPCG(c.cfg.Seed, 6))
 	rng.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 	for i, kind := range kinds {
@@ -409,7 +425,7 @@ func (c *campaign) outages(ctx context.Context) error {
 			return nil
 		}
 		o, err := c.outage(ctx, kind)
-		if err != nil {
+		if err != nil || o == nil {
 			return err
 		}
 		c.mu.Lock()
@@ -420,9 +436,34 @@ func (c *campaign) outages(ctx context.Context) error {
 }
 
 // outage makes one outage of the given kind and waits until every worker
-// alive when the database answers again receives again.
+// alive when the database answers again receives again. It returns nil
+// when ctx ended before it began.
 func (c *campaign) outage(ctx context.Context, kind string) (*outage, error) {
-	c.logf("database: %s", kind)
+	if c.faults != nil {
+		// One fault at a time: a worker's pause first ends.
+		select {
+		case c.faults <- struct{}{}:
+			defer func() { <-c.faults }()
+		case <-ctx.Done():
+			return nil, nil
+		}
+	}
+	aim := ""
+	if c.waitingPauses {
+		// A FIFO campaign's outage finds messages waiting.
+		c.mu.Lock()
+		var alive []*proc
+		for _, p := range c.procs {
+			if p.alive() {
+				alive = append(alive, p)
+			}
+		}
+		c.mu.Unlock()
+		if c.aimAtWaiting(ctx, alive) {
+			aim = ", while a worker kept messages waiting behind a running one of their group"
+		}
+	}
+	c.logf("database: %s%s", kind, aim)
 	o := &outage{kind: kind, from: time.Now(), resumed: map[int]time.Duration{}}
 	switch kind {
 	case outageStop:
@@ -441,6 +482,20 @@ func (c *campaign) outage(ctx context.Context, kind string) (*outage, error) {
 		c.proxy.setRefuse(false)
 	case outageCut:
 		o.cut = c.proxy.cutAll()
+	case outageStall:
+		// The first, third, ... for StallFor, longer than the leases; the
+		// others for a quarter of that, longer than a beat.
+		d := c.cfg.Shared.StallFor
+		c.mu.Lock()
+		for _, prev := range c.outs {
+			if prev.kind == outageStall {
+				d = c.cfg.Shared.StallFor + c.cfg.Shared.StallFor/4 - d
+			}
+		}
+		c.mu.Unlock()
+		c.proxy.setStall(true)
+		sleepCtx(ctx, d)
+		c.proxy.setStall(false)
 	}
 	if err := pgPing(ctx, pgURL(c.proxy.addr()), 30*time.Second); err != nil && ctx.Err() == nil {
 		c.note("the database did not answer through the proxy after an outage (%s): %v", kind, err)
@@ -448,7 +503,9 @@ func (c *campaign) outage(ctx context.Context, kind string) (*outage, error) {
 	o.to = time.Now()
 	// Every worker alive now must receive again, by itself (those that
 	// started during the outage could not open the ledger, and were
-	// started again).
+	// started again). The outage brings the work it watches: while a
+	// worker has not received again, a little more is sent every other
+	// second, whatever the workload has left.
 	alive := map[int]*proc{}
 	received := map[int]int64{}
 	c.mu.Lock()
@@ -461,7 +518,16 @@ func (c *campaign) outage(ctx context.Context, kind string) (*outage, error) {
 	for id := range alive {
 		received[id] = c.counts(id).Stats.Received
 	}
+	var sent time.Time
 	waitFor(ctx, resumeWithin, func() bool {
+		defer func() {
+			if c.outageWork != nil && time.Since(sent) > 2*time.Second && len(o.resumed) < len(alive) {
+				sent = time.Now()
+				if err := c.outageWork(ctx); err != nil && ctx.Err() == nil {
+					c.note("after an outage (%s): send work: %v", kind, err)
+				}
+			}
+		}()
 		waiting := false
 		for id, p := range alive {
 			if _, ok := o.resumed[id]; ok {
@@ -571,7 +637,7 @@ func (f *sharedFindings) phases(cfg SharedConfig) []phaseResult {
 	for _, k := range []struct {
 		kind string
 		want int
-	}{{outageStop, cfg.Stops}, {outageRefuse, cfg.Refusals}, {outageCut, cfg.Cuts}} {
+	}{{outageStop, cfg.Stops}, {outageRefuse, cfg.Refusals}, {outageCut, cfg.Cuts}, {outageStall, cfg.Stalls}} {
 		if k.want == 0 {
 			continue
 		}

@@ -141,9 +141,11 @@ func (c *campaign) runTx(ctx context.Context) (*txReport, error) {
 	c.logf("workload: %d operations, %d deliveries planned (%d keyless), %d units in the main phase; every message tagged (%s)", len(wl.ops), wl.planned(), len(wl.keyless), len(wl.main), event.AttrSend)
 
 	start := time.Now()
-	if err := c.driveWorkers(ctx, c.txPlan(), snd, wl, c.loseCommits); err != nil {
+	send := func(ctx context.Context) error { return c.send(ctx, snd, wl) }
+	if err := c.driveWorkers(ctx, c.txPlan(), send, c.loseCommits); err != nil {
 		return nil, err
 	}
+	c.logf("sending done: %d deliveries acknowledged to the sender, %d accepted by the server", snd.sent.Load(), snd.accepted.Load())
 	quiet, err := c.quietThenStop(ctx)
 	if err != nil {
 		return nil, err

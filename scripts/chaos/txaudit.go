@@ -89,6 +89,7 @@ type txReport struct {
 	LostAnswerMissing         int
 	ConflictRan, KeylessRan   int
 	DLQWrongReason            int
+	AfterLoss                 int // handler calls after their attempt's claim was lost
 
 	Phases  []phaseResult
 	Notes   []string
@@ -179,6 +180,8 @@ func (c *campaign) txAudit(ctx context.Context, wl *workload, snd *sender, elaps
 			}
 		}
 	}
+	r.AfterLoss = len(rl.afterLoss)
+	r.Details = append(r.Details, rl.afterLoss...)
 	f, err := c.sharedFindings(rl)
 	if err != nil {
 		return nil, err
@@ -693,6 +696,7 @@ func (r *txReport) print(row func(name, value string), must func(name string, n 
 	zero("conflicting payloads run", r.ConflictRan)
 	zero("keyless messages run", r.KeylessRan)
 	zero("dead-lettered with a reason, expected to complete", r.DLQWrongReason)
+	zero("handler calls after their claim was lost (taken over, released)", r.AfterLoss)
 	for _, p := range r.Phases {
 		mark := "ok"
 		if !p.ok {
@@ -736,6 +740,7 @@ func (r *txReport) checks() []check {
 	zero("conflicting payloads run", r.ConflictRan)
 	zero("keyless messages run", r.KeylessRan)
 	zero("dead-lettered with a reason, expected to complete", r.DLQWrongReason)
+	zero("handler calls after their claim was lost", r.AfterLoss)
 	cs = append(cs, check{Name: "tx: in the dead-letter queue as expected", Value: fmt.Sprintf("%d of %d", r.FoundDLQ, r.ExpectDLQ), OK: r.FoundDLQ == r.ExpectDLQ})
 	for _, p := range r.Phases {
 		v := "ok"

@@ -17,12 +17,15 @@
 //     with a probability per Complete, as flags say. Before it kills itself it appends
 //     one fsynced line to the crash log, so that the campaign can explain
 //     the extra execution;
-//   - every handler result, completion and failure is appended to the run's
-//     event log, and so is every wait for a ledger that could not record
-//     claims (from the first batch whose claims failed until a claim or a
-//     ping succeeds, as the worker itself decides); the run's counters
-//     (faults injected, worker stats, ledger commits and errors) are written
-//     to a file every 250 ms and at exit.
+//   - every claim and release the ledger made, every answer that a claim
+//     was lost (to an extension of its lease), every handler call and
+//     result, completion and failure is appended to the run's event log,
+//     each with the attempt's owner token (which the http handler's
+//     requests carry to the downstream too), and so is every wait for a
+//     ledger that could not record claims (from the first batch whose
+//     claims failed until a claim or a ping succeeds, as the worker itself
+//     decides); the run's counters (faults injected, worker stats, ledger
+//     commits and errors) are written to a file every 250 ms and at exit.
 //
 // With -pgtx (on -postgres) the handler is not the http handler but a
 // transactional one (package pgtx): in the transaction that also records
@@ -208,8 +211,9 @@ func run(o options) (code int) {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("run", o.run)
-	// Signals first: a SIGTERM that comes while the ledger opens or the
-	// queue is read is a stop, as for sqsonce run, not a kill.
+	// The stop signals are caught from the start, as in sqsonce: one that
+	// comes while the ledger opens or the queue is read stops the worker
+	// at once, rather than killing the process.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 
@@ -444,6 +448,11 @@ func run(o options) (code int) {
 		}
 	})
 	err = w.Run(ctx)
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Stopped while it read its queue's attributes: it had not
+		// started, so it stopped cleanly.
+		err = nil
+	}
 	close(tickDone)
 	bg.Wait()
 	cl.endWait()
@@ -515,9 +524,10 @@ func (l *chaosLedger) unavailable(err error) {
 	}
 }
 
-// ClaimBatch is the real ClaimBatch. A failed batch starts a wait for the
-// ledger, and a successful one ends it, as in the worker, which holds new
-// work back meanwhile.
+// ClaimBatch is the real ClaimBatch, each claim it made logged (once it
+// returned: the claim was written before). A failed batch starts a wait
+// for the ledger, and a successful one ends it, as in the worker, which
+// holds new work back meanwhile.
 func (l *chaosLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
 	claims, err := l.inner.ClaimBatch(ctx, reqs)
 	l.unavailable(err)
@@ -525,6 +535,13 @@ func (l *chaosLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest
 		// Rolled back because of a concurrent transaction: the store
 		// answered, and the worker does not wait for it.
 		return claims, err
+	}
+	if err == nil {
+		for i, c := range claims {
+			if c.Err == nil && c.Outcome == ledger.Claimed {
+				l.log(event.WorkerEvent{Ev: event.EvClaim, Key: reqs[i].Key, Owner: reqs[i].Owner, Takeover: c.Takeover})
+			}
+		}
 	}
 	if err != nil {
 		l.gateMu.Lock()
@@ -566,20 +583,28 @@ func (l *chaosLedger) waits() (int64, int64, bool) {
 	return l.nWaits, int64(l.waited), l.down
 }
 
-// ReleaseBatch is the real ReleaseBatch.
+// ReleaseBatch is the real ReleaseBatch, each release it made logged.
 func (l *chaosLedger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error {
 	errs := l.inner.ReleaseBatch(ctx, refs)
-	for _, err := range errs {
+	for i, err := range errs {
 		l.unavailable(err)
+		if err == nil {
+			l.log(event.WorkerEvent{Ev: event.EvRelease, Key: refs[i].Key, Owner: refs[i].Owner})
+		}
 	}
 	return errs
 }
 
-// ExtendBatch is the real ExtendBatch.
+// ExtendBatch is the real ExtendBatch; each answer that a claim is no
+// longer its owner's (another owns the operation, it is gone or settled)
+// is logged.
 func (l *chaosLedger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error {
 	errs := l.inner.ExtendBatch(ctx, refs, lease)
-	for _, err := range errs {
+	for i, err := range errs {
 		l.unavailable(err)
+		if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrState) {
+			l.log(event.WorkerEvent{Ev: event.EvLost, Key: refs[i].Key, Owner: refs[i].Owner, Err: err.Error()})
+		}
 	}
 	return errs
 }
@@ -630,7 +655,7 @@ func (l *chaosLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion)
 	ok := 0
 	for i, c := range cs {
 		l.unavailable(errs[i])
-		l.log(event.WorkerEvent{Ev: event.EvComplete, Key: c.Key, Err: errText(errs[i])})
+		l.log(event.WorkerEvent{Ev: event.EvComplete, Key: c.Key, Owner: c.Owner, Err: errText(errs[i])})
 		if errs[i] == nil {
 			ok++
 		}
@@ -653,7 +678,7 @@ func (l *chaosLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion)
 func (l *chaosLedger) Fail(ctx context.Context, f ledger.Failure) error {
 	err := l.inner.Fail(ctx, f)
 	l.unavailable(err)
-	l.log(event.WorkerEvent{Ev: event.EvFail, Key: f.Key, Perm: f.Permanent, Err: errText(err)})
+	l.log(event.WorkerEvent{Ev: event.EvFail, Key: f.Key, Owner: f.Owner, Perm: f.Permanent, Err: errText(err)})
 	return err
 }
 
@@ -678,7 +703,8 @@ func (l *chaosLedger) die(window, key string, n int64) {
 	select {} // SIGKILL cannot be caught; wait for it
 }
 
-// eventHandler runs the real handler and logs what it returned.
+// eventHandler runs the real handler and logs that it was called, under
+// which claim, and what it returned.
 type eventHandler struct {
 	h      worker.Handler
 	events *event.Appender
@@ -692,6 +718,10 @@ type eventHandler struct {
 type messageKey struct{}
 
 func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
+	start := event.WorkerEvent{Ev: event.EvStart, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, T: time.Now().UnixNano()}
+	if aerr := e.events.Append(start); aerr != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker: event log:", aerr)
+	}
 	defer func() {
 		// A panic is logged, then goes on to the worker.
 		if p := recover(); p != nil {
@@ -1023,6 +1053,7 @@ func errText(err error) string {
 
 // runHeader adds X-Chaos-Run to every request, so that the downstream knows
 // which worker run it serves, and from the message being handled
+// X-Chaos-Owner (the attempt's owner token: the claim it runs under),
 // X-Chaos-Sent-At (when the delivery entered its queue, Unix milliseconds)
 // X-Chaos-Send (the sender's event.AttrSend attribute, which every copy of
 // a message keeps) and X-Chaos-Replays (how often sqsonce replay moved it,
@@ -1037,6 +1068,7 @@ func (t runHeader) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	req.Header.Set("X-Chaos-Run", t.run)
 	if m, ok := req.Context().Value(messageKey{}).(*worker.Message); ok {
+		req.Header.Set("X-Chaos-Owner", m.Owner)
 		if !m.SentAt.IsZero() {
 			req.Header.Set("X-Chaos-Sent-At", strconv.FormatInt(m.SentAt.UnixMilli(), 10))
 		}

@@ -169,6 +169,7 @@ func (s *server) op(w http.ResponseWriter, r *http.Request) {
 		MessageID: r.Header.Get("X-Sqsonce-Message-Id"),
 		Group:     r.Header.Get("X-Sqsonce-Group-Id"),
 		Send:      r.Header.Get("X-Chaos-Send"),
+		Owner:     r.Header.Get("X-Chaos-Owner"),
 	}
 	e.SentAt, _ = strconv.ParseInt(r.Header.Get("X-Chaos-Sent-At"), 10, 64)
 	e.Replays, _ = strconv.Atoi(r.Header.Get("X-Chaos-Replays"))

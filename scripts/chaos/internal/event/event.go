@@ -46,6 +46,10 @@ const AttrSend = "ChaosSend"
 
 // Worker event kinds.
 const (
+	EvClaim    = "claim"    // Ledger.ClaimBatch claimed the operation for Owner (Takeover: over a lapsed lease)
+	EvRelease  = "release"  // Ledger.ReleaseBatch released Owner's claim
+	EvLost     = "lost"     // Ledger.ExtendBatch said Owner's claim is no longer its own (Err: why)
+	EvStart    = "start"    // the handler was called, for the attempt of Owner
 	EvHandled  = "handled"  // the handler returned (Err empty: success)
 	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
 	EvFail     = "fail"     // Ledger.Fail returned
@@ -88,9 +92,13 @@ type WorkerEvent struct {
 	// MessageID is then the message copied.
 	Copy  string `json:"copy,omitempty"`
 	Queue string `json:"queue,omitempty"`
-	// Owner: the attempt's claim in the ledger (worker.Message.Owner), on
-	// EvHandled, EvInsert, EvInTx and EvPanic.
+	// Owner: the attempt's claim in the ledger (worker.Message.Owner, the
+	// owner token of a claim request), on EvClaim, EvRelease, EvLost, EvStart,
+	// EvHandled, EvComplete, EvFail, EvInsert, EvInTx and EvPanic.
 	Owner string `json:"owner,omitempty"`
+	// Takeover: EvClaim, the claim took the operation over from another
+	// whose lease had lapsed.
+	Takeover bool `json:"takeover,omitempty"`
 	// EvInsert: the row's sequence number in its run, the SHA-256 of the
 	// payload (hex: the worker's fingerprint), and the local address of the
 	// transaction's connection (what the campaign's proxy sees as its
@@ -132,6 +140,9 @@ type Execution struct {
 	// Repeat is true when the answer is the stored answer of an earlier
 	// execution of the key.
 	Repeat bool `json:"repeat"`
+	// Owner is the attempt's owner token (X-Chaos-Owner, from
+	// worker.Message.Owner): the claim under which it ran.
+	Owner string `json:"owner,omitempty"`
 	// Group is the delivery's message group (X-Sqsonce-Group-Id), SentAt
 	// when it entered its queue (Unix milliseconds), Send its AttrSend
 	// attribute and Replays how often sqsonce replay moved it: set on FIFO
