@@ -256,6 +256,8 @@ func TestWorker_FIFOWaitingKeptWhileLedgerHangs(t *testing.T) {
 	cfg.Concurrency = 1
 	var order []string
 	var mu sync.Mutex
+	// Sent before the worker starts, so that one receive brings the group.
+	b.sendGroup("g", `{"id":"long"}`, `{"id":"next-1"}`, `{"id":"next-2"}`)
 	_, stop := b.startOn(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 		mu.Lock()
 		order = append(order, m.Key)
@@ -267,7 +269,6 @@ func TestWorker_FIFOWaitingKeptWhileLedgerHangs(t *testing.T) {
 		}
 		return nil
 	}))
-	b.sendGroup("g", `{"id":"long"}`, `{"id":"next-1"}`, `{"id":"next-2"}`)
 	waitUntil(t, "the long message to start", 10*time.Second, func() bool { return l.hangExtends.Load() })
 	done := make(chan struct{})
 	seen := b.watch(done)
@@ -320,6 +321,7 @@ func TestWorker_FIFOWaitingClaimLost(t *testing.T) {
 			cfg := b.config()
 			cfg.Concurrency = 1
 			var lost atomic.Bool
+			b.sendGroup("g", `{"id":"long"}`, `{"id":"waiting"}`) // one receive brings both
 			_, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 				b.runs.add(m.Key)
 				if m.Key == "long" {
@@ -332,7 +334,6 @@ func TestWorker_FIFOWaitingClaimLost(t *testing.T) {
 				}
 				return nil
 			}))
-			b.sendGroup("g", `{"id":"long"}`, `{"id":"waiting"}`)
 			waitUntil(t, "the claim to be lost", 10*time.Second, lost.Load)
 			b.waitEmpty(20 * time.Second)
 			s := stop()
@@ -657,5 +658,28 @@ func TestWorker_StoppedBeforeStart(t *testing.T) {
 	cancel()
 	if err := w.Run(ctx); err != nil {
 		t.Fatalf("Run stopped before it started: %v, want nil", err)
+	}
+}
+
+// A copy of an operation behind its original in one FIFO receive finds,
+// at its turn, the original's claim settled: it is answered as it stands
+// then (a duplicate), and that claim is not counted as a stale one.
+func TestWorker_FIFOCopyBehindItsOriginal(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{fifo: true, maxReceive: 5})
+	b.send(`{"id":"x","n":1}`, func(in *sqs.SendMessageInput) {
+		in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String("first")
+	})
+	b.send(`{"id":"x","n":1}`, func(in *sqs.SendMessageInput) {
+		in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String("copy")
+	})
+	_, stop := b.startOn(b.config(), b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return nil
+	}))
+	b.waitEmpty(20 * time.Second)
+	s := stop()
+	if b.runs.count("x") != 1 || s.Duplicates != 1 || s.StaleReclaimed != 0 || s.Received != 2 {
+		t.Fatalf("ran %d times; stats %+v: want the copy deleted as a duplicate, no stale claim", b.runs.count("x"), s)
 	}
 }

@@ -780,26 +780,31 @@ func (w *Worker) untilLapsed(left time.Duration) time.Duration {
 }
 
 // reclaim deals with a record in progress under one of this process's own
-// claims that no job here works on: a claim whose failure, release or
-// outcome could not be recorded (the ledger failed at that moment). Nobody
-// will settle it, and its lease would send every redelivery back until it
-// lapsed, each raising the receive count towards the dead-letter queue.
-// reclaim releases that claim and claims the operation again for j, which
-// then goes on with the new claim's outcome. When the ledger cannot do it
-// now, j keeps its InProgress answer and waits out the stale lease.
+// claims that no job here works on. Either it is stale (a claim whose
+// failure, release or outcome could not be recorded: the ledger failed at
+// that moment), and nobody will settle it: its lease would send every
+// redelivery back until it lapsed, each raising the receive count towards
+// the dead-letter queue. Or it was the claim of another message of j's
+// receive (a copy of j's operation), settled since j's claim was answered.
+// reclaim releases that claim if it is still in progress and claims the
+// operation again for j, which then goes on with the new claim's outcome.
+// When the ledger cannot do it now, j keeps its InProgress answer and
+// waits out the lease.
 func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
-	stale := j.claim.Record.Owner
+	prev := j.claim.Record.Owner
 	if !w.hold(j, nil) {
 		return // another job here took the key meanwhile: it is running
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.claimTimeout())
 	defer cancel()
-	if err := w.ledger.ReleaseBatch(cctx, []ledger.ClaimRef{{Key: j.key.key, Owner: stale}})[0]; err != nil && !claimLost(err) {
+	err := w.ledger.ReleaseBatch(cctx, []ledger.ClaimRef{{Key: j.key.key, Owner: prev}})[0]
+	if err != nil && !claimLost(err) {
 		w.letGo(j)
 		log.Warn("found this process's own stale claim of an operation it is not running, and could not release it: waiting for its lease to lapse",
-			"key", j.key.key, "stale_owner", stale, "error", err)
+			"key", j.key.key, "stale_owner", prev, "error", err)
 		return
 	}
+	stale := err == nil // else that claim was settled (or taken over) since
 	owner := w.newOwner()
 	start := time.Now()
 	cs, err := w.ledger.ClaimBatch(cctx, []ledger.ClaimRequest{{Key: j.key.key, Fingerprint: j.key.fingerprint, Owner: owner,
@@ -807,12 +812,11 @@ func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
 	if err != nil {
 		w.letGo(j)
 		w.claimFailed(err)
-		log.Warn("released this process's own stale claim, but could not claim the operation again: leaving the message", "key", j.key.key, "error", err)
+		log.Warn("could not claim the operation again after this process's earlier claim of it: leaving the message", "key", j.key.key, "error", err)
 		j.claim.LeaseLeft = 0
 		return
 	}
 	w.claimsRecorded()
-	w.stats.staleReclaimed.Add(1)
 	j.owner, j.claim = owner, cs[0]
 	j.claimed = cs[0].Outcome == ledger.Claimed
 	if j.claimed {
@@ -820,8 +824,13 @@ func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
 	} else {
 		w.letGo(j)
 	}
-	log.Warn("released this process's own stale claim of an operation it was not running (its failure or release could not be recorded) and claimed it again",
-		"key", j.key.key, "stale_owner", stale, "outcome", cs[0].Outcome)
+	if stale {
+		w.stats.staleReclaimed.Add(1)
+		log.Warn("released this process's own stale claim of an operation it was not running (its failure or release could not be recorded) and claimed it again",
+			"key", j.key.key, "stale_owner", prev, "outcome", cs[0].Outcome)
+	} else {
+		log.Debug("this process's earlier claim of the operation was settled since: claimed it again", "key", j.key.key, "outcome", cs[0].Outcome)
+	}
 }
 
 // hold makes j the holder of its key in Worker.active and reports true,
