@@ -531,7 +531,7 @@ func writeConsole(w io.Writer, b *bench, results []*result) {
 			100*(1-ratio), verdict(ratio >= 0.95))
 	}
 	p("Notes: msg/s and CPU as in the contenders' tables (the worker's CPU includes serving the console through its socket); " +
-		"console CPU: the `sqsonce console` process's own, from /proc/PID/stat, while its client browsed; a view's time is the client's, to the page's last byte; " +
+		"console CPU: the `sqsonce console` process's own, from /proc/PID/stat, while its client browsed (not in the other load); a view's time is the client's, to the page's last byte; " +
 		"a page that failed would have failed the run.\n\n")
 	p("### Runs, in the order they ran\n\n```\n")
 	for _, r := range results {

@@ -206,6 +206,12 @@ func (b *bench) runOneExtra(ctx context.Context, contender string, cfg runConfig
 			return nil, err
 		}
 		txBase = n + 1
+		// No worker runs on it now: a socket left by one that was killed
+		// would have the console's client start before this run's worker
+		// serves it.
+		if err := os.Remove(ledgerPath + ".sock"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
 	var consoleAddr string
 	if x.console {
@@ -352,6 +358,9 @@ func (b *bench) runOneExtra(ctx context.Context, contender string, cfg runConfig
 		if !math.IsNaN(v) {
 			helpersCPU += v
 		}
+	}
+	if r.console != nil {
+		helpersCPU += r.console.cpu
 	}
 	if proxy0 != nil {
 		if proxy1 := b.proxyStats(); proxy1 != nil {
