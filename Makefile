@@ -96,7 +96,7 @@ lint: ## gofmt, go vet, staticcheck, and no build output tracked in git.
 	go run $(STATICCHECK) ./...
 
 .PHONY: bench-go
-bench-go: ## Go benchmarks: ledger throughput (bbolt, PostgreSQL, DynamoDB), Get on 1M records, sweeping, the worker's drain (needs the local servers).
+bench-go: ## Go benchmarks: ledger throughput (bbolt, PostgreSQL, DynamoDB), Get, List's first page and Overview on 1M records, sweeping, the worker's drain (needs the local servers).
 	SQSONCE_TEST_POSTGRES_DURABLE=1 $(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go test -run '^$$' -bench . -benchmem -timeout 30m ./...
 
 .PHONY: bench-ingest
@@ -111,13 +111,17 @@ bench-ingest: ## The webhook receiver against a plain net/http handler that send
 # and rounds, and any other flag of scripts/bench (`go run ./scripts/bench -h`),
 # e.g. make bench BENCH_MESSAGES=5000 BENCH_ROUNDS=5
 # or make bench BENCH_FLAGS='-profile realistic -concurrency 16 -ledger ""'
+# The console's cost alone (the worker without and with `sqsonce console` open
+# and refreshing, on an empty ledger and on one of a million records):
+# make bench BENCH_FLAGS='-console-cost'
+# or, smaller: make bench BENCH_FLAGS='-console-cost -console-prefill 200000 -console-n 30000'
 BENCH_MESSAGES           ?= 20000
 BENCH_REALISTIC_MESSAGES ?= 5000
 BENCH_ROUNDS             ?= 3
 BENCH_FLAGS              ?=
 
 .PHONY: bench
-bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then its ledgers, on local servers (BENCHMARKS.md).
+bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then what an open console costs it, then its ledgers, on local servers (BENCHMARKS.md).
 	@test -f scripts/bench/node/node_modules/sqs-consumer/package.json || npm ci --prefix scripts/bench/node --no-audit --no-fund
 	SQSONCE_TEST_POSTGRES_DURABLE=1 $(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -realistic-n $(BENCH_REALISTIC_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
 

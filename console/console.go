@@ -96,7 +96,7 @@ type Config struct {
 	Shell string
 	// Refresh is how long the overview's ledger counts, queue depths and
 	// dead letters are kept before they are read again, so that many
-	// open pages cost the ledger one read per Refresh. 0: 5 seconds.
+	// open pages cost the ledger one read per Refresh. 0: DefaultRefresh.
 	Refresh time.Duration
 
 	// Logger receives a line per change, with its actor. nil:
@@ -108,6 +108,10 @@ type Config struct {
 	// now is the clock; tests set it.
 	now func() time.Time
 }
+
+// DefaultRefresh is how long the overview's reads are kept when
+// Config.Refresh is 0.
+const DefaultRefresh = 5 * time.Second
 
 // ErrInvalidConfig is wrapped by every error New returns for its Config.
 var ErrInvalidConfig = errors.New("invalid console configuration")
@@ -167,13 +171,13 @@ func New(cfg Config) (*Handler, error) {
 		problems = append(problems, fmt.Sprintf("Prefix %q: want a path such as /console, without a trailing slash", cfg.Prefix))
 	}
 	if cfg.Refresh < 0 {
-		problems = append(problems, fmt.Sprintf("Refresh %v: want 0 (5s) or more", cfg.Refresh))
+		problems = append(problems, fmt.Sprintf("Refresh %v: want 0 (%v) or more", cfg.Refresh, DefaultRefresh))
 	}
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("%s: %w", strings.Join(problems, "; "), ErrInvalidConfig)
 	}
 	if cfg.Refresh == 0 {
-		cfg.Refresh = 5 * time.Second
+		cfg.Refresh = DefaultRefresh
 	}
 	if cfg.Shell == "" {
 		cfg.Shell = "sqsonce"

@@ -592,3 +592,41 @@ func visible(t *testing.T, c *sqs.Client, queue string) int {
 	}
 	return len(seen)
 }
+
+// The overview says when the ledger read it, not when the console asked: a
+// worker's socket gives an overview it read a while ago.
+func TestConsole_OverviewAge(t *testing.T) {
+	t.Parallel()
+	// The ledger's clock is two minutes behind: its overview is dated
+	// then.
+	db, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{Now: func() time.Time { return time.Now().Add(-2 * time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	client := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, client, sqstest.QueueOptions{})
+	keyOf, err := worker.MessageKeyFunc(worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := console.New(console.Config{Ledger: db, SQS: client, QueueURL: q.URL, KeyOf: keyOf, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Close() })
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`Read 2m [0-9]+s ago`).Match(body) {
+		t.Fatalf("the overview does not say it was read 2 minutes ago:\n%s", body)
+	}
+}

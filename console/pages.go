@@ -47,6 +47,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		d.LedgerErr = err.Error()
 	} else {
 		d.Ledger = o
+		// When the ledger read it: a worker's socket may give an
+		// overview it read a while ago.
+		if !o.Now.IsZero() && o.Now.Before(at) {
+			d.ReadAt = o.Now
+		}
 		for _, rec := range o.OldestClaims {
 			if rec.LeaseExpiry.After(o.Now) {
 				d.Live = append(d.Live, rec)

@@ -522,8 +522,9 @@ func BenchmarkSweep1M(b *testing.B) {
 }
 
 // BenchmarkList1M reads the first page (50 records) of a ledger of
-// 1,000,000 records, unfiltered and filtered by a state no record has (so
-// that the page is read up to List's bound).
+// 1,000,000 records: unfiltered, by key prefix (one key in 16 has it), and
+// by a state and by a reason that no record has (so that the page is read
+// up to List's bound). records and scanned are the first page's.
 func BenchmarkList1M(b *testing.B) {
 	ctx := context.Background()
 	path := filepath.Join(b.TempDir(), "ledger.db")
@@ -539,14 +540,21 @@ func BenchmarkList1M(b *testing.B) {
 		f    ledger.Filter
 	}{
 		{"first-page", ledger.Filter{}},
+		{"prefix", ledger.Filter{Prefix: "orders:0"}},
 		{"sparse-failed", ledger.Filter{State: ledger.StateFailed}},
+		{"sparse-reason", ledger.Filter{Reason: "card declined"}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
+			var p ledger.Page
 			for b.Loop() {
-				if _, err := db.List(ctx, bc.f, "", 0); err != nil {
+				var err error
+				if p, err = db.List(ctx, bc.f, "", 0); err != nil {
 					b.Fatal(err)
 				}
 			}
+			b.ReportMetric(float64(len(p.Records)), "records")
+			b.ReportMetric(float64(p.Scanned), "scanned")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
 		})
 	}
 }
@@ -572,4 +580,5 @@ func BenchmarkOverview1M(b *testing.B) {
 			b.Fatalf("overview: %+v", o.Stats)
 		}
 	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
 }

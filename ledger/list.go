@@ -158,8 +158,10 @@ func (db *DB) List(ctx context.Context, f Filter, after string, limit int) (Page
 				n++
 				page.Scanned++
 				last = append(last[:0], k...)
+				// A complete record has no reason (a completion clears
+				// it): a filter by reason needs no more than its head.
 				h, ok := peekRecord(v)
-				if ok && (!h.expires.After(now) || !f.matchHead(h.state, h.updated)) {
+				if ok && (!h.expires.After(now) || !f.matchHead(h.state, h.updated) || (f.Reason != "" && h.state == StateComplete)) {
 					continue
 				}
 				r, err := decodeRecord(string(k), v)

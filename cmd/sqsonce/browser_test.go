@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -47,18 +46,6 @@ func screenshotDir(t *testing.T) string {
 	}
 	t.Logf("screenshots in %s", dir)
 	return dir
-}
-
-// freePort returns a loopback address with a port free just now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 func TestConsole_Browser(t *testing.T) {

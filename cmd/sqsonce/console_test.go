@@ -1,11 +1,20 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
 )
 
 func TestConsoleConfig(t *testing.T) {
@@ -72,4 +81,150 @@ func TestConsoleAuth(t *testing.T) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
 		}
 	}
+}
+
+// freePort returns a loopback address with a port free just now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// sqsonce console on a bbolt ledger that no worker holds reads the file
+// itself, and lets go of it between page views: a worker started while the
+// console runs gets the file, and the console then reads through the
+// worker's socket, and from the file again once the worker has stopped.
+func TestConsole_FileWithoutWorker(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, `echo "{\"receipt\":\"r-$SQSONCE_KEY\"}"
+`)
+	ctx := context.Background()
+	path := filepath.Join(e.dir, "ledger.db")
+	db, err := ledger.Open(path, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"order-1", "order-2", "order-3"} {
+		if _, err := db.Claim(ctx, ledger.ClaimRequest{Key: key, Owner: "host-a/1", Lease: time.Minute, MessageID: "m-" + key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Complete(ctx, ledger.Completion{Key: "order-1", Owner: "host-a/1", Result: []byte(`{"receipt":"r-order-1"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Fail(ctx, ledger.Failure{Key: "order-2", Owner: "host-a/1", Err: "card <declined> by the bank", Permanent: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	addr := freePort(t)
+	console, consoleOut := e.start("console", "SQSONCE_CONSOLE_LISTEN="+addr)
+	base := "http://" + addr
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v; the console's output:\n%s", path, err, consoleOut)
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(b)
+	}
+	e.waitFor("the console to listen", 30*time.Second, func() bool {
+		resp, err := http.Get(base + "/static/console.css")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	want := func(what, page string, parts ...string) {
+		t.Helper()
+		for _, p := range parts {
+			if !strings.Contains(page, p) {
+				t.Errorf("%s: no %q in the page:\n%s", what, p, page)
+			}
+		}
+	}
+
+	code, page := get("/")
+	if code != http.StatusOK {
+		t.Fatalf("overview: %d\n%s", code, page)
+	}
+	want("overview from the file", page, "bbolt file "+path,
+		`<span class="n">1</span> in progress`, `<span class="n">1</span> complete`, `<span class="n">1</span> failed permanently`,
+		"card &lt;declined&gt; by the bank", "<code>host-a/1</code>")
+	code, page = get("/operation?" + url.Values{"key": {"order-1"}}.Encode())
+	if code != http.StatusOK {
+		t.Fatalf("operation: %d\n%s", code, page)
+	}
+	want("operation order-1 from the file", page, "order-1", "complete", "m-order-1",
+		"{&#34;receipt&#34;:&#34;r-order-1&#34;}", "sqsonce ledger get order-1")
+	if code, page = get("/operation?key=nothing-here"); code != http.StatusNotFound {
+		t.Errorf("an operation the ledger does not have: %d, want 404\n%s", code, page)
+	}
+
+	// The console read the file a moment ago: a worker starts now, and
+	// waits for the file (its lock timeout is 2 s) no longer than the
+	// console keeps it after a page view. Nobody looks at the console
+	// meanwhile: each page view keeps the file a while longer.
+	worker, workerOut := e.start("run")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the worker's output:\n%s\nthe console's:\n%s", workerOut, consoleOut)
+		}
+	})
+	e.sendOps([]string{`{"id":"order-4"}`})
+	e.waitFor("the worker to take order-4", 30*time.Second, func() bool {
+		if strings.Contains(workerOut.String(), "sqsonce run: ") {
+			t.Fatalf("the worker did not start while the console ran:\n%s", workerOut)
+		}
+		_, err := os.Stat(path + ".sock")
+		return err == nil && e.queueEmpty()
+	})
+	// The console now reads through the worker's socket: the file is the
+	// worker's.
+	code, page = get("/operation?key=order-4")
+	if code != http.StatusOK {
+		t.Fatalf("operation through the worker: %d\n%s", code, page)
+	}
+	want("operation order-4 through the worker", page, "complete", "r-order-4")
+	// The overview is kept for 5 s (console.Config.Refresh): it shows the
+	// new completion once it is read again.
+	e.waitFor("the overview through the worker to count 2 complete", 30*time.Second, func() bool {
+		_, page = get("/")
+		return strings.Contains(page, `<span class="n">2</span> complete`)
+	})
+	want("overview through the worker", page, "card &lt;declined&gt; by the bank")
+
+	// The worker stops; the console reads the file again.
+	worker.Process.Signal(syscall.SIGTERM)
+	if code := wait(t, worker, 30*time.Second); code != 0 {
+		t.Fatalf("worker exit %d:\n%s", code, workerOut)
+	}
+	code, page = get("/operation?key=order-4")
+	if code != http.StatusOK {
+		t.Fatalf("operation after the worker stopped: %d\n%s", code, page)
+	}
+	want("operation order-4 from the file again", page, "r-order-4")
+
+	console.Process.Signal(syscall.SIGTERM)
+	if code := wait(t, console, 30*time.Second); code != 0 {
+		t.Fatalf("console exit %d:\n%s", code, consoleOut)
+	}
+	// It let go of the file: a third process opens it at once.
+	db, err = ledger.Open(path, ledger.Options{LockTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("the ledger after the console stopped: %v", err)
+	}
+	db.Close()
 }

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/sqsonce/sqsonce/ledger"
@@ -171,6 +172,9 @@ const socketWriteTimeout = time.Minute
 type socketOptions struct {
 	// writeTimeout bounds each write to a client (socketWriteTimeout).
 	writeTimeout time.Duration
+	// overviewKeep is how long the socket keeps an overview that took
+	// took to read (overviewKeep); nil: none is kept.
+	overviewKeep func(took time.Duration) time.Duration
 	// listening, when set, is called as soon as the socket listens, before
 	// it has its final mode and path.
 	listening func()
@@ -182,7 +186,7 @@ const maxSocketPath = 107
 
 // serveLedgerSocket serves db on a unix socket at path until Close.
 func serveLedgerSocket(db *ledger.DB, path string, log *slog.Logger) (*ledgerSocket, error) {
-	return listenLedgerSocket(db, path, log, socketOptions{writeTimeout: socketWriteTimeout})
+	return listenLedgerSocket(db, path, log, socketOptions{writeTimeout: socketWriteTimeout, overviewKeep: overviewKeep})
 }
 
 func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socketOptions) (*ledgerSocket, error) {
@@ -270,13 +274,14 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 		}
 		json.NewEncoder(w).Encode(out)
 	})
+	overviews := &overviewCache{keepFor: opts.overviewKeep}
 	mux.HandleFunc("GET /v1/overview", func(w http.ResponseWriter, r *http.Request) {
 		since, err := time.Parse(time.RFC3339Nano, r.URL.Query().Get("since"))
 		if err != nil {
 			fail(w, fmt.Errorf("since: %v: %w", err, ledger.ErrInvalidArgument))
 			return
 		}
-		o, err := db.Overview(r.Context(), since)
+		o, err := overviews.get(r.Context(), db, since)
 		if err != nil {
 			fail(w, err)
 			return
@@ -294,7 +299,9 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 	for name, op := range map[string]func(context.Context, string) error{"forget": db.Forget, "reset": db.Reset} {
 		mux.HandleFunc("POST /v1/"+name, func(w http.ResponseWriter, r *http.Request) {
 			key := r.URL.Query().Get("key")
-			if err := op(r.Context(), key); err != nil {
+			err := op(r.Context(), key)
+			overviews.drop()
+			if err != nil {
 				fail(w, err)
 				return
 			}
@@ -310,6 +317,65 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 	s := &ledgerSocket{srv: &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}, path: path, done: make(chan struct{})}
 	go func() { s.srv.Serve(ln); close(s.done) }()
 	return s, nil
+}
+
+// How long the socket keeps the ledger's overview. An overview walks every
+// record of the ledger (its failures by reason and its activity), which
+// takes the worker's CPU in proportion to the ledger's size: some 0.3 s for
+// a million records. So the socket reads it again only once the last one is
+// overviewMinAge old and a hundred times as old as it took to read: however
+// many consoles ask, and however often, the worker spends at most about 1 %
+// of its time on overviews. overviewMaxAge bounds how old an overview it
+// gives can be. The overview says when it was read (Overview.Now).
+const (
+	overviewMinAge     = 5 * time.Second
+	overviewMaxAge     = 2 * time.Minute
+	overviewCostFactor = 100
+)
+
+// overviewKeep is how long an overview that took took to read is kept.
+func overviewKeep(took time.Duration) time.Duration {
+	return min(max(overviewMinAge, overviewCostFactor*took), overviewMaxAge)
+}
+
+// overviewCache is the socket's last overview. One read runs at a time:
+// clients that ask meanwhile wait for it and get it. A change made through
+// the socket (forget, reset) drops it.
+type overviewCache struct {
+	keepFor func(took time.Duration) time.Duration // nil: none kept
+
+	mu     sync.Mutex
+	o      ledger.Overview
+	window time.Duration // the activity window it was read for
+	readAt time.Time
+	keep   time.Duration
+}
+
+// get returns the overview with activity since since: the one kept, when
+// it is young enough and was read for the same window, or a new one.
+func (c *overviewCache) get(ctx context.Context, db *ledger.DB, since time.Time) (ledger.Overview, error) {
+	window := time.Since(since).Round(time.Second)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.readAt.IsZero() && time.Since(c.readAt) < c.keep && window == c.window {
+		return c.o, nil
+	}
+	t0 := time.Now()
+	o, err := db.Overview(ctx, since)
+	if err != nil {
+		return ledger.Overview{}, err
+	}
+	if c.keepFor != nil {
+		c.o, c.window, c.readAt, c.keep = o, window, time.Now(), c.keepFor(time.Since(t0))
+	}
+	return o, nil
+}
+
+// drop forgets the overview kept.
+func (c *overviewCache) drop() {
+	c.mu.Lock()
+	c.readAt = time.Time{}
+	c.mu.Unlock()
 }
 
 // listenPrivate listens on a unix socket at path that only this user can

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -265,6 +266,84 @@ func TestLedgerSocket(t *testing.T) {
 			t.Fatalf("listed %d records", len(keys))
 		}
 	})
+}
+
+// The socket keeps the overview it read, for every client that asks, for a
+// time that grows with what it cost: a walk of every record is read again
+// only once the last one is old enough, and a change made through the
+// socket drops it.
+func TestLedgerSocket_OverviewKept(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var took []time.Duration
+	var mu sync.Mutex
+	s := setupSocket(t, 100, socketOptions{writeTimeout: socketWriteTimeout, overviewKeep: func(d time.Duration) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		took = append(took, d)
+		return time.Hour
+	}})
+	dial := func() *socketLedger {
+		c, err := dialLedgerSocket(ctx, socketPath(s.path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := dial(), dial()
+	since := func() time.Time { return time.Now().Add(-time.Hour) }
+	first, err := a.Overview(ctx, since())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.InProgress != 100 {
+		t.Fatalf("first overview: %+v", first.Stats)
+	}
+	// The worker goes on: a new claim, another client asking.
+	if _, err := s.db.Claim(ctx, ledger.ClaimRequest{Key: "new", Owner: "o", Lease: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.Overview(ctx, since())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !second.Now.Equal(first.Now) || second.InProgress != 100 {
+		t.Fatalf("an overview asked for again within its time was read again: read at %v, then %v; %d in progress", first.Now, second.Now, second.InProgress)
+	}
+	// Another activity window is another overview.
+	other, err := b.Overview(ctx, time.Now().Add(-24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.Now.Equal(first.Now) || other.InProgress != 101 {
+		t.Fatalf("an overview of another window: read at %v (the kept one at %v), %d in progress", other.Now, first.Now, other.InProgress)
+	}
+	// A change through the socket: the next overview is read again.
+	if err := a.Forget(ctx, "k00000"); err != nil {
+		t.Fatal(err)
+	}
+	third, err := a.Overview(ctx, since())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.InProgress != 100 || !third.Now.After(first.Now) {
+		t.Fatalf("the overview after a forget: read at %v, %d in progress; want a new read with 100", third.Now, third.InProgress)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(took) != 3 {
+		t.Fatalf("%d overviews read, want 3", len(took))
+	}
+	// The rule: at least 5 s, a hundred times the read's time, at most
+	// 2 minutes.
+	for _, c := range []struct{ took, want time.Duration }{
+		{time.Millisecond, 5 * time.Second}, {300 * time.Millisecond, 30 * time.Second}, {5 * time.Second, 2 * time.Minute},
+	} {
+		if got := overviewKeep(c.took); got != c.want {
+			t.Errorf("an overview read in %v is kept %v, want %v", c.took, got, c.want)
+		}
+	}
 }
 
 // TestLedgerSocket_PrivateFromTheStart serves the socket under a umask of 0

@@ -715,6 +715,46 @@ func Run(t *testing.T, open Open) {
 		}
 	})
 
+	// A failure's reason stays with a record claimed again, and goes when
+	// it completes: a filter by reason finds records in progress and
+	// failed, never a complete one.
+	t.Run("ListByReason", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		mustClaim(t, l, req("failed", "a"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "failed", Owner: "a", Err: "Timeout at the bank"}))
+		mustClaim(t, l, req("retrying", "a"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "retrying", Owner: "a", Err: "timeout again"}))
+		mustClaim(t, l, req("retrying", "b"), ledger.Claimed)
+		mustClaim(t, l, req("done", "a"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "done", Owner: "a", Err: "timeout once"}))
+		mustClaim(t, l, req("done", "b"), ledger.Claimed)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "done", Owner: "b"}))
+		if rec, err := l.Get(ctx, "retrying"); err != nil || rec.State != ledger.StateInProgress || rec.LastError != "timeout again" {
+			t.Fatalf("claimed again after a failure: %+v, %v; want in progress with the failure's reason", rec, err)
+		}
+		if rec, err := l.Get(ctx, "done"); err != nil || rec.State != ledger.StateComplete || rec.LastError != "" {
+			t.Fatalf("complete after a failure: %+v, %v; want no reason", rec, err)
+		}
+		for _, tc := range []struct {
+			f    ledger.Filter
+			want string
+		}{
+			{ledger.Filter{Reason: "TIMEOUT"}, "[failed retrying]"},
+			{ledger.Filter{Reason: "timeout", State: ledger.StateInProgress}, "[retrying]"},
+			{ledger.Filter{Reason: "timeout", State: ledger.StateComplete}, "[]"},
+			{ledger.Filter{Reason: "once"}, "[]"},
+		} {
+			for _, limit := range []int{1, 50} {
+				got := listAll(t, l, tc.f, limit)
+				slices.Sort(got)
+				if fmt.Sprint(got) != tc.want {
+					t.Errorf("list %+v by %d: %v, want %s", tc.f, limit, got, tc.want)
+				}
+			}
+		}
+	})
+
 	t.Run("Overview", func(t *testing.T) {
 		t.Parallel()
 		l, clock := setup(t)

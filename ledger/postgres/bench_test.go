@@ -154,3 +154,111 @@ func BenchmarkStats(b *testing.B) {
 		}
 	}
 }
+
+// The table of bigRecords records that BenchmarkList1M and
+// BenchmarkOverview1M read, as a ledger in use holds them. Keys are
+// "orders:" or, one in ten, "refunds:", then an md5 in hex, so that they
+// come in no particular order within each. One record in a thousand has
+// failed (all of them orders), one in three of those permanently, with one
+// of four reasons, and ten of them with a rare one (rareReason); one in
+// five hundred is in progress, claimed by one of seven hosts, a third of
+// those with a lapsed lease; the rest are complete. Their last writes are spread over the last two days, so
+// that the last hour holds about one in 48 of them.
+const (
+	bigRecords = 1_000_000
+	rareReason = "chargeback window closed"
+)
+
+// fillBig writes the table in one INSERT from generate_series (not a
+// million claims) and analyzes it, as autovacuum leaves a table in use.
+func fillBig(b *testing.B, opts postgres.Options) {
+	b.Helper()
+	conn := pgtest.Connect(b, opts.URL)
+	start := time.Now()
+	_, err := conn.Exec(ctx, `INSERT INTO sqsonce_operations (key, state, permanent, fingerprint, attempts, owner, lease_expiry,
+		first_seen, claimed, updated, completed, expires, last_error, message_id, result)
+	SELECT convert_to(CASE WHEN i % 10 = 0 THEN 'refunds:' ELSE 'orders:' END || md5(i::text), 'UTF8'),
+		s.state, s.state = 3 AND (i / 1000) % 3 = 0, decode(md5(i::text), 'hex'), CASE WHEN s.state = 3 THEN 3 ELSE 1 END,
+		convert_to('host-' || (i % 7) || '/' || (1000 + i % 97), 'UTF8'),
+		CASE WHEN s.state = 1 THEN now() + CASE WHEN i % 3 = 0 THEN interval '-5 minutes' ELSE interval '1 minute' END END,
+		w.at, w.at, w.at, CASE WHEN s.state = 2 THEN w.at END, w.at + interval '7 days',
+		CASE WHEN s.state = 3 THEN convert_to(CASE
+			WHEN i % 100000 = 7 THEN $1
+			WHEN (i / 1000) % 4 = 0 THEN 'card processor said no (exit status 3)'
+			WHEN (i / 1000) % 4 = 1 THEN 'POST https://payments.internal/charge: 503 Service Unavailable'
+			WHEN (i / 1000) % 4 = 2 THEN 'context deadline exceeded'
+			ELSE 'exit status 75' END, 'UTF8') END,
+		convert_to(md5(i::text || 'm'), 'UTF8'),
+		CASE WHEN s.state = 2 THEN convert_to('{"status":"ok","id":"r-' || i || '"}', 'UTF8') END
+	FROM generate_series(1, $2::int) i,
+		LATERAL (SELECT CASE WHEN i % 1000 = 7 THEN 3 WHEN i % 500 = 1 THEN 1 ELSE 2 END AS state) s,
+		LATERAL (SELECT now() - (i % 172800) * interval '1 second' AS at) w`, rareReason, bigRecords)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `VACUUM ANALYZE sqsonce_operations`); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("filled %d records in %v", bigRecords, time.Since(start).Round(time.Millisecond))
+}
+
+// BenchmarkList1M reads the console's first page (50 records) of a table
+// of 1,000,000 records: unfiltered, by state (the failed records, one in
+// a thousand: the page is read up to List's bound of 50,000 records), by
+// key prefix, and by a reason that ten records have (read up to the
+// bound). records and scanned are the first page's.
+func BenchmarkList1M(b *testing.B) {
+	opts := setup(b, nil)
+	fillBig(b, opts)
+	l := open(b, opts)
+	for _, bc := range []struct {
+		name string
+		f    ledger.Filter
+	}{
+		{"first-page", ledger.Filter{}},
+		{"state-failed", ledger.Filter{State: ledger.StateFailed}},
+		{"prefix", ledger.Filter{Prefix: "refunds:"}},
+		{"reason-rare", ledger.Filter{Reason: "CHARGEBACK window"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var p ledger.Page
+			for b.Loop() {
+				var err error
+				if p, err = l.List(ctx, bc.f, "", 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+			// A page short of the limit either ends the listing or
+			// stopped at List's bound (a sparse filter).
+			if len(p.Records) < ledger.DefaultListLimit && p.Next != "" && p.Scanned < 50_000 {
+				b.Fatalf("%+v: %d records on the first page, %d scanned, and a next page", bc.f, len(p.Records), p.Scanned)
+			}
+			for _, r := range p.Records {
+				if !bc.f.Match(r) {
+					b.Fatalf("%+v: the page holds %+v", bc.f, r)
+				}
+			}
+			b.ReportMetric(float64(len(p.Records)), "records")
+			b.ReportMetric(float64(p.Scanned), "scanned")
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
+		})
+	}
+}
+
+// BenchmarkOverview1M reads the console's overview of a table of
+// 1,000,000 records.
+func BenchmarkOverview1M(b *testing.B) {
+	opts := setup(b, nil)
+	fillBig(b, opts)
+	l := open(b, opts)
+	for b.Loop() {
+		o, err := l.Overview(ctx, time.Now().Add(-time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if o.Complete+o.InProgress+o.Failed+o.FailedPermanently != bigRecords || len(o.Failures) != 5 || len(o.Activity) == 0 {
+			b.Fatalf("overview: %+v, %d failure groups, %d minutes", o.Stats, len(o.Failures), len(o.Activity))
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/op")
+}

@@ -246,3 +246,79 @@ func TestLedger_Stats(t *testing.T) {
 		t.Fatalf("stats: %+v", st)
 	}
 }
+
+// A filter for records in progress, failed or by reason walks only the
+// records that are not complete (their index in key order): it looks at
+// none of the many complete records between them, however many there
+// are, and pages through them by the same cursor.
+func TestLedger_ListOpenRecords(t *testing.T) {
+	t.Parallel()
+	opts := setup(t, nil)
+	l := open(t, opts)
+	// 3,000 complete records, written as a table in use holds them.
+	_, err := pgtest.Connect(t, opts.URL).Exec(ctx, `INSERT INTO sqsonce_operations (key, state, attempts, owner,
+		first_seen, claimed, updated, completed, expires, result)
+	SELECT convert_to('k/' || lpad(i::text, 4, '0'), 'UTF8'), 2, 1, convert_to('old', 'UTF8'),
+		now(), now(), now(), now(), now() + interval '1 day', convert_to('{}', 'UTF8')
+	FROM generate_series(0, 2999) i`)
+	must(t, err)
+	fail := func(key, owner, reason string) {
+		t.Helper()
+		must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: owner, Err: reason}))
+	}
+	for _, k := range []string{"k/0500a", "k/1500a", "k/2500a"} {
+		mustClaim(t, l, claimReq(k, "a"), ledger.Claimed)
+		fail(k, "a", "Card declined for "+k)
+	}
+	mustClaim(t, l, claimReq("k/1000a", "a"), ledger.Claimed)
+	// Failed, then claimed again: in progress, its reason kept.
+	mustClaim(t, l, claimReq("k/2000a", "a"), ledger.Claimed)
+	fail("k/2000a", "a", "timeout at the bank")
+	mustClaim(t, l, claimReq("k/2000a", "b"), ledger.Claimed)
+	// Failed, then done: complete, with no reason any more.
+	mustClaim(t, l, claimReq("k/0700a", "a"), ledger.Claimed)
+	fail("k/0700a", "a", "timeout at the bank")
+	mustClaim(t, l, claimReq("k/0700a", "b"), ledger.Claimed)
+	must(t, l.Complete(ctx, ledger.Completion{Key: "k/0700a", Owner: "b"}))
+
+	for _, tc := range []struct {
+		f    ledger.Filter
+		want string
+	}{
+		{ledger.Filter{State: ledger.StateFailed}, "[k/0500a k/1500a k/2500a]"},
+		{ledger.Filter{State: ledger.StateInProgress}, "[k/1000a k/2000a]"},
+		{ledger.Filter{Reason: "TIMEOUT"}, "[k/2000a]"},
+		{ledger.Filter{Reason: "declined", Prefix: "k/1"}, "[k/1500a]"},
+		{ledger.Filter{Reason: "timeout", State: ledger.StateComplete}, "[]"},
+	} {
+		p, err := l.List(ctx, tc.f, "", 0)
+		must(t, err)
+		var got []string
+		for _, r := range p.Records {
+			got = append(got, r.Key)
+		}
+		if fmt.Sprint(got) != tc.want || p.Next != "" {
+			t.Errorf("list %+v: %v, next %q; want %s", tc.f, got, p.Next, tc.want)
+		}
+		// The five records that are not complete, at most.
+		if p.Scanned > 5 {
+			t.Errorf("list %+v looked at %d records to find %d: it walked complete ones", tc.f, p.Scanned, len(got))
+		}
+		// A page at a time, by the cursor.
+		var paged []string
+		for after := ""; ; {
+			p, err := l.List(ctx, tc.f, after, 1)
+			must(t, err)
+			for _, r := range p.Records {
+				paged = append(paged, r.Key)
+			}
+			if p.Next == "" {
+				break
+			}
+			after = p.Next
+		}
+		if fmt.Sprint(paged) != fmt.Sprint(got) {
+			t.Errorf("list %+v by pages of 1: %v, want %v", tc.f, paged, got)
+		}
+	}
+}

@@ -51,7 +51,7 @@ type queries struct {
 	release, releaseLast     string
 	extend, reset, forget    string
 	get, page, stats, sweep  string
-	list                     string
+	list, listOpen           string
 	overviewInProgress       string
 	overviewOwners           string
 	overviewFailures         string
@@ -170,23 +170,8 @@ FROM (SELECT (SELECT key FROM scan ORDER BY key DESC LIMIT 1) AS last, (SELECT c
 LEFT JOIN scan s ON s.expires > $1::timestamptz AND ($6::smallint = 0 OR s.state = $6::smallint)
 ORDER BY s.key`,
 
-		// A chunk of List: at most $5 records after $2 in key order within
-		// the prefix's range [$3, $4), those of them that are live at
-		// the statement's clock ($1) and match the state ($6) and the
-		// window of the last write [$7, $8), with the last key looked at
-		// and how many. One row with NULL record columns when none
-		// matches.
-		list: `
-WITH scan AS MATERIALIZED (
-	SELECT ` + columns + ` FROM ` + t + `
-	WHERE key > $2::bytea AND key >= $3::bytea AND ($4::bytea IS NULL OR key < $4::bytea)
-	ORDER BY key LIMIT $5::int)
-SELECT ` + prefixed("s.", columns) + `, l.last, l.n
-FROM (SELECT (SELECT key FROM scan ORDER BY key DESC LIMIT 1) AS last, (SELECT count(*) FROM scan) AS n) l
-LEFT JOIN scan s ON s.expires > ` + nowExpr + ` AND ($6::smallint = 0 OR s.state = $6::smallint)
-	AND ($7::timestamptz IS NULL OR s.updated >= $7::timestamptz)
-	AND ($8::timestamptz IS NULL OR s.updated < $8::timestamptz)
-ORDER BY s.key`,
+		list:     listStatement(t, ""),
+		listOpen: listStatement(t, "state <> 2 AND "),
 
 		// The parts of an Overview. The records that are not complete
 		// are found through their partial index; the activity reads
@@ -238,6 +223,30 @@ DELETE FROM ` + t + ` WHERE key = ANY(ARRAY(
 	q.completeOrAbort = strings.Replace(q.complete, "\nUPDATE ", ",\ndone AS (\nUPDATE ", 1) + `)
 SELECT CASE WHEN count(*) = 1 THEN 0 ELSE ('` + notCompletedMark + `' || count(*))::int END FROM done`
 	return q
+}
+
+// listStatement is the statement of a chunk of List: at most $5 records after
+// $2 in key order within the prefix's range [$3, $4), those of them that
+// are live at the statement's clock ($1), match the state ($6) and the
+// window of the last write [$7, $8), and have an error text when $9 (a
+// reason is asked for: the client compares the texts), with the last key
+// looked at and how many. One row with NULL record columns when none
+// matches. where narrows the records looked at: list walks every record
+// through the primary key, listOpen only those that are not complete
+// through their index in key order (see ddl).
+func listStatement(t, where string) string {
+	return `
+WITH scan AS MATERIALIZED (
+	SELECT ` + columns + ` FROM ` + t + `
+	WHERE ` + where + `key > $2::bytea AND key >= $3::bytea AND ($4::bytea IS NULL OR key < $4::bytea)
+	ORDER BY key LIMIT $5::int)
+SELECT ` + prefixed("s.", columns) + `, l.last, l.n
+FROM (SELECT (SELECT key FROM scan ORDER BY key DESC LIMIT 1) AS last, (SELECT count(*) FROM scan) AS n) l
+LEFT JOIN scan s ON s.expires > ` + nowExpr + ` AND ($6::smallint = 0 OR s.state = $6::smallint)
+	AND ($7::timestamptz IS NULL OR s.updated >= $7::timestamptz)
+	AND ($8::timestamptz IS NULL OR s.updated < $8::timestamptz)
+	AND (NOT $9::boolean OR s.last_error IS NOT NULL)
+ORDER BY s.key`
 }
 
 // prefixed puts p before each name of a comma-separated list.

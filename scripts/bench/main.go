@@ -46,6 +46,18 @@
 // server that reads which statement each round trip carries (pgProxy),
 // for DynamoDB by counting the client's HTTP requests in the worker.
 //
+// Then, when sqsonce-http is one of the contenders (or alone, with
+// -console-cost), it measures what an open console costs a worker at full
+// speed (console.go): sqsonce-http in the stress profile, with the bbolt
+// ledger, without a console and with one, in turn, round after round, on a
+// ledger of each size of -console-prefill (an empty one and one of a
+// million records by default). "With one" is a real `sqsonce console`
+// process on the worker's configuration, which reads the ledger through
+// the worker's socket, and a client that keeps its pages open and
+// refreshing: the overview every second, an operations page every two. It
+// reports msg/s with and without, their ratio against the target (at most
+// 5 % lost), the worker's CPU per message, and the console's CPU.
+//
 // Run it from the repository root through scripts/with-sqs.sh, which starts
 // the server and sets SQSONCE_TEST_SQS_ENDPOINT, and, for the ledger
 // comparison, scripts/with-postgres.sh and scripts/with-dynalite.sh;
@@ -136,6 +148,16 @@ type options struct {
 	countRoundTrips   string // warmup, all or off
 	pgPrefill         int
 	pgPoolMaxConns    int
+
+	// The console comparison (console.go).
+	consoleCost            bool  // only the console comparison
+	consolePrefill         []int // ledger sizes; none: no comparison
+	consoleConcurrency     int
+	consoleMessages        int
+	consoleRounds          int
+	consoleOverviewEvery   time.Duration
+	consoleOperationsEvery time.Duration
+	consoleProfileSeconds  int
 }
 
 func main() {
@@ -183,6 +205,15 @@ func main() {
 	flag.IntVar(&o.pgPrefill, "pg-prefill", 100000, "ledger comparison: complete records in each run's PostgreSQL table, written and analyzed (VACUUM ANALYZE) before the run, as a table in use holds (0: an empty table, whose plans the server makes before it has statistics)")
 	flag.IntVar(&o.pgPoolMaxConns, "pg-pool-max-conns", 0, "ledger comparison: pool_max_conns in the workers' PostgreSQL URL (0: pgx's default, max(4, CPUs))")
 	flag.StringVar(&o.countRoundTrips, "count-round-trips", "warmup", "ledger comparison: which PostgreSQL runs carry their connections through the driver's proxy, which counts round trips: warmup (each configuration's warm-up run, the rounds go straight to the server), all (the proxy's hop and CPU then weigh on the rounds' figures) or off")
+	var consolePrefill string
+	flag.BoolVar(&o.consoleCost, "console-cost", false, "run only the console comparison: the sqsonce binary (sqsonce-http, stress) without a console and with `sqsonce console` open and refreshing, in turn (it also runs after the contenders when sqsonce-http is one of them)")
+	flag.StringVar(&consolePrefill, "console-prefill", "0,1000000", "console comparison: the ledger sizes it runs on, comma-separated: complete records written before the first run (empty: no comparison)")
+	flag.IntVar(&o.consoleConcurrency, "console-concurrency", 64, "console comparison: the worker's handlers")
+	flag.IntVar(&o.consoleMessages, "console-n", 100000, "console comparison: messages per run, enough for the run to outlast the console's overview cache (5 s) several times")
+	flag.IntVar(&o.consoleRounds, "console-rounds", 0, "console comparison: rounds, each without then with the console (0: -rounds)")
+	flag.DurationVar(&o.consoleOverviewEvery, "console-overview-every", time.Second, "console comparison: how often the client opens the overview (its page refreshes itself every 30 s)")
+	flag.DurationVar(&o.consoleOperationsEvery, "console-operations-every", 2*time.Second, "console comparison: how often the client opens an operations page, in turn the first page, the failed operations, the run's keys by prefix and one operation")
+	flag.IntVar(&o.consoleProfileSeconds, "console-profile-seconds", 5, "console comparison, with -cpuprofile: the worker's first seconds profiled in each measured run (through admin.pprof)")
 	flag.Parse()
 	o.contenders = splitList(contenders)
 	o.profiles = splitList(profiles)
@@ -218,6 +249,22 @@ func main() {
 	}
 	if o.ledgerRounds == 0 {
 		o.ledgerRounds = o.rounds
+	}
+	for _, v := range splitList(consolePrefill) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			fmt.Fprintf(os.Stderr, "bench: -console-prefill: %q is not a number of records\n", v)
+			os.Exit(2)
+		}
+		o.consolePrefill = append(o.consolePrefill, n)
+	}
+	if o.consoleRounds == 0 {
+		o.consoleRounds = o.rounds
+	}
+	if o.consoleCost {
+		o.contenders, o.ledgers = nil, nil
+	} else if !contains(o.contenders, cSqsonceHTTP) {
+		o.consolePrefill = nil
 	}
 	if err := o.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -263,8 +310,15 @@ func (o *options) check() error {
 	if contains(o.workersLedgers, lBbolt) && o.workers > 1 {
 		return errors.New("-workers-ledger: bbolt is one process's ledger: several workers cannot share it")
 	}
-	if len(o.contenders) == 0 && len(o.ledgers) == 0 {
-		return errors.New("nothing to run: -contenders and -ledger are both empty")
+	if o.consoleCost && len(o.consolePrefill) == 0 {
+		return errors.New("-console-cost: -console-prefill names no ledger size")
+	}
+	if len(o.consolePrefill) > 0 && (o.consoleConcurrency < 1 || o.consoleMessages < 10 || o.consoleRounds < 1 ||
+		o.consoleOverviewEvery <= 0 || o.consoleOperationsEvery <= 0 || o.consoleProfileSeconds < 1) {
+		return errors.New("-console-concurrency, -console-rounds and -console-profile-seconds must be at least 1, -console-n at least 10, -console-overview-every and -console-operations-every positive")
+	}
+	if len(o.contenders) == 0 && len(o.ledgers) == 0 && len(o.consolePrefill) == 0 {
+		return errors.New("nothing to run: -contenders, -ledger and -console-prefill are all empty")
 	}
 	if o.prefill < 0 {
 		return errors.New("-prefill must not be negative")
@@ -417,17 +471,24 @@ func run(ctx context.Context, o options) error {
 	}
 
 	contendersTook := time.Since(b.started)
+	var consoleResults []*result
+	if len(o.consolePrefill) > 0 {
+		if consoleResults, err = b.runConsoleCost(ctx); err != nil {
+			return err
+		}
+	}
+	consoleTook := time.Since(b.started) - contendersTook
 	var ledgerResults, ledgerWarmups []*result
 	if len(o.ledgers) > 0 {
 		if ledgerResults, ledgerWarmups, err = b.runLedgers(ctx); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(b.log, "bench: the contenders took %v, the ledger comparison %v\n",
-		contendersTook.Round(time.Second), (time.Since(b.started) - contendersTook).Round(time.Second))
+	fmt.Fprintf(b.log, "bench: the contenders took %v, the console comparison %v, the ledger comparison %v\n",
+		contendersTook.Round(time.Second), consoleTook.Round(time.Second), (time.Since(b.started) - contendersTook - consoleTook).Round(time.Second))
 
 	var report bytes.Buffer
-	writeReport(&report, b, env, results, dup, ledgerResults, ledgerWarmups)
+	writeReport(&report, b, env, results, dup, consoleResults, ledgerResults, ledgerWarmups)
 	os.Stdout.Write(report.Bytes())
 	if o.out != "" {
 		if err := os.WriteFile(o.out, report.Bytes(), 0o644); err != nil {
@@ -444,10 +505,18 @@ func (b *bench) prepare(ctx context.Context) error {
 	if len(b.o.ledgers) > 0 && !contains(build, cSqsonceGo) {
 		build = append(build, cSqsonceGo)
 	}
+	if len(b.o.consolePrefill) > 0 {
+		// sqsonce-http, its endpoint, and sqsonce-go to fill the ledgers.
+		for _, c := range []string{cSqsonceHTTP, cSqsonceGo} {
+			if !contains(build, c) {
+				build = append(build, c)
+			}
+		}
+	}
 	if len(b.o.contenders) > 0 && contains(b.o.profiles, pRealistic) {
 		build = append(build, hLatencyProxy)
 	}
-	if contains(b.o.contenders, cSqsonceHTTP) {
+	if contains(build, cSqsonceHTTP) {
 		build = append(build, hWorkServer)
 	}
 	for _, c := range build {

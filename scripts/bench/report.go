@@ -60,13 +60,15 @@ var (
 	mRequests   = func(r *result) float64 { return r.requestsPer1k() }
 )
 
-func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *result, ledgerResults, ledgerWarmups []*result) {
+func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *result, consoleResults, ledgerResults, ledgerWarmups []*result) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Machine\n\n")
 	p("- CPUs: %d × %s (kernel %s)\n", m.nproc, m.cpu, m.kernel)
 	p("- Go %s, Node.js %s\n", strings.TrimPrefix(m.goVersion, "go"), strings.TrimPrefix(m.nodeVersion, "v"))
 	p("- server: fauxqs %s (one Node.js process, single-threaded), on 127.0.0.1\n", m.fauxqs)
-	p("- sqs-consumer %s with @aws-sdk/client-sqs %s\n", m.sqsConsumer, m.nodeSDK)
+	if contains(b.o.contenders, cSQSConsumer) {
+		p("- sqs-consumer %s with @aws-sdk/client-sqs %s\n", m.sqsConsumer, m.nodeSDK)
+	}
 	p("- ledger file system: %s\n", m.ledgerFS)
 	if m.postgres != "" {
 		p("- ledger server: %s, on 127.0.0.1\n", m.postgres)
@@ -77,6 +79,9 @@ func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *resul
 	p("- driver: `go run ./scripts/bench %s`\n\n", strings.Join(os.Args[1:], " "))
 	if len(b.o.contenders) > 0 {
 		writeContenders(w, b, m, results, dup)
+	}
+	if len(consoleResults) > 0 {
+		writeConsole(w, b, consoleResults)
 	}
 	if len(ledgerResults) > 0 {
 		writeLedgers(w, b, ledgerResults, ledgerWarmups)

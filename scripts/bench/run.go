@@ -72,6 +72,11 @@ type result struct {
 	inFlightMax  float64          // DynamoDB requests in flight at once
 	inFlightMean float64
 
+	// The console comparison's runs (runConsoleCost).
+	variant       string        // vPlain or vConsole
+	consoleLedger int           // records in the ledger before the comparison's first run
+	console       *consoleStats // the console and its client; nil without one
+
 	// The realistic profile's: what the latency proxy saw and used.
 	proxyCPU  float64          // seconds; NaN without the proxy
 	proxyReqs map[string]int64 // requests by action
@@ -142,6 +147,26 @@ func newClient(endpoint string) *sqs.Client {
 // runOne runs contender in cfg on a fresh queue holding ops operations,
 // each sent copies times.
 func (b *bench) runOne(ctx context.Context, contender string, cfg runConfig, round, ops, copies int) (*result, error) {
+	return b.runOneExtra(ctx, contender, cfg, round, ops, copies, runExtra{})
+}
+
+// runExtra is what a run of the sqsonce binary may have besides: the
+// console comparison's.
+type runExtra struct {
+	// ledger is a ledger file to run on, which the runs share, instead of
+	// a fresh one.
+	ledger string
+	// console runs `sqsonce console` beside the worker, on the same
+	// configuration, and a client that keeps its pages open and
+	// refreshing (consoleProc).
+	console bool
+	// profile, when set, is a file for a CPU profile of the worker, taken
+	// through its admin listener for the first -console-profile-seconds.
+	profile string
+}
+
+// runOneExtra is runOne with x.
+func (b *bench) runOneExtra(ctx context.Context, contender string, cfg runConfig, round, ops, copies int, x runExtra) (*result, error) {
 	b.seq++
 	runID := b.seq
 	runDir := filepath.Join(b.dir, fmt.Sprintf("run-%02d-%s-%s-c%d", runID, contender, cfg.profile, cfg.concurrency))
@@ -171,13 +196,38 @@ func (b *bench) runOne(ctx context.Context, contender string, cfg runConfig, rou
 	}
 
 	ledgerPath := filepath.Join(b.ledgerRoot(), filepath.Base(runDir), "ledger.db")
+	// The commits before the worker's own: a fresh ledger's, or those of
+	// the shared file so far and the worker's Open.
+	txBase := b.ledgerBase
+	if x.ledger != "" {
+		ledgerPath = x.ledger
+		n, err := ledgerTxID(ledgerPath)
+		if err != nil {
+			return nil, err
+		}
+		txBase = n + 1
+		// No worker runs on it now: a socket left by one that was killed
+		// would have the console's client start before this run's worker
+		// serves it.
+		if err := os.Remove(ledgerPath + ".sock"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	var consoleAddr string
+	if x.console {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		consoleAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	}
 	var prefilled *benchkit.Report
 	if contender == cSqsonceGo && b.o.prefill > 0 && !b.o.prefillInProcess {
 		if prefilled, err = b.prefillLedger(ctx, ledgerPath, runDir); err != nil {
 			return nil, err
 		}
 	}
-	cmd, admin, err := b.command(contender, cfg, queueURL, deliveries, runDir, ledgerPath, round, copies > 1)
+	cmd, admin, err := b.command(contender, cfg, queueURL, deliveries, runDir, ledgerPath, round, copies > 1, consoleAddr, x.profile != "")
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +254,14 @@ func (b *bench) runOne(ctx context.Context, contender string, cfg runConfig, rou
 	defer stderr.Close()
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 
+	var cons *consoleProc
+	if x.console {
+		if cons, err = b.startConsole(filepath.Join(runDir, "sqsonce.toml"), runDir, consoleAddr); err != nil {
+			return nil, err
+		}
+		defer cons.stop()
+	}
+
 	var proxy0 *proxyStats
 	if proxy != nil {
 		proxy0 = b.proxyStats()
@@ -219,6 +277,14 @@ func (b *bench) runOne(ctx context.Context, contender string, cfg runConfig, rou
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	if cons != nil {
+		cons.browse(ledgerPath+".sock", runID)
+	}
+	var profiled chan error
+	if x.profile != "" {
+		profiled = make(chan error, 1)
+		go func() { profiled <- fetchProfile(admin, b.o.consoleProfileSeconds, x.profile) }()
+	}
 
 	deadline := time.NewTimer(b.o.runTimeout)
 	defer deadline.Stop()
@@ -238,6 +304,18 @@ func (b *bench) runOne(ctx context.Context, contender string, cfg runConfig, rou
 			return nil, fmt.Errorf("sqsonce run exited early (%v); its log: %s", waitErr, tail(stderrPath))
 		case <-deadline.C:
 			timedOut = true
+		}
+		if cons != nil {
+			if r.console, err = cons.stopBrowsing(); err != nil {
+				cmd.Process.Kill()
+				<-exited
+				return nil, err
+			}
+		}
+		if profiled != nil {
+			if err := <-profiled; err != nil {
+				fmt.Fprintf(b.log, "bench: the worker's CPU profile: %v\n", err)
+			}
 		}
 		if own, _, err := procCPU(cmd.Process.Pid); err == nil {
 			r.ownCPU = own
@@ -281,6 +359,9 @@ func (b *bench) runOne(ctx context.Context, contender string, cfg runConfig, rou
 			helpersCPU += v
 		}
 	}
+	if r.console != nil {
+		helpersCPU += r.console.cpu
+	}
 	if proxy0 != nil {
 		if proxy1 := b.proxyStats(); proxy1 != nil {
 			r.fillProxy(proxy1.minus(proxy0))
@@ -310,8 +391,13 @@ func (b *bench) runOne(ctx context.Context, contender string, cfg runConfig, rou
 	}
 
 	if contender == cSqsonceExec || contender == cSqsonceHTTP {
-		if err := b.collectBinary(ctx, r, t0, stderrPath, ledgerPath, sent); err != nil {
+		if err := b.collectBinary(ctx, r, t0, stderrPath, ledgerPath, fmt.Sprintf("op-%d-", runID), txBase, sent); err != nil {
 			return nil, err
+		}
+		if cons != nil {
+			if err := cons.stop(); err != nil {
+				return nil, err
+			}
 		}
 	} else {
 		rep, err := lastReport(stdout.Bytes())
@@ -423,17 +509,23 @@ func (b *bench) serverCPU() float64 {
 // prefillLedger writes -prefill complete records to the ledger at path with
 // a separate sqsonce-go process, which exits before the measured run starts.
 func (b *bench) prefillLedger(ctx context.Context, path, runDir string) (*benchkit.Report, error) {
-	cmd := exec.CommandContext(ctx, b.exe[cSqsonceGo], "-ledger", path, "-prefill", strconv.Itoa(b.o.prefill), "-prefill-only")
+	return b.prefillLedgerN(ctx, path, runDir, b.o.prefill)
+}
+
+// prefillLedgerN writes n complete records (keys pre-<i>) to the ledger at
+// path with a separate sqsonce-go process, its log in dir.
+func (b *bench) prefillLedgerN(ctx context.Context, path, dir string, n int) (*benchkit.Report, error) {
+	cmd := exec.CommandContext(ctx, b.exe[cSqsonceGo], "-ledger", path, "-prefill", strconv.Itoa(n), "-prefill-only")
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
-	logPath := filepath.Join(runDir, "prefill.log")
+	logPath := filepath.Join(dir, "prefill.log")
 	log, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer log.Close()
 	cmd.Stderr = log
-	fmt.Fprintf(b.log, "bench: writing %d records to %s\n", b.o.prefill, path)
+	fmt.Fprintf(b.log, "bench: writing %d records to %s\n", n, path)
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("prefill: %v; its log: %s", err, tail(logPath))
 	}
@@ -445,8 +537,10 @@ func (b *bench) prefillLedger(ctx context.Context, path, runDir string) (*benchk
 }
 
 // command returns the process of one run of contender in cfg and, for
-// the sqsonce binary, the address of its admin listener.
-func (b *bench) command(contender string, cfg runConfig, queueURL string, expect int, runDir, ledgerPath string, round int, dup bool) (*exec.Cmd, string, error) {
+// the sqsonce binary, the address of its admin listener. The sqsonce
+// binary's configuration gets console.listen = consoleAddr when it is set,
+// and admin.pprof with pprof.
+func (b *bench) command(contender string, cfg runConfig, queueURL string, expect int, runDir, ledgerPath string, round int, dup bool, consoleAddr string, pprof bool) (*exec.Cmd, string, error) {
 	endpoint := b.endpointOf(cfg)
 	common := []string{"-endpoint", endpoint, "-queue-url", queueURL, "-expect", strconv.Itoa(expect), "-concurrency", strconv.Itoa(cfg.concurrency)}
 	if cfg.work > 0 && contender != cSQSConsumer {
@@ -503,7 +597,8 @@ concurrency = %d
 
 [admin]
 listen = %q
-`, queueURL, endpoint, benchkit.Region, b.o.loops(cfg), ledgerPath, b.handlerConfig(contender, cfg), cfg.concurrency, admin), 0o600)
+pprof = %t
+%s`, queueURL, endpoint, benchkit.Region, b.o.loops(cfg), ledgerPath, b.handlerConfig(contender, cfg), cfg.concurrency, admin, pprof, consoleSection(consoleAddr)), 0o600)
 		if err != nil {
 			return nil, "", err
 		}
@@ -670,9 +765,10 @@ func (b *bench) waitEmpty(ctx context.Context, queueURL string) <-chan error {
 
 // collectBinary fills r for a run of the sqsonce binary: the start and
 // the counters from its JSON log, latency and the last completion from its
-// ledger (Completed minus the body's "sent"), commits from the ledger
-// file's transaction id.
-func (b *bench) collectBinary(ctx context.Context, r *result, t0 time.Time, logPath, ledgerPath string, sent []int64) error {
+// ledger (Completed minus the body's "sent"; the run's records are those
+// whose key starts with prefix), commits from the ledger file's
+// transaction id less txBase, the id before the worker's first commit.
+func (b *bench) collectBinary(ctx context.Context, r *result, t0 time.Time, logPath, ledgerPath, prefix string, txBase uint64, sent []int64) error {
 	started, stats, err := readWorkerLog(logPath)
 	if err != nil {
 		return err
@@ -685,7 +781,7 @@ func (b *bench) collectBinary(ctx context.Context, r *result, t0 time.Time, logP
 	if err != nil {
 		return err
 	}
-	r.commits = float64(txid - b.ledgerBase)
+	r.commits = float64(txid - txBase)
 
 	db, err := ledger.Open(ledgerPath, ledger.Options{})
 	if err != nil {
@@ -694,7 +790,7 @@ func (b *bench) collectBinary(ctx context.Context, r *result, t0 time.Time, logP
 	defer db.Close()
 	var lat []float64
 	var last time.Time
-	err = db.ForEach(ctx, ledger.Filter{State: ledger.StateComplete}, func(rec ledger.Record) error {
+	err = db.ForEach(ctx, ledger.Filter{State: ledger.StateComplete, Prefix: prefix}, func(rec ledger.Record) error {
 		i := strings.LastIndexByte(rec.Key, '-')
 		op, err := strconv.Atoi(rec.Key[i+1:])
 		if err != nil || op < 0 || op >= len(sent) {
