@@ -230,15 +230,27 @@ type fileOrSocket struct {
 	path      string
 	retention time.Duration
 
-	mu    sync.Mutex
-	db    *ledger.DB
-	users int
-	timer *time.Timer
-	sock  *socketLedger
+	mu     sync.Mutex
+	db     *ledger.DB
+	opened time.Time     // when db was opened
+	closed chan struct{} // closed when db is closed
+	rest   time.Time     // the file is not opened again before then
+	users  int
+	timer  *time.Timer
+	sock   *socketLedger
 }
 
-// idleClose is how long the file stays open after the last call.
-const idleClose = 500 * time.Millisecond
+// How the console shares the file with a worker that may start at any
+// time: it closes the file idleClose after the last call, and never keeps
+// it open longer than maxHold in a row, however busy it is (page views
+// that overlap, an export); then it leaves it alone for restGap, in which
+// a worker waiting for the lock gets it (bbolt tries every 50 ms, for the
+// worker's ledger.lock_timeout, 2 s by default).
+const (
+	idleClose = 500 * time.Millisecond
+	maxHold   = time.Second
+	restGap   = 300 * time.Millisecond
+)
 
 // access is what fileOrSocket calls: the file or the socket.
 type access = console.Ledger
@@ -254,8 +266,40 @@ func (f *fileOrSocket) with(ctx context.Context, fn func(access) error) error {
 }
 
 func (f *fileOrSocket) acquire(ctx context.Context) (access, func(), error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	for {
+		f.mu.Lock()
+		var wait <-chan struct{}
+		var pause time.Duration
+		switch {
+		case f.db != nil && time.Since(f.opened) > maxHold:
+			wait = f.closed // held long enough: the calls in flight end it
+		case f.db == nil && time.Now().Before(f.rest):
+			pause = time.Until(f.rest)
+		default:
+			a, release, err := f.acquireLocked(ctx)
+			f.mu.Unlock()
+			return a, release, err
+		}
+		f.mu.Unlock()
+		if wait != nil {
+			select {
+			case <-wait:
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		} else {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, nil, ctx.Err()
+			}
+		}
+	}
+}
+
+func (f *fileOrSocket) acquireLocked(ctx context.Context) (access, func(), error) {
 	if f.db != nil {
 		f.users++
 		if f.timer != nil {
@@ -287,8 +331,16 @@ func (f *fileOrSocket) acquire(ctx context.Context) (access, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	f.db, f.users = db, 1
+	f.db, f.users, f.opened, f.closed = db, 1, time.Now(), make(chan struct{})
 	return db, f.release, nil
+}
+
+// closeLocked closes the file, and keeps it closed for restGap.
+func (f *fileOrSocket) closeLocked() {
+	f.db.Close()
+	f.db = nil
+	close(f.closed)
+	f.rest = time.Now().Add(restGap)
 }
 
 // release ends a call on the file; the last one closes it after idleClose.
@@ -299,13 +351,16 @@ func (f *fileOrSocket) release() {
 	if f.users > 0 || f.db == nil {
 		return
 	}
+	if time.Since(f.opened) > maxHold {
+		f.closeLocked()
+		return
+	}
 	db := f.db
 	f.timer = time.AfterFunc(idleClose, func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if f.db == db && f.users == 0 {
-			db.Close()
-			f.db = nil
+			f.closeLocked()
 		}
 	})
 }
@@ -318,8 +373,7 @@ func (f *fileOrSocket) Close() {
 		f.timer.Stop()
 	}
 	if f.db != nil {
-		f.db.Close()
-		f.db = nil
+		f.closeLocked()
 	}
 	if f.sock != nil {
 		f.sock.Close()

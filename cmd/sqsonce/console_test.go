@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -227,4 +228,62 @@ func TestConsole_FileWithoutWorker(t *testing.T) {
 		t.Fatalf("the ledger after the console stopped: %v", err)
 	}
 	db.Close()
+}
+
+// A console that keeps reading the file (page views in a row, with no
+// worker running) still lets a worker that starts take the file within its
+// lock timeout: the console never holds it for long in a row.
+func TestConsole_BusyConsoleLetsWorkerStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "exit 0\n")
+	path := filepath.Join(e.dir, "ledger.db")
+	db, err := ledger.Open(path, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	addr := freePort(t)
+	console, consoleOut := e.start("console", "SQSONCE_CONSOLE_LISTEN="+addr)
+	t.Cleanup(func() {
+		console.Process.Signal(syscall.SIGTERM)
+		wait(t, console, 30*time.Second)
+	})
+	base := "http://" + addr
+	e.waitFor("the console to answer from the file", 30*time.Second, func() bool {
+		resp, err := http.Get(base + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == http.StatusOK
+	})
+	// Views every 100 ms: each would keep the file another idle period.
+	stop := make(chan struct{})
+	var views sync.WaitGroup
+	views.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if resp, err := http.Get(base + "/operations"); err == nil {
+				resp.Body.Close()
+			}
+		}
+	})
+	defer views.Wait()
+	defer close(stop)
+	time.Sleep(time.Second)
+	worker, workerOut := e.start("run")
+	e.waitFor("the worker to hold the file and serve its socket", 30*time.Second, func() bool {
+		if worker.ProcessState != nil || strings.Contains(workerOut.String(), "sqsonce run: ") {
+			t.Fatalf("the worker did not start while the console read the file:\n%s\nthe console's output:\n%s", workerOut, consoleOut)
+		}
+		_, err := os.Stat(path + ".sock")
+		return err == nil
+	})
+	worker.Process.Signal(syscall.SIGTERM)
+	if code := wait(t, worker, 30*time.Second); code != 0 {
+		t.Fatalf("worker exit %d:\n%s", code, workerOut)
+	}
 }
