@@ -84,19 +84,14 @@ func (w *Worker) beatEvery() time.Duration {
 }
 
 // claimed records that j's claim was written, by a call that started at
-// start: its lease holds until start + the lease at least.
+// start: its lease holds until start + the lease at least. j waits to
+// start from then on.
 func (k *keeper) claimed(j *job, start time.Time) {
 	k.mu.Lock()
 	j.kept.leased = true
 	j.kept.lost = false
+	j.kept.waiting = true
 	j.kept.leaseUntil = start.Add(k.w.cfg.VisibilityTimeout)
-	k.mu.Unlock()
-}
-
-// setWaiting marks j as waiting to start (on is true) or started.
-func (k *keeper) setWaiting(j *job, on bool) {
-	k.mu.Lock()
-	j.kept.waiting = on
 	k.mu.Unlock()
 }
 
@@ -104,8 +99,24 @@ func (k *keeper) setWaiting(j *job, on bool) {
 // true), or not any more.
 func (k *keeper) setBehind(j *job, on bool) {
 	k.mu.Lock()
-	j.kept.waiting, j.kept.behind = on, on
+	j.kept.behind = on
+	if on {
+		j.kept.waiting = true
+	}
 	k.mu.Unlock()
+}
+
+// starting marks j, which holds a handler, as started, unless it was
+// given back meanwhile (a stop gave its batch back): then it must not
+// start, and starting reports false.
+func (k *keeper) starting(j *job) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if j.kept.givenBack {
+		return false
+	}
+	j.kept.waiting = false
+	return true
 }
 
 // attempt registers the cancel function of j's running attempt, which the

@@ -927,14 +927,15 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	if !j.keep.attempt(j, cancelLease) {
 		return lost(errLeaseLost)
 	}
-	j.keep.setWaiting(j, true)
-	took := w.takeHandler(ctx, leaseCtx)
-	j.keep.setWaiting(j, false)
-	if !took {
+	if !w.takeHandler(ctx, leaseCtx) {
 		if errors.Is(context.Cause(leaseCtx), errLeaseLost) {
 			return lost(errLeaseLost)
 		}
 		j.keep.giveBack([]*job{j}, true, 0)
+		return false
+	}
+	if !j.keep.starting(j) {
+		<-w.handlers // given back with its batch at a stop
 		return false
 	}
 	if ok, err := j.keep.startable(leaseCtx, j); !ok {
