@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,10 @@ type Report struct {
 	// for, so that the driver can take quantiles over several processes.
 	LatMS []float64 `json:"lat_ms,omitempty"`
 
+	// Mallocs is the heap allocations the process made, from start to
+	// exit (runtime.MemStats.Mallocs); 0 when not counted.
+	Mallocs uint64 `json:"mallocs,omitempty"`
+
 	// Only the sqsonce contender fills these.
 	Commits       *uint64          `json:"commits,omitempty"`
 	HandlerRuns   int64            `json:"handler_runs,omitempty"`
@@ -80,8 +85,12 @@ type Report struct {
 	PrefillNS      int64   `json:"prefill_ns,omitempty"`
 }
 
-// Print writes r as one JSON line to stdout.
+// Print writes r as one JSON line to stdout, with the process's heap
+// allocations so far.
 func (r *Report) Print() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.Mallocs = ms.Mallocs
 	b, err := json.Marshal(r)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
