@@ -52,6 +52,7 @@ type result struct {
 	wall       time.Duration
 
 	mallocs       float64 // heap allocations of the process, start to exit; NaN when not counted
+	writeBytes    float64 // bytes the process sent to storage; NaN when not known
 	handlerRuns   float64
 	ranOps        float64 // distinct operations the handler ran for
 	maxRunsPerKey float64
@@ -124,6 +125,9 @@ func (r *result) line() string {
 	if !math.IsNaN(r.mallocs) {
 		s += fmt.Sprintf("  allocs/msg %.0f", r.mallocs/float64(r.processed))
 	}
+	if !math.IsNaN(r.writeBytes) {
+		s += fmt.Sprintf("  written %.0f B/msg", r.writeBytes/float64(r.processed))
+	}
 	if r.requests != nil {
 		s += fmt.Sprintf("  requests/1k: receive %.0f, delete %.0f, all %.0f",
 			r.per1k(float64(r.requests["ReceiveMessage"])), r.per1k(float64(r.requests["DeleteMessageBatch"]+r.requests["DeleteMessage"])), r.requestsPer1k())
@@ -193,7 +197,7 @@ func (b *bench) runOneExtra(ctx context.Context, contender string, cfg runConfig
 		return nil, err
 	}
 	r := &result{contender: contender, cfg: cfg, round: round, deliveries: deliveries, operations: ops, fill: time.Since(fillStart),
-		commits: math.NaN(), mallocs: math.NaN(), handlerRuns: math.NaN(), ranOps: math.NaN(), maxRunsPerKey: math.NaN(), ownCPU: math.NaN(), serverCPU: math.NaN(),
+		commits: math.NaN(), mallocs: math.NaN(), writeBytes: math.NaN(), handlerRuns: math.NaN(), ranOps: math.NaN(), maxRunsPerKey: math.NaN(), ownCPU: math.NaN(), serverCPU: math.NaN(),
 		proxyCPU: math.NaN(), delayMean: math.NaN(), delayP50: math.NaN(), delayP99: math.NaN(), rxRTT: math.NaN(), rxRTTp50: math.NaN(), workCPU: math.NaN()}
 	if n, err := b.queueCount(ctx, queueURL); err != nil || n != deliveries {
 		return nil, fmt.Errorf("queue holds %d messages after the fill, want %d (%v)", n, deliveries, err)
@@ -425,6 +429,9 @@ func (b *bench) runOneExtra(ctx context.Context, contender string, cfg runConfig
 		r.requests = rep.Requests
 		if rep.Mallocs > 0 {
 			r.mallocs = float64(rep.Mallocs)
+		}
+		if rep.WriteBytes > 0 {
+			r.writeBytes = float64(rep.WriteBytes)
 		}
 		if rep.Commits != nil {
 			r.commits = float64(*rep.Commits)
