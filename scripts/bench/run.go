@@ -575,8 +575,11 @@ func (b *bench) command(contender string, cfg runConfig, queueURL string, expect
 			if round < 0 {
 				name = fmt.Sprintf("%s-%s-c%d-dup.prof", contender, cfg.profile, cfg.concurrency)
 			}
-			args = append(args, "-cpuprofile", filepath.Join(b.o.cpuprofile, name),
-				"-memprofile", filepath.Join(b.o.cpuprofile, strings.TrimSuffix(name, ".prof")+".allocs"))
+			args = append(args, "-cpuprofile", filepath.Join(b.o.cpuprofile, name))
+			if contender == cSqsonceGo {
+				// sqsonce-go-before may come from a revision without it.
+				args = append(args, "-memprofile", filepath.Join(b.o.cpuprofile, strings.TrimSuffix(name, ".prof")+".allocs"))
+			}
 		}
 		if dup {
 			args = append(args, "-track-keys")
