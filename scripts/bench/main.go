@@ -12,6 +12,14 @@
 //     endpoint the driver runs (scripts/bench/workserver);
 //   - sqs-consumer: the npm package sqs-consumer (scripts/bench/node).
 //
+// The plain poller (plain, the baseline program with -plain) is the stress
+// profile's ceiling: as many receive loops, each receiving ten and deleting
+// them in one DeleteMessageBatch while it receives again, with no handler,
+// no bound on the messages in hand and no ledger. With -before REV the
+// worker library as it was at git revision REV runs too
+// (sqsonce-go-before, scripts/bench/sqsonce-go built from that revision),
+// so that a change is measured against the code before it in one run.
+//
 // It does so in two profiles (-profile), each at each number of handlers
 // of -concurrency. In "stress" the contenders talk to the local server
 // straight, which answers in well under a millisecond, and their handlers
@@ -88,14 +96,20 @@ import (
 
 // The contenders, in the order they run in each round.
 const (
+	cPlain       = "plain"
 	cBaseline    = "baseline"
 	cSqsonceGo   = "sqsonce-go"
+	cBefore      = "sqsonce-go-before"
 	cSqsonceExec = "sqsonce-exec"
 	cSqsonceHTTP = "sqsonce-http"
 	cSQSConsumer = "sqs-consumer"
 )
 
-var allContenders = []string{cBaseline, cSqsonceGo, cSqsonceExec, cSqsonceHTTP, cSQSConsumer}
+var allContenders = []string{cPlain, cBaseline, cSqsonceGo, cSqsonceExec, cSqsonceHTTP, cSQSConsumer}
+
+// isSqsonceGo reports whether contender runs the scripts/bench/sqsonce-go
+// program: of this tree, or of the -before revision.
+func isSqsonceGo(contender string) bool { return contender == cSqsonceGo || contender == cBefore }
 
 // The helper programs the driver builds and runs as child processes.
 const (
@@ -130,6 +144,7 @@ type options struct {
 	prefill          int
 	prefillInProcess bool
 	gogc             string // "default": GOGC unset
+	before           string // a git revision: sqsonce-go-before runs its sqsonce-go
 
 	// The latency proxy's delays.
 	latency          time.Duration
@@ -182,7 +197,7 @@ func main() {
 	flag.BoolVar(&o.dupAdjacent, "dup-adjacent", false, "duplicate run: send the copies of an operation one after another instead of all first copies first (copies then arrive together, while the first is in progress)")
 	flag.IntVar(&o.scInstancesFlag, "sqs-consumer-instances", 0, "sqs-consumer: Consumers in its process (each handles one batch of up to 10 at a time; 0: as many as hold the handlers, 2 for 16, 7 for 64)")
 	flag.StringVar(&o.scMode, "sqs-consumer-mode", "batch", "sqs-consumer: batch (handleMessageBatch, one DeleteMessageBatch per batch) or message (handleMessage, one DeleteMessage per message)")
-	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "directory for CPU profiles of the sqsonce-go runs (go tool pprof -top FILE)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "directory for CPU profiles (.prof) and allocation profiles (.allocs) of the sqsonce-go runs (go tool pprof -top FILE)")
 	flag.DurationVar(&o.runTimeout, "run-timeout", 3*time.Minute, "longest a single run may take")
 	flag.IntVar(&o.fillWorkers, "fill-workers", 8, "concurrent SendMessageBatch calls when filling a queue")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file")
@@ -193,6 +208,7 @@ func main() {
 	flag.IntVar(&o.prefill, "prefill", 0, "sqsonce-go: complete records (keys pre-<i>) in its ledger before its first receive, written by a separate process first (a worker started on a big ledger); not counted in msg/s, CPU, commits, start-up or peak RSS")
 	flag.BoolVar(&o.prefillInProcess, "prefill-in-process", false, "with -prefill: sqsonce-go writes the records itself before its first receive, so the ledger pages those writes touched stay in its peak RSS (a worker that wrote them all); their time and CPU are still left out")
 	flag.StringVar(&o.gogc, "gogc", "400", "GOGC of the Go contenders (baseline, sqsonce-go, sqsonce-exec, sqsonce-http); 400 is the sqsonce binary's default, given to all alike; default or \"\": GOGC unset, so that baseline and sqsonce-go run with Go's default (100, the library embedded in a program that sets nothing) and the binary with its own (400)")
+	flag.StringVar(&o.before, "before", "", "a git revision (a commit, a branch): sqsonce-go-before, the sqsonce-go program built from that revision, runs after sqsonce-go in every round, so that a change is compared with the code before it in one run")
 	flag.DurationVar(&o.quiet, "quiet-wait", 30*time.Second, "before each run, wait up to this long for the machine to be idle (other programs disturb the results)")
 	var ledgers, workersLedgers, ledgerConcurrency string
 	flag.StringVar(&ledgers, "ledger", strings.Join(allLedgers, ","), "ledger comparison: the ledgers sqsonce-go runs on, comma-separated, of "+strings.Join(allLedgers, ", ")+" (empty: no comparison); postgres needs SQSONCE_TEST_POSTGRES_URL, dynamodb SQSONCE_TEST_DYNAMODB_ENDPOINT")
@@ -216,6 +232,13 @@ func main() {
 	flag.IntVar(&o.consoleProfileSeconds, "console-profile-seconds", 5, "console comparison, with -cpuprofile: the worker's first seconds profiled in each measured run (through admin.pprof)")
 	flag.Parse()
 	o.contenders = splitList(contenders)
+	if o.before != "" && !contains(o.contenders, cBefore) {
+		if i := slices.Index(o.contenders, cSqsonceGo); i >= 0 {
+			o.contenders = slices.Insert(o.contenders, i+1, cBefore)
+		} else {
+			o.contenders = append(o.contenders, cBefore)
+		}
+	}
 	o.profiles = splitList(profiles)
 	for _, v := range splitList(concurrency) {
 		n, err := strconv.Atoi(v)
@@ -327,7 +350,7 @@ func (o *options) check() error {
 		return fmt.Errorf("-sqs-consumer-mode %q: want batch or message", o.scMode)
 	}
 	for _, c := range o.contenders {
-		known := false
+		known := c == cBefore && o.before != ""
 		for _, k := range allContenders {
 			known = known || c == k
 		}
@@ -519,8 +542,17 @@ func (b *bench) prepare(ctx context.Context) error {
 	if contains(build, cSqsonceHTTP) {
 		build = append(build, hWorkServer)
 	}
+	if contains(build, cPlain) && !contains(build, cBaseline) {
+		build = append(build, cBaseline) // plain is baseline -plain
+	}
 	for _, c := range build {
 		switch c {
+		case cBefore:
+			out, err := buildBefore(ctx, b.o.before, b.dir)
+			if err != nil {
+				return err
+			}
+			b.exe[c] = out
 		case cBaseline, cSqsonceGo, hLatencyProxy, hWorkServer:
 			out := filepath.Join(b.dir, c)
 			cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./scripts/bench/"+c)
@@ -563,6 +595,43 @@ func (b *bench) prepare(ctx context.Context) error {
 	}
 	b.ledgerBase = base
 	return nil
+}
+
+// buildBefore builds scripts/bench/sqsonce-go as it was at git revision
+// rev, from the tree of that revision exported under dir, and returns the
+// program's path.
+func buildBefore(ctx context.Context, rev, dir string) (string, error) {
+	src := filepath.Join(dir, "before-src")
+	if err := os.MkdirAll(src, 0o700); err != nil {
+		return "", err
+	}
+	archive := exec.CommandContext(ctx, "git", "archive", "--format=tar", rev)
+	untar := exec.CommandContext(ctx, "tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	untar.Stdin = pipe
+	archive.Stderr, untar.Stderr = os.Stderr, os.Stderr
+	if err := untar.Start(); err != nil {
+		return "", err
+	}
+	if err := archive.Run(); err != nil {
+		untar.Wait()
+		return "", fmt.Errorf("-before %s: git archive: %w", rev, err)
+	}
+	if err := untar.Wait(); err != nil {
+		return "", fmt.Errorf("-before %s: unpack: %w", rev, err)
+	}
+	out := filepath.Join(dir, cBefore)
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", out, "./scripts/bench/"+cSqsonceGo)
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("-before %s: build %s: %w", rev, cSqsonceGo, err)
+	}
+	return out, nil
 }
 
 // startHelpers starts the latency proxy for the realistic profile and

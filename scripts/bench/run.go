@@ -51,6 +51,8 @@ type result struct {
 	other      float64 // fraction of the machine's CPU used by neither the consumer, the server nor this driver
 	wall       time.Duration
 
+	mallocs       float64 // heap allocations of the process, start to exit; NaN when not counted
+	writeBytes    float64 // bytes the process sent to storage; NaN when not known
 	handlerRuns   float64
 	ranOps        float64 // distinct operations the handler ran for
 	maxRunsPerKey float64
@@ -119,6 +121,12 @@ func (r *result) line() string {
 		r.fill.Seconds(), r.startup.Milliseconds()) + "  " + s
 	if !math.IsNaN(r.commits) {
 		s += fmt.Sprintf("  commits %.0f (%.3f/msg)", r.commits, r.commits/float64(r.processed))
+	}
+	if !math.IsNaN(r.mallocs) {
+		s += fmt.Sprintf("  allocs/msg %.0f", r.mallocs/float64(r.processed))
+	}
+	if !math.IsNaN(r.writeBytes) {
+		s += fmt.Sprintf("  written %.0f B/msg", r.writeBytes/float64(r.processed))
 	}
 	if r.requests != nil {
 		s += fmt.Sprintf("  requests/1k: receive %.0f, delete %.0f, all %.0f",
@@ -189,7 +197,7 @@ func (b *bench) runOneExtra(ctx context.Context, contender string, cfg runConfig
 		return nil, err
 	}
 	r := &result{contender: contender, cfg: cfg, round: round, deliveries: deliveries, operations: ops, fill: time.Since(fillStart),
-		commits: math.NaN(), handlerRuns: math.NaN(), ranOps: math.NaN(), maxRunsPerKey: math.NaN(), ownCPU: math.NaN(), serverCPU: math.NaN(),
+		commits: math.NaN(), mallocs: math.NaN(), writeBytes: math.NaN(), handlerRuns: math.NaN(), ranOps: math.NaN(), maxRunsPerKey: math.NaN(), ownCPU: math.NaN(), serverCPU: math.NaN(),
 		proxyCPU: math.NaN(), delayMean: math.NaN(), delayP50: math.NaN(), delayP99: math.NaN(), rxRTT: math.NaN(), rxRTTp50: math.NaN(), workCPU: math.NaN()}
 	if n, err := b.queueCount(ctx, queueURL); err != nil || n != deliveries {
 		return nil, fmt.Errorf("queue holds %d messages after the fill, want %d (%v)", n, deliveries, err)
@@ -419,6 +427,12 @@ func (b *bench) runOneExtra(ctx context.Context, contender string, cfg runConfig
 		r.active = time.Duration(rep.LastNS - rep.StartNS)
 		r.latP50, r.latP99 = rep.LatP50MS, rep.LatP99MS
 		r.requests = rep.Requests
+		if rep.Mallocs > 0 {
+			r.mallocs = float64(rep.Mallocs)
+		}
+		if rep.WriteBytes > 0 {
+			r.writeBytes = float64(rep.WriteBytes)
+		}
 		if rep.Commits != nil {
 			r.commits = float64(*rep.Commits)
 			txid, err := ledgerTxID(ledgerPath)
@@ -433,7 +447,7 @@ func (b *bench) runOneExtra(ctx context.Context, contender string, cfg runConfig
 				fmt.Fprintf(b.log, "bench: %s reported %d commits, its ledger file's txid says %d\n", contender, *rep.Commits, got)
 			}
 		}
-		if contender == cSqsonceGo {
+		if isSqsonceGo(contender) {
 			r.handlerRuns = float64(rep.HandlerRuns)
 			r.stats = rep.WorkerStats
 			r.ledgerWait = rep.LedgerWait
@@ -549,17 +563,23 @@ func (b *bench) command(contender string, cfg runConfig, queueURL string, expect
 	switch contender {
 	case cBaseline:
 		return exec.Command(b.exe[contender], append(common, "-pollers", strconv.Itoa(b.o.loops(cfg)), "-deleters", strconv.Itoa(b.o.deletersOf(cfg)))...), "", nil
-	case cSqsonceGo:
+	case cPlain:
+		return exec.Command(b.exe[cBaseline], append(common, "-plain", "-pollers", strconv.Itoa(b.o.loops(cfg)))...), "", nil
+	case cSqsonceGo, cBefore:
 		args := append(common, "-ledger", ledgerPath, "-pollers", strconv.Itoa(b.o.loops(cfg)))
 		if b.o.cpuprofile != "" && round != 0 {
 			if err := os.MkdirAll(b.o.cpuprofile, 0o755); err != nil {
 				return nil, "", err
 			}
-			name := fmt.Sprintf("sqsonce-go-%s-c%d-round%d.prof", cfg.profile, cfg.concurrency, round)
+			name := fmt.Sprintf("%s-%s-c%d-round%d.prof", contender, cfg.profile, cfg.concurrency, round)
 			if round < 0 {
-				name = fmt.Sprintf("sqsonce-go-%s-c%d-dup.prof", cfg.profile, cfg.concurrency)
+				name = fmt.Sprintf("%s-%s-c%d-dup.prof", contender, cfg.profile, cfg.concurrency)
 			}
 			args = append(args, "-cpuprofile", filepath.Join(b.o.cpuprofile, name))
+			if contender == cSqsonceGo {
+				// sqsonce-go-before may come from a revision without it.
+				args = append(args, "-memprofile", filepath.Join(b.o.cpuprofile, strings.TrimSuffix(name, ".prof")+".allocs"))
+			}
 		}
 		if dup {
 			args = append(args, "-track-keys")

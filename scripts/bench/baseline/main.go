@@ -6,6 +6,11 @@
 // ledger, no keys, no message attributes. Its handler does nothing, or
 // waits -work.
 //
+// With -plain it is the plain poller instead, the stress profile's
+// ceiling: each receive loop asks for ten and hands them, as received, to a
+// goroutine that deletes them with one DeleteMessageBatch, and receives
+// again at once; no handler, no bound on the messages in hand, no ledger.
+//
 // It stops once -expect deliveries are deleted (or at SIGTERM) and prints
 // a benchkit.Report as its last line.
 package main
@@ -43,6 +48,7 @@ func main() {
 	pollerCount := flag.Int("pollers", 1, "receive loops, sharing the handler slots")
 	work := flag.Duration("work", 0, "what the handler does: wait this long per message")
 	deleters := flag.Int("deleters", 1, "delete loops, each sending one DeleteMessageBatch at a time")
+	plain := flag.Bool("plain", false, "the plain poller: receive ten, delete them in one DeleteMessageBatch while receiving again; no handler, no slots (-concurrency, -work and -deleters do not apply)")
 	flag.Parse()
 	err := f.Check()
 	if err == nil && (*pollerCount < 1 || *deleters < 1 || *work < 0) {
@@ -54,6 +60,10 @@ func main() {
 	}
 	client, reqs := benchkit.NewClient(f.Endpoint)
 	rec := benchkit.NewRecorder(f.Expect)
+	if *plain {
+		runPlain(client, reqs, rec, f.QueueURL, *wait, *pollerCount)
+		return
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -188,5 +198,84 @@ func deleteLoop(client *sqs.Client, queueURL string, deletes <-chan item, rec *b
 		if len(sent) > 0 {
 			rec.Finish(sent...)
 		}
+	}
+}
+
+// runPlain is the plain poller: pollers receive loops, each receiving ten
+// and deleting them with one DeleteMessageBatch in a goroutine of its own
+// while it receives the next ten.
+func runPlain(client *sqs.Client, reqs *benchkit.Requests, rec *benchkit.Recorder, queueURL string, wait, pollers int) {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() {
+		select {
+		case <-rec.Done():
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+	rep := benchkit.Report{Contender: "plain"}
+	var firstReceive atomic.Int64
+	var loops, deletes sync.WaitGroup
+	for range pollers {
+		loops.Go(func() {
+			failures := 0
+			for ctx.Err() == nil {
+				firstReceive.CompareAndSwap(0, time.Now().UnixNano())
+				out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+					QueueUrl:            &queueURL,
+					MaxNumberOfMessages: maxBatch,
+					WaitTimeSeconds:     int32(wait),
+				})
+				if err != nil {
+					if ctx.Err() != nil {
+						break
+					}
+					failures++
+					fmt.Fprintln(os.Stderr, "plain: receive:", err)
+					time.Sleep(min(time.Duration(failures)*100*time.Millisecond, 2*time.Second))
+					continue
+				}
+				failures = 0
+				if len(out.Messages) == 0 {
+					continue
+				}
+				deletes.Go(func() { deleteAll(client, queueURL, out.Messages, rec) })
+			}
+		})
+	}
+	loops.Wait()
+	rep.StartNS = firstReceive.Load()
+	deletes.Wait()
+	rec.Fill(&rep)
+	rep.Requests = reqs.Counts()
+	rep.Print()
+}
+
+// deleteAll deletes one receive's messages with one DeleteMessageBatch.
+func deleteAll(client *sqs.Client, queueURL string, msgs []types.Message, rec *benchkit.Recorder) {
+	entries := make([]types.DeleteMessageBatchRequestEntry, len(msgs))
+	for i, m := range msgs {
+		entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle}
+	}
+	out, err := client.DeleteMessageBatch(context.Background(), &sqs.DeleteMessageBatchInput{QueueUrl: &queueURL, Entries: entries})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "plain: delete:", err)
+		return
+	}
+	sent := make([]int64, 0, len(out.Successful))
+	for _, s := range out.Successful {
+		i, _ := strconv.Atoi(aws.ToString(s.Id))
+		v, ok := benchkit.SentMillis(aws.ToString(msgs[i].Body))
+		if !ok {
+			v = -1
+		}
+		sent = append(sent, v)
+	}
+	for _, fl := range out.Failed {
+		fmt.Fprintln(os.Stderr, "plain: delete failed:", aws.ToString(fl.Code), aws.ToString(fl.Message))
+	}
+	if len(sent) > 0 {
+		rec.Finish(sent...)
 	}
 }

@@ -50,6 +50,7 @@ func main() {
 	latencies := flag.Bool("latencies", false, "put every delivery's latency in the report (the driver takes quantiles over several processes)")
 	pollers := flag.Int("pollers", 1, "receive loops")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	memprofile := flag.String("memprofile", "", "write a profile of the run's heap allocations to this file (go tool pprof -sample_index=alloc_objects)")
 	trackKeys := flag.Bool("track-keys", false, "count handler runs per operation key (for the duplicate run)")
 	prefill := flag.Int("prefill", 0, "complete records (keys pre-<i>) to write to the ledger before the first receive")
 	prefillOnly := flag.Bool("prefill-only", false, "write the -prefill records, print a report of that and exit")
@@ -90,6 +91,25 @@ func main() {
 		pprof.StopCPUProfile()
 		fail(1, err)
 	}
+	if *memprofile != "" {
+		if err := writeHeapProfile(*memprofile); err != nil {
+			fail(1, err)
+		}
+	}
+}
+
+// writeHeapProfile writes the allocations made since the start (the
+// "allocs" profile) to path.
+func writeHeapProfile(path string) error {
+	pf, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(pf, 0); err != nil {
+		pf.Close()
+		return err
+	}
+	return pf.Close()
 }
 
 func fail(code int, err error) {

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,14 @@ type Report struct {
 	// for, so that the driver can take quantiles over several processes.
 	LatMS []float64 `json:"lat_ms,omitempty"`
 
+	// Mallocs is the heap allocations the process made, from start to
+	// exit (runtime.MemStats.Mallocs); 0 when not counted.
+	Mallocs uint64 `json:"mallocs,omitempty"`
+	// WriteBytes is what the process sent to storage, from start to exit
+	// (write_bytes of /proc/self/io: the ledger file's pages); 0 when not
+	// known.
+	WriteBytes int64 `json:"write_bytes,omitempty"`
+
 	// Only the sqsonce contender fills these.
 	Commits       *uint64          `json:"commits,omitempty"`
 	HandlerRuns   int64            `json:"handler_runs,omitempty"`
@@ -80,14 +89,35 @@ type Report struct {
 	PrefillNS      int64   `json:"prefill_ns,omitempty"`
 }
 
-// Print writes r as one JSON line to stdout.
+// Print writes r as one JSON line to stdout, with the process's heap
+// allocations so far.
 func (r *Report) Print() {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.Mallocs = ms.Mallocs
+	r.WriteBytes = writeBytes()
 	b, err := json.Marshal(r)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "report:", err)
 		os.Exit(1)
 	}
 	os.Stdout.Write(append(b, '\n'))
+}
+
+// writeBytes returns the bytes this process has sent to storage, from
+// /proc/self/io, or 0.
+func writeBytes() int64 {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "write_bytes: "); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // Flags are the flags every Go contender takes.
