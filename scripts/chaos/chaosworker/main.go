@@ -730,7 +730,7 @@ func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
 				Err: fmt.Sprintf("%s: %v", event.HandlerPanicked, p),
 			}
 			if tp, ok := p.(txPanic); ok && e.sessions != nil {
-				ev.Session = e.sessions.state(tp.pid)
+				ev.Session = e.sessions.state(tp.pid, tp.started)
 			}
 			ev.T = time.Now().UnixNano()
 			e.log(ev)
@@ -781,18 +781,24 @@ type sessionWatch struct {
 	conn *pgx.Conn
 }
 
-// state returns the state of the session of server process pid in
-// pg_stat_activity, event.SessionGone when there is none, or
-// event.SessionUnknown and why. A session inside a transaction is looked
+// state returns the state of the transaction that server process pid
+// started at started, from pg_stat_activity: the session's state while
+// that transaction is its current one, sessionMovedOn once the session is
+// in no transaction or in a later one (the pool gave the connection to
+// another attempt), event.SessionGone when there is no such session, or
+// event.SessionUnknown and why. A session inside the transaction is looked
 // at again for up to 3 s: a connection that its client has just closed
 // (one whose rollback failed) ends as soon as the server reads the end of
 // the stream, a transaction that nothing ends stays.
-func (s *sessionWatch) state(pid uint32) string {
+func (s *sessionWatch) state(pid uint32, started time.Time) string {
+	if started.IsZero() {
+		return event.SessionUnknown + ": the transaction's start could not be read"
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		st := s.read(pid)
+		st := s.read(pid, started)
 		if !strings.HasPrefix(st, "idle in transaction") || time.Now().After(deadline) {
 			return st
 		}
@@ -811,15 +817,19 @@ func (s *sessionWatch) close() {
 
 // read reads the state once, on a new connection when the one it has
 // fails (the campaign's proxy cuts connections).
-func (s *sessionWatch) read(pid uint32) string {
-	st := s.readOn(pid)
+func (s *sessionWatch) read(pid uint32, started time.Time) string {
+	st := s.readOn(pid, started)
 	if strings.HasPrefix(st, event.SessionUnknown) {
-		st = s.readOn(pid)
+		st = s.readOn(pid, started)
 	}
 	return st
 }
 
-func (s *sessionWatch) readOn(pid uint32) string {
+// sessionMovedOn is the state of a session that is no longer inside the
+// transaction looked for.
+const sessionMovedOn = "out of that transaction"
+
+func (s *sessionWatch) readOn(pid uint32, started time.Time) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if s.conn == nil {
@@ -833,7 +843,8 @@ func (s *sessionWatch) readOn(pid uint32) string {
 		}
 	}
 	var st *string
-	err := s.conn.QueryRow(ctx, `SELECT state FROM pg_stat_activity WHERE pid = $1`, int64(pid)).Scan(&st)
+	var xactStart *time.Time
+	err := s.conn.QueryRow(ctx, `SELECT state, xact_start FROM pg_stat_activity WHERE pid = $1`, int64(pid)).Scan(&st, &xactStart)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return event.SessionGone
@@ -843,6 +854,8 @@ func (s *sessionWatch) readOn(pid uint32) string {
 		return event.SessionUnknown + ": " + err.Error()
 	case st == nil:
 		return event.SessionUnknown + ": no state"
+	case xactStart == nil || !xactStart.Equal(started):
+		return sessionMovedOn
 	}
 	return *st
 }
@@ -924,8 +937,16 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 		}
 	}
 	if t.draw(t.panicShare) {
+		// The transaction's start (now() is the start of the current
+		// transaction) tells it apart from a later one on the same
+		// session: once this one is rolled back, the pool may hand the
+		// connection to another attempt at once.
+		var started time.Time
+		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&started); err != nil {
+			started = time.Time{}
+		}
 		t.log(event.WorkerEvent{Ev: event.EvPanic, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
-		panic(txPanic{key: m.Key, seq: seq, run: t.run, pid: tx.Conn().PgConn().PID()})
+		panic(txPanic{key: m.Key, seq: seq, run: t.run, pid: tx.Conn().PgConn().PID(), started: started})
 	}
 	var b txBody
 	_ = json.Unmarshal(m.Body, &b)
@@ -951,10 +972,11 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 // txPanic is the value of a transactional handler's planned panic: pid is
 // the server process of its transaction's session.
 type txPanic struct {
-	key string
-	seq int64
-	run int
-	pid uint32
+	key     string
+	seq     int64
+	run     int
+	pid     uint32
+	started time.Time // the transaction's start, by the server's clock; zero when unread
 }
 
 func (p txPanic) String() string {
