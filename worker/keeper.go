@@ -33,6 +33,13 @@ import (
 // claim owns the operation. A message whose claim was lost never starts,
 // and one whose lease may lapse before the next beat is confirmed first
 // (see startable).
+//
+// On a FIFO queue it knows, too, until when each message stays out of
+// sight for sure, and whether SQS refused a change of its visibility for
+// the caller's fault: then the receipt handle no longer holds the message
+// (its visibility lapsed, and it was received again or moved to the
+// dead-letter queue by SQS's redrive), its turn in its group has passed to
+// whoever holds it now, and, if it has not started, it never does.
 type keeper struct {
 	w     *Worker
 	every time.Duration
@@ -57,10 +64,16 @@ type kept struct {
 	leased     bool      // claimed here: its lease is extended
 	leaseUntil time.Time // the lease holds until then at least (monotonic)
 	lost       bool      // the ledger said another claim owns the operation, or it is gone
-	waiting    bool      // not started, and would be given back at a stop
-	behind     bool      // waiting behind a message of its FIFO group
-	givenBack  bool
-	cancel     context.CancelCauseFunc // cuts the running attempt off when the claim is lost
+	// visibleUntil: the message stays out of sight until then at least
+	// (monotonic, timed from the start of the call that set it).
+	visibleUntil time.Time
+	// receiptGone: SQS refused a change of its visibility for the
+	// caller's fault (see keeper).
+	receiptGone bool
+	waiting     bool // not started, and would be given back at a stop
+	behind      bool // waiting behind a message of its FIFO group
+	givenBack   bool
+	cancel      context.CancelCauseFunc // cuts the running attempt off when the claim is lost
 }
 
 // keepBatch starts keeping js, received at received.
@@ -69,6 +82,7 @@ func (w *Worker) keepBatch(received time.Time, js []*job) *keeper {
 	for _, j := range js {
 		j.keep = k
 		j.kept.member = true
+		j.kept.visibleUntil = received.Add(w.cfg.VisibilityTimeout)
 	}
 	k.mu.Lock()
 	k.due = received.Add(k.every)
@@ -203,6 +217,11 @@ func (k *keeper) giveBack(js []*job, all bool, wait time.Duration) {
 // starts only when that succeeds: work that starts on a lapsed lease may
 // run beside a takeover.
 func (k *keeper) startable(ctx context.Context, j *job) (ok bool, err error) {
+	if k.w.queue.fifo {
+		if ok, err := k.inSight(ctx, j); !ok {
+			return false, err
+		}
+	}
 	k.mu.Lock()
 	lost, left := j.kept.lost, time.Until(j.kept.leaseUntil)
 	k.mu.Unlock()
@@ -229,6 +248,53 @@ func (k *keeper) startable(ctx context.Context, j *job) (ok bool, err error) {
 	return false, errs[0]
 }
 
+// errReceiptGone says that SQS refused to change a message's visibility
+// for the caller's fault: the receipt handle no longer holds the message.
+var errReceiptGone = errors.New("the message's receipt handle no longer holds it: its visibility lapsed, and it was received again or moved to the dead-letter queue")
+
+// inSight decides whether FIFO message j still holds its turn in its
+// group: SQS has not refused a change of its visibility, and it stays out
+// of sight for at least another beat interval. A visibility that may lapse
+// before the next beat could extend it (a beat or two failed) is extended
+// first, and the work starts only when that succeeds; a message whose
+// visibility lapsed may be received by another worker, or moved to the
+// dead-letter queue, and the messages of its group behind it then run
+// elsewhere, before it.
+func (k *keeper) inSight(ctx context.Context, j *job) (bool, error) {
+	k.mu.Lock()
+	gone, left := j.kept.receiptGone, time.Until(j.kept.visibleUntil)
+	k.mu.Unlock()
+	if gone {
+		return false, errReceiptGone
+	}
+	if left > k.every {
+		return true, nil
+	}
+	start := time.Now()
+	vctx, cancel := context.WithTimeout(ctx, k.every)
+	again, refused := k.w.changeVisibilityOf(vctx, []types.Message{j.msg}, k.w.cfg.VisibilityTimeout)
+	cancel()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch {
+	case len(refused) > 0:
+		j.kept.receiptGone = true
+		return false, errReceiptGone
+	case len(again) > 0:
+		return false, errors.New("could not confirm that the message is still out of sight")
+	}
+	j.kept.visibleUntil = start.Add(k.w.cfg.VisibilityTimeout)
+	return !j.kept.receiptGone, nil
+}
+
+// receiptGone reports whether SQS refused a change of j's visibility for
+// the caller's fault.
+func (k *keeper) receiptGone(j *job) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return j.kept.receiptGone
+}
+
 // claimLost reports whether a ledger error about a claim says that it is
 // no longer this claim's: another owns the operation, or it is gone or
 // settled.
@@ -244,6 +310,7 @@ func (k *keeper) fire() {
 	}
 	run := &beatRun{jobs: make(map[*job]bool, len(k.jobs)), done: make(chan struct{})}
 	msgs := make([]types.Message, 0, len(k.jobs))
+	beatJobs := make([]*job, 0, len(k.jobs)) // the job of each of msgs
 	var leased []*job
 	var refs []ledger.ClaimRef
 	behind := false
@@ -251,6 +318,7 @@ func (k *keeper) fire() {
 		run.jobs[j] = true
 		behind = behind || j.kept.behind
 		msgs = append(msgs, j.msg)
+		beatJobs = append(beatJobs, j)
 		if j.kept.leased && !j.kept.lost {
 			leased = append(leased, j)
 			refs = append(refs, ledger.ClaimRef{Key: j.key.key, Owner: j.owner})
@@ -265,9 +333,9 @@ func (k *keeper) fire() {
 	start := time.Now()
 	bctx, cancel := context.WithTimeout(context.Background(), k.every)
 	var errs []error
-	var unchanged []types.Message
+	var unchanged, refused []int
 	var calls sync.WaitGroup
-	calls.Go(func() { unchanged = w.changeVisibility(bctx, msgs, w.cfg.VisibilityTimeout) })
+	calls.Go(func() { unchanged, refused = w.changeVisibilityOf(bctx, msgs, w.cfg.VisibilityTimeout) })
 	if len(refs) > 0 {
 		calls.Go(func() { errs = w.ledger.ExtendBatch(bctx, refs, w.cfg.VisibilityTimeout) })
 	}
@@ -278,9 +346,25 @@ func (k *keeper) fire() {
 	k.mu.Lock()
 	k.beat = nil
 	close(run.done)
-	w.stats.heartbeats.Add(int64(len(msgs) - len(unchanged)))
+	w.stats.heartbeats.Add(int64(len(msgs) - len(unchanged) - len(refused)))
 	if len(unchanged) > 0 {
 		w.log.Warn("heartbeat: extending the visibility of kept messages failed: the next beat tries again", "messages", len(unchanged))
+	}
+	changed := make([]bool, len(msgs))
+	for i := range changed {
+		changed[i] = true
+	}
+	for _, i := range unchanged {
+		changed[i] = false
+	}
+	for _, i := range refused {
+		changed[i] = false
+		beatJobs[i].kept.receiptGone = true
+	}
+	for i, j := range beatJobs {
+		if changed[i] {
+			j.kept.visibleUntil = start.Add(w.cfg.VisibilityTimeout)
+		}
 	}
 	if behind {
 		w.stats.groupWaitBeats.Add(1)

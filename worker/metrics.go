@@ -149,6 +149,7 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		counter("group_waited_total", "FIFO messages received behind another of their group, that waited for it to settle.", c.groupWaited.Load, nil),
 		counter("group_wait_beats_total", "Heartbeat beats that kept FIFO messages waiting behind another of their group.", c.groupWaitBeats.Load, nil),
 		counter("stale_claims_reclaimed_total", "Claims of this process that no handler here worked on (their failure or release could not be recorded), released and claimed again.", c.staleReclaimed.Load, nil),
+		counter("receipts_lost_total", "FIFO messages that did not start because SQS no longer took their receipt handle: their visibility lapsed while they waited, and they were received again or moved to the dead-letter queue.", c.receiptLost.Load, nil),
 		counter("s3_payloads_read_total", "Payloads read from S3 for messages that point there.", c.payloadsRead.Load, nil),
 		counter("s3_payload_failures_total", "Pointer messages whose payload could not be read, by class.", c.payloadsRetried.Load, prometheus.Labels{"class": "retryable"}),
 		counter("s3_payload_failures_total", "Pointer messages whose payload could not be read, by class.", c.payloadsRejected.Load, prometheus.Labels{"class": "permanent"}),

@@ -298,9 +298,30 @@ const visibilityAttempts = 4
 // failed, and entries that SQS failed on its side; an entry refused for the
 // caller's fault (a receipt handle no longer valid) is not.
 func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, d time.Duration) (again []types.Message) {
+	retry, _ := w.changeVisibilityOf(parent, msgs, d)
+	for _, i := range retry {
+		again = append(again, msgs[i])
+	}
+	return again
+}
+
+// changeVisibilityOf is changeVisibility, which it serves, answering with
+// indexes into msgs: again, the changes that may succeed if tried again,
+// and refused, those that SQS refused for the caller's fault. A refused
+// change mostly means that the receipt handle no longer holds the message:
+// its visibility lapsed and it was received again (by this worker or
+// another), or SQS moved it to the dead-letter queue, or it is visible
+// again, to be received by anyone.
+func (w *Worker) changeVisibilityOf(parent context.Context, msgs []types.Message, d time.Duration) (again, refused []int) {
 	secs := int32(min(max((d+time.Second-1)/time.Second, 0), MaxVisibility/time.Second))
-	for start := 0; start < len(msgs) && parent.Err() == nil; start += MaxMessagesPerReceive {
+	for start := 0; start < len(msgs); start += MaxMessagesPerReceive {
 		chunk := msgs[start:min(start+MaxMessagesPerReceive, len(msgs))]
+		if parent.Err() != nil {
+			for i := range chunk {
+				again = append(again, start+i)
+			}
+			continue
+		}
 		entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(chunk))
 		for i, m := range chunk {
 			entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
@@ -319,20 +340,26 @@ func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, 
 			if parent.Err() == nil {
 				w.log.Debug("changing visibility failed", "error", err, "messages", len(chunk))
 			}
-			again = append(again, chunk...)
+			for i := range chunk {
+				again = append(again, start+i)
+			}
 			continue
 		}
 		for _, f := range out.Failed {
-			if !f.SenderFault {
-				if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && i >= 0 && i < len(chunk) {
-					again = append(again, chunk[i])
-					continue
-				}
+			i, err := strconv.Atoi(aws.ToString(f.Id))
+			if err != nil || i < 0 || i >= len(chunk) {
+				w.log.Warn("could not change visibility of a message: SQS named an entry that was not asked", "id", aws.ToString(f.Id), "code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
+				continue
 			}
-			w.log.Warn("could not change visibility of a message", "code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
+			if !f.SenderFault {
+				again = append(again, start+i)
+				continue
+			}
+			refused = append(refused, start+i)
+			w.log.Warn("could not change visibility of a message", "message_id", aws.ToString(chunk[i].MessageId), "code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
 		}
 	}
-	return again
+	return again, refused
 }
 
 // Attributes the worker adds to a message it moves to the dead-letter queue.

@@ -683,3 +683,77 @@ func TestWorker_FIFOCopyBehindItsOriginal(t *testing.T) {
 		t.Fatalf("ran %d times; stats %+v: want the copy deleted as a duplicate, no stale claim", b.runs.count("x"), s)
 	}
 }
+
+// A FIFO message that waits behind a running one of its group, and whose
+// visibility lapses meanwhile (the beats' visibility changes fail), may be
+// received again elsewhere, or moved to the dead-letter queue by SQS; the
+// messages behind it may then run there, before it. Its turn has passed: once
+// SQS no longer takes its receipt handle, it must not start here, and the
+// rest of its group behind it neither; its claim is released.
+func TestWorker_FIFOWaitingReceivedElsewhere(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{fifo: true, maxReceive: 10})
+	// SQS out of the worker's reach for a while: its beats fail, and so
+	// do its receives, while another consumer receives the group.
+	var cutOff atomic.Bool
+	tr := awsfault.New(loopback.Transport(), sqstest.SQSErrors, func(op string) awsfault.Kind {
+		if (op == "ChangeMessageVisibilityBatch" || op == "ReceiveMessage") && cutOff.Load() {
+			return awsfault.ServerError
+		}
+		return ""
+	})
+	client := sqstest.NewClient(t, tr)
+	cfg := b.config()
+	cfg.Concurrency = 1
+	b.sendGroup("g", `{"id":"long"}`, `{"id":"w1"}`, `{"id":"w2"}`) // one receive brings all three
+	started, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(let) // before the stop that startOn registered
+	_, stop := b.startOn(cfg, client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		if m.Key == "long" {
+			close(started)
+			<-release
+		}
+		return nil
+	}))
+	<-started
+	cutOff.Store(true)
+	// Another consumer receives the group once its visibility lapsed, and
+	// handles it (deletes each message): the worker's receipt handles no
+	// longer hold the messages. (SQS may hand out one message of a group
+	// per receive, the next once it is deleted.)
+	var got []string
+	waitUntil(t, "another consumer to receive the group", 20*time.Second, func() bool {
+		out, err := b.client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: &b.queue.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			got = append(got, aws.ToString(m.Body))
+			if _, err := b.client.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &b.queue.URL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return len(got) == 3
+	})
+	cutOff.Store(false)
+	let()
+	waitUntil(t, "the long one to complete", 10*time.Second, func() bool {
+		rec, err := b.db.Get(context.Background(), "long")
+		return err == nil && rec.State == ledger.StateComplete
+	})
+	time.Sleep(2 * cfg.VisibilityTimeout) // the waiting ones have had their turn
+	s := stop()
+	if n1, n2 := b.runs.count("w1"), b.runs.count("w2"); n1 != 0 || n2 != 0 || s.ReceiptLost != 1 {
+		t.Fatalf("the messages behind, received elsewhere, ran here %d and %d times, want 0; stats %+v", n1, n2, s)
+	}
+	for _, key := range []string{"w1", "w2"} {
+		if rec, err := b.db.Get(context.Background(), key); err == nil && rec.State == ledger.StateInProgress {
+			t.Fatalf("%s: the claim was kept: %+v", key, rec)
+		}
+	}
+}

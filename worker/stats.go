@@ -26,6 +26,7 @@ type Stats struct {
 	GroupWaited         int64 // FIFO messages received behind another of their group, that waited for it to settle
 	GroupWaitBeats      int64 // beats that kept FIFO messages waiting behind another of their group
 	StaleReclaimed      int64 // claims of this process that it was not working on (their failure or release unrecorded), released and claimed again
+	ReceiptLost         int64 // FIFO messages not started because SQS no longer took their receipt handle (their visibility lapsed while they waited)
 	ClaimFailures       int64 // batches whose claims the ledger could not record (given back)
 	PayloadsRead        int64 // payloads read from S3 (pointer messages)
 	PayloadsRetried     int64 // pointer messages whose payload could not be read for now (a timeout, throttling, S3's 5xx): left for a retry
@@ -37,7 +38,7 @@ type Stats struct {
 type counters struct {
 	received, claimed, completed, duplicates, redeliveredFailed, inProgressElsewhere, retried,
 	failedPermanently, deadLettered, keyless, conflicts, unreadable, givenBack, takeovers,
-	leaseLost, completeFailed, deleted, deleteFailed, heartbeats, groupWaited, groupWaitBeats, staleReclaimed, claimFailures,
+	leaseLost, completeFailed, deleted, deleteFailed, heartbeats, groupWaited, groupWaitBeats, staleReclaimed, receiptLost, claimFailures,
 	payloadsRead, payloadsRetried, payloadsRejected, objectsDeleted, objectDeleteFailed atomic.Int64
 }
 
@@ -52,7 +53,7 @@ func (w *Worker) Stats() Stats {
 		GivenBack: c.givenBack.Load(), Takeovers: c.takeovers.Load(), LeaseLost: c.leaseLost.Load(),
 		CompleteFailed: c.completeFailed.Load(), Deleted: c.deleted.Load(),
 		DeleteFailed: c.deleteFailed.Load(), Heartbeats: c.heartbeats.Load(), ClaimFailures: c.claimFailures.Load(),
-		GroupWaited: c.groupWaited.Load(), GroupWaitBeats: c.groupWaitBeats.Load(), StaleReclaimed: c.staleReclaimed.Load(),
+		GroupWaited: c.groupWaited.Load(), GroupWaitBeats: c.groupWaitBeats.Load(), StaleReclaimed: c.staleReclaimed.Load(), ReceiptLost: c.receiptLost.Load(),
 		PayloadsRead: c.payloadsRead.Load(), PayloadsRetried: c.payloadsRetried.Load(), PayloadsRejected: c.payloadsRejected.Load(),
 		ObjectsDeleted: c.objectsDeleted.Load(), ObjectDeleteFailed: c.objectDeleteFailed.Load(),
 	}
@@ -66,7 +67,7 @@ func (s Stats) logAttrs() []any {
 		"dead_lettered", s.DeadLettered, "keyless", s.Keyless, "conflicts", s.Conflicts, "unreadable", s.Unreadable,
 		"given_back", s.GivenBack, "takeovers", s.Takeovers, "lease_lost", s.LeaseLost,
 		"complete_failed", s.CompleteFailed, "deleted", s.Deleted, "delete_failed", s.DeleteFailed, "claim_failures", s.ClaimFailures,
-		"heartbeats", s.Heartbeats, "group_waited", s.GroupWaited, "group_wait_beats", s.GroupWaitBeats, "stale_reclaimed", s.StaleReclaimed,
+		"heartbeats", s.Heartbeats, "group_waited", s.GroupWaited, "group_wait_beats", s.GroupWaitBeats, "stale_reclaimed", s.StaleReclaimed, "receipt_lost", s.ReceiptLost,
 		"payloads_read", s.PayloadsRead, "payloads_retried", s.PayloadsRetried, "payloads_rejected", s.PayloadsRejected,
 		"objects_deleted", s.ObjectsDeleted, "object_delete_failed", s.ObjectDeleteFailed,
 	}

@@ -644,7 +644,9 @@ func (w *Worker) giveBack(js []*job, wait time.Duration) {
 			refs = append(refs, ledger.ClaimRef{Key: j.key.key, Owner: j.owner})
 			claimed = append(claimed, j)
 		}
-		msgs = append(msgs, j.msg)
+		if j.keep == nil || !j.keep.receiptGone(j) { // else the receipt no longer holds it
+			msgs = append(msgs, j.msg)
+		}
 	}
 	if len(refs) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), w.claimTimeout())
@@ -942,6 +944,16 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		<-w.handlers
 		if errors.Is(err, errLeaseLost) || errors.Is(context.Cause(leaseCtx), errLeaseLost) {
 			return lost(errLeaseLost)
+		}
+		if errors.Is(err, errReceiptGone) {
+			// Its turn in the group has passed to whoever holds the
+			// message now (another receive, or the dead-letter queue):
+			// run here, it could follow messages of its group that ran
+			// there. Its claim is released for that holder.
+			w.stats.receiptLost.Add(1)
+			log.Warn("the message's visibility lapsed while it waited and SQS no longer takes its receipt handle (it was received again, or moved to the dead-letter queue): not starting it here, and releasing its claim", "error", err)
+			j.keep.giveBack([]*job{j}, false, 0)
+			return false
 		}
 		log.Warn("could not confirm the claim's lease before starting the work: giving the message back for later", "error", err, "retry_in", w.cfg.MinBackoff)
 		j.keep.giveBack([]*job{j}, false, w.cfg.MinBackoff)

@@ -599,8 +599,8 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 		r.Stats.Received, r.Stats.Claimed, r.Stats.Completed, r.Stats.Duplicates, r.Stats.Conflicts, r.Stats.RedeliveredFailed, r.Stats.DeadLettered, r.Stats.GivenBack, r.Stats.Takeovers))
 	row("  waiting behind a running message of their group", fmt.Sprintf("%d messages received behind another of their group (GroupWaited), kept out of sight and their claims alive by %d beats (GroupWaitBeats)",
 		r.Stats.GroupWaited, r.Stats.GroupWaitBeats))
-	row("  claims lost and reclaimed", fmt.Sprintf("%d claims taken over from a worker still alive before it started their work; %d records of operations waiting in a worker's hands forgotten (sqsonce ledger forget; %d started before the worker learnt it); %d attempts whose claim was lost, before their work started or while it ran (LeaseLost); %d stale claims of the worker's own released and claimed again (StaleReclaimed); %d completions refused, the claim another's or gone",
-		r.TakenUnstarted, r.Forgets, r.Unknowing, r.Stats.LeaseLost, r.Stats.StaleReclaimed, r.NotOwnerCompletes))
+	row("  claims lost and reclaimed", fmt.Sprintf("%d claims taken over from a worker still alive before it started their work; %d records of operations waiting in a worker's hands forgotten (sqsonce ledger forget; %d started before the worker learnt it); %d attempts whose claim was lost, before their work started or while it ran (LeaseLost); %d stale claims of the worker's own released and claimed again (StaleReclaimed); %d waiting messages not started because SQS no longer took their receipt handle, their visibility lapsed (ReceiptLost); %d completions refused, the claim another's or gone",
+		r.TakenUnstarted, r.Forgets, r.Unknowing, r.Stats.LeaseLost, r.Stats.StaleReclaimed, r.Stats.ReceiptLost, r.NotOwnerCompletes))
 	for _, rr := range r.Rounds {
 		fixed := ""
 		if rr.Fixed {

@@ -212,6 +212,7 @@ type fifoJSON struct {
 	GroupWaitBeats    int64 `json:"group_wait_beats"`
 	LeaseLost         int64 `json:"lease_lost"`
 	StaleReclaimed    int64 `json:"stale_reclaimed"`
+	ReceiptLost       int64 `json:"receipt_lost"`
 	Takeovers         int64 `json:"takeovers"`
 	AfterLoss         int   `json:"handler_calls_after_claim_lost"`
 	TakenUnstarted    int   `json:"claims_taken_over_unstarted"`
@@ -226,7 +227,7 @@ func fifoJSONOf(f *fifoReport) *fifoJSON {
 	return &fifoJSON{Sent: f.Sent, Dropped: f.Dropped, Done: f.Done, InDLQ: f.InDLQ, InQueue: f.InQueue, Lost: f.Lost, LostBy: f.LostBy,
 		OrderChecked: f.OrderChecked, OrderViolations: f.OrderViolations, Executions: f.Executions, Effects: f.Effects, Replays: f.Rounds,
 		Bursts: f.Bursts, GroupWaited: f.Stats.GroupWaited, GroupWaitBeats: f.Stats.GroupWaitBeats, LeaseLost: f.Stats.LeaseLost,
-		StaleReclaimed: f.Stats.StaleReclaimed, Takeovers: f.Stats.Takeovers, AfterLoss: f.AfterLoss, TakenUnstarted: f.TakenUnstarted, Forgets: f.Forgets,
+		StaleReclaimed: f.Stats.StaleReclaimed, ReceiptLost: f.Stats.ReceiptLost, Takeovers: f.Stats.Takeovers, AfterLoss: f.AfterLoss, TakenUnstarted: f.TakenUnstarted, Forgets: f.Forgets,
 		DLQShouldComplete: f.DLQShouldComplete, DLQRedriven: f.DLQRedriven, NotOwnerCompletes: f.NotOwnerCompletes}
 }
 
