@@ -74,6 +74,8 @@ func TestAccount(t *testing.T) {
 		{"its payload applied", a, "complete", hash8(o.bodies[0]), false, false, false, whereDone},
 		{"applied, and a copy in the dead-letter queue", a, "complete", hash8(o.bodies[0]), false, true, false, whereDone},
 		{"applied but the key not complete", a, "failed", hash8(o.bodies[0]), false, false, false, whereLost},
+		{"applied, completed, then its record forgotten", a, stateForgottenDone, hash8(o.bodies[0]), false, false, false, whereDone},
+		{"applied, its record absent", a, "absent", hash8(o.bodies[0]), false, false, false, whereLost},
 		{"the conflicting payload of a completed key", b, "complete", hash8(o.bodies[0]), false, false, false, whereLost},
 		{"the conflicting payload, dead-lettered", b, "complete", hash8(o.bodies[0]), false, true, false, whereDLQ},
 		{"still in the queue", b, "failed", "", true, true, false, whereQueue},
@@ -88,6 +90,28 @@ func TestAccount(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// A record the campaign forgot counts as done only when a worker had
+// recorded the operation complete before the forget ended.
+func TestCompletedThenForgotten(t *testing.T) {
+	at := time.Unix(100, 0)
+	c := &campaign{forgets: []forgetRec{{Key: "f-1", T: at.Add(-time.Second), End: at}}}
+	for _, tc := range []struct {
+		name     string
+		key      string
+		complete map[string][]int64
+		want     bool
+	}{
+		{"completed before the forget ended", "f-1", map[string][]int64{"f-1": {at.Add(-500 * time.Millisecond).UnixNano()}}, true},
+		{"completed only after it", "f-1", map[string][]int64{"f-1": {at.Add(time.Second).UnixNano()}}, false},
+		{"never completed", "f-1", nil, false},
+		{"not forgotten", "f-2", map[string][]int64{"f-2": {at.Add(-time.Minute).UnixNano()}}, false},
+	} {
+		if got := c.completedThenForgotten(tc.key, tc.complete); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 

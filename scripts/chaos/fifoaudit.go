@@ -201,6 +201,16 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	}
 	defer db.Close()
 	states := map[string]string{}
+	completed := map[string][]int64{} // key -> when workers recorded it complete
+	for _, ev := range rl.hist.events {
+		for key, es := range ev.complete {
+			for _, e := range es {
+				if e.Err == "" {
+					completed[key] = append(completed[key], e.T)
+				}
+			}
+		}
+	}
 	for _, o := range ops {
 		if o.class == fifoKeyless {
 			continue
@@ -215,6 +225,8 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 			}
 		case !errors.Is(gerr, ledger.ErrNotFound):
 			return nil, gerr
+		case c.completedThenForgotten(o.id, completed):
+			state = stateForgottenDone
 		}
 		states[o.id] = state
 		if r.Outcomes[o.class] == nil {
@@ -350,6 +362,10 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	return r, nil
 }
 
+// stateForgottenDone is the final state of a key whose record the campaign
+// forgot after a worker had recorded it complete (completedThenForgotten).
+const stateForgottenDone = "complete, then forgotten by the campaign"
+
 // Where a message the FIFO campaign sent is at the end.
 const (
 	whereDropped = "dropped at the send" // SQS deduplicated the send: nothing was enqueued
@@ -369,7 +385,7 @@ func account(s *fifoSend, state, applied string, inQueue, inDLQ bool) string {
 	switch {
 	case s.dropped:
 		return whereDropped
-	case s.op.class != fifoKeyless && state == "complete" && applied == hash8(s.body()):
+	case s.op.class != fifoKeyless && (state == "complete" || state == stateForgottenDone) && applied == hash8(s.body()):
 		return whereDone
 	case inQueue:
 		return whereQueue

@@ -24,6 +24,8 @@ type forgetRec struct {
 	// Waited is how long the run had held the claim, not started, when
 	// the command ran.
 	Waited time.Duration
+	// End is when the command had finished: the record was gone then.
+	End time.Time
 }
 
 // forgetWaitingFor bounds how long forgetting looks for an operation that
@@ -113,8 +115,32 @@ func (c *campaign) forget(ctx context.Context, run int, key string, claimed time
 		}
 		return
 	}
+	f.End = time.Now()
 	c.mu.Lock()
 	c.forgets = append(c.forgets, f)
 	c.mu.Unlock()
 	c.logf("forgot the record of %s, which run %d had claimed %.1fs before and not started: %s", key, run, f.Waited.Seconds(), lastLine(string(out)))
+}
+
+// completedThenForgotten reports whether key's record was forgotten by the
+// campaign after a worker had recorded the operation complete: the
+// operation was chosen while it waited, and ran and completed before the
+// command removed its record (the events the choice reads come a moment
+// late). Its message was then deleted, and nothing runs it again: the
+// record stays absent, with the work done. complete holds, by key, the
+// times at which workers recorded completions.
+func (c *campaign) completedThenForgotten(key string, complete map[string][]int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, f := range c.forgets {
+		if f.Key != key {
+			continue
+		}
+		for _, t := range complete[key] {
+			if t <= f.End.UnixNano() {
+				return true
+			}
+		}
+	}
+	return false
 }
