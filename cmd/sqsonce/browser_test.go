@@ -148,6 +148,27 @@ echo "{\"receipt\":\"r-$key\"}"
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
+	location := func() string {
+		t.Helper()
+		loc, err := chromedp.Run(bctx, chromedp.Location())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return loc
+	}
+	// leave waits until the browser has left the page at from (a click
+	// that navigates returns before the next page is there, and the
+	// page it leaves may still match what the caller waits for next).
+	leave := func(what, from string) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for location() == from {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: still at %s after 10s", what, from)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	// waitText reloads until the page's main part holds want.
 	waitText := func(what, want string) string {
 		t.Helper()
@@ -184,11 +205,10 @@ echo "{\"receipt\":\"r-$key\"}"
 	run("filter failed", chromedp.Navigate(base+"/operations"), chromedp.WaitVisible(chromedp.CSS("form.filters")),
 		chromedp.SetValue(chromedp.CSS(`select[name="state"]`), "failed"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="reason"]`), "processor"),
-		chromedp.Click(chromedp.CSS(`form.filters button`)), chromedp.WaitVisible(chromedp.CSS("table")))
-	loc, err := chromedp.Run(bctx, chromedp.Location())
-	if err != nil {
-		t.Fatal(err)
-	}
+		chromedp.Click(chromedp.CSS(`form.filters button`)))
+	leave("filter failed", base+"/operations")
+	run("the filtered list", chromedp.WaitVisible(chromedp.CSS("table")))
+	loc := location()
 	if !strings.Contains(loc, "state=failed") || !strings.Contains(loc, "reason=processor") {
 		t.Errorf("the filter is not in the URL: %s", loc)
 	}
@@ -201,7 +221,10 @@ echo "{\"receipt\":\"r-$key\"}"
 	// Page through the complete ones, ten at a time.
 	run("first page", chromedp.Navigate(base+"/operations?state=complete&limit=10"), chromedp.WaitVisible(chromedp.CSS("a.next")))
 	first := text("tbody")
-	run("next page", chromedp.Click(chromedp.CSS("a.next")), chromedp.WaitVisible(chromedp.CSS("tbody")))
+	firstURL := location()
+	run("next page", chromedp.Click(chromedp.CSS("a.next")))
+	leave("next page", firstURL)
+	run("the next page", chromedp.WaitVisible(chromedp.CSS("tbody")))
 	second := text("tbody")
 	if !strings.Contains(first, "ok-00") || strings.Contains(second, "ok-00") || !strings.Contains(second, "ok-10") {
 		t.Errorf("pages:\nfirst %s\nsecond %s", first, second)
