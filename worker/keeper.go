@@ -283,8 +283,11 @@ func (k *keeper) inSight(ctx context.Context, j *job) (bool, error) {
 	case len(again) > 0:
 		return false, errors.New("could not confirm that the message is still out of sight")
 	}
+	if j.kept.receiptGone { // a beat learnt it meanwhile
+		return false, errReceiptGone
+	}
 	j.kept.visibleUntil = start.Add(k.w.cfg.VisibilityTimeout)
-	return !j.kept.receiptGone, nil
+	return true, nil
 }
 
 // receiptGone reports whether SQS refused a change of j's visibility for
@@ -350,19 +353,15 @@ func (k *keeper) fire() {
 	if len(unchanged) > 0 {
 		w.log.Warn("heartbeat: extending the visibility of kept messages failed: the next beat tries again", "messages", len(unchanged))
 	}
-	changed := make([]bool, len(msgs))
-	for i := range changed {
-		changed[i] = true
-	}
-	for _, i := range unchanged {
-		changed[i] = false
-	}
 	for _, i := range refused {
-		changed[i] = false
 		beatJobs[i].kept.receiptGone = true
 	}
+	failed := make([]bool, len(msgs))
+	for _, i := range slices.Concat(unchanged, refused) {
+		failed[i] = true
+	}
 	for i, j := range beatJobs {
-		if changed[i] {
+		if !failed[i] {
 			j.kept.visibleUntil = start.Add(w.cfg.VisibilityTimeout)
 		}
 	}

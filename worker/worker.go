@@ -644,7 +644,7 @@ func (w *Worker) giveBack(js []*job, wait time.Duration) {
 			refs = append(refs, ledger.ClaimRef{Key: j.key.key, Owner: j.owner})
 			claimed = append(claimed, j)
 		}
-		if j.keep == nil || !j.keep.receiptGone(j) { // else the receipt no longer holds it
+		if !j.keep.receiptGone(j) { // else the receipt no longer holds it
 			msgs = append(msgs, j.msg)
 		}
 	}

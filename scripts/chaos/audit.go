@@ -1024,14 +1024,9 @@ func (r *Report) printStandard(row func(name, value string), must func(name stri
 	row("worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, in progress elsewhere %d, retried %d, takeovers %d, lost leases %d, completion not recorded %d, deleted %d, delete failed %d",
 		r.Stats.Received, r.Stats.Claimed, r.Stats.Completed, r.Stats.Duplicates, r.Stats.InProgressElsewhere, r.Stats.Retried, r.Stats.Takeovers, r.Stats.LeaseLost, r.Stats.CompleteFailed, r.Stats.Deleted, r.Stats.DeleteFailed))
 	if pg := r.PG; pg != nil {
-		var ws []float64
-		var total time.Duration
-		for _, w := range pg.Waits {
-			ws = append(ws, w.Seconds())
-			total += w
-		}
+		ws, total := pg.waitSeconds()
 		row("waits of the workers for the database", fmt.Sprintf("%d waits until it answered again (no new work while claims could not be recorded), %s s each, %.1f s in all, and %d until their run ended; %d ledger calls found it unavailable; %d takeovers of lapsed leases",
-			len(pg.Waits), spread(ws), total.Seconds(), pg.CutShort, pg.Unavail, pg.Takeovers))
+			len(pg.Waits), spread(ws), total, pg.CutShort, pg.Unavail, pg.Takeovers))
 	}
 	var before []string
 	for _, cl := range []opClass{classNormal, classTransient, classSlow, classConflict} {

@@ -264,26 +264,32 @@ url = %q
 	return os.WriteFile(c.cliConfig(), []byte(cfg), 0o644)
 }
 
-// fifoPlan draws the FIFO campaign's worker runs: Kills kills (at random,
-// in window a, in window b) and Terms drains in random order, at least as
-// many runs as replay rounds, each a random share of Duration.
-func (c *campaign) fifoPlan() []step {
-	fc := c.cfg.FIFO
+// killsAndDrains returns the ends of kills runs killed (a third in window
+// a, a third in window b, the rest at random) and of terms runs drained.
+func killsAndDrains(kills, terms int) []string {
 	var ends []string
-	k := fc.Kills
-	for i := range k {
+	for i := range kills {
 		switch {
-		case i < (k+2)/3:
+		case i < (kills+2)/3:
 			ends = append(ends, endWindowA)
-		case i < (k+2)/3+(k+1)/3:
+		case i < (kills+2)/3+(kills+1)/3:
 			ends = append(ends, endWindowB)
 		default:
 			ends = append(ends, endKill)
 		}
 	}
-	for range fc.Terms {
+	for range terms {
 		ends = append(ends, endTerm)
 	}
+	return ends
+}
+
+// fifoPlan draws the FIFO campaign's worker runs: Kills kills (at random,
+// in window a, in window b) and Terms drains in random order, at least as
+// many runs as replay rounds, each a random share of Duration.
+func (c *campaign) fifoPlan() []step {
+	fc := c.cfg.FIFO
+	ends := killsAndDrains(fc.Kills, fc.Terms)
 	for len(ends) < fc.Replays {
 		ends = append(ends, endTerm)
 	}

@@ -601,14 +601,9 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 	row("  worker runs", fmt.Sprintf("%d: %d kills (%d window a, %d window b, %d random), %d SIGTERM drains (%d with a second SIGTERM), %d refused starts, %d failed; %d paused (SIGSTOP %v), %d of them while they kept messages waiting behind a running one",
 		r.Runs, r.Kills, r.Ends[endWindowA], r.Ends[endWindowB], r.Ends[endKill], r.Ends[endTerm], r.DoubleTerm, r.Ends[endRefused], r.Ends[endFailed], r.Pauses, pauseFor, r.AimedPauses))
 	if pg := r.PG; pg != nil {
-		var ws []float64
-		var total time.Duration
-		for _, w := range pg.Waits {
-			ws = append(ws, w.Seconds())
-			total += w
-		}
+		ws, total := pg.waitSeconds()
 		row("  waits of the workers for the database", fmt.Sprintf("%d waits until it answered again (no new work while claims could not be recorded), %s s each, %.1f s in all, and %d until their run ended; %d ledger calls found it unavailable",
-			len(pg.Waits), spread(ws), total.Seconds(), pg.CutShort, pg.Unavail))
+			len(pg.Waits), spread(ws), total, pg.CutShort, pg.Unavail))
 	}
 	row("  faults injected (worker SQS calls)", fmt.Sprintf("%s  (total %d)", kindList(r.Faults), sum(r.Faults)))
 	row("  worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, conflicts %d, failed permanently again %d, dead-lettered %d, given back unstarted %d, takeovers %d",

@@ -126,21 +126,7 @@ func (c *campaign) sendFIFOExtra(ctx context.Context, snd *fifoSender) error {
 // they start.
 func (c *campaign) fifoSharedPlan() [][]step {
 	sc := c.cfg.Shared
-	var ends []string
-	k := sc.Kills
-	for i := range k {
-		switch {
-		case i < (k+2)/3:
-			ends = append(ends, endWindowA)
-		case i < (k+2)/3+(k+1)/3:
-			ends = append(ends, endWindowB)
-		default:
-			ends = append(ends, endKill)
-		}
-	}
-	for range sc.Terms {
-		ends = append(ends, endTerm)
-	}
+	ends := killsAndDrains(sc.Kills, sc.Terms)
 	slots := c.deal(ends)
 	var can []*step
 	for _, steps := range slots {

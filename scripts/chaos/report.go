@@ -282,9 +282,7 @@ func writeReport(dir string, rep *Report, runErr error, notes []string) error {
 				WaitSeconds: []float64{}, Outages: []outageJSON{}}
 			if pg := s.PG; pg != nil {
 				sj.Workers, sj.Takeovers, sj.Unavailable = pg.Workers, pg.Takeovers, pg.Unavail
-				for _, w := range pg.Waits {
-					sj.WaitSeconds = append(sj.WaitSeconds, w.Seconds())
-				}
+				sj.WaitSeconds, _ = pg.waitSeconds()
 				for _, o := range pg.Outages {
 					oj := outageJSON{Kind: o.kind, From: o.from, Seconds: o.to.Sub(o.from).Seconds(), Cut: o.cut, ResumedSeconds: map[string]float64{}, Stuck: o.stuck}
 					for id, d := range o.resumed {

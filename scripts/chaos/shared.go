@@ -81,6 +81,17 @@ type outage struct {
 	cutShort int
 }
 
+// waitSeconds returns the waits of the workers for the database in
+// seconds, and their sum.
+func (f *sharedFindings) waitSeconds() (each []float64, total float64) {
+	each = []float64{}
+	for _, w := range f.Waits {
+		each = append(each, w.Seconds())
+		total += w.Seconds()
+	}
+	return each, total
+}
+
 // sharedFindings is what the shared-ledger campaign found beyond what the
 // standard audit finds.
 type sharedFindings struct {

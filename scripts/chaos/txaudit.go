@@ -653,10 +653,7 @@ func (r *txReport) print(row func(name, value string), must func(name string, n 
 	sub("database", fmt.Sprintf("stopped hard and restarted %d times, connections refused %d times and cut %d times (%d connections cut); %d commits lost by the proxy, each cutting its connection: %d never reached the server, %d committed and their answer dropped",
 		r.Restarts, r.Refusals, r.CutOutages, r.ConnsCut, r.LostRequests+r.LostAnswers, r.LostRequests, r.LostAnswers))
 	if pg := r.PG; pg != nil {
-		var ws []float64
-		for _, w := range pg.Waits {
-			ws = append(ws, w.Seconds())
-		}
+		ws, _ := pg.waitSeconds()
 		sub("waits of the workers for the database", fmt.Sprintf("%d waits until it answered again, %s s each, and %d until their run ended; %d ledger calls found it unavailable",
 			len(pg.Waits), spread(ws), pg.CutShort, pg.Unavail))
 	}
