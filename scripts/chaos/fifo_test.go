@@ -48,11 +48,18 @@ func TestOrderViolations(t *testing.T) {
 		{"every step back counts", []event.Execution{eff(1, "g", "m3", 1100, 0), eff(2, "g", "m1", 100, 0), eff(3, "g", "m4", 1200, 0), eff(4, "g", "m2", 200, 0)}, 2},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			checked, got := orderViolations(tc.effects, place)
+			checked, got, _ := orderViolations(tc.effects, place, nil)
 			if checked != len(tc.effects) || len(got) != tc.want {
 				t.Fatalf("checked %d of %d, violations %d, want %d: %q", checked, len(tc.effects), len(got), tc.want, got)
 			}
 		})
+	}
+	// An attempt of a run stopped while it was in flight is told apart.
+	late := eff(2, "g", "m1", 100, 0)
+	late.Run = 7
+	_, got, frozen := orderViolations([]event.Execution{eff(1, "g", "m2", 200, 0), late}, place, func(e event.Execution) bool { return e.Run == 7 })
+	if len(got) != 0 || len(frozen) != 1 {
+		t.Fatalf("violations %q, frozen %q: want the one frozen", got, frozen)
 	}
 	if _, ok := place(eff(1, "g", "nobody", 100, 0)); ok {
 		t.Fatal("placed a delivery of a send the campaign did not make")

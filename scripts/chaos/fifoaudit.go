@@ -84,9 +84,14 @@ type fifoReport struct {
 	EffectsTwice      int
 	ConflictRan       int // executions of a payload other than the one its key was first claimed with
 	OrderViolations   int // a group's effects applied out of the order their deliveries entered the queue
-	OrderChecked      int // effects whose order was checked
-	Extra             map[string]int
-	ExtraSamples      map[string][]string
+	// OrderFrozen: effects applied after later ones of their group, by a
+	// run stopped (SIGSTOP) past the visibility timeout while its attempt
+	// was in flight: SQS gave the group to others meanwhile. No consumer
+	// can keep the order when it is frozen in the middle of a handler.
+	OrderFrozen  int
+	OrderChecked int // effects whose order was checked
+	Extra        map[string]int
+	ExtraSamples map[string][]string
 
 	Quiet   bool
 	Notes   []string
@@ -335,13 +340,23 @@ func (c *campaign) auditFIFO(ctx context.Context, wl *fifoWorkload, snd *fifoSen
 	}
 	unplaced := 0
 	var order []string
-	r.OrderChecked, order = orderViolations(effects, func(e event.Execution) (fifoPlace, bool) {
+	var frozen []string
+	r.OrderChecked, order, frozen = orderViolations(effects, func(e event.Execution) (fifoPlace, bool) {
 		p, ok := placeOf(e, byTag, rounds)
 		if !ok {
 			unplaced++
 		}
 		return p, ok
+	}, func(e event.Execution) bool {
+		// Its attempt in flight (claimed at most a handler's time before
+		// the effect) while its run was stopped.
+		at := time.Unix(0, e.T)
+		return rl.hist.pausedDuring(e.Run, at.Add(-pauseFor-workerVisibility), at)
 	})
+	r.OrderFrozen = len(frozen)
+	for _, f := range frozen {
+		r.Details = append(r.Details, "order broken by a frozen run (explained): "+f)
+	}
 	if unplaced > 0 {
 		c.note("%d effects whose delivery the order check cannot place (no send attribute, or a replayed copy without the time it entered the queue)", unplaced)
 	}
@@ -450,15 +465,16 @@ func placeOf(e event.Execution, byTag map[string]*fifoSend, rounds []replayRound
 // orderViolations checks that within each group, effects (executions that
 // applied an operation) were applied in the order their deliveries belong
 // in (place). It returns how many effects it checked and one line for
-// every effect applied after one whose delivery belongs after it.
-func orderViolations(effects []event.Execution, place func(event.Execution) (fifoPlace, bool)) (int, []string) {
+// every effect applied after one whose delivery belongs after it: in
+// frozen when frozen (nil: never) says that its run was stopped while the
+// attempt was in flight, else in out.
+func orderViolations(effects []event.Execution, place func(event.Execution) (fifoPlace, bool), frozen func(event.Execution) bool) (checked int, out, excused []string) {
 	effects = append([]event.Execution(nil), effects...)
 	sort.Slice(effects, func(i, j int) bool { return effects[i].Seq < effects[j].Seq })
 	type placed struct {
 		e event.Execution
 		p fifoPlace
 	}
-	var out []string
 	last := map[string]placed{}
 	for _, e := range effects {
 		p, ok := place(e)
@@ -468,11 +484,16 @@ func orderViolations(effects []event.Execution, place func(event.Execution) (fif
 		prev, seen := last[e.Group]
 		last[e.Group] = placed{e, p}
 		if seen && p.before(prev.p) {
-			out = append(out, fmt.Sprintf("group %s: %s (execution %d, send %s, replayed %d times) applied after %s (execution %d, send %s, replayed %d times), which belongs after it",
-				e.Group, e.Key, e.Seq, e.Send, e.Replays, prev.e.Key, prev.e.Seq, prev.e.Send, prev.e.Replays))
+			line := fmt.Sprintf("group %s: %s (execution %d, send %s, replayed %d times) applied after %s (execution %d, send %s, replayed %d times), which belongs after it",
+				e.Group, e.Key, e.Seq, e.Send, e.Replays, prev.e.Key, prev.e.Seq, prev.e.Send, prev.e.Replays)
+			if frozen != nil && frozen(e) {
+				excused = append(excused, line)
+			} else {
+				out = append(out, line)
+			}
 		}
 	}
-	return len(effects), out
+	return len(effects), out, excused
 }
 
 // lostHistories adds to r's details, for every lost message, what became
@@ -675,6 +696,9 @@ func (r *fifoReport) print(row func(name, value string), must func(name string, 
 	must(r.label()+":   "+causeUnexplained, r.Extra[causeUnexplained])
 	must(r.label()+": effects applied twice", r.EffectsTwice)
 	must(r.label()+": conflicting payloads run", r.ConflictRan)
+	if r.OrderFrozen > 0 {
+		row("  effects applied after later ones of their group by a run stopped (SIGSTOP) with the attempt in flight", fmt.Sprint(r.OrderFrozen))
+	}
 	must(fmt.Sprintf(r.label()+": group order violations (%d effects checked)", r.OrderChecked), r.OrderViolations)
 	for _, p := range r.Phases {
 		mark := "ok"

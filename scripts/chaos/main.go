@@ -142,7 +142,8 @@
 // equivalent to one, or, on the shared ledger, the database out of reach or
 // the worker stopped for longer than its leases, or a record the campaign
 // forgot), no handler was called after its claim was lost, no effect of a
-// transactional handler was applied twice, no group ran out of order, and
+// transactional handler was applied twice, no group ran out of order (but
+// behind a worker stopped with the earlier message's attempt in flight), and
 // every check passed; 1 otherwise.
 //
 // It writes its progress to standard error and, as it goes, to progress.log

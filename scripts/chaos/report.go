@@ -202,6 +202,7 @@ type fifoJSON struct {
 	LostBy          map[string]int `json:"lost_by"`
 	OrderChecked    int            `json:"order_checked"`
 	OrderViolations int            `json:"order_violations"`
+	OrderFrozen     int            `json:"order_broken_by_frozen_runs"`
 	Executions      int            `json:"executions"`
 	Effects         int            `json:"effects"`
 	Replays         []replayRound  `json:"replays"`
@@ -225,7 +226,7 @@ type fifoJSON struct {
 // fifoJSONOf is f's part of report.json.
 func fifoJSONOf(f *fifoReport) *fifoJSON {
 	return &fifoJSON{Sent: f.Sent, Dropped: f.Dropped, Done: f.Done, InDLQ: f.InDLQ, InQueue: f.InQueue, Lost: f.Lost, LostBy: f.LostBy,
-		OrderChecked: f.OrderChecked, OrderViolations: f.OrderViolations, Executions: f.Executions, Effects: f.Effects, Replays: f.Rounds,
+		OrderChecked: f.OrderChecked, OrderViolations: f.OrderViolations, OrderFrozen: f.OrderFrozen, Executions: f.Executions, Effects: f.Effects, Replays: f.Rounds,
 		Bursts: f.Bursts, GroupWaited: f.Stats.GroupWaited, GroupWaitBeats: f.Stats.GroupWaitBeats, LeaseLost: f.Stats.LeaseLost,
 		StaleReclaimed: f.Stats.StaleReclaimed, ReceiptLost: f.Stats.ReceiptLost, Takeovers: f.Stats.Takeovers, AfterLoss: f.AfterLoss, TakenUnstarted: f.TakenUnstarted, Forgets: f.Forgets,
 		DLQShouldComplete: f.DLQShouldComplete, DLQRedriven: f.DLQRedriven, NotOwnerCompletes: f.NotOwnerCompletes}
