@@ -45,3 +45,26 @@ func Example() {
 	}
 	_ = w.Run(ctx)
 }
+
+// The same orders as statements queued on a batch: the BEGIN, the insert,
+// the completion and the COMMIT go to the server in one round trip.
+func ExampleNewWrites() {
+	ctx := context.Background()
+	l, err := postgres.Open(ctx, postgres.Options{URL: "postgres://app@db.internal/orders?pool_max_conns=32"})
+	if err != nil {
+		return
+	}
+	defer l.Close()
+	h := pgtx.NewWrites(l, func(ctx context.Context, m *worker.Message, b *pgx.Batch) error {
+		var o struct {
+			ID          string `json:"id"`
+			AmountCents int    `json:"amount_cents"`
+		}
+		if err := json.Unmarshal(m.Body, &o); err != nil {
+			return worker.Permanent(err) // nothing is sent
+		}
+		b.Queue(`INSERT INTO orders (order_id, amount_cents) VALUES ($1, $2)`, o.ID, o.AmountCents)
+		return nil
+	})
+	_ = h // worker.New(cfg, sqsClient, l, h), as in the example of New
+}

@@ -17,8 +17,12 @@
 //
 // Each message costs two round trips of its own to the server beside the
 // handler's statements: BEGIN, and the completion sent together with the
-// COMMIT. The claim before and the worker's completion after are shared by
-// a receive's batch, as for any handler.
+// COMMIT. Work whose writes need no answer from the database before they
+// are made can cost one in all: a Writes handler (NewWrites) queues its
+// statements on a pgx.Batch, which goes to the server with the BEGIN, the
+// completion and the COMMIT in a single round trip. The claim before and
+// the worker's completion after are shared by a receive's batch, as for
+// any handler.
 //
 // Use it with a worker whose ledger is that same *postgres.Ledger:
 //
@@ -84,11 +88,25 @@ import (
 // must not commit or roll back tx itself, nor change its isolation level.
 type Func func(ctx context.Context, tx pgx.Tx, m *worker.Message) error
 
-// Handler is a worker.Handler that runs a Func in a transaction with the
-// operation's completion. It is safe for concurrent use.
+// Writes is a handler's work as statements queued on b, for work whose
+// writes need no answer from the database before they are made (inserts,
+// upserts, updates whose conditions are in their SQL). The statements run
+// in their order in one transaction with the operation's completion, all
+// sent in a single round trip: BEGIN, the statements, the completion,
+// COMMIT. When one of them fails, the server skips the rest, the COMMIT
+// included, and nothing is committed. Their results are dropped: a
+// callback on a queued statement (QueuedQuery.Exec, Query or QueryRow)
+// would run after the commit, and is refused. An error returned by Writes
+// is the attempt's outcome and sends nothing, as a Func's error does.
+type Writes func(ctx context.Context, m *worker.Message, b *pgx.Batch) error
+
+// Handler is a worker.Handler that runs a Func, or sends Writes, in a
+// transaction with the operation's completion. It is safe for concurrent
+// use.
 type Handler struct {
-	l  *postgres.Ledger
-	fn Func
+	l      *postgres.Ledger
+	fn     Func
+	writes Writes
 
 	beforeCommit func() // for tests: runs after the handler's writes, before the commit
 }
@@ -96,6 +114,13 @@ type Handler struct {
 // New returns the Handler of fn on the ledger's database.
 func New(l *postgres.Ledger, fn Func) *Handler {
 	return &Handler{l: l, fn: fn}
+}
+
+// NewWrites returns the Handler that sends the statements queued by fn,
+// and the operation's completion, in one transaction of a single round
+// trip (see Writes).
+func NewWrites(l *postgres.Ledger, fn Writes) *Handler {
+	return &Handler{l: l, writes: fn}
 }
 
 // ErrNotCommitted is wrapped by Handle's error when the transaction did not
@@ -118,6 +143,9 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	if m.Owner == "" {
 		return worker.Permanent(errors.New("pgtx: the message has no claim owner: the worker must claim it in the ledger first"))
 	}
+	if h.writes != nil {
+		return h.handleWrites(ctx, m)
+	}
 	op, err := h.l.BeginOp(ctx)
 	if err != nil {
 		return err
@@ -137,8 +165,45 @@ func (h *Handler) Handle(ctx context.Context, m *worker.Message) error {
 	if h.beforeCommit != nil {
 		h.beforeCommit()
 	}
-	c := ledger.Completion{Key: m.Key, Owner: m.Owner, Result: m.Result}
-	cerr := op.CommitComplete(ctx, c)
+	return h.outcome(ctx, m, op.CommitComplete(ctx, completion(m)))
+}
+
+func completion(m *worker.Message) ledger.Completion {
+	return ledger.Completion{Key: m.Key, Owner: m.Owner, Result: m.Result}
+}
+
+// handleWrites runs the Writes and sends their statements with the
+// completion (postgres.Ledger.CommitOp).
+func (h *Handler) handleWrites(ctx context.Context, m *worker.Message) error {
+	b := &pgx.Batch{}
+	if err := h.writes(ctx, m, b); err != nil {
+		return err
+	}
+	for i, q := range b.QueuedQueries {
+		if q.Fn != nil {
+			return worker.Permanent(fmt.Errorf("pgtx %q: statement %d of the writes has a callback (QueuedQuery.Exec, Query or QueryRow): it would run after the commit and could not stop it; put the condition in the statement's SQL", m.Key, i+1))
+		}
+	}
+	if h.beforeCommit != nil {
+		h.beforeCommit()
+	}
+	err := h.l.CommitOp(ctx, b, completion(m))
+	var we *postgres.WriteError
+	if errors.As(err, &we) {
+		// The server refused a statement of the writes (or they were not
+		// sent): nothing committed. It is the work's failure.
+		if isContention(err) {
+			return fmt.Errorf("pgtx %q: %w: %w", m.Key, ledger.ErrContention, err)
+		}
+		return fmt.Errorf("pgtx %q: %w", m.Key, err)
+	}
+	return h.outcome(ctx, m, err)
+}
+
+// outcome is the attempt's outcome once the completion and the commit were
+// sent and cerr is what they answered: nil only once the commit is known
+// to have taken effect.
+func (h *Handler) outcome(ctx context.Context, m *worker.Message, cerr error) error {
 	if cerr == nil {
 		return nil
 	}

@@ -161,6 +161,43 @@ func TestHandler_InWorker(t *testing.T) {
 		closeLedger(t, l)
 	})
 
+	// Writes in a worker, each operation sent twice: the statements of
+	// half the operations are refused on their first attempt (a retryable
+	// failure, nothing committed) and commit on the next; every operation
+	// completes with one effect, and its duplicate finds it complete.
+	t.Run("Writes", func(t *testing.T) {
+		t.Parallel()
+		url, _ := pgtest.Schema(t)
+		l := setup(t, url)
+		q := newQueue(t)
+		cfg := q.config()
+		cfg.Concurrency = 4
+		const n = 6
+		_, stop := q.start(cfg, l, NewWrites(l, func(ctx context.Context, m *worker.Message, b *pgx.Batch) error {
+			queueInsert(ctx, m, b)
+			if m.Attempt == 1 && strings.ContainsAny(m.Key, "024") {
+				b.Queue(`INSERT INTO effects (key, owner) VALUES ($1, NULL)`, m.Key) // refused: owner is NOT NULL
+			}
+			return nil
+		}))
+		for i := range n {
+			for range 2 {
+				q.send(fmt.Sprintf(`{"id":"w%d"}`, i))
+			}
+		}
+		q.waitEmpty(60 * time.Second)
+		stats := stop()
+		for i := range n {
+			key := fmt.Sprintf("w%d", i)
+			if rec := state(t, l, key); rec.State != ledger.StateComplete || effects(t, l, key) != 1 {
+				t.Errorf("%s: record %s, %d effects; want complete, one effect", key, rec.State, effects(t, l, key))
+			}
+		}
+		if stats.Completed != n || stats.Retried != n/2 || stats.Duplicates != n {
+			t.Errorf("stats %+v: want %d completed, %d retried, %d duplicates", stats, n, n/2, n)
+		}
+	})
+
 	// On a server whose default isolation level is stricter than READ
 	// COMMITTED, a handler that runs for longer than a heartbeat commits
 	// on its first attempt: the heartbeat updates the operation's record

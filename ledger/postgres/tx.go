@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,19 +82,31 @@ func (l *Ledger) BeginOp(ctx context.Context) (op *OpTx, err error) {
 			conn.Release()
 		}
 	}()
-	// The statements of CommitComplete are prepared once per connection
-	// (under their text as name, which a batch finds them by), so that
-	// they and the commit then go in a single round trip.
-	for _, sql := range []string{checkIsolation, l.q.completeOrAbort, "COMMIT"} {
-		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
-			return nil, fmt.Errorf("begin: prepare the completion: %w", classify(ctx, err))
-		}
+	if err := l.prepareOp(ctx, conn); err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
 	}
 	tx, err := conn.BeginTx(ctx, opTxOptions)
 	if err != nil {
 		return nil, fmt.Errorf("begin: %w", classify(ctx, err))
 	}
 	return &OpTx{l: l, conn: conn, tx: tx}, nil
+}
+
+// beginOpSQL begins the transaction of CommitOp, as opTxOptions does that
+// of an OpTx.
+const beginOpSQL = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+// prepareOp prepares on conn the statements that end an operation's
+// transaction, once per connection (under their text as name, which a
+// batch finds them by), so that they then go with the commit in a single
+// round trip.
+func (l *Ledger) prepareOp(ctx context.Context, conn *pgxpool.Conn) error {
+	for _, sql := range []string{beginOpSQL, checkIsolation, l.q.completeOrAbort, "COMMIT"} {
+		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
+			return fmt.Errorf("prepare the completion: %w", classify(ctx, err))
+		}
+	}
+	return nil
 }
 
 // Tx is the transaction for the caller's writes. The caller must not
@@ -126,45 +137,171 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	if !it.valid("complete") {
 		return it.err
 	}
-	result := c.Result
-	if len(result) > ledger.MaxResultLen {
-		result = result[:ledger.MaxResultLen]
-	}
-	l := t.l
-	b := &pgx.Batch{}
-	b.Queue(checkIsolation)
-	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
-	b.Queue("COMMIT")
-	br := t.conn.SendBatch(ctx, b)
-	_, isolationErr := br.Exec()
-	_, completeErr := br.Exec()
-	commit, commitErr := br.Exec()
-	cerr := cmp.Or(isolationErr, completeErr, commitErr, br.Close()) // the first statement's error tells why the rest did not run
-	if cerr == nil && commit.String() != "COMMIT" {
-		cerr = fmt.Errorf("the server answered %q to the commit", commit.String())
-	}
-	if cerr == nil {
+	committed, err := t.l.sendCommit(ctx, t.conn, nil, c)
+	if committed {
 		t.committed = true
 		return nil
 	}
 	// The transaction did not commit, or it is not known whether it did:
 	// it ends now, before the record is read on another connection.
 	t.end(ctx)
-	if level, ok := marked(cerr, isolationMark); ok {
+	return t.l.commitError(ctx, c, err)
+}
+
+// CommitOp runs the statements queued in writes and records c complete in
+// one transaction, sent to the server in a single round trip: BEGIN (at
+// READ COMMITTED), the writes in their order, the completion and COMMIT.
+// The writes and the completion commit together, or neither does: the
+// server skips every statement after one that fails, the COMMIT included,
+// and CommitOp then rolls the transaction back. It is the cheapest way to
+// make an operation's effect a set of writes that need no answer from the
+// database before they are made; writes that do need one use an OpTx.
+//
+// writes may hold no statement (the completion alone is then written). Its
+// statements' results are read by CommitOp and dropped: a callback set on
+// one (QueuedQuery.Exec, Query or QueryRow) is refused, with
+// ErrInvalidArgument, since it would run after the commit and could not
+// stop it. The errors are those of CommitComplete, and a *WriteError when
+// a statement of writes failed.
+func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Completion) error {
+	if l.closed.Load() {
+		return ledger.ErrClosed
+	}
+	it := item{key: c.Key, owner: c.Owner}
+	if !it.valid("complete") {
+		return it.err
+	}
+	pre := []*pgx.QueuedQuery{{SQL: beginOpSQL}}
+	if writes != nil {
+		for i, q := range writes.QueuedQueries {
+			if q.Fn != nil {
+				return fmt.Errorf("complete %q: statement %d of the writes has a callback, which would run after the commit: check conditions in SQL instead: %w", c.Key, i+1, ledger.ErrInvalidArgument)
+			}
+		}
+		pre = append(pre, writes.QueuedQueries...)
+	}
+	conn, err := l.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("complete %q: %w", c.Key, classify(ctx, err))
+	}
+	done := false
+	end := func(committed bool) {
+		if done {
+			return
+		}
+		done = true
+		defer conn.Release()
+		if !committed {
+			// A transaction that may be open ends before the connection
+			// goes back: the pool takes back only a connection out of
+			// every transaction, and closes one whose rollback failed.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+			defer cancel()
+			if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
+				conn.Conn().Close(rctx)
+			}
+		}
+	}
+	defer end(false) // a panic included
+	if err := l.prepareOp(ctx, conn); err != nil {
+		return fmt.Errorf("complete %q: %w", c.Key, err)
+	}
+	committed, err := l.sendCommit(ctx, conn, pre, c)
+	// The transaction ends before the record is read on another
+	// connection: while it is open it holds the record's lock.
+	end(committed)
+	if committed {
+		return nil
+	}
+	return l.commitError(ctx, c, err)
+}
+
+// sendCommit sends, in one round trip on conn, the statements of pre
+// (none, or a BEGIN and the caller's writes), then the isolation check,
+// c's completion and COMMIT, and reads every answer. committed reports
+// that the server answered the COMMIT. Otherwise err is the first error
+// met: a *WriteError when the server refused one of pre's statements or
+// pgx refused to send them (nothing of the transaction commits then), an
+// error that commitError explains when the completion or the commit was
+// refused, and any other error (the connection lost, say) when it is not
+// known whether the commit took effect.
+func (l *Ledger) sendCommit(ctx context.Context, conn *pgxpool.Conn, pre []*pgx.QueuedQuery, c ledger.Completion) (committed bool, err error) {
+	result := c.Result
+	if len(result) > ledger.MaxResultLen {
+		result = result[:ledger.MaxResultLen]
+	}
+	b := &pgx.Batch{QueuedQueries: append(make([]*pgx.QueuedQuery, 0, len(pre)+3), pre...)}
+	b.Queue(checkIsolation)
+	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, b)
+	var commit pgconn.CommandTag
+	for i := range b.QueuedQueries {
+		tag, err := br.Exec()
+		if err != nil && i < len(pre) && refused(err) {
+			br.Close()
+			return false, &WriteError{err: err}
+		}
+		// The first statement's error tells why the rest did not run.
+		if err != nil {
+			br.Close()
+			return false, err
+		}
+		commit = tag
+	}
+	if err := br.Close(); err != nil {
+		return false, err
+	}
+	if commit.String() != "COMMIT" {
+		return false, fmt.Errorf("the server answered %q to the commit", commit.String())
+	}
+	return true, nil
+}
+
+// refused reports whether err says that the server refused a statement, or
+// that pgx did not send the batch at all: either way nothing of it ran past
+// that statement, and the COMMIT behind it was not carried out.
+func refused(err error) bool {
+	var pgErr *pgconn.PgError
+	var pre pgx.ErrPreprocessingBatch
+	return errors.As(err, &pgErr) || errors.As(err, &pre)
+}
+
+// WriteError is CommitOp's error when a statement of the caller's writes
+// failed (the server refused it, or pgx could not send the batch): nothing
+// of the transaction committed. It wraps that statement's error.
+type WriteError struct{ err error }
+
+func (e *WriteError) Error() string {
+	return "the transaction's writes failed, nothing is committed: " + e.err.Error()
+}
+
+func (e *WriteError) Unwrap() error { return e.err }
+
+// commitError explains err, sendCommit's error for a transaction whose
+// completion or commit did not go through: ErrIsolation, or, from the
+// record as it is now, ErrNotOwner, ErrNotFound or ErrState; any other
+// error leaves it unknown whether the commit took effect.
+func (l *Ledger) commitError(ctx context.Context, c ledger.Completion, err error) error {
+	var we *WriteError
+	if errors.As(err, &we) {
+		return fmt.Errorf("complete %q: %w", c.Key, err)
+	}
+	if level, ok := marked(err, isolationMark); ok {
 		return fmt.Errorf("complete %q: the transaction runs at %s, rolled back: %w", c.Key, level, ErrIsolation)
 	}
-	if _, ok := marked(cerr, notCompletedMark); !ok {
-		return fmt.Errorf("complete %q and commit: %w", c.Key, classify(ctx, cerr))
+	if _, ok := marked(err, notCompletedMark); !ok {
+		return fmt.Errorf("complete %q and commit: %w", c.Key, classify(ctx, err))
 	}
 	// Not committed: say why, from the record as it is now.
 	var f *found
-	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+	rerr := l.do(ctx, func(ctx context.Context, _ bool) error {
 		var err error
 		f, err = readFound(l.pool.QueryRow(ctx, l.q.explain, l.clock(), [][]byte{[]byte(c.Key)}))
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("complete %q: not in progress under %q, rolled back (the record cannot be read: %v): %w", c.Key, c.Owner, err, ledger.ErrState)
+	if rerr != nil {
+		return fmt.Errorf("complete %q: not in progress under %q, rolled back (the record cannot be read: %v): %w", c.Key, c.Owner, rerr, ledger.ErrState)
 	}
 	return l.explainOne("complete", c.Key, c.Owner, f, func(f *found) error {
 		return fmt.Errorf("complete %q: record is %s, rolled back: %w", c.Key, ledger.State(f.state), ledger.ErrState)
