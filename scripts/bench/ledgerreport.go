@@ -121,12 +121,15 @@ func writeLedgers(w io.Writer, b *bench, results, warmups []*result) {
 		}
 		// A handler that writes to the ledger's database: on its own, or
 		// in one transaction with the completion.
-		write, tx := ledgerConfig{lPostgresWrite, 1, n}, ledgerConfig{lPostgresTx, 1, n}
-		if has(write) && has(tx) {
+		write := ledgerConfig{lPostgresWrite, 1, n}
+		for _, tx := range []ledgerConfig{{lPostgresTx, 1, n}, {lPostgresTxBatch, 1, n}} {
+			if !has(write) || !has(tx) {
+				continue
+			}
 			wt, _ := trips(write)
 			tt, mark := trips(tx)
-			p("- %d handlers: postgres-tx / postgres-write: throughput %.2f×, worker CPU per message %.2f×, database CPU per message %.2f×; round trips per message %s against %s%s (the write's own included)\n",
-				n, med(tx, mThroughput)/med(write, mThroughput), med(tx, mCPU)/med(write, mCPU), med(tx, mDBCPU)/med(write, mDBCPU),
+			p("- %d handlers: %s / postgres-write: throughput %.2f×, worker CPU per message %.2f×, database CPU per message %.2f×; round trips per message %s against %s%s (the write's own included)\n",
+				n, tx.ledger, med(tx, mThroughput)/med(write, mThroughput), med(tx, mCPU)/med(write, mCPU), med(tx, mDBCPU)/med(write, mDBCPU),
 				spreadOf(tt, mAllRT).cell(2), spreadOf(wt, mAllRT).cell(2), mark)
 		}
 	}
@@ -164,18 +167,12 @@ func writeLedgers(w io.Writer, b *bench, results, warmups []*result) {
 				c, cm.med, cm.max, verdict(cm.max <= 1.005), om.med, om.max, verdict(om.max <= 1.005))
 			continue
 		}
-		if c.ledger == lPostgresTx {
+		if isPostgresTx(c.ledger) {
 			// The completion is in each message's own transaction, by
-			// design: the target is the round trips per message, against
-			// the same write done apart.
-			write := ledgerConfig{lPostgresWrite, c.workers, c.concurrency}
-			if !has(write) {
-				continue
-			}
-			wt, _ := trips(write)
-			tx, sep := spreadOf(ts, mAllRT), spreadOf(wt, mAllRT)
-			p("- %s: no more round trips per message than claim + handler write + completion done apart (%s): %.2f against %.2f%s — %s\n",
-				c, write, tx.med, sep.med, mark, verdict(tx.med <= sep.med))
+			// design: the target is the round trips per message.
+			tx := spreadOf(ts, mAllRT)
+			p("- %s: ≤ 2.5 round trips per message, the handler's write included: %.2f%s (worst run %.2f) — %s\n",
+				c, tx.med, mark, tx.max, verdict(tx.max <= 2.5))
 			continue
 		}
 		unit := "round trips"

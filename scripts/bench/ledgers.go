@@ -35,13 +35,19 @@ const (
 	// The PostgreSQL ledger with a handler that writes a row to the same
 	// database: on its own connection, the worker then recording the
 	// completion (write), or in one transaction with the completion
-	// (package pgtx: tx).
-	lPostgresWrite = "postgres-write"
-	lPostgresTx    = "postgres-tx"
-	lDynamoDB      = "dynamodb"
+	// (package pgtx: tx, a Func run on the transaction; txbatch, Writes
+	// sent with the completion in one round trip).
+	lPostgresWrite   = "postgres-write"
+	lPostgresTx      = "postgres-tx"
+	lPostgresTxBatch = "postgres-txbatch"
+	lDynamoDB        = "dynamodb"
 )
 
-var allLedgers = []string{lBbolt, lPostgres, lPostgresWrite, lPostgresTx, lDynamoDB}
+var allLedgers = []string{lBbolt, lPostgres, lPostgresWrite, lPostgresTx, lPostgresTxBatch, lDynamoDB}
+
+// isPostgresTx reports whether ledger runs its handlers' writes in one
+// transaction with the completion (package pgtx).
+func isPostgresTx(ledger string) bool { return ledger == lPostgresTx || ledger == lPostgresTxBatch }
 
 // isPostgres reports whether ledger runs on PostgreSQL.
 func isPostgres(ledger string) bool { return strings.HasPrefix(ledger, lPostgres) }
@@ -229,7 +235,7 @@ func (b *bench) runLedger(ctx context.Context, c ledgerConfig, round, ops int) (
 	switch c.ledger {
 	case lBbolt:
 		largs = []string{"-backend", lBbolt, "-ledger", filepath.Join(b.ledgerRoot(), filepath.Base(runDir), "ledger.db")}
-	case lPostgres, lPostgresWrite, lPostgresTx:
+	case lPostgres, lPostgresWrite, lPostgresTx, lPostgresTxBatch:
 		table := fmt.Sprintf("bench_run%d", runID)
 		if err := postgres.Init(ctx, postgres.Options{URL: b.shared.pgURL, Table: table}); err != nil {
 			return nil, err

@@ -45,8 +45,8 @@ func (lf *ledgerFlags) check() error {
 			return errors.New("-postgres-url and -table are required with -backend postgres")
 		}
 		switch {
-		case lf.pgHandler != "" && lf.pgHandler != "write" && lf.pgHandler != "tx":
-			return fmt.Errorf("-pg-handler %q: want write or tx", lf.pgHandler)
+		case lf.pgHandler != "" && lf.pgHandler != "write" && lf.pgHandler != "tx" && lf.pgHandler != "txbatch":
+			return fmt.Errorf("-pg-handler %q: want write, tx or txbatch", lf.pgHandler)
 		case lf.pgHandler != "" && lf.effects == "":
 			return errors.New("-effects-table is required with -pg-handler")
 		}
@@ -111,7 +111,8 @@ func openLedger(ctx context.Context, lf ledgerFlags) (*openedLedger, error) {
 
 // writingHandler returns h, made to write a row of the effects table per
 // message as -pg-handler says: on its own connection (write), or in the
-// transaction of the operation's completion (tx).
+// transaction of the operation's completion (tx: a pgtx.Func; txbatch:
+// pgtx.Writes, sent with the completion in one round trip).
 func (lg *openedLedger) writingHandler(ctx context.Context, lf ledgerFlags, h worker.Handler) (worker.Handler, error) {
 	insert := `INSERT INTO ` + pgx.Identifier{lf.effects}.Sanitize() + ` (key) VALUES ($1)`
 	switch lf.pgHandler {
@@ -134,6 +135,14 @@ func (lg *openedLedger) writingHandler(ctx context.Context, lf ledgerFlags, h wo
 			}
 			_, err := tx.Exec(ctx, insert, m.Key)
 			return err
+		}), nil
+	case "txbatch":
+		return pgtx.NewWrites(lg.pg, func(ctx context.Context, m *worker.Message, b *pgx.Batch) error {
+			if err := h.Handle(ctx, m); err != nil {
+				return err
+			}
+			b.Queue(insert, m.Key)
+			return nil
 		}), nil
 	}
 	return h, nil

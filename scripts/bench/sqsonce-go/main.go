@@ -55,7 +55,7 @@ func main() {
 	prefill := flag.Int("prefill", 0, "complete records (keys pre-<i>) to write to the ledger before the first receive")
 	prefillOnly := flag.Bool("prefill-only", false, "write the -prefill records, print a report of that and exit")
 	work := flag.Duration("work", 0, "what the handler does: wait this long per message")
-	flag.StringVar(&lf.pgHandler, "pg-handler", "", "postgres: what the handler writes: nothing (\"\"), write (a row into -effects-table on a connection of its own; the worker then records the completion) or tx (the row and the completion in one transaction, package pgtx)")
+	flag.StringVar(&lf.pgHandler, "pg-handler", "", "postgres: what the handler writes: nothing (\"\"), write (a row into -effects-table on a connection of its own; the worker then records the completion) tx (the row and the completion in one transaction, package pgtx, a Func) or txbatch (the same, pgtx.NewWrites: one round trip)")
 	flag.StringVar(&lf.effects, "effects-table", "", "postgres, with -pg-handler: the table the handler writes a row into, one per message")
 	flag.Parse()
 	lf.path = *ledgerPath
