@@ -27,8 +27,10 @@ const (
 	// nanoseconds overflow.
 	MaxRetention       = 10 * 365 * 24 * time.Hour
 	DefaultLockTimeout = 2 * time.Second
-	defaultMaxBatch    = 512
 	defaultSweepChunk  = 2000
+	// requestQueue is how many write requests may wait for the committer
+	// before a caller waits to hand its own over.
+	requestQueue = 1024
 	// DefaultCompleteDelay is how long a completion waits for company
 	// when it would otherwise commit alone.
 	DefaultCompleteDelay = time.Millisecond
@@ -54,7 +56,10 @@ type Options struct {
 	LockTimeout time.Duration
 	// Now is the clock. Tests inject a fake one.
 	Now func() time.Time
-	// MaxBatch bounds how many write requests share one commit.
+	// MaxBatch, when positive, bounds how many write requests share one
+	// commit. By default none does: a commit takes every request waiting
+	// when it starts, so that commits grow with the load. (The requests
+	// waiting are bounded by the callers waiting for them.)
 	MaxBatch int
 	// SweepChunk bounds how many records one sweep transaction removes, so
 	// that claims never wait long behind a sweep.
@@ -93,7 +98,7 @@ type DB struct {
 	path      string
 	retention time.Duration
 	now       func() time.Time
-	maxBatch  int
+	maxBatch  int // Options.MaxBatch; 0: no bound
 	chunk     int
 	onCommit  func(int, time.Duration, error)
 	linger    time.Duration // Options.CompleteDelay, 0 when off
@@ -146,9 +151,6 @@ func Open(path string, opts Options) (db *DB, err error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = defaultMaxBatch
-	}
 	if opts.SweepChunk <= 0 {
 		opts.SweepChunk = defaultSweepChunk
 	}
@@ -172,11 +174,11 @@ func Open(path string, opts Options) (db *DB, err error) {
 		path:      path,
 		retention: opts.Retention,
 		now:       opts.Now,
-		maxBatch:  opts.MaxBatch,
+		maxBatch:  max(opts.MaxBatch, 0),
 		chunk:     opts.SweepChunk,
 		onCommit:  opts.OnCommit,
 		linger:    max(opts.CompleteDelay, 0),
-		reqs:      make(chan *request, opts.MaxBatch),
+		reqs:      make(chan *request, requestQueue),
 		loopDone:  make(chan struct{}),
 	}
 	if err := db.init(); err != nil {
@@ -401,7 +403,7 @@ func (db *DB) writeRequest(ctx context.Context, r *request) error {
 // together, until Close closes the channel and the queue is empty.
 func (db *DB) loop() {
 	defer close(db.loopDone)
-	batch := make([]*request, 0, db.maxBatch)
+	var batch []*request
 	for r := range db.reqs {
 		batch = db.gather(append(batch[:0], r), nil)
 		if db.linger > 0 && allLazy(batch) {
@@ -413,12 +415,13 @@ func (db *DB) loop() {
 	}
 }
 
-// gather adds waiting requests to batch, up to the batch limit. With until
+// gather adds waiting requests to batch, up to the batch limit if there is
+// one. With until
 // nil it takes only those waiting now. Otherwise it also waits for more
 // until then, and stops at the first request that is not a completion:
 // that one joins, with whatever waits behind it.
 func (db *DB) gather(batch []*request, until <-chan time.Time) []*request {
-	for len(batch) < db.maxBatch {
+	for db.maxBatch == 0 || len(batch) < db.maxBatch {
 		var r *request
 		var ok bool
 		if until == nil {
