@@ -80,7 +80,7 @@ func FullConfig() Config {
 			Stops: 3, StopFor: 8 * time.Second, Refusals: 3, RefuseFor: 6 * time.Second, Cuts: 4, Concurrency: 16},
 		Tx: TxConfig{Workers: 3, Ops: 2000, Deliveries: 6000, Duration: 90 * time.Second, Kills: 9, InTx: 9, Terms: 3,
 			Stops: 2, StopFor: 8 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 2, LostCommits: 24,
-			Concurrency: 8, HoldShare: 0.08, Hold: 200 * time.Millisecond, PanicShare: 0.03},
+			Concurrency: 8, HoldShare: 0.08, Hold: 200 * time.Millisecond, PanicShare: 0.03, WritesShare: 0.4},
 	}
 }
 
@@ -108,7 +108,7 @@ func ShortConfig() Config {
 			Stops: 1, StopFor: 7 * time.Second, Refusals: 1, RefuseFor: 6 * time.Second, Cuts: 1, Concurrency: 8},
 		Tx: TxConfig{Workers: 3, Ops: 200, Deliveries: 600, Duration: 20 * time.Second, Kills: 3, InTx: 3, Terms: 1,
 			Stops: 1, StopFor: 6 * time.Second, Cuts: 1, LostCommits: 6,
-			Concurrency: 8, HoldShare: 0.1, Hold: 200 * time.Millisecond, PanicShare: 0.05},
+			Concurrency: 8, HoldShare: 0.1, Hold: 200 * time.Millisecond, PanicShare: 0.05, WritesShare: 0.4},
 	}
 }
 
@@ -899,7 +899,8 @@ func (c *campaign) workerArgs(id int, ledgerPath string, o runOpts) []string {
 	if c.effects != "" {
 		tx := c.cfg.Tx
 		args = append(args, "-pgtx", "-effects", c.effects, "-control", c.control,
-			"-tx-hold-share", f(tx.HoldShare), "-tx-hold", tx.Hold.String(), "-tx-panic-share", f(tx.PanicShare))
+			"-tx-hold-share", f(tx.HoldShare), "-tx-hold", tx.Hold.String(), "-tx-panic-share", f(tx.PanicShare),
+			"-tx-writes-share", f(tx.WritesShare))
 	} else {
 		args = append(args, "-downstream", c.downURL+"/op")
 	}

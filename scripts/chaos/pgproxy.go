@@ -59,8 +59,15 @@ type proxyConn struct {
 	// its way to the server.
 	awaitCommit atomic.Bool
 	// commitStmts are the statements that the client prepared (Parse) as
-	// a COMMIT, by name; read and written by fromClient alone.
-	commitStmts map[string]bool
+	// a COMMIT, by name; completeStmts those it prepared as the ledger's
+	// completion of an operation's transaction (postgres.OpTx,
+	// postgres.Ledger.CommitOp); owner is the owner that the last such
+	// completion was bound with. Read and written by fromClient alone.
+	commitStmts, completeStmts map[string]bool
+	owner                      string
+	// lossOwner is owner when the COMMIT whose answer is to be lost went
+	// on, for fromServer.
+	lossOwner atomic.Value
 }
 
 // lostCommit is a commit that the proxy lost, cutting its connection.
@@ -70,6 +77,9 @@ type lostCommit struct {
 	// Answered: the server committed and its answer was dropped; false:
 	// the commit never reached the server.
 	Answered bool
+	// Owner is the claim whose completion went with the commit (it is in
+	// the same batch, before the COMMIT), or "" when none did.
+	Owner string
 }
 
 func newTCPProxy(target string) (*tcpProxy, error) {
@@ -264,9 +274,10 @@ func (p *tcpProxy) fromClient(pc *proxyConn) {
 		case lossRequest:
 			// Whatever came before it goes on; the commit does not.
 			_ = w.Flush()
-			p.lose(pc, false)
+			p.lose(pc, false, pc.owner)
 			return
 		case lossAnswer:
+			pc.lossOwner.Store(pc.owner)
 			pc.awaitCommit.Store(true)
 		}
 	}
@@ -284,15 +295,107 @@ func (pc *proxyConn) commits(msg []byte) bool {
 		name, rest, _ := cutCString(msg[5:])
 		query, _, _ := cutCString(rest)
 		if pc.commitStmts == nil {
-			pc.commitStmts = map[string]bool{}
+			pc.commitStmts, pc.completeStmts = map[string]bool{}, map[string]bool{}
 		}
 		pc.commitStmts[name] = isCommit([]byte(query))
+		pc.completeStmts[name] = strings.Contains(query, completionMark)
 	case 'B': // Bind: portal name, statement name, ...
 		_, rest, _ := cutCString(msg[5:])
-		name, _, _ := cutCString(rest)
-		return pc.commitStmts[name]
+		name, rest, _ := cutCString(rest)
+		if pc.completeStmts[name] {
+			pc.owner = bindOwner(rest)
+		}
+		if pc.commitStmts[name] {
+			return true
+		}
+		if !pc.completeStmts[name] {
+			pc.owner = "" // another statement: a COMMIT after it is not the completion's
+		}
 	}
 	return false
+}
+
+// completionMark is in the text of the ledger's completion of an
+// operation's transaction (the error it raises when the claim is not the
+// owner's), and in no other statement.
+const completionMark = "the completion found no claim of its owner in progress"
+
+// bindOwner returns the owner that the rest of a Bind of the completion
+// (after the statement's name) binds: its fourth parameter, an array of
+// one bytea in binary format. It returns "" when it cannot read one.
+func bindOwner(b []byte) string {
+	u16 := func() (int, bool) {
+		if len(b) < 2 {
+			return 0, false
+		}
+		v := int(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		return v, true
+	}
+	u32 := func() (int32, bool) {
+		if len(b) < 4 {
+			return 0, false
+		}
+		v := int32(binary.BigEndian.Uint32(b))
+		b = b[4:]
+		return v, true
+	}
+	nf, ok := u16()
+	if !ok || len(b) < 2*nf {
+		return ""
+	}
+	formats := make([]int, nf)
+	for i := range formats {
+		formats[i], _ = u16()
+	}
+	np, ok := u16()
+	if !ok || np < 4 {
+		return ""
+	}
+	var param []byte
+	for i := range 4 {
+		n, ok := u32()
+		if !ok || n < -1 || int(n) > len(b) {
+			return ""
+		}
+		if n < 0 {
+			continue
+		}
+		if i == 3 {
+			param = b[:n]
+		}
+		b = b[n:]
+	}
+	format := 0
+	switch {
+	case nf == 1:
+		format = formats[0]
+	case nf >= 4:
+		format = formats[3]
+	}
+	if format != 1 {
+		return ""
+	}
+	// A binary array: dimensions, null flag, element type, then per
+	// dimension its length and lower bound, then each element's length
+	// and bytes.
+	b = param
+	ndim, ok1 := u32()
+	_, ok2 := u32()
+	_, ok3 := u32()
+	if !ok1 || !ok2 || !ok3 || ndim != 1 {
+		return ""
+	}
+	length, ok1 := u32()
+	_, ok2 = u32()
+	if !ok1 || !ok2 || length != 1 {
+		return ""
+	}
+	n, ok := u32()
+	if !ok || n < 0 || int(n) > len(b) {
+		return ""
+	}
+	return string(b[:n])
 }
 
 // cutCString splits b after its first NUL-terminated string.
@@ -329,7 +432,8 @@ func (p *tcpProxy) fromServer(pc *proxyConn) {
 				case "COMMIT":
 					// The server committed: its answer is lost.
 					_ = w.Flush()
-					p.lose(pc, true)
+					owner, _ := pc.lossOwner.Load().(string)
+					p.lose(pc, true, owner)
 					return
 				case "ROLLBACK":
 					// The transaction had failed; lose another.
@@ -376,12 +480,12 @@ func (p *tcpProxy) takeLoss() int {
 }
 
 // lose cuts pc for a lost commit and records it.
-func (p *tcpProxy) lose(pc *proxyConn, answered bool) {
+func (p *tcpProxy) lose(pc *proxyConn, answered bool, owner string) {
 	pc.client.Close()
 	pc.server.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.lost = append(p.lost, lostCommit{T: time.Now(), Client: pc.client.RemoteAddr().String(), Answered: answered})
+	p.lost = append(p.lost, lostCommit{T: time.Now(), Client: pc.client.RemoteAddr().String(), Answered: answered, Owner: owner})
 	delete(p.conns, pc.client)
 }
 

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqsonce/sqsonce/internal/pgtest"
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/postgres"
 )
 
 // TestTCPProxy_LoseCommits runs transactions through the proxy against the
@@ -125,6 +128,83 @@ func testLoseCommits(t *testing.T, batch bool) {
 	}
 	if p.commitsToLose() != 0 {
 		t.Fatalf("%d commits still to lose", p.commitsToLose())
+	}
+}
+
+// TestTCPProxy_LostCommitOwner loses the commits of operations'
+// transactions, of both kinds (postgres.OpTx and Ledger.CommitOp), through
+// the proxy: each loss names the claim whose completion went with it, read
+// from the completion's Bind.
+func TestTCPProxy_LostCommitOwner(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	url, _ := pgtest.Schema(t)
+	p, err := newTCPProxy(pgtest.Addr(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	opts := postgres.Options{URL: pgtest.ReplaceAddr(t, url, p.addr()), Timeout: 5 * time.Second}
+	if err := postgres.Init(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	l, err := postgres.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	claim := func(key, owner string) ledger.Completion {
+		t.Helper()
+		c, err := l.Claim(ctx, ledger.ClaimRequest{Key: key, Owner: owner, Lease: time.Minute})
+		if err != nil || c.Outcome != ledger.Claimed {
+			t.Fatalf("claim %s: %v %v", key, c.Outcome, err)
+		}
+		return ledger.Completion{Key: key, Owner: owner}
+	}
+	opTx := func(c ledger.Completion) error {
+		op, err := l.BeginOp(ctx)
+		if err != nil {
+			return err
+		}
+		defer op.Rollback(ctx)
+		if _, err := op.Tx().Exec(ctx, `SELECT 1`); err != nil {
+			return err
+		}
+		return op.CommitComplete(ctx, c)
+	}
+	commitOp := func(c ledger.Completion) error {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT 1`)
+		return l.CommitOp(ctx, b, c)
+	}
+	var want []string
+	for i, answered := range []bool{false, true, false, true} {
+		do := opTx
+		if i >= 2 {
+			do = commitOp
+		}
+		// One ordinary commit first, so that the statements are prepared
+		// on a connection of the pool.
+		if err := do(claim(fmt.Sprintf("warm%d", i), "w")); err != nil {
+			t.Fatal(err)
+		}
+		owner := fmt.Sprintf("owner-%d", i)
+		c := claim(fmt.Sprintf("k%d", i), owner)
+		p.loseCommits(1, answered)
+		if err := do(c); err == nil {
+			t.Fatalf("%d: a commit that the proxy lost succeeded", i)
+		}
+		want = append(want, owner)
+	}
+	lost := p.lostCommits()
+	if len(lost) != len(want) {
+		t.Fatalf("%d commits lost, want %d: %+v", len(lost), len(want), lost)
+	}
+	for i, lc := range lost {
+		if lc.Owner != want[i] {
+			t.Errorf("lost commit %d: owner %q, want %q", i, lc.Owner, want[i])
+		}
 	}
 }
 

@@ -48,6 +48,10 @@ type TxConfig struct {
 	// PanicShare of the attempts panic after the insert (and the hold),
 	// as a handler with a bug would.
 	PanicShare float64
+	// WritesShare of the attempts queue their insert on a batch that goes
+	// with the completion and the commit in one round trip
+	// (pgtx.NewWrites); they neither hold nor panic.
+	WritesShare float64
 }
 
 // txEffectsTable is the transactional campaign's effects table: one row

@@ -55,11 +55,15 @@ type txReport struct {
 
 	// Attempts that inserted their row, and what became of the rows.
 	Attempts, Committed, RolledBack int
-	RolledBackBy                    map[string]int
-	CommittedToldFailed             int // committed, the handler told the worker it was not (safe: the record decides)
-	InTxHolds, InTxKills            int
-	InTxMissed                      int // kills meant for a held transaction that came after it went on
-	Panics                          int // attempts that panicked after their insert, on purpose
+	// Batched are the attempts made in the Writes form (their insert
+	// sent with the completion and the commit in one round trip), and
+	// BatchedCommitted those of them whose row committed.
+	Batched, BatchedCommitted int
+	RolledBackBy              map[string]int
+	CommittedToldFailed       int // committed, the handler told the worker it was not (safe: the record decides)
+	InTxHolds, InTxKills      int
+	InTxMissed                int // kills meant for a held transaction that came after it went on
+	Panics                    int // attempts that panicked after their insert, on purpose
 	// The sessions of those attempts' transactions once their handler
 	// had returned: read, and still inside a transaction.
 	PanicSessionsRead, PanicTxLeft int
@@ -129,6 +133,11 @@ func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// batchClient is the client that an attempt in the Writes form logs
+// with its insert (it does not see its connection); the chaos worker's
+// constant of the same name.
+const batchClient = "batch"
 
 // txAudit audits the transactional campaign from the database itself:
 // every operation complete in the ledger has exactly one effect row, of
@@ -477,18 +486,11 @@ func (c *campaign) txAudit(ctx context.Context, wl *workload, snd *sender, elaps
 	lostRequest := map[string]bool{} // by owner
 	lostOwner := make([]string, len(lost))
 	for i, lc := range lost {
-		// The attempt whose commit it was: the last insert on that
-		// connection before the loss (a connection carries one
-		// transaction at a time).
-		for j := len(inserts) - 1; j >= 0; j-- {
-			in := inserts[j]
-			if in.ev.Client == lc.Client && in.ev.T <= lc.T.UnixNano() {
-				lostOwner[i] = in.ev.Owner
-				break
-			}
-		}
+		// The attempt whose commit it was: the claim whose completion
+		// went with it, as the proxy read it from the completion's Bind.
+		lostOwner[i] = lc.Owner
 		if lostOwner[i] == "" {
-			c.note("the proxy lost a commit of %s at %s, and no attempt inserted on that connection before", lc.Client, lc.T.Format("15:04:05.000"))
+			c.note("the proxy lost a commit of %s at %s, and read no completion's owner before it", lc.Client, lc.T.Format("15:04:05.000"))
 		} else if !lc.Answered {
 			lostRequest[lostOwner[i]] = true
 		}
@@ -496,6 +498,10 @@ func (c *campaign) txAudit(ctx context.Context, wl *workload, snd *sender, elaps
 	for _, in := range inserts {
 		r.Attempts++
 		e := in.ev
+		batched := e.Client == batchClient
+		if batched {
+			r.Batched++
+		}
 		h, told := handled[e.Owner]
 		if rec, ok := records[e.Key]; ok && e.Hash != hex.EncodeToString(rec.Fingerprint) {
 			r.ConflictRan++
@@ -506,6 +512,9 @@ func (c *campaign) txAudit(ctx context.Context, wl *workload, snd *sender, elaps
 		}
 		if _, ok := rowByOwner[e.Owner]; ok {
 			r.Committed++
+			if batched {
+				r.BatchedCommitted++
+			}
 			if panicked[e.Owner] {
 				r.PanicCommitted++
 				detail("%s: run %d's handler panicked after its insert, and its row committed (%s)", e.Key, in.run, e.Owner)
@@ -663,8 +672,8 @@ func (r *txReport) print(row func(name, value string), must func(name string, n 
 			causes = append(causes, fmt.Sprintf("%d %s", n, k))
 		}
 	}
-	sub("attempts that inserted their row", fmt.Sprintf("%d: %d committed, %d rolled back (%s); %d committed though the handler was told otherwise (the record decided)",
-		r.Attempts, r.Committed, r.RolledBack, strings.Join(causes, ", "), r.CommittedToldFailed))
+	sub("attempts that inserted their row", fmt.Sprintf("%d: %d committed, %d rolled back (%s); %d committed though the handler was told otherwise (the record decided); %d of them in the Writes form, the insert sent with the completion and the commit in one round trip (%d committed)",
+		r.Attempts, r.Committed, r.RolledBack, strings.Join(causes, ", "), r.CommittedToldFailed, r.Batched, r.BatchedCommitted))
 	missed := ""
 	if r.InTxMissed > 0 {
 		missed = fmt.Sprintf(" (and %d kills meant for one came after it went on without the campaign's answer)", r.InTxMissed)

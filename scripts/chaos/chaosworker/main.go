@@ -116,23 +116,24 @@ var serveSocket func(db *ledger.DB, path string, log *slog.Logger) (io.Closer, e
 var FaultOps = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "SendMessage"}
 
 type options struct {
-	run        int
-	endpoint   string
-	queueURL   string
-	ledgerPath string
-	pgURL      string
-	pgTable    string
-	pgTimeout  time.Duration
-	pgtx       bool
-	effects    string
-	control    string
-	holdShare  float64
-	hold       time.Duration
-	panicShare float64
-	downstream string
-	dir        string
-	crashLog   string
-	seed       uint64
+	run         int
+	endpoint    string
+	queueURL    string
+	ledgerPath  string
+	pgURL       string
+	pgTable     string
+	pgTimeout   time.Duration
+	pgtx        bool
+	effects     string
+	control     string
+	holdShare   float64
+	hold        time.Duration
+	panicShare  float64
+	writesShare float64
+	downstream  string
+	dir         string
+	crashLog    string
+	seed        uint64
 
 	rates sqstest.Rates
 
@@ -167,6 +168,7 @@ func main() {
 	flag.Float64Var(&o.holdShare, "tx-hold-share", 0, "share of the attempts that hold their transaction open after the insert (with -pgtx)")
 	flag.DurationVar(&o.hold, "tx-hold", 200*time.Millisecond, "how long such an attempt holds it (with -pgtx)")
 	flag.Float64Var(&o.panicShare, "tx-panic-share", 0, "share of the attempts that panic after the insert (with -pgtx)")
+	flag.Float64Var(&o.writesShare, "tx-writes-share", 0, "share of the attempts whose insert is queued on a batch and sent with the completion in one round trip (pgtx.NewWrites), the others running in the transaction (pgtx.New); such attempts neither hold nor panic (with -pgtx)")
 	flag.StringVar(&o.downstream, "downstream", "", "URL the http handler POSTs to")
 	flag.StringVar(&o.dir, "dir", "", "directory for this run's event log and counters")
 	flag.StringVar(&o.crashLog, "crash-log", "", "crash log (shared by all runs)")
@@ -326,6 +328,7 @@ func run(o options) (code int) {
 			holdShare:  o.holdShare,
 			hold:       o.hold,
 			panicShare: o.panicShare,
+			writes:     o.writesShare,
 			rng:        rand.New(rand.NewPCG(o.seed, o.seed+2)),
 			client:     &http.Client{Timeout: 15 * time.Second},
 		}
@@ -334,7 +337,13 @@ func run(o options) (code int) {
 				tw.armed.Store(true)
 			}
 		}()
-		h = pgtx.New(pgl, tw.do)
+		inTx, batched := pgtx.New(pgl, tw.do), pgtx.NewWrites(pgl, tw.queue)
+		h = worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if tw.draw(tw.writes) {
+				return batched.Handle(ctx, m)
+			}
+			return inTx.Handle(ctx, m)
+		})
 	} else {
 		h, err = worker.NewHTTPHandler(worker.HTTPConfig{
 			URL:    o.downstream,
@@ -892,6 +901,7 @@ type txWork struct {
 	holdShare  float64
 	hold       time.Duration
 	panicShare float64
+	writes     float64 // share of the attempts made in the Writes form
 	client     *http.Client
 
 	seq   atomic.Int64
@@ -968,6 +978,43 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 	m.Result = fmt.Appendf(nil, "row %d of run %d", seq, t.run)
 	return nil
 }
+
+// queue is the work of an attempt in the Writes form: it queues the
+// attempt's effect row on b, sent with the completion and the commit in
+// one round trip, and logs it as inserted before it is sent. A failure
+// that the body asks for is returned first, and nothing is sent; so is a
+// slow attempt's wait, with no transaction open.
+func (t *txWork) queue(ctx context.Context, m *worker.Message, b *pgx.Batch) error {
+	var body txBody
+	_ = json.Unmarshal(m.Body, &body)
+	if body.SlowMS > 0 {
+		if err := sleepCtx(ctx, time.Duration(body.SlowMS)*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	switch {
+	case body.Permanent:
+		return worker.Permanent(errors.New("permanent failure, nothing sent"))
+	case m.Attempt <= body.Fail:
+		err := fmt.Errorf("transient failure %d of %d, nothing sent", m.Attempt, body.Fail)
+		if body.RetryAfter > 0 {
+			return worker.RetryAfter(time.Duration(body.RetryAfter)*time.Second, err)
+		}
+		return err
+	}
+	sum := sha256.Sum256(m.Body)
+	hash := hex.EncodeToString(sum[:])
+	seq := t.seq.Add(1)
+	b.Queue(`INSERT INTO `+t.table+` (key, body_sha256, body, run, owner, attempt, seq, client) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		m.Key, hash, string(m.Body), t.run, m.Owner, m.Attempt, seq, batchClient)
+	t.log(event.WorkerEvent{Ev: event.EvInsert, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, Seq: seq, Hash: hash, Client: batchClient})
+	m.Result = fmt.Appendf(nil, "row %d of run %d", seq, t.run)
+	return nil
+}
+
+// batchClient stands for the connection of an attempt in the Writes form,
+// which the handler does not see.
+const batchClient = "batch"
 
 // txPanic is the value of a transactional handler's planned panic: pid is
 // the server process of its transaction's session.
