@@ -480,13 +480,15 @@ func (p *tcpProxy) takeLoss() int {
 }
 
 // lose cuts pc for a lost commit and records it.
+// The loss is recorded before the cut, so that a client that sees its
+// connection end finds it recorded.
 func (p *tcpProxy) lose(pc *proxyConn, answered bool, owner string) {
-	pc.client.Close()
-	pc.server.Close()
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.lost = append(p.lost, lostCommit{T: time.Now(), Client: pc.client.RemoteAddr().String(), Answered: answered, Owner: owner})
 	delete(p.conns, pc.client)
+	p.mu.Unlock()
+	pc.client.Close()
+	pc.server.Close()
 }
 
 // end closes both sides of pc once either direction ends.

@@ -192,9 +192,11 @@ func TestTCPProxy_LostCommitOwner(t *testing.T) {
 		owner := fmt.Sprintf("owner-%d", i)
 		c := claim(fmt.Sprintf("k%d", i), owner)
 		p.loseCommits(1, answered)
-		if err := do(c); err == nil {
+		err := do(c)
+		if err == nil {
 			t.Fatalf("%d: a commit that the proxy lost succeeded", i)
 		}
+		t.Logf("%d (answer lost: %v): %v", i, answered, err)
 		want = append(want, owner)
 	}
 	lost := p.lostCommits()
