@@ -215,8 +215,24 @@ func (k *keeper) giveBack(js []*job, all bool, wait time.Duration) {
 // lease that may lapse before the next beat could extend it (a beat or
 // two failed: the ledger is slow or away) is extended first, and the work
 // starts only when that succeeds: work that starts on a lapsed lease may
-// run beside a takeover.
+// run beside a takeover. A beat that covers j and is on its way is waited
+// for first: its answer may be that the claim is lost (its record was
+// forgotten, say), and no work starts after an answer the worker has not
+// read.
 func (k *keeper) startable(ctx context.Context, j *job) (ok bool, err error) {
+	k.mu.Lock()
+	var inFlight chan struct{}
+	if b := k.beat; b != nil && b.jobs[j] {
+		inFlight = b.done
+	}
+	k.mu.Unlock()
+	if inFlight != nil {
+		select {
+		case <-inFlight:
+		case <-ctx.Done():
+			return false, context.Cause(ctx)
+		}
+	}
 	if k.w.queue.fifo {
 		if ok, err := k.inSight(ctx, j); !ok {
 			return false, err

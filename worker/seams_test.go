@@ -757,3 +757,69 @@ func TestWorker_FIFOWaitingReceivedElsewhere(t *testing.T) {
 		}
 	}
 }
+
+// beatHook is the real ledger whose next lease extension that covers key,
+// once armed, says so (inFlight), waits for release, then finds the
+// record forgotten: the beat's answer is that the claim is lost.
+type beatHook struct {
+	*ledger.DB
+	key      string
+	armed    atomic.Bool
+	inFlight chan struct{}
+	release  chan struct{}
+}
+
+func (l *beatHook) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error {
+	for _, r := range refs {
+		if r.Key == l.key && l.armed.CompareAndSwap(true, false) {
+			close(l.inFlight)
+			<-l.release
+			time.Sleep(300 * time.Millisecond) // the waiting message tries to start meanwhile
+			if err := l.DB.Forget(context.WithoutCancel(ctx), l.key); err != nil {
+				panic(err)
+			}
+			break
+		}
+	}
+	return l.DB.ExtendBatch(ctx, refs, lease)
+}
+
+// A FIFO message whose turn comes while a beat that covers it is on its
+// way does not start before that beat's answer is read: here the answer
+// is that its record is gone, and the work never starts under that claim.
+// Its redelivery, claimed afresh, runs it once.
+func TestWorker_FIFOStartWaitsForItsBeat(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{fifo: true, maxReceive: 5})
+	cfg := b.config()
+	cfg.Concurrency = 1
+	l := &beatHook{DB: b.db, key: "waiting", inFlight: make(chan struct{}), release: make(chan struct{})}
+	l.armed.Store(true)
+	b.sendGroup("g", `{"id":"long"}`, `{"id":"waiting"}`) // one receive brings both
+	var attempts sync.Map                                 // owner of each run of "waiting"
+	_, stop := b.startOn(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		switch m.Key {
+		case "long":
+			<-l.inFlight // a beat covering the waiting message is on its way
+			close(l.release)
+		case "waiting":
+			attempts.Store(m.Owner, m.Attempt)
+		}
+		return nil
+	}))
+	b.waitEmpty(20 * time.Second)
+	s := stop()
+	if n := b.runs.count("waiting"); n != 1 || s.LeaseLost != 1 {
+		t.Fatalf("the waiting operation ran %d times with %d claims lost before their work; want it held until the beat's answer (its claim lost), then run once after its redelivery; stats %+v", n, s.LeaseLost, s)
+	}
+	attempts.Range(func(owner, attempt any) bool {
+		if attempt != 1 {
+			t.Errorf("the waiting operation ran as attempt %v under %v: its first claim was forgotten, so its run is the first of a new record", attempt, owner)
+		}
+		return true
+	})
+	if rec := b.record("waiting"); rec.State != ledger.StateComplete {
+		t.Fatalf("record %+v", rec)
+	}
+}
