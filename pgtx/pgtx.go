@@ -179,15 +179,15 @@ func (h *Handler) handleWrites(ctx context.Context, m *worker.Message) error {
 	if err := h.writes(ctx, m, b); err != nil {
 		return err
 	}
-	for i, q := range b.QueuedQueries {
-		if q.Fn != nil {
-			return worker.Permanent(fmt.Errorf("pgtx %q: statement %d of the writes has a callback (QueuedQuery.Exec, Query or QueryRow): it would run after the commit and could not stop it; put the condition in the statement's SQL", m.Key, i+1))
-		}
-	}
 	if h.beforeCommit != nil {
 		h.beforeCommit()
 	}
 	err := h.l.CommitOp(ctx, b, completion(m))
+	if errors.Is(err, ledger.ErrInvalidArgument) {
+		// Refused before anything was sent (a statement with a
+		// callback): no retry would change that.
+		return worker.Permanent(fmt.Errorf("pgtx %q: %w", m.Key, err))
+	}
 	var we *postgres.WriteError
 	if errors.As(err, &we) {
 		// The server refused a statement of the writes (or they were not

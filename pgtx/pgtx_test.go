@@ -137,6 +137,60 @@ func state(t *testing.T, l *postgres.Ledger, key string) ledger.Record {
 	return rec
 }
 
+// loseCommit has the handler that mk makes handle an operation "k"
+// claimed by "a" through a proxy that loses the reply or the request
+// (lose) of its commit, once the statements are prepared on the pool's
+// connection (by an operation "warm"), and returns what Handle said.
+func loseCommit(t *testing.T, lose string, mk func(*postgres.Ledger) *Handler) (*postgres.Ledger, *pgtest.Proxy, *Handler, error) {
+	t.Helper()
+	url, _ := pgtest.Schema(t)
+	p := pgtest.NewProxy(t, pgtest.Addr(t, url))
+	l := setup(t, pgtest.ReplaceAddr(t, url, p.Addr()))
+	if err := mk(l).Handle(ctx, claim(t, l, "warm", "a", time.Minute, ledger.Claimed)); err != nil {
+		t.Fatal(err)
+	}
+	m := claim(t, l, "k", "a", time.Minute, ledger.Claimed)
+	h := mk(l)
+	h.beforeCommit = func() {
+		if lose == "reply" {
+			p.DropNextReply(1)
+		} else {
+			p.DropNextRequest(1)
+		}
+	}
+	return l, p, h, h.Handle(ctx, m)
+}
+
+// roundTrips counts the round trips to the server of the handler that mk
+// makes, for an operation "k" on a connection where an operation "warm"
+// prepared the statements first.
+func roundTrips(t *testing.T, mk func(*postgres.Ledger) *Handler) (*postgres.Ledger, int64) {
+	t.Helper()
+	url, _ := pgtest.Schema(t)
+	p := pgtest.NewProxy(t, pgtest.Addr(t, url))
+	l := setup(t, pgtest.WithParam(t, pgtest.ReplaceAddr(t, url, p.Addr()), "pool_max_conns", "1"))
+	h := mk(l)
+	var n int64
+	for _, key := range []string{"warm", "k"} {
+		m := claim(t, l, key, "a", time.Minute, ledger.Claimed)
+		before := p.RoundTrips()
+		if err := h.Handle(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		n = p.RoundTrips() - before
+	}
+	return l, n
+}
+
+// untouched fails the test unless key's record is still in progress
+// with no effect row: nothing of the attempt committed.
+func untouched(t *testing.T, l *postgres.Ledger, key string) {
+	t.Helper()
+	if rec := state(t, l, key); rec.State != ledger.StateInProgress || effects(t, l, key) != 0 {
+		t.Fatalf("record %+v, %d effects; want in progress, none", rec, effects(t, l, key))
+	}
+}
+
 func TestHandler(t *testing.T) {
 	t.Parallel()
 
@@ -268,19 +322,7 @@ func TestHandler(t *testing.T) {
 	for _, lose := range []string{"reply", "request"} {
 		t.Run("LostCommit/"+lose, func(t *testing.T) {
 			t.Parallel()
-			url, _ := pgtest.Schema(t)
-			p := pgtest.NewProxy(t, pgtest.Addr(t, url))
-			l := setup(t, pgtest.ReplaceAddr(t, url, p.Addr()))
-			m := claim(t, l, "k", "a", time.Minute, ledger.Claimed)
-			h := New(l, insert)
-			h.beforeCommit = func() {
-				if lose == "reply" {
-					p.DropNextReply(1)
-				} else {
-					p.DropNextRequest(1)
-				}
-			}
-			err := h.Handle(ctx, m)
+			l, p, h, err := loseCommit(t, lose, func(l *postgres.Ledger) *Handler { return New(l, insert) })
 			rec := state(t, l, "k")
 			switch lose {
 			case "reply":
@@ -321,19 +363,8 @@ func TestHandler(t *testing.T) {
 	// and the completion with the COMMIT.
 	t.Run("RoundTrips", func(t *testing.T) {
 		t.Parallel()
-		url, _ := pgtest.Schema(t)
-		p := pgtest.NewProxy(t, pgtest.Addr(t, url))
-		l := setup(t, pgtest.WithParam(t, pgtest.ReplaceAddr(t, url, p.Addr()), "pool_max_conns", "1"))
-		h := New(l, insert)
-		for i, key := range []string{"warm", "k"} { // the first prepares the statements on the connection
-			m := claim(t, l, key, "a", time.Minute, ledger.Claimed)
-			before := p.RoundTrips()
-			if err := h.Handle(ctx, m); err != nil {
-				t.Fatal(err)
-			}
-			if n := p.RoundTrips() - before; i == 1 && n != 3 {
-				t.Fatalf("%d round trips for a handler of one statement, want 3: BEGIN, the insert, the completion with the COMMIT", n)
-			}
+		if _, n := roundTrips(t, func(l *postgres.Ledger) *Handler { return New(l, insert) }); n != 3 {
+			t.Fatalf("%d round trips for a handler of one statement, want 3: BEGIN, the insert, the completion with the COMMIT", n)
 		}
 	})
 

@@ -84,9 +84,7 @@ func TestWrites(t *testing.T) {
 		if !errors.As(err, &we) || !strings.Contains(err.Error(), "not-null") {
 			t.Fatalf("Handle: %v; want a WriteError naming the refused constraint", err)
 		}
-		if rec := state(t, l, "k"); rec.State != ledger.StateInProgress || effects(t, l, "k") != 0 {
-			t.Fatalf("record %+v, %d effects; want in progress, none", rec, effects(t, l, "k"))
-		}
+		untouched(t, l, "k")
 		noSessionInTx(t, app)
 		// The retry commits.
 		if err := NewWrites(l, queueInsert).Handle(ctx, m); err != nil {
@@ -129,25 +127,7 @@ func TestWrites(t *testing.T) {
 	for _, lose := range []string{"reply", "request"} {
 		t.Run("LostCommit/"+lose, func(t *testing.T) {
 			t.Parallel()
-			url, _ := pgtest.Schema(t)
-			p := pgtest.NewProxy(t, pgtest.Addr(t, url))
-			l := setup(t, pgtest.ReplaceAddr(t, url, p.Addr()))
-			// The statements are prepared on the pool's connections
-			// first, so that the next request is the one round trip.
-			warm := claim(t, l, "warm", "a", time.Minute, ledger.Claimed)
-			if err := NewWrites(l, queueInsert).Handle(ctx, warm); err != nil {
-				t.Fatal(err)
-			}
-			m := claim(t, l, "k", "a", time.Minute, ledger.Claimed)
-			h := NewWrites(l, queueInsert)
-			h.beforeCommit = func() {
-				if lose == "reply" {
-					p.DropNextReply(1)
-				} else {
-					p.DropNextRequest(1)
-				}
-			}
-			err := h.Handle(ctx, m)
+			l, p, _, err := loseCommit(t, lose, func(l *postgres.Ledger) *Handler { return NewWrites(l, queueInsert) })
 			rec := state(t, l, "k")
 			switch lose {
 			case "reply":
@@ -170,19 +150,9 @@ func TestWrites(t *testing.T) {
 	// go together.
 	t.Run("RoundTrips", func(t *testing.T) {
 		t.Parallel()
-		url, _ := pgtest.Schema(t)
-		p := pgtest.NewProxy(t, pgtest.Addr(t, url))
-		l := setup(t, pgtest.WithParam(t, pgtest.ReplaceAddr(t, url, p.Addr()), "pool_max_conns", "1"))
-		h := NewWrites(l, queueInsert)
-		for i, key := range []string{"warm", "k"} { // the first prepares the statements on the connection
-			m := claim(t, l, key, "a", time.Minute, ledger.Claimed)
-			before := p.RoundTrips()
-			if err := h.Handle(ctx, m); err != nil {
-				t.Fatal(err)
-			}
-			if n := p.RoundTrips() - before; i == 1 && n != 1 {
-				t.Fatalf("%d round trips for writes of one statement, want 1", n)
-			}
+		l, n := roundTrips(t, func(l *postgres.Ledger) *Handler { return NewWrites(l, queueInsert) })
+		if n != 1 {
+			t.Fatalf("%d round trips for writes of one statement, want 1", n)
 		}
 		if effects(t, l, "k") != 1 || state(t, l, "k").State != ledger.StateComplete {
 			t.Fatalf("%d effects, record %s", effects(t, l, "k"), state(t, l, "k").State)
@@ -207,9 +177,7 @@ func TestWrites(t *testing.T) {
 		if !errors.As(err, &perm) || !strings.Contains(err.Error(), "callback") {
 			t.Fatalf("Handle: %v; want a permanent failure naming the callback", err)
 		}
-		if rec := state(t, l, "k"); rec.State != ledger.StateInProgress || effects(t, l, "k") != 0 {
-			t.Fatalf("record %+v, %d effects; want in progress, none", rec, effects(t, l, "k"))
-		}
+		untouched(t, l, "k")
 		// The ledger refuses it too, for callers without pgtx.
 		b := &pgx.Batch{}
 		b.Queue(`SELECT 1`).Exec(func(pgconn.CommandTag) error { return nil })
@@ -236,9 +204,7 @@ func TestWrites(t *testing.T) {
 		if !errors.As(err, &perm) || !errors.Is(err, postgres.ErrIsolation) || !errors.Is(err, ErrNotCommitted) {
 			t.Fatalf("Handle: %v; want a permanent failure wrapping ErrIsolation and ErrNotCommitted", err)
 		}
-		if rec := state(t, l, "k"); rec.State != ledger.StateInProgress || effects(t, l, "k") != 0 {
-			t.Fatalf("record %+v, %d effects; want in progress, none", rec, effects(t, l, "k"))
-		}
+		untouched(t, l, "k")
 	})
 
 	// The Writes' own error sends nothing.
@@ -255,8 +221,6 @@ func TestWrites(t *testing.T) {
 		if !errors.Is(err, boom) {
 			t.Fatalf("Handle: %v", err)
 		}
-		if rec := state(t, l, "k"); rec.State != ledger.StateInProgress || effects(t, l, "k") != 0 {
-			t.Fatalf("record %+v, %d effects; want in progress, none", rec, effects(t, l, "k"))
-		}
+		untouched(t, l, "k")
 	})
 }

@@ -175,7 +175,7 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 	if writes != nil {
 		for i, q := range writes.QueuedQueries {
 			if q.Fn != nil {
-				return fmt.Errorf("complete %q: statement %d of the writes has a callback, which would run after the commit: check conditions in SQL instead: %w", c.Key, i+1, ledger.ErrInvalidArgument)
+				return fmt.Errorf("complete %q: statement %d of the writes has a callback (QueuedQuery.Exec, Query or QueryRow), which would run after the commit and could not stop it: put the condition in the statement's SQL: %w", c.Key, i+1, ledger.ErrInvalidArgument)
 			}
 		}
 		pre = append(pre, writes.QueuedQueries...)

@@ -922,19 +922,16 @@ type txBody struct {
 // transaction open when drawn, and then succeeds or fails as the body
 // says. Every error rolls the row back.
 func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
-	sum := sha256.Sum256(m.Body)
-	hash := hex.EncodeToString(sum[:])
-	seq := t.seq.Add(1)
 	client := ""
 	if c := tx.Conn().PgConn().Conn(); c != nil {
 		client = c.LocalAddr().String()
 	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+t.table+` (key, body_sha256, body, run, owner, attempt, seq, client) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		m.Key, hash, string(m.Body), t.run, m.Owner, m.Attempt, seq, client)
-	if err != nil {
+	sql, args, inserted := t.row(m, client)
+	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("insert the effect row: %w", err)
 	}
-	t.log(event.WorkerEvent{Ev: event.EvInsert, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, Seq: seq, Hash: hash, Client: client})
+	t.log(inserted)
+	seq := inserted.Seq
 	if t.armed.CompareAndSwap(true, false) || t.draw(t.holdShare) {
 		t.log(event.WorkerEvent{Ev: event.EvInTx, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
 		if err := t.askControl(ctx, m); err != nil {
@@ -958,6 +955,28 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 		t.log(event.WorkerEvent{Ev: event.EvPanic, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
 		panic(txPanic{key: m.Key, seq: seq, run: t.run, pid: tx.Conn().PgConn().PID(), started: started})
 	}
+	if err := t.asked(ctx, m, "the row rolled back"); err != nil {
+		return err
+	}
+	m.Result = fmt.Appendf(nil, "row %d of run %d", seq, t.run)
+	return nil
+}
+
+// row returns the statement that inserts m's effect row, as the next row
+// of this run, from the connection client, and the event that logs it.
+func (t *txWork) row(m *worker.Message, client string) (sql string, args []any, inserted event.WorkerEvent) {
+	sum := sha256.Sum256(m.Body)
+	hash := hex.EncodeToString(sum[:])
+	seq := t.seq.Add(1)
+	sql = `INSERT INTO ` + t.table + ` (key, body_sha256, body, run, owner, attempt, seq, client) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+	args = []any{m.Key, hash, string(m.Body), t.run, m.Owner, m.Attempt, seq, client}
+	inserted = event.WorkerEvent{Ev: event.EvInsert, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, Seq: seq, Hash: hash, Client: client}
+	return sql, args, inserted
+}
+
+// asked does what m's body asks of its attempt: a wait, then a permanent
+// or a transient failure; row says what became of the attempt's row then.
+func (t *txWork) asked(ctx context.Context, m *worker.Message, row string) error {
 	var b txBody
 	_ = json.Unmarshal(m.Body, &b)
 	if b.SlowMS > 0 {
@@ -967,15 +986,14 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 	}
 	switch {
 	case b.Permanent:
-		return worker.Permanent(errors.New("permanent failure, the row rolled back"))
+		return worker.Permanent(fmt.Errorf("permanent failure, %s", row))
 	case m.Attempt <= b.Fail:
-		err := fmt.Errorf("transient failure %d of %d, the row rolled back", m.Attempt, b.Fail)
+		err := fmt.Errorf("transient failure %d of %d, %s", m.Attempt, b.Fail, row)
 		if b.RetryAfter > 0 {
 			return worker.RetryAfter(time.Duration(b.RetryAfter)*time.Second, err)
 		}
 		return err
 	}
-	m.Result = fmt.Appendf(nil, "row %d of run %d", seq, t.run)
 	return nil
 }
 
@@ -985,30 +1003,13 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 // that the body asks for is returned first, and nothing is sent; so is a
 // slow attempt's wait, with no transaction open.
 func (t *txWork) queue(ctx context.Context, m *worker.Message, b *pgx.Batch) error {
-	var body txBody
-	_ = json.Unmarshal(m.Body, &body)
-	if body.SlowMS > 0 {
-		if err := sleepCtx(ctx, time.Duration(body.SlowMS)*time.Millisecond); err != nil {
-			return err
-		}
-	}
-	switch {
-	case body.Permanent:
-		return worker.Permanent(errors.New("permanent failure, nothing sent"))
-	case m.Attempt <= body.Fail:
-		err := fmt.Errorf("transient failure %d of %d, nothing sent", m.Attempt, body.Fail)
-		if body.RetryAfter > 0 {
-			return worker.RetryAfter(time.Duration(body.RetryAfter)*time.Second, err)
-		}
+	if err := t.asked(ctx, m, "nothing sent"); err != nil {
 		return err
 	}
-	sum := sha256.Sum256(m.Body)
-	hash := hex.EncodeToString(sum[:])
-	seq := t.seq.Add(1)
-	b.Queue(`INSERT INTO `+t.table+` (key, body_sha256, body, run, owner, attempt, seq, client) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		m.Key, hash, string(m.Body), t.run, m.Owner, m.Attempt, seq, batchClient)
-	t.log(event.WorkerEvent{Ev: event.EvInsert, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, Seq: seq, Hash: hash, Client: batchClient})
-	m.Result = fmt.Appendf(nil, "row %d of run %d", seq, t.run)
+	sql, args, inserted := t.row(m, batchClient)
+	b.Queue(sql, args...)
+	t.log(inserted)
+	m.Result = fmt.Appendf(nil, "row %d of run %d", inserted.Seq, t.run)
 	return nil
 }
 
