@@ -50,11 +50,11 @@ func (w *Worker) claimFailed(err error) {
 	w.ledgerFailed(err, "the ledger cannot record claims: no new work starts until it can; running work goes on")
 }
 
-// completionFailed records that a completion could not be recorded: no
-// new work starts either, since its completion could not be recorded
-// now.
-func (w *Worker) completionFailed(err error) {
-	w.ledgerFailed(err, "the ledger cannot record completions: no new work starts until it records again; done work waits out of sight")
+// outcomeFailed records that an attempt's outcome (what: "completion",
+// "failure") could not be recorded: no new work starts either, since its
+// outcome could not be recorded now.
+func (w *Worker) outcomeFailed(what string, err error) {
+	w.ledgerFailed(err, "the ledger cannot record "+what+"s: no new work starts until it records again; ended work waits out of sight")
 }
 
 // ledgerFailed holds new work back after err, unless the store rolled the

@@ -985,8 +985,8 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		span.end(spanComplete, nil)
 		return true
 	}
-	j.keep.leave(j, true)
 	if errors.Is(context.Cause(hctx), errLeaseLost) {
+		j.keep.leave(j, true)
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
 		span.end(spanLeaseLost, err)
@@ -994,9 +994,32 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	}
 	var perm *PermanentError
 	permanent := errors.As(err, &perm)
-	ferr := w.ledger.Fail(context.WithoutCancel(ctx), ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent})
+	f := ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent}
+	fail := func() error { return w.ledger.Fail(context.WithoutCancel(ctx), f) }
+	var ferr error
+	if permanent {
+		// Its dead-lettering waits for the record: tried again while the
+		// message stays out of sight. A retryable failure comes back
+		// anyway, and its redelivery settles a claim left in progress.
+		ferr = w.recordOutcome(workCtx, "failure", log, fail)
+	} else {
+		ferr = fail()
+	}
+	j.keep.leave(j, true)
 	if ferr != nil {
 		log.Error("could not record the failure in the ledger: the claim stays until this process sees the message again and releases it, or its lease lapses", "error", ferr)
+	}
+	if permanent && ferr != nil {
+		// Dead-lettered now, the message would leave a record in progress
+		// behind, which a later delivery or replay would run again once
+		// its lease lapsed: it comes back instead, and its next delivery
+		// settles it.
+		w.stats.failedPermanently.Add(1)
+		wait := backoff(m.Attempt, w.cfg.MinBackoff, w.cfg.MaxBackoff)
+		log.Error("work failed permanently, and the failure could not be recorded: leaving the message for its next delivery", "error", err, "retry_in", wait)
+		w.makeVisible([]types.Message{j.msg}, wait)
+		span.end(spanPermanent, err)
+		return false
 	}
 	if permanent {
 		w.stats.failedPermanently.Add(1)
@@ -1009,7 +1032,9 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 	wait := backoff(m.Attempt, w.cfg.MinBackoff, w.cfg.MaxBackoff)
 	var re *RetryError
 	if errors.As(err, &re) {
-		wait = min(max(re.After, 0), MaxVisibility)
+		// Bounded below as a recheck is: neither an endpoint's clock nor
+		// a Retry-After of 0 makes the message come back at once.
+		wait = min(max(re.After, w.recheck()), MaxVisibility)
 	}
 	if workCtx.Err() != nil {
 		wait = 0 // cut off by shutdown: let another worker take it now
@@ -1074,41 +1099,51 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 // complete returns the ledger's error then.
 func (w *Worker) complete(workCtx context.Context, j *job, m *Message, slotFreed bool, log *jobLog) error {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
-	var err error
-	retried := false
-	for attempt := 1; ; attempt++ {
-		err = w.recordComplete(j, c)
-		if err == nil || !mayChange(err) || workCtx.Err() != nil {
-			break
-		}
-		if attempt == 1 {
-			// The message stays in hand while its completion is tried
-			// again: no new work starts meanwhile, and the message takes
-			// a slot back, so that no new work is received in its place.
-			retried = true
-			w.completionFailed(err)
-			if slotFreed {
-				w.owe()
-				defer w.repay()
-			}
-		}
-		if attempt == 4 {
-			log.Warn("work done, the completion not recorded yet: trying again while the message stays out of sight", "error", err)
-		}
-		sleep(workCtx, backoff(attempt, 100*time.Millisecond, 5*time.Second))
+	if slotFreed {
+		// The message stays in hand while its completion is tried
+		// again, and takes a slot back, so that no new work is received
+		// in its place.
+		w.owe()
+		defer w.repay()
 	}
+	err := w.recordOutcome(workCtx, "completion", log, func() error { return w.recordComplete(j, c) })
 	if err != nil {
 		w.stats.completeFailed.Add(1)
 		log.Error("work done but not recorded complete: leaving the message; its redelivery may run the work again", "error", err)
 		return err
 	}
-	if retried {
-		w.claimsRecorded()
-	}
 	w.stats.completed.Add(1)
 	log.Debug("operation complete")
 	w.deleteThen(j.msg, w.afterDelete(j, log))
 	return nil
+}
+
+// recordOutcome makes call, which records an attempt's outcome (what of
+// outcome: "completion", "failure"), until the ledger takes it, the answer
+// cannot change by asking again, or the worker stops (the end of the
+// shutdown grace), and returns the last error. The caller's heartbeat keeps
+// the message out of sight meanwhile, so that no redelivery runs the work
+// again, and no new work starts while the ledger cannot record (see gate).
+func (w *Worker) recordOutcome(workCtx context.Context, what string, log *jobLog, call func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := call()
+		if err == nil {
+			if attempt > 1 {
+				w.claimsRecorded()
+			}
+			return nil
+		}
+		if !mayChange(err) || workCtx.Err() != nil {
+			return err
+		}
+		if attempt == 1 {
+			w.outcomeFailed(what, err)
+		}
+		if attempt == 4 {
+			log.Warn("work ended, its "+what+" not recorded yet: trying again while the message stays out of sight", "error", err)
+		}
+		sleep(workCtx, backoff(attempt, 100*time.Millisecond, 5*time.Second))
+	}
 }
 
 // mayChange reports whether a ledger call that failed with err may succeed
