@@ -374,12 +374,17 @@ const (
 // queue: a copy is sent there, and only once the send succeeded is the
 // original deleted. Without a dead-letter queue, or when the send fails, the
 // message is left with the longest back-off so that SQS's own redrive or
-// retention deals with it. It reports whether the message was moved.
-func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
+// retention deals with it. It returns the message's end: deadLettered, or
+// givenBack (retrying after a failed attempt) when it was left.
+func (w *Worker) deadLetter(j *job, reason string, log *jobLog) state {
+	left := givenBack
+	if st, _ := j.b.state(j); st == failed {
+		left = retrying
+	}
 	if w.queue.dlqURL == "" {
 		log.Warn("no dead-letter queue: leaving the message until its retention ends", "reason", reason)
-		w.makeVisible([]types.Message{j.msg}, w.cfg.MaxBackoff)
-		return false
+		w.comeBack(j, left, w.cfg.MaxBackoff)
+		return left
 	}
 	attrs := make(map[string]types.MessageAttributeValue, len(j.msg.MessageAttributes)+2)
 	for k, v := range j.msg.MessageAttributes {
@@ -415,11 +420,12 @@ func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
 	defer cancel()
 	if _, err := w.sqs.SendMessage(ctx, in); err != nil {
 		log.Error("could not move the message to the dead-letter queue: leaving it for SQS's redrive", "error", err)
-		w.makeVisible([]types.Message{j.msg}, w.cfg.MaxBackoff)
-		return false
+		w.comeBack(j, left, w.cfg.MaxBackoff)
+		return left
 	}
 	w.stats.deadLettered.Add(1)
 	log.Warn("moved to the dead-letter queue", "reason", reason, "dead_letter_queue", w.queue.dlqURL)
 	w.delete(j.msg)
-	return true
+	j.b.end(j, deadLettered)
+	return deadLettered
 }

@@ -433,7 +433,7 @@ func TestWorker_InHandBoundWhileCompletionsFail(t *testing.T) {
 			msgs = nil
 		}
 	}
-	waitUntil(t, "handlers to run", 10*time.Second, func() bool { return len(b.runs.counts()) >= 4 })
+	waitUntil(t, "handlers to run", 10*time.Second, func() bool { return len(b.runs.counts()) >= cfg.Concurrency })
 	most, mostInHand := 0, 0
 	for range 30 {
 		st, err := b.db.Stats(context.Background())
