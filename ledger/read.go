@@ -28,6 +28,7 @@ func (db *DB) Get(ctx context.Context, key string) (Record, error) {
 		if !r.Expires.After(db.now()) {
 			return ErrNotFound
 		}
+		attachFlow(tx, &r)
 		rec = r
 		return nil
 	})
@@ -102,6 +103,7 @@ func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) erro
 				if !r.Expires.After(now) || !f.Match(r) {
 					continue
 				}
+				attachFlow(tx, &r)
 				page = append(page, r)
 			}
 			return nil
@@ -197,6 +199,9 @@ func (db *DB) Sweep(ctx context.Context) (int, error) {
 	total += n
 	if err != nil {
 		return total, fmt.Errorf("sweep: %w", err)
+	}
+	if err := db.sweepFlow(ctx); err != nil {
+		return total, fmt.Errorf("sweep flow state: %w", err)
 	}
 	return total, nil
 }

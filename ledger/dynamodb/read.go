@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -248,7 +249,10 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 func (l *Ledger) Sweep(ctx context.Context) (int, error) {
 	now := l.now()
 	e := newExpr()
-	filter := "begins_with(" + e.n(attrPK) + ", " + e.v("op", strAV(opPrefix)) + ") AND " + e.n(attrExpires) + " <= " + e.v("now", timeAV(now))
+	// Flow items (flowPrefix) expire too, and go in the same scan; they
+	// are not counted.
+	filter := "(begins_with(" + e.n(attrPK) + ", " + e.v("op", strAV(opPrefix)) + ") OR begins_with(" + e.n(attrPK) + ", " +
+		e.v("flow", strAV(flowPrefix)) + ")) AND " + e.n(attrExpires) + " <= " + e.v("now", timeAV(now))
 	var mu sync.Mutex
 	removed := 0
 	err := l.scanPages(ctx, sweepPage, ddb.ScanInput{
@@ -262,7 +266,7 @@ func (l *Ledger) Sweep(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			if ok {
+			if pk, _ := item[attrPK].(*types.AttributeValueMemberS); ok && pk != nil && strings.HasPrefix(pk.Value, opPrefix) {
 				mu.Lock()
 				removed++
 				mu.Unlock()

@@ -188,6 +188,9 @@ func (l *Ledger) Sweep(ctx context.Context) (int, error) {
 		}
 		total += int(n)
 		if n < int64(l.cfg.chunk) {
+			if err := l.sweepFlow(ctx); err != nil {
+				return total, fmt.Errorf("sweep flow state: %w", err)
+			}
 			return total, nil
 		}
 	}
