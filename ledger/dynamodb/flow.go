@@ -757,12 +757,15 @@ func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Gra
 				limit = min(limit, now+int64(r.Within)+tau-int64(k-1)*t)
 			}
 			add := int64(k) * t
-			// TTL deletion is only a collector: a TTL a little early for
-			// a bucket that another host moved far on is put right below.
+			// expires is exact (it is computed from TAT as stored); the
+			// TTL cannot be, and is the latest the bucket can expire
+			// after this write: its TAT is at most limit + add. TTL
+			// deletion then never takes a bucket that is not idle; a
+			// bucket reserved without Within waits for Sweep.
 			u = set(e.n(attrTAT)+" = "+e.n(attrTAT)+" + "+e.v("add", nsAV(add)),
 				e.n(attrRate)+" = "+e.v("rate", rateAV(r.Rate)), e.n(attrBurst)+" = "+e.v("burst", intAV(int64(r.Burst))),
 				e.n(attrExpires)+" = "+e.n(attrTAT)+" + "+e.v("addexp", nsAV(add+int64(ledger.BucketIdle))),
-				e.n(attrTTL)+" = "+e.v("ttl", intAV(ttlSeconds(time.Unix(0, cached+add+int64(ledger.BucketIdle))))))
+				e.n(attrTTL)+" = "+e.v("ttl", intAV(ttlSeconds(time.Unix(0, limit+add+int64(ledger.BucketIdle))))))
 			cond = e.n(attrTAT) + " > " + nowV + " AND " + e.n(attrTAT) + " <= " + e.v("limit", nsAV(limit))
 		}
 		var out *ddb.UpdateItemOutput
@@ -796,33 +799,12 @@ func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Gra
 		}
 		if !idle {
 			from = oldTAT
-			if from+int64(k)*t > cached+int64(k)*t {
-				l.fixBucketTTL(ctx, pk, from+int64(k)*t+int64(ledger.BucketIdle))
-			}
 		}
 		newTAT := from + int64(k)*t
 		remember(newTAT, true)
 		return r.Granted(from, k, now, rate, burst), nil
 	}
 	return ledger.Grant{}, errContended("reserve", r.Bucket)
-}
-
-// fixBucketTTL raises the TTL of a bucket to expiry when it is lower. It is
-// best effort: a TTL too early only lets DynamoDB collect a bucket early.
-func (l *Ledger) fixBucketTTL(ctx context.Context, pk string, expiry int64) {
-	e := newExpr()
-	ttl := e.v("ttl", intAV(ttlSeconds(time.Unix(0, expiry))))
-	_ = l.call(ctx, func(ctx context.Context) error {
-		_, err := l.client.UpdateItem(ctx, &ddb.UpdateItemInput{
-			TableName:                 l.table,
-			Key:                       map[string]types.AttributeValue{attrPK: strAV(pk)},
-			UpdateExpression:          aws.String("SET " + e.n(attrTTL) + " = " + ttl),
-			ConditionExpression:       aws.String("attribute_exists(" + e.n(attrPK) + ") AND " + e.n(attrTTL) + " < " + ttl),
-			ExpressionAttributeNames:  e.nameMap(),
-			ExpressionAttributeValues: e.vals(),
-		})
-		return err
-	})
 }
 
 func rateAV(r float64) types.AttributeValue {
@@ -922,8 +904,8 @@ func (l *Ledger) takeSlots(ctx context.Context, r *ledger.SlotRequest) ([]ledger
 		return taken, err
 	}
 	if len(taken) < r.N {
-		var rest []int
-		for idx := range r.Limit {
+		var rest []int // neither tried nor known to be held
+		for _, idx := range fresh {
 			if !tried[idx] {
 				rest = append(rest, idx)
 			}
