@@ -182,6 +182,9 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 // record. When many records have expired (more than one in sixteen), Sweep
 // walks the records in key order instead, which removes neighbours together;
 // the expiry index then only holds the few that expired meanwhile.
+//
+// It then removes the flow state that has no more use (see the package
+// documentation), which it does not count.
 func (db *DB) Sweep(ctx context.Context) (int, error) {
 	many, err := db.manyExpired()
 	if err != nil {

@@ -246,6 +246,10 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 // run it rarely (daily at most) or not at all. Without TTL (dynalite, or a
 // table where it could not be enabled) it is what keeps the table bounded:
 // run it about once per tenth of the retention.
+//
+// The same scan finds the flow items that expired (idle rate buckets, free
+// slots, tombstones of flow documents, lapsed registrations) and deletes
+// them the same way; they are not counted.
 func (l *Ledger) Sweep(ctx context.Context) (int, error) {
 	now := l.now()
 	e := newExpr()
