@@ -17,6 +17,27 @@ const cookieName = "sqsonce_console"
 // actorKey is the context key of the actor of a request.
 type actorKey struct{}
 
+// clearedKey is the context key set on a request that passed the guard:
+// it proved the credential, or the console has none. Only such a request
+// is shown what the console is installed on (see render).
+type clearedKey struct{}
+
+// cleared reports whether r passed the guard.
+func cleared(r *http.Request) bool {
+	ok, _ := r.Context().Value(clearedKey{}).(bool)
+	return ok
+}
+
+// clear marks r as having passed the guard, with its actor ("" without
+// a credential).
+func clear(r *http.Request, who string) *http.Request {
+	ctx := context.WithValue(r.Context(), clearedKey{}, true)
+	if who != "" {
+		ctx = context.WithValue(ctx, actorKey{}, who)
+	}
+	return r.WithContext(ctx)
+}
+
 // actor names who made a request, for the log: the basic user, "token", or
 // "anonymous" without a credential; with the client's address.
 func actor(r *http.Request) string {
@@ -68,11 +89,11 @@ func (h *Handler) who(r *http.Request) string {
 func (h *Handler) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.cfg.Auth.enabled() {
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, clear(r, ""))
 			return
 		}
 		if who := h.who(r); who != "" {
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, who)))
+			next.ServeHTTP(w, clear(r, who))
 			return
 		}
 		open := r.URL.Path == "/sign-in" || strings.HasPrefix(r.URL.Path, "/static/")

@@ -99,6 +99,11 @@ type Config struct {
 	// open pages cost the ledger one read per Refresh. 0: DefaultRefresh.
 	Refresh time.Duration
 
+	// Metrics, when set, is served at GET /metrics behind the same guard
+	// as the pages: with Auth, a scraper needs the credential too. nil:
+	// the console serves no /metrics.
+	Metrics http.Handler
+
 	// Logger receives a line per change, with its actor. nil:
 	// slog.Default().
 	Logger *slog.Logger
@@ -242,6 +247,9 @@ func (h *Handler) routes() http.Handler {
 	mux.HandleFunc("GET /sign-in", h.signInForm)
 	mux.HandleFunc("POST /sign-in", h.signIn)
 	mux.HandleFunc("POST /sign-out", h.signOut)
+	if h.cfg.Metrics != nil {
+		mux.Handle("GET /metrics", h.cfg.Metrics)
+	}
 	static, _ := fs.Sub(staticFS, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

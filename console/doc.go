@@ -40,9 +40,11 @@
 //
 // # Safety
 //
-// Writes need a credential (Config.Auth), which then guards every page:
-// a bearer token (an Authorization header, or a cookie that the sign-in
-// form sets) or HTTP basic authentication, compared in constant time.
+// Writes need a credential (Config.Auth), which then guards every page
+// and /metrics (Config.Metrics): a bearer token (an Authorization header,
+// or a cookie that the sign-in form sets) or HTTP basic authentication,
+// compared in constant time. A request without it is shown the sign-in
+// form or a refusal, and nothing of the installation.
 // Every change is a POST behind net/http's CrossOriginProtection; every
 // page is an html/template page with a Content-Security-Policy that allows
 // no inline script, X-Content-Type-Options: nosniff and Cache-Control:

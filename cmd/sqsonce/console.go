@@ -36,7 +36,8 @@ hiding or deleting them). /metrics serves the console's own metrics.
 Safe by default: read-only, and on loopback only. console.writes = true
 enables replay (a dry run first), forget and export; it needs a credential
 (console.auth = "token" or "basic", read from console.credential_file or
-the variable named by console.credential_env), which then guards every page.
+the variable named by console.credential_env), which then guards every page
+and /metrics.
 Listening beyond loopback needs a credential too; serve it over TLS (a
 reverse proxy) when it leaves the host.
 
@@ -87,7 +88,7 @@ func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 	h, err := console.New(console.Config{
 		Ledger: led, SQS: client, QueueURL: q.URL, QueueFIFO: q.FIFO, DLQURL: q.DLQURL, KeyOf: keyOf,
 		Writes: cfg.Console.Writes, Auth: auth, LedgerName: name, Shell: consoleShell(c.config),
-		Logger: log, Registerer: reg,
+		Logger: log, Registerer: reg, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
@@ -97,10 +98,7 @@ func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("console.listen %s: %w", cfg.Console.Listen, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	mode := "read-only"
 	if cfg.Console.Writes {
 		mode = "writes enabled"

@@ -287,3 +287,101 @@ func TestConsole_BusyConsoleLetsWorkerStart(t *testing.T) {
 		t.Fatalf("worker exit %d:\n%s", code, workerOut)
 	}
 }
+
+// consoleToken is the token of the consoles the guard tests start.
+const consoleToken = "console-guard-token-0123456789"
+
+// startGuardedConsole starts `sqsonce console` with writes on and the given
+// credential settings, and returns its base URL and output.
+func startGuardedConsole(t *testing.T, e *procEnv, extra ...string) (string, *syncBuffer) {
+	t.Helper()
+	db, err := ledger.Open(filepath.Join(e.dir, "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	addr := freePort(t)
+	env := append([]string{"SQSONCE_CONSOLE_LISTEN=" + addr, "SQSONCE_CONSOLE_WRITES=true"}, extra...)
+	console, out := e.start("console", env...)
+	t.Cleanup(func() {
+		console.Process.Signal(syscall.SIGTERM)
+		wait(t, console, 30*time.Second)
+		if t.Failed() {
+			t.Logf("the console's output:\n%s", out)
+		}
+	})
+	base := "http://" + addr
+	e.waitFor("the console to listen", 30*time.Second, func() bool {
+		resp, err := http.Get(base + "/static/console.css")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	return base, out
+}
+
+// guardGet sends a GET to the console, adjusted by set, and returns the
+// status and body.
+func guardGet(t *testing.T, url string, set func(*http.Request)) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set != nil {
+		set(req)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// sqsonce console guards its /metrics like its pages, and the page that
+// asks for the credential tells nothing of the installation.
+func TestConsole_Guard(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  []string
+		cred func(*http.Request)
+	}{
+		{"Token", []string{"SQSONCE_CONSOLE_AUTH=token", "SQSONCE_CONSOLE_CREDENTIAL_ENV=CONSOLE_CRED", "CONSOLE_CRED=" + consoleToken},
+			func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+consoleToken) }},
+		{"Basic", []string{"SQSONCE_CONSOLE_AUTH=basic", "SQSONCE_CONSOLE_CREDENTIAL_ENV=CONSOLE_CRED", "CONSOLE_CRED=ops:" + consoleToken},
+			func(r *http.Request) { r.SetBasicAuth("ops", consoleToken) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, false, "exit 0\n")
+			base, _ := startGuardedConsole(t, e, tc.env...)
+			secrets := []string{e.queue.URL, e.queue.DLQURL, e.dir, "writes enabled", ">Replay<"}
+			for _, path := range []string{"/metrics", "/", "/operations", "/sign-in"} {
+				code, body := guardGet(t, base+path, nil)
+				if path != "/sign-in" && code != http.StatusUnauthorized {
+					t.Errorf("GET %s without the credential: %d, want 401", path, code)
+				}
+				for _, s := range secrets {
+					if strings.Contains(body, s) {
+						t.Errorf("GET %s without the credential (%d) shows %q:\n%s", path, code, s, body)
+					}
+				}
+			}
+			code, body := guardGet(t, base+"/metrics", tc.cred)
+			if code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+				t.Errorf("GET /metrics with the credential: %d\n%s", code, body)
+			}
+			code, body = guardGet(t, base+"/", tc.cred)
+			if code != http.StatusOK || !strings.Contains(body, e.queue.URL) || !strings.Contains(body, "writes enabled") {
+				t.Errorf("GET / with the credential: %d\n%s", code, body)
+			}
+		})
+	}
+}
