@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"net/http"
+	"net/url"
 	"strings"
 )
 
@@ -124,7 +125,7 @@ func (h *Handler) signInForm(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, h.link("/"), http.StatusSeeOther)
 		return
 	}
-	h.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"Next": r.URL.Query().Get("next")})
+	h.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"Next": h.ownPath(r.URL.Query().Get("next"))})
 }
 
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
@@ -132,10 +133,7 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, h.link("/"), http.StatusSeeOther)
 		return
 	}
-	next := r.FormValue("next")
-	if !strings.HasPrefix(next, h.link("/")) || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
-		next = h.link("/")
-	}
+	next := h.ownPath(r.FormValue("next"))
 	if !equal(r.FormValue("token"), h.cfg.Auth.Token) {
 		h.log.Warn("console: a sign-in with a wrong token", "remote", r.RemoteAddr)
 		h.render(w, r, http.StatusUnauthorized, "signin", "Sign in", map[string]any{"Next": next, "Wrong": true})
@@ -145,6 +143,33 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
 	h.log.Info("console: signed in", "actor", "token@"+r.RemoteAddr)
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// ownPath returns next when a browser reads it as a path of the console
+// itself, else the overview's path. A browser drops ASCII tabs and line
+// breaks anywhere in a URL and C0 controls and spaces around it, and
+// reads a backslash as a slash, so "/\t/evil.example" is another site to
+// it: next is read as the browser would, and refused unless it is a path
+// (no scheme, no host, not "//" nor "/\\") under the console's prefix,
+// without controls or backslashes.
+func (h *Handler) ownPath(next string) string {
+	home := h.link("/")
+	next = strings.TrimFunc(next, func(c rune) bool { return c <= ' ' })
+	next = strings.Map(func(c rune) rune {
+		if c == '\t' || c == '\n' || c == '\r' {
+			return -1
+		}
+		return c
+	}, next)
+	if !strings.HasPrefix(next, home) || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
+		strings.ContainsFunc(next, func(c rune) bool { return c < ' ' || c == 0x7f || c == '\\' }) {
+		return home
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || !strings.HasPrefix(u.Path, home) {
+		return home
+	}
+	return next
 }
 
 func (h *Handler) signOut(w http.ResponseWriter, r *http.Request) {
