@@ -2,17 +2,16 @@ package console
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
-// cookieName is the cookie the sign-in form sets: a MAC of the token, so
-// the token itself is not kept in the browser.
+// cookieName is the cookie the sign-in form sets: the id of a session
+// (see sessions), not the token.
 const cookieName = "sqsonce_console"
 
 // actorKey is the context key of the actor of a request.
@@ -55,13 +54,6 @@ func equal(a, b string) bool {
 	return subtle.ConstantTimeCompare(x[:], y[:]) == 1
 }
 
-// cookieValue is the value of the sign-in cookie for the token.
-func cookieValue(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("sqsonce console sign-in"))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
 // who returns the actor a request proves to be, or "" when it proves none.
 func (h *Handler) who(r *http.Request) string {
 	a := h.cfg.Auth
@@ -69,7 +61,7 @@ func (h *Handler) who(r *http.Request) string {
 		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(strings.TrimSpace(v), a.Token) {
 			return "token"
 		}
-		if c, err := r.Cookie(cookieName); err == nil && equal(c.Value, cookieValue(a.Token)) {
+		if c, err := r.Cookie(cookieName); err == nil && h.sessions.valid(c.Value, h.cfg.now()) {
 			return "token"
 		}
 		return ""
@@ -139,9 +131,13 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, http.StatusUnauthorized, "signin", "Sign in", map[string]any{"Next": next, "Wrong": true})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: cookieValue(h.cfg.Auth.Token), Path: h.link("/"),
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-	h.log.Info("console: signed in", "actor", "token@"+r.RemoteAddr)
+	now := h.cfg.now()
+	expires := now.Add(h.cfg.SessionLifetime)
+	id := h.sessions.start(now, expires)
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: h.link("/"),
+		MaxAge: int(h.cfg.SessionLifetime / time.Second), Expires: expires,
+		HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
+	h.log.Info("console: signed in", "actor", "token@"+r.RemoteAddr, "until", expires.UTC().Format(time.RFC3339))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -172,8 +168,15 @@ func (h *Handler) ownPath(next string) string {
 	return next
 }
 
+// signOut ends the request's session, if it has one, and clears its
+// cookie: the cookie no longer opens a page, even if a copy of it is
+// sent again.
 func (h *Handler) signOut(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(cookieName); err == nil {
+		h.sessions.end(c.Value)
+		h.log.Info("console: signed out", "actor", actor(r))
+	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: h.link("/"), MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, h.link("/sign-in"), http.StatusSeeOther)
 }

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -52,8 +53,9 @@ type SQSClient interface {
 // others. Set Token, or User and Password, not both.
 type Auth struct {
 	// Token is a bearer token: a request carries it in an Authorization
-	// header ("Bearer TOKEN"), or in the cookie that the sign-in form
-	// sets once the token has been typed there.
+	// header ("Bearer TOKEN"), or signs in once with it on the sign-in
+	// form, which starts a session (Config.SessionLifetime) whose cookie
+	// then stands for it until sign-out or expiry.
 	Token string
 	// User and Password are for HTTP basic authentication.
 	User, Password string
@@ -82,6 +84,19 @@ type Config struct {
 	Writes bool
 	// Auth guards every page when set; see Auth.
 	Auth Auth
+
+	// SessionLifetime is how long a sign-in with the token lasts; its
+	// cookie is then refused. Sessions are kept in memory: a new Handler
+	// (a restart) signs everyone out. 0: DefaultSessionLifetime.
+	SessionLifetime time.Duration
+	// SecureCookie marks the sign-in cookie Secure (sent over HTTPS
+	// only) whatever the scheme of the request. Without it the cookie is
+	// Secure when the request came over TLS, or through a proxy of
+	// TrustedProxies that says so in X-Forwarded-Proto.
+	SecureCookie bool
+	// TrustedProxies are the addresses of the reverse proxies whose
+	// X-Forwarded-Proto is believed. nil: none, the header is ignored.
+	TrustedProxies []netip.Prefix
 
 	// Prefix is the path the handler is mounted under, such as
 	// "/console", without a trailing slash; its links start with it. ""
@@ -136,7 +151,8 @@ type Handler struct {
 	root    http.Handler
 	actions *prometheus.CounterVec
 
-	cache cache
+	cache    cache
+	sessions *sessions
 
 	jobsMu  sync.Mutex
 	jobs    []*job // newest last; at most maxJobs
@@ -175,6 +191,15 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Prefix != "" && (!strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/")) {
 		problems = append(problems, fmt.Sprintf("Prefix %q: want a path such as /console, without a trailing slash", cfg.Prefix))
 	}
+	if cfg.SessionLifetime < 0 {
+		problems = append(problems, fmt.Sprintf("SessionLifetime %v: want 0 (%v) or more", cfg.SessionLifetime, DefaultSessionLifetime))
+	}
+	for _, p := range cfg.TrustedProxies {
+		if !p.IsValid() {
+			problems = append(problems, "TrustedProxies holds an invalid prefix")
+			break
+		}
+	}
 	if cfg.Refresh < 0 {
 		problems = append(problems, fmt.Sprintf("Refresh %v: want 0 (%v) or more", cfg.Refresh, DefaultRefresh))
 	}
@@ -183,6 +208,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.SessionLifetime == 0 {
+		cfg.SessionLifetime = DefaultSessionLifetime
 	}
 	if cfg.Shell == "" {
 		cfg.Shell = "sqsonce"
@@ -193,7 +221,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger}
+	h := &Handler{cfg: cfg, log: cfg.Logger, sessions: newSessions(maxSessions)}
 	h.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sqsonce", Name: "console_actions_total",
 		Help: "Changes asked of the console (replay, dry_run, forget, export) by outcome: done, refused (bad input, another replay running) or failed.",

@@ -2,9 +2,13 @@ package console_test
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 	"unicode"
 
 	"github.com/sqsonce/sqsonce/console"
@@ -128,7 +132,7 @@ func TestConsole_SignInNext(t *testing.T) {
 			{"javascript:alert(1)", home},
 			{"evil.example", home},
 			{"/sign\x01in", home},
-			{prefix + "/sign-in\x01", prefix + "/sign-in"}, // a browser drops it too
+			{prefix + "/sign-in\x01", prefix + "/sign-in"},                 // a browser drops it too
 			{prefix + "/\t/evil.example", under(prefix + "/evil.example")}, // "/console//evil.example" is a path
 			{prefix + "//evil.example", under(prefix + "/evil.example")},
 			{prefix + "/\\evil.example", home},
@@ -155,4 +159,184 @@ func TestConsole_SignInNext(t *testing.T) {
 			}
 		}
 	}
+}
+
+// clock is a test's clock, safe for concurrent use.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// withCookie is a GET of path with the cookie, and its status.
+func (b *bundle) withCookie(path string, c *http.Cookie) int {
+	b.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
+	must(b.t, err)
+	req.AddCookie(c)
+	code, _ := b.do(req)
+	return code
+}
+
+// cookie is the sign-in cookie of a sign-in's answer.
+func cookie(t *testing.T, resp *http.Response) *http.Cookie {
+	t.Helper()
+	for _, c := range resp.Cookies() {
+		if c.Name == "sqsonce_console" {
+			return c
+		}
+	}
+	t.Fatalf("sign-in (%d) set no cookie: %v", resp.StatusCode, resp.Header)
+	return nil
+}
+
+// Each sign-in is a session of its own, which sign-out ends and which
+// expires; the cookie is Secure when the browser used HTTPS.
+func TestConsole_Sessions(t *testing.T) {
+	t.Parallel()
+
+	t.Run("NewEachTimeAndEndedBySignOut", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, writable)
+		a, c := cookie(t, b.signIn("s3cret-token", "/", nil)), cookie(t, b.signIn("s3cret-token", "/", nil))
+		if a.Value == c.Value {
+			t.Fatalf("two sign-ins gave the same cookie %q", a.Value)
+		}
+		for _, ck := range []*http.Cookie{a, c} {
+			if code := b.withCookie("/operations", ck); code != http.StatusOK {
+				t.Fatalf("a page with a sign-in's cookie: %d", code)
+			}
+		}
+		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/sign-out", nil)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		req.AddCookie(a)
+		resp, err := b.noFollow().Do(req)
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("sign-out: %d", resp.StatusCode)
+		}
+		if code := b.withCookie("/operations", a); code != http.StatusUnauthorized {
+			t.Errorf("a page with the cookie of a session signed out: %d, want 401", code)
+		}
+		if code := b.withCookie("/operations", c); code != http.StatusOK {
+			t.Errorf("a page with the other session's cookie: %d, want 200", code)
+		}
+		// A browser with the old cookie is sent to the sign-in form.
+		req, _ = http.NewRequest(http.MethodGet, b.srv.URL+"/operations", nil)
+		req.Header.Set("Accept", "text/html")
+		req.AddCookie(a)
+		resp, err = b.noFollow().Do(req)
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/sign-in") {
+			t.Errorf("a browser with the cookie of a session signed out: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
+		}
+	})
+
+	t.Run("Expire", func(t *testing.T) {
+		t.Parallel()
+		clk := &clock{t: time.Now()}
+		b := setup(t, func(c *console.Config) { writable(c); console.SetNow(c, clk.now) })
+		ck := cookie(t, b.signIn("s3cret-token", "/", nil))
+		if ck.MaxAge != int(console.DefaultSessionLifetime/time.Second) {
+			t.Errorf("the cookie's Max-Age is %d, want %v", ck.MaxAge, console.DefaultSessionLifetime)
+		}
+		clk.add(console.DefaultSessionLifetime - time.Minute)
+		if code := b.withCookie("/operations", ck); code != http.StatusOK {
+			t.Fatalf("a page within the session's lifetime: %d", code)
+		}
+		clk.add(2 * time.Minute)
+		if code := b.withCookie("/operations", ck); code != http.StatusUnauthorized {
+			t.Fatalf("a page after the session's lifetime: %d, want 401", code)
+		}
+	})
+
+	t.Run("LifetimeSetting", func(t *testing.T) {
+		t.Parallel()
+		clk := &clock{t: time.Now()}
+		b := setup(t, func(c *console.Config) { writable(c); c.SessionLifetime = time.Hour; console.SetNow(c, clk.now) })
+		ck := cookie(t, b.signIn("s3cret-token", "/", nil))
+		if ck.MaxAge != 3600 {
+			t.Errorf("the cookie's Max-Age is %d, want 3600", ck.MaxAge)
+		}
+		clk.add(61 * time.Minute)
+		if code := b.withCookie("/", ck); code != http.StatusUnauthorized {
+			t.Fatalf("a page after an hour's session: %d, want 401", code)
+		}
+	})
+
+	t.Run("Bounded", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, writable)
+		console.SetMaxSessions(b.h, 3)
+		var cks []*http.Cookie
+		for range 4 {
+			cks = append(cks, cookie(t, b.signIn("s3cret-token", "/", nil)))
+		}
+		if code := b.withCookie("/", cks[0]); code != http.StatusUnauthorized {
+			t.Errorf("the first of 4 sessions, 3 kept: %d, want 401", code)
+		}
+		for i, ck := range cks[1:] {
+			if code := b.withCookie("/", ck); code != http.StatusOK {
+				t.Errorf("session %d of 4, 3 kept: %d, want 200", i+2, code)
+			}
+		}
+	})
+
+	t.Run("Secure", func(t *testing.T) {
+		t.Parallel()
+		loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
+		elsewhere := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		for _, tc := range []struct {
+			name   string
+			adjust func(*console.Config)
+			proto  string
+			tls    bool
+			want   bool
+		}{
+			{"PlainHTTP", nil, "", false, false},
+			{"TLS", nil, "", true, true},
+			{"Setting", func(c *console.Config) { c.SecureCookie = true }, "", false, true},
+			{"TrustedProxyHTTPS", func(c *console.Config) { c.TrustedProxies = loopback }, "https", false, true},
+			{"TrustedProxyHTTP", func(c *console.Config) { c.TrustedProxies = loopback }, "http", false, false},
+			{"TrustedProxyLastValue", func(c *console.Config) { c.TrustedProxies = loopback }, "http, https", false, true},
+			{"UntrustedProxy", func(c *console.Config) { c.TrustedProxies = elsewhere }, "https", false, false},
+			{"NoProxyNamed", nil, "https", false, false},
+		} {
+			b := setup(t, func(c *console.Config) {
+				writable(c)
+				if tc.adjust != nil {
+					tc.adjust(c)
+				}
+			})
+			if tc.tls {
+				b.srv.Close()
+				b.srv = httptest.NewTLSServer(b.h)
+				t.Cleanup(b.srv.Close)
+			}
+			ck := cookie(t, b.signIn("s3cret-token", "/", func(r *http.Request) {
+				if tc.proto != "" {
+					r.Header.Set("X-Forwarded-Proto", tc.proto)
+				}
+			}))
+			if ck.Secure != tc.want {
+				t.Errorf("%s: cookie Secure %v, want %v", tc.name, ck.Secure, tc.want)
+			}
+			if !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
+				t.Errorf("%s: cookie %v: want HttpOnly and SameSite=Strict", tc.name, ck)
+			}
+		}
+	})
 }

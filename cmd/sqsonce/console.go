@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -84,10 +85,15 @@ func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeLedger()
+	proxies, err := prefixes(cfg.Console.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("console.trusted_proxies: %v: %w", err, ErrInvalidConfig)
+	}
 	reg := newRegistry()
 	h, err := console.New(console.Config{
 		Ledger: led, SQS: client, QueueURL: q.URL, QueueFIFO: q.FIFO, DLQURL: q.DLQURL, KeyOf: keyOf,
 		Writes: cfg.Console.Writes, Auth: auth, LedgerName: name, Shell: consoleShell(c.config),
+		SessionLifetime: cfg.Console.SessionLifetime.Duration, SecureCookie: cfg.Console.SecureCookie, TrustedProxies: proxies,
 		Logger: log, Registerer: reg, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
@@ -183,6 +189,29 @@ func consoleAuth(c ConsoleConfig, lookupEnv func(string) (string, bool)) (consol
 
 // minTokenLen is the shortest token or password the console takes.
 const minTokenLen = 16
+
+// maxSessionLifetime is the longest console.session_lifetime.
+const maxSessionLifetime = 30 * 24 * time.Hour
+
+// prefixes reads addresses written as an IP (one address) or a CIDR
+// prefix, and names each one that is neither.
+func prefixes(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var bad []string
+	for _, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		} else {
+			bad = append(bad, fmt.Sprintf("%q", s))
+		}
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("want IP addresses or CIDR prefixes such as 127.0.0.1 or 10.0.0.0/8, got %s", strings.Join(bad, ", "))
+	}
+	return out, nil
+}
 
 // loopbackListen reports whether a listen address reaches only this host.
 func loopbackListen(listen string) bool {

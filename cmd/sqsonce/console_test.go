@@ -34,6 +34,11 @@ func TestConsoleConfig(t *testing.T) {
 		{"Both", func(c *ConsoleConfig) { c.Auth, c.CredentialFile, c.CredentialEnv = "basic", "/f", "V" }, "console.credential_env: set console.credential_file or console.credential_env, not both"},
 		{"CredentialWithoutAuth", func(c *ConsoleConfig) { c.CredentialEnv = "V" }, "console.credential_env: console.auth = \"none\" takes no credential"},
 		{"UnknownAuth", func(c *ConsoleConfig) { c.Auth = "oauth" }, "console.auth: must be one of none, token, basic"},
+		{"ShortSession", func(c *ConsoleConfig) { c.SessionLifetime = Duration{time.Second} }, "console.session_lifetime: must be between 1m and 720h"},
+		{"LongSession", func(c *ConsoleConfig) { c.SessionLifetime = Duration{1000 * time.Hour} }, "console.session_lifetime: must be between 1m and 720h"},
+		{"TrustedProxies", func(c *ConsoleConfig) { c.TrustedProxies = []string{"127.0.0.1", "::1", "10.0.0.0/8", "fd00::/8"} }, ""},
+		{"BadTrustedProxy", func(c *ConsoleConfig) { c.TrustedProxies = []string{"10.0.0.1", "proxy.internal", "10.0.0.0/33"} },
+			`console.trusted_proxies: want IP addresses or CIDR prefixes such as 127.0.0.1 or 10.0.0.0/8, got "proxy.internal", "10.0.0.0/33"`},
 		{"BeyondLoopbackWithToken", func(c *ConsoleConfig) {
 			c.Listen, c.Writes, c.Auth, c.CredentialEnv = "0.0.0.0:9465", true, "token", "T"
 		}, ""},
@@ -344,6 +349,58 @@ func guardGet(t *testing.T, url string, set func(*http.Request)) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// consoleSessions signs in to a console whose proxy is 127.0.0.1 and
+// whose sessions last 90 minutes: each sign-in is a session of its own,
+// Secure behind an HTTPS proxy, and sign-out ends it.
+func consoleSessions(t *testing.T, base string) {
+	t.Helper()
+	post := func(path string, form url.Values, cookie *http.Cookie) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		req.Header.Set("X-Forwarded-Proto", "https")
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	signIn := func() *http.Cookie {
+		t.Helper()
+		resp := post("/sign-in", url.Values{"token": {consoleToken}, "next": {"/operations"}}, nil)
+		cs := resp.Cookies()
+		if resp.StatusCode != http.StatusSeeOther || len(cs) != 1 || !cs[0].Secure || cs[0].MaxAge != 90*60 {
+			t.Fatalf("sign-in through an HTTPS proxy: %d, cookies %v: want one Secure cookie for 90 minutes", resp.StatusCode, cs)
+		}
+		return cs[0]
+	}
+	a, b := signIn(), signIn()
+	if a.Value == b.Value {
+		t.Errorf("two sign-ins gave the same cookie")
+	}
+	withCookie := func(c *http.Cookie) func(*http.Request) { return func(r *http.Request) { r.AddCookie(c) } }
+	if code, _ := guardGet(t, base+"/operations", withCookie(a)); code != http.StatusOK {
+		t.Fatalf("a page with the sign-in cookie: %d", code)
+	}
+	if resp := post("/sign-out", nil, a); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", resp.StatusCode)
+	}
+	if code, _ := guardGet(t, base+"/operations", withCookie(a)); code != http.StatusUnauthorized {
+		t.Errorf("a page with the cookie of a session signed out: %d, want 401", code)
+	}
+	if code, _ := guardGet(t, base+"/operations", withCookie(b)); code != http.StatusOK {
+		t.Errorf("a page with the other session's cookie: %d, want 200", code)
+	}
+}
+
 // sqsonce console guards its /metrics like its pages, and the page that
 // asks for the credential tells nothing of the installation.
 func TestConsole_Guard(t *testing.T) {
@@ -353,7 +410,8 @@ func TestConsole_Guard(t *testing.T) {
 		env  []string
 		cred func(*http.Request)
 	}{
-		{"Token", []string{"SQSONCE_CONSOLE_AUTH=token", "SQSONCE_CONSOLE_CREDENTIAL_ENV=CONSOLE_CRED", "CONSOLE_CRED=" + consoleToken},
+		{"Token", []string{"SQSONCE_CONSOLE_AUTH=token", "SQSONCE_CONSOLE_CREDENTIAL_ENV=CONSOLE_CRED", "CONSOLE_CRED=" + consoleToken,
+			"SQSONCE_CONSOLE_TRUSTED_PROXIES=127.0.0.1", "SQSONCE_CONSOLE_SESSION_LIFETIME=90m"},
 			func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+consoleToken) }},
 		{"Basic", []string{"SQSONCE_CONSOLE_AUTH=basic", "SQSONCE_CONSOLE_CREDENTIAL_ENV=CONSOLE_CRED", "CONSOLE_CRED=ops:" + consoleToken},
 			func(r *http.Request) { r.SetBasicAuth("ops", consoleToken) }},
@@ -381,6 +439,9 @@ func TestConsole_Guard(t *testing.T) {
 			code, body = guardGet(t, base+"/", tc.cred)
 			if code != http.StatusOK || !strings.Contains(body, e.queue.URL) || !strings.Contains(body, "writes enabled") {
 				t.Errorf("GET / with the credential: %d\n%s", code, body)
+			}
+			if tc.name == "Token" {
+				consoleSessions(t, base)
 			}
 		})
 	}
