@@ -98,6 +98,14 @@ type Config struct {
 	// X-Forwarded-Proto is believed. nil: none, the header is ignored.
 	TrustedProxies []netip.Prefix
 
+	// AllowedHosts are the names, besides localhost and IP addresses,
+	// that the console answers to in a request's Host header: "name"
+	// (with any port) or "name:port"; "*" answers to any. Any other host
+	// is refused (421): a page of another site whose DNS name was rebound
+	// to the console's address sends that name. nil: localhost and IP
+	// addresses only.
+	AllowedHosts []string
+
 	// Prefix is the path the handler is mounted under, such as
 	// "/console", without a trailing slash; its links start with it. ""
 	// when it is served at the root.
@@ -200,6 +208,11 @@ func New(cfg Config) (*Handler, error) {
 			break
 		}
 	}
+	for _, a := range cfg.AllowedHosts {
+		if name, _ := splitHost(a); a != "*" && (name == "" || strings.ContainsAny(a, "/ \t@")) {
+			problems = append(problems, fmt.Sprintf("AllowedHosts: %q: want a name such as console.example.com or console.example.com:8443", a))
+		}
+	}
 	if cfg.Refresh < 0 {
 		problems = append(problems, fmt.Sprintf("Refresh %v: want 0 (%v) or more", cfg.Refresh, DefaultRefresh))
 	}
@@ -258,8 +271,8 @@ func (h *Handler) Close() error {
 }
 
 // routes builds the handler: security headers on every answer, the
-// credential check, the cross-origin protection of every POST, and the
-// pages.
+// check of the Host, the cross-origin protection of every POST, the
+// credential check, and the pages.
 func (h *Handler) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.overview)
@@ -291,7 +304,7 @@ func (h *Handler) routes() http.Handler {
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		h.fail(w, r, http.StatusForbidden, "Refused: this change came from another site. Changes are made from the console's own pages only.")
 	}))
-	return headers(cop.Handler(h.authenticate(mux)))
+	return headers(h.checkHost(cop.Handler(h.authenticate(mux))))
 }
 
 // actionOf names the action of a POST, for the metric.

@@ -44,7 +44,11 @@
 // and /metrics (Config.Metrics): a bearer token (an Authorization header,
 // or a cookie that the sign-in form sets) or HTTP basic authentication,
 // compared in constant time. A request without it is shown the sign-in
-// form or a refusal, and nothing of the installation.
+// form or a refusal, and nothing of the installation. A sign-in with
+// the token starts a session of its own, which sign-out ends and which
+// expires (Config.SessionLifetime). The console answers only to its own
+// names (localhost, IP addresses, Config.AllowedHosts), so that a page of
+// another site whose DNS name was rebound to its address cannot read it.
 // Every change is a POST behind net/http's CrossOriginProtection; every
 // page is an html/template page with a Content-Security-Policy that allows
 // no inline script, X-Content-Type-Options: nosniff and Cache-Control:

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -339,4 +340,55 @@ func TestConsole_Sessions(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The console answers only to its own names: localhost, IP addresses and
+// the names of Config.AllowedHosts. A page of another site whose name was
+// rebound to the console's address sends its own name, and is refused
+// before anything is read.
+func TestConsole_Host(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(c *console.Config) {
+		c.LedgerName = installation
+		c.AllowedHosts = []string{"console.example.com", "Ops.Example.com:8443"}
+	})
+	_, port, err := net.SplitHostPort(strings.TrimPrefix(b.srv.URL, "http://"))
+	must(t, err)
+	for _, tc := range []struct {
+		host string
+		want int
+	}{
+		{"attacker.example:" + port, http.StatusMisdirectedRequest},
+		{"attacker.example", http.StatusMisdirectedRequest},
+		{"localhost.attacker.example:" + port, http.StatusMisdirectedRequest},
+		{"127.0.0.1.attacker.example:" + port, http.StatusMisdirectedRequest},
+		{"console.example.com.attacker.example", http.StatusMisdirectedRequest},
+		{"ops.example.com:" + port, http.StatusMisdirectedRequest},
+		{"ops.example.com", http.StatusMisdirectedRequest},
+		{"127.0.0.1:" + port, http.StatusOK},
+		{"localhost:" + port, http.StatusOK},
+		{"LOCALHOST:" + port, http.StatusOK},
+		{"localhost.:" + port, http.StatusOK},
+		{"[::1]:" + port, http.StatusOK},
+		{"10.1.2.3:9465", http.StatusOK}, // an address is no name to rebind
+		{"console.example.com", http.StatusOK},
+		{"console.example.com:443", http.StatusOK},
+		{"ops.example.com:8443", http.StatusOK},
+	} {
+		for _, path := range []string{"/", "/operations", "/static/console.css", "/sign-in"} {
+			req, _ := http.NewRequest(http.MethodGet, b.srv.URL+path, nil)
+			req.Host = tc.host
+			code, page := b.do(req)
+			if code != tc.want {
+				t.Errorf("GET %s with Host %q: %d, want %d", path, tc.host, code, tc.want)
+			}
+			if code == http.StatusMisdirectedRequest && (strings.Contains(page, installation) || strings.Contains(page, b.queue.URL) ||
+				!strings.Contains(page, "does not answer to") || len(page) > 1000) {
+				t.Errorf("GET %s with Host %q: the refusal says too much or too little:\n%s", path, tc.host, page)
+			}
+		}
+	}
+	if !strings.Contains(b.logs.String(), "refused a request for another host") {
+		t.Errorf("the refusals are not logged:\n%s", b.logs)
+	}
 }

@@ -364,6 +364,11 @@ type ConsoleConfig struct {
 	// reverse proxies whose X-Forwarded-Proto the console believes, to
 	// mark the cookie Secure when the browser used HTTPS.
 	TrustedProxies []string `toml:"trusted_proxies"`
+	// AllowedHosts are the names (name or name:port) browsers reach the
+	// console by, besides localhost, IP addresses and the host of
+	// Listen: a request for any other Host is refused, as a page of
+	// another site whose name was rebound to the console's address is.
+	AllowedHosts []string `toml:"allowed_hosts"`
 }
 
 // Duration is a time.Duration written as a Go duration string such as
@@ -472,6 +477,7 @@ func DefaultConfig() Config {
 			Auth:            ConsoleAuthNone,
 			SessionLifetime: Duration{console.DefaultSessionLifetime},
 			TrustedProxies:  []string{},
+			AllowedHosts:    []string{},
 		},
 	}
 }
@@ -942,6 +948,7 @@ var rules = []rule{
 		_, err := prefixes(c.Console.TrustedProxies)
 		return err
 	}},
+	{key: "console.allowed_hosts", check: func(c *Config) error { return hostNames(c.Console.AllowedHosts) }},
 	{key: "console.credential_env", when: func(c *Config) bool { return c.Console.CredentialEnv != "" }, check: func(c *Config) error {
 		switch {
 		case c.Console.Auth == ConsoleAuthNone:

@@ -117,6 +117,7 @@ func fullConfig() Config {
 			SessionLifetime: Duration{8 * time.Hour},
 			SecureCookie:    true,
 			TrustedProxies:  []string{"127.0.0.1", "10.1.0.0/16"},
+			AllowedHosts:    []string{"console.example.com", "ops.example.com:8443"},
 		},
 	}
 }
@@ -188,7 +189,7 @@ func TestDefaultConfig(t *testing.T) {
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Ingest: IngestConfig{Listen: "127.0.0.1:8080", MaxInFlight: 256,
 			RequestTimeout: Duration{8 * time.Second}, RetryAfter: Duration{5 * time.Second}},
-		Console: ConsoleConfig{Listen: "127.0.0.1:9465", Auth: "none", SessionLifetime: Duration{12 * time.Hour}, TrustedProxies: []string{}},
+		Console: ConsoleConfig{Listen: "127.0.0.1:9465", Auth: "none", SessionLifetime: Duration{12 * time.Hour}, TrustedProxies: []string{}, AllowedHosts: []string{}},
 	}
 	assertConfig(t, DefaultConfig(), want)
 
@@ -805,6 +806,7 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_CONSOLE_SESSION_LIFETIME": "8h",
 		"SQSONCE_CONSOLE_SECURE_COOKIE":    "true",
 		"SQSONCE_CONSOLE_TRUSTED_PROXIES":  "127.0.0.1 10.1.0.0/16",
+		"SQSONCE_CONSOLE_ALLOWED_HOSTS":    `["console.example.com", "ops.example.com:8443"]`,
 	}
 	if len(vars) != len(EnvVars()) {
 		t.Fatalf("test sets %d variables, EnvVars lists %d", len(vars), len(EnvVars()))
@@ -967,6 +969,7 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_CONSOLE_SESSION_LIFETIME",
 		"SQSONCE_CONSOLE_SECURE_COOKIE",
 		"SQSONCE_CONSOLE_TRUSTED_PROXIES",
+		"SQSONCE_CONSOLE_ALLOWED_HOSTS",
 	}
 	got := EnvVars()
 	if !slices.Equal(got, want) {

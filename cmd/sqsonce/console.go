@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,7 +42,9 @@ enables replay (a dry run first), forget and export; it needs a credential
 the variable named by console.credential_env), which then guards every page
 and /metrics.
 Listening beyond loopback needs a credential too; serve it over TLS (a
-reverse proxy) when it leaves the host.
+reverse proxy) when it leaves the host. It answers only to localhost, IP
+addresses, the host of console.listen and the names of
+console.allowed_hosts.
 
 With bbolt, the console reads through the running worker's ledger socket,
 or opens the file for each page view while no worker holds it (so that a
@@ -94,7 +98,8 @@ func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 		Ledger: led, SQS: client, QueueURL: q.URL, QueueFIFO: q.FIFO, DLQURL: q.DLQURL, KeyOf: keyOf,
 		Writes: cfg.Console.Writes, Auth: auth, LedgerName: name, Shell: consoleShell(c.config),
 		SessionLifetime: cfg.Console.SessionLifetime.Duration, SecureCookie: cfg.Console.SecureCookie, TrustedProxies: proxies,
-		Logger: log, Registerer: reg, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		AllowedHosts: consoleHosts(cfg.Console),
+		Logger:       log, Registerer: reg, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
@@ -192,6 +197,55 @@ const minTokenLen = 16
 
 // maxSessionLifetime is the longest console.session_lifetime.
 const maxSessionLifetime = 30 * 24 * time.Hour
+
+// hostNames checks names of console.allowed_hosts: each a DNS name, with
+// a port or without.
+func hostNames(list []string) error {
+	var bad []string
+	for _, s := range list {
+		name, port := s, ""
+		if n, p, err := net.SplitHostPort(s); err == nil {
+			name, port = n, p
+		}
+		if n, err := strconv.Atoi(port); port != "" && (err != nil || n < 1 || n > 65535) || !dnsName(name) {
+			bad = append(bad, fmt.Sprintf("%q", s))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("want names such as console.example.com or console.example.com:8443, got %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// dnsName reports whether s is a DNS name: labels of letters, digits,
+// hyphens and underscores, separated by dots.
+func dnsName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 || strings.ContainsFunc(label, func(c rune) bool {
+			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_')
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// consoleHosts are the names the console answers to besides localhost and
+// IP addresses: the host of console.listen when it is a name, and
+// console.allowed_hosts.
+func consoleHosts(c ConsoleConfig) []string {
+	hosts := slices.Clone(c.AllowedHosts)
+	if host, _, err := net.SplitHostPort(c.Listen); err == nil && host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			hosts = append(hosts, host)
+		}
+	}
+	return hosts
+}
 
 // prefixes reads addresses written as an IP (one address) or a CIDR
 // prefix, and names each one that is neither.

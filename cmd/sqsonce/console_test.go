@@ -39,6 +39,12 @@ func TestConsoleConfig(t *testing.T) {
 		{"TrustedProxies", func(c *ConsoleConfig) { c.TrustedProxies = []string{"127.0.0.1", "::1", "10.0.0.0/8", "fd00::/8"} }, ""},
 		{"BadTrustedProxy", func(c *ConsoleConfig) { c.TrustedProxies = []string{"10.0.0.1", "proxy.internal", "10.0.0.0/33"} },
 			`console.trusted_proxies: want IP addresses or CIDR prefixes such as 127.0.0.1 or 10.0.0.0/8, got "proxy.internal", "10.0.0.0/33"`},
+		{"AllowedHosts", func(c *ConsoleConfig) {
+			c.AllowedHosts = []string{"console.example.com", "ops.example.com:8443", "box_1.lan."}
+		}, ""},
+		{"BadAllowedHosts", func(c *ConsoleConfig) {
+			c.AllowedHosts = []string{"ok.example", "https://console.example.com", "a.example:0", "*.example", "", "a b"}
+		}, `console.allowed_hosts: want names such as console.example.com or console.example.com:8443, got "https://console.example.com", "a.example:0", "*.example", "", "a b"`},
 		{"BeyondLoopbackWithToken", func(c *ConsoleConfig) {
 			c.Listen, c.Writes, c.Auth, c.CredentialEnv = "0.0.0.0:9465", true, "token", "T"
 		}, ""},
@@ -445,4 +451,35 @@ func TestConsole_Guard(t *testing.T) {
 			}
 		})
 	}
+
+	// A page of another site whose name was rebound to 127.0.0.1 is
+	// refused, even on a console without a credential; the console's
+	// own names are answered.
+	t.Run("Host", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		base, _ := startGuardedConsole(t, e, "SQSONCE_CONSOLE_WRITES=false", "SQSONCE_CONSOLE_ALLOWED_HOSTS=console.example.com ops.example.com:8443")
+		_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
+		for host, want := range map[string]int{
+			"attacker.example:" + port:    http.StatusMisdirectedRequest,
+			"attacker.example":            http.StatusMisdirectedRequest,
+			"ops.example.com:" + port:     http.StatusMisdirectedRequest,
+			"127.0.0.1:" + port:           http.StatusOK,
+			"localhost:" + port:           http.StatusOK,
+			"[::1]:" + port:               http.StatusOK,
+			"console.example.com":         http.StatusOK,
+			"console.example.com:" + port: http.StatusOK,
+			"ops.example.com:8443":        http.StatusOK,
+		} {
+			for _, path := range []string{"/", "/metrics", "/operations"} {
+				code, body := guardGet(t, base+path, func(r *http.Request) { r.Host = host })
+				if code != want {
+					t.Errorf("GET %s with Host %s: %d, want %d\n%s", path, host, code, want, body)
+				}
+				if code == http.StatusMisdirectedRequest && (strings.Contains(body, e.queue.URL) || !strings.Contains(body, "console.allowed_hosts")) {
+					t.Errorf("GET %s with Host %s: the refusal shows the queue or does not name console.allowed_hosts:\n%s", path, host, body)
+				}
+			}
+		}
+	})
 }
