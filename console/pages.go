@@ -197,8 +197,10 @@ type operationData struct {
 	ResultB64 bool
 	Commands  []command
 	Forgotten bool
-	Mistyped  bool
-	Now       time.Time
+	// NothingForgotten says a forget found no record of Key.
+	NothingForgotten bool
+	Mistyped         bool
+	Now              time.Time
 }
 
 // command is a shell command line shown on an operation's page.
@@ -208,8 +210,13 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 	h.showOperation(w, r, r.URL.Query().Get("key"), http.StatusOK, false)
 }
 
+// showOperation shows the record of key. Its page says the key was
+// forgotten (after the redirect of a forget) only while the ledger has
+// no record of it; a forget of a key without a record (a POST) says
+// nothing was forgotten.
 func (h *Handler) showOperation(w http.ResponseWriter, r *http.Request, key string, status int, mistyped bool) {
-	d := operationData{Key: key, Forgotten: r.URL.Query().Get("forgotten") == "1", Mistyped: mistyped, Now: h.cfg.now()}
+	d := operationData{Key: key, Forgotten: r.Method == http.MethodGet && r.URL.Query().Get("forgotten") == "1",
+		NothingForgotten: r.Method == http.MethodPost && !mistyped, Mistyped: mistyped, Now: h.cfg.now()}
 	if key == "" {
 		d.Error = "No key given: type one in the box."
 		h.render(w, r, http.StatusBadRequest, "operation", "Operation", d)
@@ -231,6 +238,7 @@ func (h *Handler) showOperation(w http.ResponseWriter, r *http.Request, key stri
 		}
 	default:
 		d.Record = &rec
+		d.Forgotten, d.NothingForgotten = false, false
 		if utf8.Valid(rec.Result) {
 			d.Result = string(rec.Result)
 		} else {
@@ -285,6 +293,20 @@ func (h *Handler) forget(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
+	// Forget takes an absent key as done: ask first, to say what
+	// happened. A record that cannot be read is forgotten (the way out
+	// for a damaged record).
+	if _, err := h.cfg.Ledger.Get(ctx, key); errors.Is(err, ledger.ErrNotFound) {
+		h.count("forget", "refused")
+		h.log.Info("console: no record to forget: nothing forgotten", "actor", actor(r), "key", key)
+		h.showOperation(w, r, key, http.StatusNotFound, false)
+		return
+	} else if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
+		h.count("forget", "failed")
+		h.log.Error("console: forget failed", "actor", actor(r), "key", key, "error", err)
+		h.fail(w, r, http.StatusBadGateway, fmt.Sprintf("Could not read %q to forget it: %v", key, err))
+		return
+	}
 	if err := h.cfg.Ledger.Forget(ctx, key); err != nil {
 		h.count("forget", "failed")
 		h.log.Error("console: forget failed", "actor", actor(r), "key", key, "error", err)
