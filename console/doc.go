@@ -52,8 +52,10 @@
 // Every change is a POST behind net/http's CrossOriginProtection; every
 // page is an html/template page with a Content-Security-Policy that allows
 // no inline script, X-Content-Type-Options: nosniff and Cache-Control:
-// no-store. Each change is logged with its actor and counted in
-// sqsonce_console_actions_total. Which addresses the console listens on is
-// its server's business: sqsonce console refuses to listen beyond the
-// loopback interface without a credential.
+// no-store; the bidirectional controls of what messages and handlers
+// wrote (keys, reasons) are shown as their code points, not applied, so
+// that an operator reads what is stored. Each change is logged with its
+// actor and counted in sqsonce_console_actions_total. Which addresses the
+// console listens on is its server's business: sqsonce console refuses to
+// listen beyond the loopback interface without a credential.
 package console

@@ -1,11 +1,14 @@
 package console_test
 
 import (
+	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/sqsonce/sqsonce/console"
+	"github.com/sqsonce/sqsonce/ledger"
 )
 
 // installation names the console's ledger in a way no page may show to a
@@ -391,4 +395,69 @@ func TestConsole_Host(t *testing.T) {
 	if !strings.Contains(b.logs.String(), "refused a request for another host") {
 		t.Errorf("the refusals are not logged:\n%s", b.logs)
 	}
+}
+
+// Bidirectional controls in what messages and handlers wrote (keys,
+// reasons, owners) are shown, not applied: U+202E would otherwise write
+// the rest of a reason backwards on the operator's screen.
+func TestConsole_BidiControls(t *testing.T) {
+	t.Parallel()
+	const (
+		key    = "orders/\u202egpj.exe"
+		reason = "refund of \u202e00.01 ot 00.0001 morf\u202c done \u2066x\u2069 \u200f\u061c"
+		owner  = "w\u2067orker"
+	)
+	b := setup(t, writable)
+	ctx := context.Background()
+	if _, err := b.db.Claim(ctx, ledger.ClaimRequest{Key: key, Owner: owner, Lease: time.Hour, MessageID: "m-\u202e1"}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, b.db.Fail(ctx, ledger.Failure{Key: key, Owner: owner, Err: reason}))
+	tags := regexp.MustCompile(`<[^>]*>`)
+	for _, path := range []string{
+		"/operation?" + url.Values{"key": {key}}.Encode(),
+		"/operations?state=failed",
+		"/operations?" + url.Values{"reason": {"refund"}}.Encode(),
+		"/",
+	} {
+		code, page := b.get(path, "s3cret-token")
+		if code != http.StatusOK {
+			t.Fatalf("GET %s: %d\n%s", path, code, page)
+		}
+		text := tags.ReplaceAllString(page, "")
+		if i := strings.IndexFunc(text, isBidi); i >= 0 {
+			t.Errorf("GET %s: the page's text holds %U, applied rather than shown: %q", path, []rune(text[i:])[0], text[max(0, i-40):min(len(text), i+40)])
+		}
+		if !strings.Contains(page, `<span class="bidi"`) || !strings.Contains(text, "U+202E") {
+			t.Errorf("GET %s: U+202E is not shown:\n%s", path, page)
+		}
+	}
+	// The operation's page: its title shows the control as text, every
+	// control of the reason and owner is shown, and the form still sends
+	// the key as it is.
+	_, page := b.get("/operation?"+url.Values{"key": {key}}.Encode(), "s3cret-token")
+	for _, want := range []string{"<title>Operation orders/U+202Egpj.exe", `name="key" value="` + key + `"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the operation's page lacks %q:\n%s", want, page)
+		}
+	}
+	text := tags.ReplaceAllString(page, "")
+	for _, want := range []string{"refund of U+202E00.01 ot 00.0001 morfU+202C done U+2066xU+2069 U+200FU+061C", "wU+2067orker", "m-U+202E1"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the operation's page lacks %q:\n%s", want, text)
+		}
+	}
+	// The key as the page shows it confirms a forget of it.
+	code, page := b.post("/forget", "s3cret-token", url.Values{"key": {key}, "typed": {"orders/U+202Egpj.exe"}})
+	if code != http.StatusOK || !strings.Contains(page, "Forgotten") {
+		t.Fatalf("forget confirmed with the key as shown: %d\n%s", code, page)
+	}
+	if _, err := b.db.Get(ctx, key); !errors.Is(err, ledger.ErrNotFound) {
+		t.Fatalf("after forget: %v", err)
+	}
+}
+
+// isBidi reports whether r is a bidirectional control.
+func isBidi(r rune) bool {
+	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 || r == 0x200E || r == 0x200F || r == 0x061C
 }

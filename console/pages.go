@@ -286,7 +286,9 @@ func globEscape(s string) string {
 
 func (h *Handler) forget(w http.ResponseWriter, r *http.Request) {
 	key, typed := r.FormValue("key"), r.FormValue("typed")
-	if key == "" || typed != key {
+	// The key as typed, or as the page shows it (its bidirectional
+	// controls written as their code points).
+	if key == "" || typed != key && typed != visibleText(key) {
 		h.count("forget", "refused")
 		h.showOperation(w, r, key, http.StatusUnprocessableEntity, true)
 		return

@@ -129,7 +129,8 @@ type page struct {
 }
 
 // render writes a page. It renders into memory first, so that a template
-// error is a clean 500, not half a page. A request that has not passed
+// error is a clean 500, not half a page; the bidirectional controls of its
+// text are then shown, not applied (showBidi). A request that has not passed
 // the guard (the sign-in form, a refusal) is shown nothing of the
 // installation: no navigation, queue, ledger or mode.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
@@ -147,7 +148,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	w.Write(showBidi(buf.Bytes()))
 }
 
 // fail writes an error page.
