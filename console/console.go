@@ -271,8 +271,9 @@ func (h *Handler) Close() error {
 }
 
 // routes builds the handler: security headers on every answer, the
-// check of the Host, the cross-origin protection of every POST, the
-// credential check, and the pages.
+// check of the Host, the bound of a request's body, the cross-origin
+// protection of every POST, the credential check, the bound of each value,
+// and the pages.
 func (h *Handler) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.overview)
@@ -304,7 +305,7 @@ func (h *Handler) routes() http.Handler {
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		h.fail(w, r, http.StatusForbidden, "Refused: this change came from another site. Changes are made from the console's own pages only.")
 	}))
-	return headers(h.checkHost(cop.Handler(h.authenticate(mux))))
+	return headers(h.checkHost(h.bound(cop.Handler(h.authenticate(h.shortValues(mux))))))
 }
 
 // actionOf names the action of a POST, for the metric.

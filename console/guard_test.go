@@ -461,3 +461,73 @@ func TestConsole_BidiControls(t *testing.T) {
 func isBidi(r rune) bool {
 	return r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 || r == 0x200E || r == 0x200F || r == 0x061C
 }
+
+// A time of a filter that no ledger can have written (the zero time
+// 0001-01-01 meant "no bound") is refused with a 400 that says why, and
+// so is an overlong value, early and without echoing it.
+func TestConsole_BadInput(t *testing.T) {
+	t.Parallel()
+	b := setup(t, writable)
+
+	t.Run("AbsurdTimes", func(t *testing.T) {
+		for _, q := range []string{
+			"until=0001-01-01", "since=0001-01-01", "until=0001-01-01T00:00:00Z", "until=1969-12-31",
+			"until=1000000h", "until=9999-12-31", "since=3000-01-01T00:00",
+		} {
+			name, _, _ := strings.Cut(q, "=")
+			for _, path := range []string{"/operations?", "/export?"} {
+				code, page := b.get(path+q, "s3cret-token")
+				if code != http.StatusBadRequest || !strings.Contains(page, name+": ") || !strings.Contains(page, "no ledger holds a time") {
+					t.Errorf("GET %s%s: %d, want 400 naming %s and the times a ledger holds\n%s", path, q, code, name, page)
+				}
+			}
+		}
+		code, page := b.post("/replay", "s3cret-token", url.Values{"dry_run": {"1"}, "until": {"0001-01-01"}})
+		if code == http.StatusOK || !strings.Contains(page, "sent before: ") || !strings.Contains(page, "is before 1970-01-01") {
+			t.Errorf("a dry run sent before 0001-01-01: %d\n%s", code, page)
+		}
+		// Times a ledger holds are taken.
+		for _, q := range []string{"until=2262-01-01", "since=1970-01-01", "since=36h", "until=" + url.QueryEscape(time.Now().UTC().Format(time.RFC3339))} {
+			if code, page := b.get("/operations?"+q, "s3cret-token"); code != http.StatusOK {
+				t.Errorf("GET /operations?%s: %d\n%s", q, code, page)
+			}
+		}
+	})
+
+	t.Run("LongValues", func(t *testing.T) {
+		long := strings.Repeat("k", 100<<10)
+		check := func(what string, code int, page string, want int) {
+			t.Helper()
+			if code != want || len(page) > 8<<10 || strings.Contains(page, strings.Repeat("k", 200)) {
+				t.Errorf("%s: %d and %d bytes, want %d and a short page that does not echo the value:\n%.2000s", what, code, len(page), want, page)
+			}
+		}
+		code, page := b.get("/operation?key="+long, "s3cret-token")
+		check("GET /operation with a 100 KB key", code, page, http.StatusBadRequest)
+		if !strings.Contains(page, "key") {
+			t.Errorf("the refusal of a long key does not name it:\n%s", page)
+		}
+		code, page = b.get("/operations?prefix="+long, "s3cret-token")
+		check("GET /operations with a 100 KB prefix", code, page, http.StatusBadRequest)
+		code, page = b.post("/forget", "s3cret-token", url.Values{"key": {long}, "typed": {long}})
+		check("POST /forget with a 100 KB key", code, page, http.StatusBadRequest)
+		code, page = b.post("/replay", "s3cret-token", url.Values{"dry_run": {"1"}, "key": {long}})
+		check("POST /replay with a 100 KB pattern", code, page, http.StatusBadRequest)
+		code, page = b.get("/operation?key="+long, "")
+		check("GET /operation with a 100 KB key, without the credential", code, page, http.StatusUnauthorized)
+		// A key just longer than a ledger takes: refused, cut when shown.
+		code, page = b.get("/operation?key="+strings.Repeat("k", ledger.MaxKeyLen+1), "s3cret-token")
+		check("GET /operation with a key of 513 bytes", code, page, http.StatusBadRequest)
+		if !strings.Contains(page, "longer than 512") {
+			t.Errorf("the refusal of a key of 513 bytes does not say why:\n%s", page)
+		}
+		code, page = b.post("/forget", "s3cret-token", url.Values{"key": {strings.Repeat("k", 600)}, "typed": {strings.Repeat("k", 600)}})
+		check("POST /forget with a key of 600 bytes", code, page, http.StatusBadRequest)
+		// A body far beyond any form.
+		code, page = b.post("/forget", "s3cret-token", url.Values{"key": {"orders/1"}, "typed": {"orders/1"}, "pad": {strings.Repeat("k", 2<<20)}})
+		check("POST /forget with a 2 MB form", code, page, http.StatusRequestEntityTooLarge)
+		if _, err := b.db.Get(context.Background(), "orders/1"); err != nil {
+			t.Errorf("a refused forget took effect: %v", err)
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -132,22 +133,44 @@ func readListQuery(v url.Values, now time.Time) (listQuery, ledger.Filter, error
 	return q, f, nil
 }
 
-// parseWhen reads a time of a filter: empty (no bound), an RFC 3339 time,
-// a date and time in UTC as a form's datetime-local field gives it, a
-// date, or a duration before now such as 90m or 36h.
+// The times a filter may name: those a ledger can hold (Unix nanoseconds
+// in an int64). Outside them a bound is a mistake, and the zero time
+// 0001-01-01 would read as no bound at all.
+var (
+	minWhen = time.Unix(0, 0).UTC()
+	maxWhen = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// parseWhen reads a time of a filter: empty (no bound, the zero time), an
+// RFC 3339 time, a date and time in UTC as a form's datetime-local field
+// gives it, a date, or a duration before now such as 90m or 36h. A time
+// before minWhen or after maxWhen is refused.
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
+	t, ok := time.Time{}, false
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return t, nil
+		var err error
+		if t, err = time.ParseInLocation(layout, s, time.UTC); err == nil {
+			ok = true
+			break
 		}
 	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return now.Add(-d), nil
+	if !ok {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return time.Time{}, fmt.Errorf("%q: want a time such as 2026-01-02T15:04 (UTC) or a duration ago such as 90m or 36h", s)
+		}
+		t = now.Add(-d)
 	}
-	return time.Time{}, fmt.Errorf("%q: want a time such as 2026-01-02T15:04 (UTC) or a duration ago such as 90m or 36h", s)
+	switch {
+	case t.Before(minWhen):
+		return time.Time{}, fmt.Errorf("%q is before %s: no ledger holds a time that early; leave it empty for no bound", s, minWhen.Format(time.DateOnly))
+	case t.After(maxWhen):
+		return time.Time{}, fmt.Errorf("%q is after %s: no ledger holds a time that late; leave it empty for no bound", s, maxWhen.Format(time.DateOnly))
+	}
+	return t, nil
 }
 
 type operationsData struct {
@@ -222,6 +245,10 @@ func (h *Handler) showOperation(w http.ResponseWriter, r *http.Request, key stri
 		h.render(w, r, http.StatusBadRequest, "operation", "Operation", d)
 		return
 	}
+	if err := ledger.ValidateKey(key); err != nil {
+		h.fail(w, r, http.StatusBadRequest, "Not an operation key: "+err.Error())
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
 	rec, err := h.cfg.Ledger.Get(ctx, key)
@@ -291,6 +318,11 @@ func (h *Handler) forget(w http.ResponseWriter, r *http.Request) {
 	if key == "" || typed != key && typed != visibleText(key) {
 		h.count("forget", "refused")
 		h.showOperation(w, r, key, http.StatusUnprocessableEntity, true)
+		return
+	}
+	if err := ledger.ValidateKey(key); err != nil {
+		h.count("forget", "refused")
+		h.fail(w, r, http.StatusBadRequest, "Not an operation key: "+err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
