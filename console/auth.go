@@ -28,9 +28,9 @@ func cleared(r *http.Request) bool {
 	return ok
 }
 
-// clear marks r as having passed the guard, with its actor ("" without
+// withCleared marks r as having passed the guard, with its actor ("" without
 // a credential).
-func clear(r *http.Request, who string) *http.Request {
+func withCleared(r *http.Request, who string) *http.Request {
 	ctx := context.WithValue(r.Context(), clearedKey{}, true)
 	if who != "" {
 		ctx = context.WithValue(ctx, actorKey{}, who)
@@ -82,11 +82,11 @@ func (h *Handler) who(r *http.Request) string {
 func (h *Handler) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.cfg.Auth.enabled() {
-			next.ServeHTTP(w, clear(r, ""))
+			next.ServeHTTP(w, withCleared(r, ""))
 			return
 		}
 		if who := h.who(r); who != "" {
-			next.ServeHTTP(w, clear(r, who))
+			next.ServeHTTP(w, withCleared(r, who))
 			return
 		}
 		open := r.URL.Path == "/sign-in" || strings.HasPrefix(r.URL.Path, "/static/")
