@@ -22,3 +22,18 @@ func TestShowBidi(t *testing.T) {
 		t.Errorf("visibleText = %q", got)
 	}
 }
+
+func TestShellQuote(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"orders/1":             "orders/1",
+		"a b":                  "'a b'",
+		"it's":                 `'it'\''s'`,
+		"orders/\u202egpj.exe": `$'orders/\xe2\x80\xaegpj.exe'`,
+		"a\nb 'c' \\d":         `$'a\x0ab \'c\' \\d'`,
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -436,7 +436,8 @@ func TestConsole_BidiControls(t *testing.T) {
 	// control of the reason and owner is shown, and the form still sends
 	// the key as it is.
 	_, page := b.get("/operation?"+url.Values{"key": {key}}.Encode(), "s3cret-token")
-	for _, want := range []string{"<title>Operation orders/U+202Egpj.exe", `name="key" value="` + key + `"`} {
+	for _, want := range []string{"<title>Operation orders/U+202Egpj.exe", `name="key" value="` + key + `"`,
+		`ledger get $&#39;orders/\xe2\x80\xaegpj.exe&#39;`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the operation's page lacks %q:\n%s", want, page)
 		}

@@ -288,8 +288,30 @@ func (h *Handler) showOperation(w http.ResponseWriter, r *http.Request, key stri
 	h.render(w, r, status, "operation", "Operation "+key, d)
 }
 
-// shellQuote quotes s for a POSIX shell, unless it needs no quotes.
+// shellQuote quotes s for a POSIX shell, unless it needs no quotes. A
+// string with controls (a line break, a bidirectional control) is written
+// $'...' with those bytes as \xHH escapes, so that the command line shows
+// them and, copied, still names s (bash, zsh, ksh, POSIX.1-2024 sh).
 func shellQuote(s string) string {
+	if strings.ContainsFunc(s, func(c rune) bool { return c < ' ' || c == 0x7f || isBidiControl(c) }) {
+		var b strings.Builder
+		b.WriteString("$'")
+		for _, c := range s {
+			switch {
+			case c < ' ' || c == 0x7f || isBidiControl(c):
+				for _, x := range []byte(string(c)) {
+					fmt.Fprintf(&b, `\x%02x`, x)
+				}
+			case c == '\'' || c == '\\':
+				b.WriteByte('\\')
+				b.WriteRune(c)
+			default:
+				b.WriteRune(c)
+			}
+		}
+		b.WriteByte('\'')
+		return b.String()
+	}
 	if s != "" && strings.IndexFunc(s, func(c rune) bool {
 		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:@%+=,", c))
 	}) < 0 {
