@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sqsonce/sqsonce/internal/textcut"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/replay"
 )
@@ -295,7 +296,7 @@ func (h *Handler) routes() http.Handler {
 	static, _ := fs.Sub(staticFS, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		h.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
+		h.fail(w, r, http.StatusNotFound, "No such page: "+textcut.Mark(r.URL.Path, 200, "…"))
 	})
 
 	cop := http.NewCrossOriginProtection()

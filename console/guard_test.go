@@ -508,6 +508,8 @@ func TestConsole_BadInput(t *testing.T) {
 		if !strings.Contains(page, "key") {
 			t.Errorf("the refusal of a long key does not name it:\n%s", page)
 		}
+		code, page = b.get("/"+long, "s3cret-token")
+		check("GET a path of 100 KB", code, page, http.StatusNotFound)
 		code, page = b.get("/operations?prefix="+long, "s3cret-token")
 		check("GET /operations with a 100 KB prefix", code, page, http.StatusBadRequest)
 		code, page = b.post("/forget", "s3cret-token", url.Values{"key": {long}, "typed": {long}})
