@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"path"
 	"regexp"
@@ -646,6 +647,73 @@ func TestFIFOSeveralMessagesOfAGroupPerReceive(t *testing.T) {
 	sendFIFO(t, c, q.URL, "G4", "G", "G4")
 	if more := bodies(receive(t, c, q.URL, 10, 0)); len(more) != 0 {
 		t.Fatalf("with G2 and G3 in flight received %q, want nothing (G4 waits)", more)
+	}
+}
+
+// A receive with VisibilityTimeout 0 returns each message once, and the
+// messages are visible again at once for the next receive, as AWS does.
+// Recorded by localstack's AWS-validated
+// test_fifo_receive_message_with_zero_visibility_timeout
+// (tests/aws/services/sqs/test_sqs.py): g1-m1, g2-m1, g2-m2, g3-m1, g1-m2
+// sent; "receive_message(MaxNumberOfMessages=3, VisibilityTimeout=0)"
+// returns g1-m1, g1-m2, g2-m1; the next receive of ten returns all five,
+// g3-m1, g1-m1, g1-m2, g2-m1, g2-m2 ("receiving messages from a fifo queue
+// with visibility timeout = 0 terminates the group's visibility
+// correctly"). The order of groups is not SQS's promise; the order within
+// each group is. (fauxqs, patched to take several messages of a group per
+// receive, returned the first message ten times and kept its group from
+// every later receive.)
+func TestFIFOReceiveWithZeroVisibilityTimeout(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+
+	for _, b := range []string{"g1-m1", "g2-m1", "g2-m2", "g3-m1", "g1-m2"} {
+		sendFIFO(t, c, q.URL, b, b[:2], b)
+	}
+	receiveNow := func(queueURL string, n int32) []types.Message {
+		out, err := c.ReceiveMessage(testContext(t), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(queueURL), MaxNumberOfMessages: n,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameMessageGroupId},
+		}, withField("VisibilityTimeout", 0))
+		if err != nil {
+			t.Fatalf("ReceiveMessage: %v", err)
+		}
+		return out.Messages
+	}
+	byGroup := func(msgs []types.Message) map[string][]string {
+		out := map[string][]string{}
+		for _, m := range msgs {
+			g := m.Attributes["MessageGroupId"]
+			out[g] = append(out[g], aws.ToString(m.Body))
+		}
+		return out
+	}
+
+	first := receiveNow(q.URL, 3)
+	if got := bodies(first); len(got) != 3 || len(slices.Compact(slices.Sorted(slices.Values(got)))) != 3 {
+		t.Fatalf("a receive of 3 with VisibilityTimeout 0 returned %q, want three different messages", got)
+	}
+	for g, got := range byGroup(first) {
+		if want := map[string][]string{"g1": {"g1-m1", "g1-m2"}, "g2": {"g2-m1", "g2-m2"}, "g3": {"g3-m1"}}[g]; len(got) > len(want) || !slices.Equal(got, want[:len(got)]) {
+			t.Errorf("group %s: received %q, want the group's first messages in order, %q", g, got, want)
+		}
+	}
+	want := map[string][]string{"g1": {"g1-m1", "g1-m2"}, "g2": {"g2-m1", "g2-m2"}, "g3": {"g3-m1"}}
+	for i := range 2 {
+		if got := byGroup(receiveNow(q.URL, 10)); !maps.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("receive %d of ten returned %q, want every message once, in order within each group: %q", i+2, got, want)
+		}
+	}
+
+	// One group alone: its messages once each, not its first ten times.
+	one := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+	sendFIFO(t, c, one.URL, "a1", "a", "a1")
+	sendFIFO(t, c, one.URL, "a2", "a", "a2")
+	for i := range 2 {
+		if got := bodies(receiveNow(one.URL, 10)); !slices.Equal(got, []string{"a1", "a2"}) {
+			t.Fatalf("one group, receive %d of ten returned %q, want [a1 a2]", i+1, got)
+		}
 	}
 }
 

@@ -25,8 +25,9 @@
 // group's head and locks the group until it is settled, which would hide
 // every case of a message that waits behind another of its group in a
 // worker's hands. fifoLikeSQS below makes one receive take a group's next
-// messages too; the group stays locked for other receives while any of
-// them is in flight, as before.
+// messages too, each once, also with a VisibilityTimeout of 0; the group
+// stays locked for other receives while any of them is in flight, as
+// before.
 //
 // A group's messages also come back in order when their visibility ends
 // (a visibility timeout that runs out, or ChangeMessageVisibility to 0):
@@ -45,6 +46,15 @@ fifoReturnsInOrder(SqsQueue);
 // unlocked group per call: it calls it again while the receive has room,
 // letting each call see the groups that this receive locked (and only
 // those) as unlocked, so that their next messages follow in order.
+//
+// The messages of one receive stay in flight while it lasts, whatever its
+// visibility timeout: each call first puts back what has become visible,
+// and with a VisibilityTimeout of 0 that would be the message just taken,
+// taken again by the next call (ten times the same message). The receive's
+// own visibility is set once it is done; with 0 its messages are visible
+// again to the next receive, as on AWS. fauxqs' count of the messages in
+// flight of each group (fifoLockedGroups) is then set from the messages in
+// flight themselves.
 function fifoLikeSQS(Queue) {
   const dequeueOne = Queue.prototype.dequeueFifo;
   if (typeof dequeueOne !== "function") {
@@ -52,29 +62,53 @@ function fifoLikeSQS(Queue) {
   }
   Queue.prototype.dequeueFifo = function (maxCount, visibilityTimeoutOverride, dlqResolver) {
     const want = Math.min(maxCount, 10);
+    const seconds = visibilityTimeoutOverride ?? parseInt(this.attributes.VisibilityTimeout);
     this.processTimers(); // what came back unlocks its group first
-    const lockedBefore = new Set(this.fifoLockedGroups.keys());
+    const start = Date.now();
+    const mine = new Set(); // receipt handles of this receive
     const out = [];
-    for (;;) {
-      const mine = new Map();
-      for (const [group, n] of this.fifoLockedGroups) {
-        if (!lockedBefore.has(group)) {
-          mine.set(group, n);
+    try {
+      while (out.length < want) {
+        this.fifoLockedGroups = groupsInFlight(this, mine);
+        const got = dequeueOne.call(this, want - out.length, RECEIVE_HOLD_SECONDS, dlqResolver);
+        if (got.length === 0) {
+          break;
+        }
+        for (const m of got) {
+          mine.add(m.ReceiptHandle);
+        }
+        out.push(...got);
+      }
+    } finally {
+      for (const handle of mine) {
+        const entry = this.inflightMessages.get(handle);
+        if (entry !== undefined) {
+          entry.visibilityDeadline = start + seconds * 1000;
         }
       }
-      for (const group of mine.keys()) {
-        this.fifoLockedGroups.delete(group);
-      }
-      const got = dequeueOne.call(this, want - out.length, visibilityTimeoutOverride, dlqResolver);
-      for (const [group, n] of mine) {
-        this.fifoLockedGroups.set(group, (this.fifoLockedGroups.get(group) ?? 0) + n);
-      }
-      out.push(...got);
-      if (got.length === 0 || out.length >= want) {
-        return out;
-      }
+      this.fifoLockedGroups = groupsInFlight(this, new Set());
     }
+    return out;
   };
+}
+
+// RECEIVE_HOLD_SECONDS is the visibility timeout of a message while the
+// receive that took it runs: long enough to outlast it.
+const RECEIVE_HOLD_SECONDS = 3600;
+
+// groupsInFlight returns, as fauxqs' fifoLockedGroups, the number of
+// messages in flight of each FIFO group, leaving out the receipt handles
+// in except.
+function groupsInFlight(queue, except) {
+  const counts = new Map();
+  for (const [handle, entry] of queue.inflightMessages) {
+    if (except.has(handle)) {
+      continue;
+    }
+    const group = entry.message.messageGroupId ?? "__default";
+    counts.set(group, (counts.get(group) ?? 0) + 1);
+  }
+  return counts;
 }
 
 // fifoReturnsInOrder numbers every message as a queue takes it (enqueue:
