@@ -40,14 +40,17 @@
 //     message-move-task operations answer InvalidAction;
 //     MessageRetentionPeriod is stored but messages never expire. A FIFO
 //     ReceiveMessage returns at most one message per group in fauxqs
-//     itself; scripts/sqs/server.mjs makes it return several, in order, as
-//     SQS does, and give a group's messages back in order.
+//     itself, and none of a group with a message in flight;
+//     scripts/sqs/server.mjs makes it return as many of one group as it
+//     can, in order, up to the group's first message in flight, as SQS
+//     does, and give a group's messages back in order.
 //   - moto: a deduplicated FIFO send is answered with a new MessageId that
 //     no message has; a stale receipt handle deletes the message or changes
 //     its visibility; a deleted message's handle gets ReceiptHandleIsInvalid
 //     (fauxqs: MessageNotInflight); the message-move-task operations answer
-//     HTTP 500. In moto itself a FIFO group comes back out of order when
-//     several of its messages' visibility timeouts end together, a long
+//     HTTP 500. In moto itself a FIFO receive skips a group with a message
+//     in flight, a group comes back out of order when several of its
+//     messages' visibility timeouts end together, a long
 //     poll can take a group's message while another receive holds the
 //     group, and deduplication forgets an id once its message is deleted;
 //     scripts/moto/server.py corrects these, as SQS documents them.

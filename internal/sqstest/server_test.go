@@ -619,8 +619,8 @@ func TestFIFOGroupBlockedWhileInFlight(t *testing.T) {
 }
 
 // As SQS, one receive returns several messages of one group, in order
-// (scripts/sqs/server.mjs makes fauxqs do so), and the group stays locked
-// for other receives while any of them is in flight.
+// (scripts/sqs/server.mjs makes fauxqs do so), and the group's later
+// messages wait while they are in flight.
 func TestFIFOSeveralMessagesOfAGroupPerReceive(t *testing.T) {
 	t.Parallel()
 	c := sqstest.NewClient(t, nil)
@@ -648,6 +648,71 @@ func TestFIFOSeveralMessagesOfAGroupPerReceive(t *testing.T) {
 	if more := bodies(receive(t, c, q.URL, 10, 0)); len(more) != 0 {
 		t.Fatalf("with G2 and G3 in flight received %q, want nothing (G4 waits)", more)
 	}
+}
+
+// A FIFO group's visible messages are returned up to the first of its
+// messages still in flight, as AWS does; a message in flight holds only
+// those behind it. Recorded by localstack's AWS-validated
+// test_fifo_group_visibility_extends_with_change_message_visibility
+// (tests/aws/services/sqs/test_sqs.py and its snapshot): foo, bar and baz
+// of one group received together, one of them extended from the queue's
+// 1 s to 4 s, and 2.5 s later "The extended message and all messages
+// within the same group that come after it are invisible": foo extended →
+// [], bar → [foo], baz → [foo, bar]. And by
+// test_fifo_message_group_visibility_after_terminate_visibility_timeout:
+// g1-m1 and g1-m2 received, g1-m1 given back (visibility 0) while g1-m2
+// is in flight → a receive of 3 returns g2-m1 and g1-m1 ("terminating the
+// visibility timeout of a message in a group does not affect the
+// visibility of other messages in the group"). (Both servers held the
+// whole group while any of its messages was in flight; scripts/sqs/
+// server.mjs and scripts/moto/server.py model AWS.)
+func TestFIFOGroupUpToFirstInFlight(t *testing.T) {
+	t.Parallel()
+	for extended, want := range [][]string{{}, {"foo"}, {"foo", "bar"}} {
+		t.Run(fmt.Sprintf("Extended%d", extended), func(t *testing.T) {
+			t.Parallel()
+			c := sqstest.NewClient(t, nil)
+			q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true, VisibilityTimeout: time.Second})
+			for _, b := range []string{"foo", "bar", "baz"} {
+				sendFIFO(t, c, q.URL, b, "1", b)
+			}
+			all := receive(t, c, q.URL, 5, 0)
+			if got := bodies(all); !slices.Equal(got, []string{"foo", "bar", "baz"}) {
+				t.Fatalf("received %q, want [foo bar baz]", got)
+			}
+			if _, err := c.ChangeMessageVisibility(testContext(t), &sqs.ChangeMessageVisibilityInput{
+				QueueUrl: aws.String(q.URL), ReceiptHandle: all[extended].ReceiptHandle, VisibilityTimeout: 4,
+			}); err != nil {
+				t.Fatalf("ChangeMessageVisibility: %v", err)
+			}
+			time.Sleep(2500 * time.Millisecond) // past 1 s, within 4 s
+			if got := bodies(receive(t, c, q.URL, 5, 0)); !slices.Equal(got, want) {
+				t.Fatalf("with %s extended received %q, want %q", aws.ToString(all[extended].Body), got, want)
+			}
+		})
+	}
+	t.Run("HeadGivenBack", func(t *testing.T) {
+		t.Parallel()
+		c := sqstest.NewClient(t, nil)
+		q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true})
+		for _, b := range []string{"g1-m1", "g1-m2", "g2-m1"} {
+			sendFIFO(t, c, q.URL, b, b[:2], b)
+		}
+		first := receive(t, c, q.URL, 2, 0)
+		if got := bodies(first); !slices.Equal(got, []string{"g1-m1", "g1-m2"}) {
+			t.Fatalf("received %q, want [g1-m1 g1-m2]", got)
+		}
+		if _, err := c.ChangeMessageVisibility(testContext(t), &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(q.URL), ReceiptHandle: first[0].ReceiptHandle, VisibilityTimeout: 0,
+		}); err != nil {
+			t.Fatalf("ChangeMessageVisibility: %v", err)
+		}
+		got := bodies(receive(t, c, q.URL, 3, 2))
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"g1-m1", "g2-m1"}) {
+			t.Fatalf("with g1-m1 given back and g1-m2 in flight received %q, want g1-m1 and g2-m1", got)
+		}
+	})
 }
 
 // A receive with VisibilityTimeout 0 returns each message once, and the
@@ -778,8 +843,8 @@ func TestFIFOGroupInOrderWhenMessagesComeBack(t *testing.T) {
 	}
 }
 
-// A group held by a message in flight is held for every receive, also for
-// a long poll that began before the message was received: two long polls
+// A message in flight holds its group's later messages for every receive,
+// also for a long poll that began before it was received: two long polls
 // wait on an empty queue, the first message of a group goes to one of
 // them, and the other must not take the group's second message while the
 // first is in flight. (moto 5 decided which groups a long poll must skip

@@ -34,25 +34,27 @@ that property, so that the tests neither rely on the difference nor are
 weakened for it. SQS, SNS and S3 requests run concurrently as before (an
 SQS long poll would otherwise hold up every other request).
 
-A FIFO group's messages come back in order when their visibility timeouts
-end together (a receiver killed with several of them in hand): moto keeps
-a message "pending" until a receive finds it visible again, and counts a
-group as held while any of its messages is pending, so the receive that
-walks the group in order skips each message while its successors still
-hold the group, and delivers the last one first.
-fifo_groups_held_by_messages_in_flight counts only the messages still in
-flight, as SQS does (SQS Developer Guide, "FIFO queue delivery logic":
-within a message group messages are received in strict order, and a
-group's received messages hold it until they are deleted or visible
-again).
+A FIFO receive takes messages as AWS does (fifo_receive_up_to_first_in_flight):
+group by group ("When receiving messages from a FIFO queue with multiple
+message group IDs, Amazon SQS first attempts to return as many messages
+with the same message group ID as possible", SQS Developer Guide, FIFO
+queue delivery logic), each group's visible messages in order up to its
+first message still in flight (recorded by localstack's AWS-validated
+tests: foo, bar and baz received together and only bar extended, a
+receive returns [foo]; only baz extended, [foo, bar]; the head given back
+while the second is in flight, the head again). moto walks the visible
+messages in the order sent, skipping every group with a message pending
+(received and not yet seen visible again by a receive), which holds a
+whole group while any of its messages is in flight, and also while one
+whose visibility timeout has passed has not been received again.
 
-A FIFO group held by a message in flight is held for every receive. moto
-decides which groups a ReceiveMessage must skip once, when it begins, and
+A message in flight holds its group's later messages for every receive.
+moto decides what a ReceiveMessage may take once, when it begins, and
 runs receives side by side with nothing between them: a long poll that
 began while a group was free takes the group's next message although
 another receive took the one before it in the meantime, and two receives
-can take one group's messages at the same moment; SQS delivers no more of
-a group's messages while some are in flight (same page).
+can take one group's messages at the same moment; SQS delivers no
+message of a group behind one in flight (same page).
 receive_passes_one_at_a_time makes a receive a loop
 of single passes over the queue (moto's own receive without waiting), each
 pass deciding afresh and none running beside another, and waits between
@@ -135,19 +137,38 @@ def sqs_clock_from_time(models):
         setattr(models, name, read)
 
 
-def fifo_groups_held_by_messages_in_flight(queue_class):
-    """Replaces moto's Queue.pending_message_groups (the FIFO groups a
-    receive must skip) by the groups of the pending messages that are still
-    in flight, leaving out those whose visibility timeout has passed."""
-    name = "pending_message_groups"
-    if not isinstance(getattr(queue_class, name, None), property):
-        raise SystemExit(f"{NAME}: moto's SQS Queue has no property {name}: the FIFO patch does not fit this version")
+def fifo_receive_up_to_first_in_flight(queue_class):
+    """Makes what moto's receive walks for a FIFO queue (Queue.messages,
+    otherwise the messages visible now, in the order sent) its messages
+    group by group, in the order of each group's first message, each
+    group's visible messages in order up to its first message in flight;
+    and leaves no group for the receive to skip as a whole
+    (pending_message_groups). ApproximateNumberOfMessages still counts
+    every visible message."""
+    for name in ("messages", "pending_message_groups", "approximate_number_of_messages"):
+        if not isinstance(getattr(queue_class, name, None), property):
+            raise SystemExit(f"{NAME}: moto's SQS Queue has no property {name}: the FIFO patch does not fit this version")
+    visible_now = queue_class.messages.fget
 
-    def held(self):
-        # list() copies the set at once: another request may change it.
-        return {m.group_id for m in list(self.pending_messages) if m.group_id is not None and not m.visible}
+    def receivable(self):
+        if not self.fifo_queue:
+            return visible_now(self)
+        groups = {}  # a group's receivable messages; dicts keep the order of insertion
+        held = set()
+        # list() copies the list at once: another request may change it.
+        for m in list(self._messages):
+            if not m.visible:
+                held.add(m.group_id)
+            elif not m.delayed and m.group_id not in held:
+                groups.setdefault(m.group_id, []).append(m)
+        return [m for msgs in groups.values() for m in msgs]
 
-    setattr(queue_class, name, property(held))
+    def visible_count(self):
+        return sum(1 for m in list(self._messages) if m.visible and not m.delayed)
+
+    setattr(queue_class, "messages", property(receivable))
+    setattr(queue_class, "pending_message_groups", property(lambda self: set()))
+    setattr(queue_class, "approximate_number_of_messages", property(visible_count))
 
 
 def receive_passes_one_at_a_time(backend_class):
@@ -239,7 +260,7 @@ def main():
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
     sqs_clock_from_time(moto.sqs.models)
-    fifo_groups_held_by_messages_in_flight(moto.sqs.models.Queue)
+    fifo_receive_up_to_first_in_flight(moto.sqs.models.Queue)
     receive_passes_one_at_a_time(moto.sqs.models.SQSBackend)
     fifo_dedup_outlives_delete(moto.sqs.models.SQSBackend, moto.sqs.models.Queue, moto.sqs.models.DEDUPLICATION_TIME_IN_SECONDS)
     app = one_dynamodb_request_at_a_time(DomainDispatcherApplication(create_backend_app))

@@ -18,77 +18,88 @@
 // fauxqs' own startFauxqs() always binds 0.0.0.0; this script builds the same
 // Fastify app with buildApp() and binds it to the loopback interface instead.
 //
-// FIFO receives return what SQS returns: up to ten messages of one group in
-// one receive, in order, behind each other (AWS: "Amazon SQS FIFO queues
-// ... messages ... in the same message group ID are returned in order";
-// a receive may return several of one group). fauxqs 1.9.2 returns only a
-// group's head and locks the group until it is settled, which would hide
-// every case of a message that waits behind another of its group in a
-// worker's hands. fifoLikeSQS below makes one receive take a group's next
-// messages too, each once, also with a VisibilityTimeout of 0; the group
-// stays locked for other receives while any of them is in flight, as
-// before.
+// fauxqs 1.9.2 differs from AWS where sqsonce's proofs depend on it; the
+// functions below make it behave as AWS documents and as localstack's
+// AWS-validated tests record it (tests/aws/services/sqs/test_sqs.py and
+// its snapshot), each named for the behaviour it gives:
 //
-// A group's messages also come back in order when their visibility ends
-// (a visibility timeout that runs out, or ChangeMessageVisibility to 0):
-// fauxqs puts each such message back at the front of its group, one at a
-// time, which turns several of them, in flight together, round (a receiver
-// killed with G1, G2, G3 in hand would see G3, G2, G1 next).
-// fifoReturnsInOrder below puts them back in the order they arrived.
+//   - fifoReceiveUpToFirstInFlight: a FIFO receive takes as many messages
+//     of one group as it can, in order, up to the group's first message
+//     still in flight, each once (fauxqs: one message per group, and none
+//     from a group with any message in flight);
+//   - fifoReturnsInOrder: messages of a group that become visible again
+//     keep their order (fauxqs: each went back to the group's head).
 
 import { buildApp } from "fauxqs";
 import { SqsQueue } from "./node_modules/fauxqs/dist/sqs/sqsStore.js";
 
-fifoLikeSQS(SqsQueue);
+fifoReceiveUpToFirstInFlight(SqsQueue);
 fifoReturnsInOrder(SqsQueue);
 
-// fifoLikeSQS wraps dequeueFifo, which takes at most one message per
-// unlocked group per call: it calls it again while the receive has room,
-// letting each call see the groups that this receive locked (and only
-// those) as unlocked, so that their next messages follow in order.
+// fifoReceiveUpToFirstInFlight makes a FIFO receive (dequeueFifo) take
+// messages as AWS does:
 //
-// The messages of one receive stay in flight while it lasts, whatever its
-// visibility timeout: each call first puts back what has become visible,
-// and with a VisibilityTimeout of 0 that would be the message just taken,
-// taken again by the next call (ten times the same message). The receive's
-// own visibility is set once it is done; with 0 its messages are visible
-// again to the next receive, as on AWS. fauxqs' count of the messages in
-// flight of each group (fifoLockedGroups) is then set from the messages in
-// flight themselves.
-function fifoLikeSQS(Queue) {
+//   - group by group: "When receiving messages from a FIFO queue with
+//     multiple message group IDs, Amazon SQS first attempts to return as
+//     many messages with the same message group ID as possible" (SQS
+//     Developer Guide, FIFO queue delivery logic);
+//   - a group's visible messages in order, up to its first message still
+//     in flight: recorded, foo, bar and baz received together and only bar
+//     extended, a receive returns [foo]; only baz extended, [foo, bar]; the
+//     head given back while the second is in flight, the head again
+//     (test_fifo_group_visibility_extends_with_change_message_visibility,
+//     test_fifo_message_group_visibility_after_terminate_visibility_timeout);
+//   - each message once, also with a VisibilityTimeout of 0, after which
+//     the messages are visible to the next receive
+//     (test_fifo_receive_message_with_zero_visibility_timeout).
+//
+// fauxqs' dequeueFifo takes at most one message of each group not in
+// fifoLockedGroups (its count of a group's messages in flight) per call.
+// The receive calls it for one message at a time with every group but one
+// locked. The messages it took stay in flight while it runs (each call
+// first puts back what has become visible: with a VisibilityTimeout of 0,
+// the message just taken); their visibility is set once it is done, and
+// fifoLockedGroups from the messages in flight. A group's messages after
+// one in flight are also what hasAvailableFifoMessages, which wakes long
+// polls, does not count.
+function fifoReceiveUpToFirstInFlight(Queue) {
   const dequeueOne = Queue.prototype.dequeueFifo;
-  if (typeof dequeueOne !== "function") {
-    throw new Error("fauxqs has no SqsQueue.dequeueFifo: the FIFO receive patch does not fit this version");
+  if (typeof dequeueOne !== "function" || typeof Queue.prototype.hasAvailableFifoMessages !== "function") {
+    throw new Error("fauxqs has no SqsQueue.dequeueFifo or hasAvailableFifoMessages: the FIFO receive patch does not fit this version");
   }
   Queue.prototype.dequeueFifo = function (maxCount, visibilityTimeoutOverride, dlqResolver) {
     const want = Math.min(maxCount, 10);
     const seconds = visibilityTimeoutOverride ?? parseInt(this.attributes.VisibilityTimeout);
-    this.processTimers(); // what came back unlocks its group first
+    this.processTimers();
     const start = Date.now();
-    const mine = new Set(); // receipt handles of this receive
+    const firstInFlight = firstInFlightOfGroups(this);
     const out = [];
     try {
-      while (out.length < want) {
-        this.fifoLockedGroups = groupsInFlight(this, mine);
-        const got = dequeueOne.call(this, want - out.length, RECEIVE_HOLD_SECONDS, dlqResolver);
-        if (got.length === 0) {
-          break;
+      for (const group of [...this.fifoMessages.keys()]) {
+        while (out.length < want && headIsFree(this, group, firstInFlight)) {
+          const others = [...this.fifoMessages.keys()].filter((g) => g !== group);
+          this.fifoLockedGroups = new Map(others.map((g) => [g, 1]));
+          const got = dequeueOne.call(this, 1, RECEIVE_HOLD_SECONDS, dlqResolver);
+          if (got.length === 0) {
+            break; // what was left of the group went to the dead-letter queue
+          }
+          out.push(...got);
         }
-        for (const m of got) {
-          mine.add(m.ReceiptHandle);
-        }
-        out.push(...got);
       }
     } finally {
-      for (const handle of mine) {
-        const entry = this.inflightMessages.get(handle);
+      for (const m of out) {
+        const entry = this.inflightMessages.get(m.ReceiptHandle);
         if (entry !== undefined) {
           entry.visibilityDeadline = start + seconds * 1000;
         }
       }
-      this.fifoLockedGroups = groupsInFlight(this, new Set());
+      this.fifoLockedGroups = countInFlight(this);
     }
     return out;
+  };
+  Queue.prototype.hasAvailableFifoMessages = function () {
+    const firstInFlight = firstInFlightOfGroups(this);
+    return [...this.fifoMessages.keys()].some((group) => headIsFree(this, group, firstInFlight));
   };
 }
 
@@ -96,35 +107,64 @@ function fifoLikeSQS(Queue) {
 // receive that took it runs: long enough to outlast it.
 const RECEIVE_HOLD_SECONDS = 3600;
 
-// groupsInFlight returns, as fauxqs' fifoLockedGroups, the number of
-// messages in flight of each FIFO group, leaving out the receipt handles
-// in except.
-function groupsInFlight(queue, except) {
-  const counts = new Map();
-  for (const [handle, entry] of queue.inflightMessages) {
-    if (except.has(handle)) {
-      continue;
+// firstInFlightOfGroups returns the arrival (see arrivalOf) of the first
+// message in flight of each FIFO group that has one.
+function firstInFlightOfGroups(queue) {
+  const first = new Map();
+  for (const entry of queue.inflightMessages.values()) {
+    const group = entry.message.messageGroupId ?? "__default";
+    const a = arrivalOf(entry.message);
+    if (!(first.get(group) < a)) {
+      first.set(group, a);
     }
+  }
+  return first;
+}
+
+// headIsFree reports whether the first visible message of a group may be
+// received: it arrived before the group's first message in flight, if any.
+function headIsFree(queue, group, firstInFlight) {
+  const head = queue.fifoMessages.get(group)?.[0];
+  return head !== undefined && !(firstInFlight.get(group) < arrivalOf(head));
+}
+
+// countInFlight returns, as fauxqs' fifoLockedGroups, the number of
+// messages in flight of each FIFO group.
+function countInFlight(queue) {
+  const counts = new Map();
+  for (const entry of queue.inflightMessages.values()) {
     const group = entry.message.messageGroupId ?? "__default";
     counts.set(group, (counts.get(group) ?? 0) + 1);
   }
   return counts;
 }
 
-// fifoReturnsInOrder numbers every message as a queue takes it (enqueue:
-// a send, or a move to a dead-letter queue) and, after each of the two
-// calls that put in-flight messages back (changeVisibility and
-// processTimers), sorts a FIFO queue's groups by that number where they
-// are out of order.
+// arrivals numbers every message as a queue takes it (enqueue: a send, or
+// a move to a dead-letter queue); see fifoReturnsInOrder.
+const arrivals = new WeakMap();
+let arrived = 0;
+
+// arrivalOf returns the number of a message's arrival in its queue.
+function arrivalOf(msg) {
+  return arrivals.get(msg) ?? 0;
+}
+
+// fifoReturnsInOrder keeps a FIFO group's messages in the order they
+// arrived when they become visible again (a visibility timeout that runs
+// out, or ChangeMessageVisibility to 0): fauxqs puts each such message back
+// at the front of its group, one at a time, which turns several of them,
+// in flight together, round (a receiver killed with G1, G2, G3 in hand
+// would see G3, G2, G1 next). It numbers every message as the queue takes
+// it (enqueue) and, after each of the two calls that put in-flight
+// messages back (changeVisibility and processTimers), sorts a FIFO
+// queue's groups by that number where they are out of order.
 function fifoReturnsInOrder(Queue) {
   for (const name of ["enqueue", "changeVisibility", "processTimers"]) {
     if (typeof Queue.prototype[name] !== "function") {
       throw new Error(`fauxqs has no SqsQueue.${name}: the FIFO return patch does not fit this version`);
     }
   }
-  const arrival = new WeakMap();
-  let arrivals = 0;
-  const order = (a, b) => (arrival.get(a) ?? 0) - (arrival.get(b) ?? 0);
+  const order = (a, b) => arrivalOf(a) - arrivalOf(b);
   const sortGroups = (queue) => {
     if (!queue.isFifo()) {
       return;
@@ -138,7 +178,7 @@ function fifoReturnsInOrder(Queue) {
 
   const enqueue = Queue.prototype.enqueue;
   Queue.prototype.enqueue = function (msg, ...rest) {
-    arrival.set(msg, ++arrivals);
+    arrivals.set(msg, ++arrived);
     return enqueue.call(this, msg, ...rest);
   };
   for (const name of ["changeVisibility", "processTimers"]) {
