@@ -36,7 +36,8 @@
 //     timeouts until a ReceiveMessage runs on the queue (counts stay "in
 //     flight"); message attributes come back even when not requested;
 //     DeleteMessage and DeleteMessageBatch accept any receipt handle, and a
-//     stale one deletes nothing; ListDeadLetterSourceQueues and the
+//     stale one deletes nothing (scripts/sqs/server.mjs refuses a lapsed
+//     FIFO handle, as SQS does); ListDeadLetterSourceQueues and the
 //     message-move-task operations answer InvalidAction;
 //     MessageRetentionPeriod is stored but messages never expire. A FIFO
 //     ReceiveMessage returns at most one message per group in fauxqs
@@ -45,15 +46,18 @@
 //     can, in order, up to the group's first message in flight, as SQS
 //     does, and give a group's messages back in order.
 //   - moto: a deduplicated FIFO send is answered with a new MessageId that
-//     no message has; a stale receipt handle deletes the message or changes
-//     its visibility; a deleted message's handle gets ReceiptHandleIsInvalid
-//     (fauxqs: MessageNotInflight); the message-move-task operations answer
-//     HTTP 500. In moto itself a FIFO receive skips a group with a message
+//     no message has; on a standard queue a stale receipt handle deletes
+//     the message or changes its visibility; a deleted message's handle
+//     gets ReceiptHandleIsInvalid (fauxqs: MessageNotInflight); the
+//     message-move-task operations answer HTTP 500. In moto itself a FIFO
+//     receive skips a group with a message
 //     in flight, a group comes back out of order when several of its
-//     messages' visibility timeouts end together, a long
-//     poll can take a group's message while another receive holds the
-//     group, and deduplication forgets an id once its message is deleted;
-//     scripts/moto/server.py corrects these, as SQS documents them.
+//     messages' visibility timeouts end together, a long poll can take a
+//     group's message while another receive holds the group, a FIFO
+//     receipt handle never expires, a batch call fails as a whole for an
+//     entry refused for anything but an invalid handle, and deduplication
+//     forgets an id once its message is deleted; scripts/moto/server.py
+//     corrects these, as SQS documents them.
 //   - both: ReceiveRequestAttemptId is ignored; messages moved to a DLQ
 //     carry no DeadLetterQueueSourceArn.
 //

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -713,6 +714,137 @@ func TestFIFOGroupUpToFirstInFlight(t *testing.T) {
 			t.Fatalf("with g1-m1 given back and g1-m2 in flight received %q, want g1-m1 and g2-m1", got)
 		}
 	})
+}
+
+// A FIFO queue's receipt handle expires when the message's visibility
+// timeout lapses, whether or not the message was received again: deleting
+// with it or changing the message's visibility with it is refused, and the
+// message stays. Recorded by localstack's AWS-validated
+// test_fifo_delete_after_visibility_timeout: a FIFO message received with a
+// 1 s visibility timeout, "time.sleep(timeout)", DeleteMessage fails with
+// Code InvalidParameterValue, "Value <receipt-handle:1> for parameter
+// ReceiptHandle is invalid. Reason: The receipt handle has expired."
+// ChangeMessageVisibility likewise: "any attempt to change the visibility
+// timeout or to delete that message 10 seconds after you initially change
+// the visibility timeout (a total of 25 seconds) might result in an error"
+// (API Reference, ChangeMessageVisibility); a handle given back with
+// visibility 0 has lapsed too ("FIFO queues will reject DeleteMessage
+// requests when the receipt handle is expired, which means that handles
+// with a VisibilityTimeout of 0 cannot be deleted", aws/aws-sdk-js#1750).
+// The batch forms fail the entry, not the call. A standard queue takes a
+// lapsed handle of a message not received since: recorded,
+// test_change_message_visibility_after_visibility_timeout_expiration
+// answers 200, and test_remove_message_with_old_receipt_handle deletes the
+// message. (fauxqs took a lapsed FIFO handle until a receive put the
+// message back; moto took every handle a message ever had.)
+func TestFIFOReceiptHandleExpires(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		// lapse makes the handle of m lapse and returns the message as it
+		// is now in flight, if it is.
+		lapse func(t *testing.T, c *sqs.Client, q sqstest.Queue, m types.Message) *types.Message
+	}{
+		{"TimedOut", func(t *testing.T, c *sqs.Client, q sqstest.Queue, m types.Message) *types.Message {
+			time.Sleep(1500 * time.Millisecond) // past the queue's 1 s
+			return nil
+		}},
+		{"GivenBack", func(t *testing.T, c *sqs.Client, q sqstest.Queue, m types.Message) *types.Message {
+			if _, err := c.ChangeMessageVisibility(testContext(t), &sqs.ChangeMessageVisibilityInput{
+				QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
+			}); err != nil {
+				t.Fatalf("ChangeMessageVisibility to 0: %v", err)
+			}
+			return nil
+		}},
+		{"ReceivedAgain", func(t *testing.T, c *sqs.Client, q sqstest.Queue, m types.Message) *types.Message {
+			again := receiveOne(t, c, q.URL, 2) // after the queue's 1 s
+			return &again
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := sqstest.NewClient(t, nil)
+			q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true, VisibilityTimeout: time.Second})
+			ctx := testContext(t)
+			sendFIFO(t, c, q.URL, "m", "g", "m")
+			m := receiveOne(t, c, q.URL, 0)
+			holder := tc.lapse(t, c, q, m)
+
+			_, err := c.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle})
+			wantExpired(t, "DeleteMessage", err)
+			_, err = c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 10})
+			wantExpired(t, "ChangeMessageVisibility", err)
+			deleted, err := c.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.URL),
+				Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("old"), ReceiptHandle: m.ReceiptHandle}}})
+			if err != nil {
+				t.Fatalf("DeleteMessageBatch with an expired handle: %v, want the entry failed", err)
+			}
+			wantExpiredEntry(t, "DeleteMessageBatch", len(deleted.Successful), deleted.Failed)
+			changed, err := c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.URL),
+				Entries: []types.ChangeMessageVisibilityBatchRequestEntry{{Id: aws.String("old"), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 10}}})
+			if err != nil {
+				t.Fatalf("ChangeMessageVisibilityBatch with an expired handle: %v, want the entry failed", err)
+			}
+			wantExpiredEntry(t, "ChangeMessageVisibilityBatch", len(changed.Successful), changed.Failed)
+
+			// The message stays: in flight with its newer handle, or
+			// visible to the next receive; the newest handle deletes it.
+			if holder == nil {
+				again := receiveOne(t, c, q.URL, 0)
+				holder = &again
+			} else if more := receive(t, c, q.URL, 10, 0); len(more) != 0 {
+				t.Fatalf("received %q while the message is in flight", bodies(more))
+			}
+			if aws.ToString(holder.MessageId) != aws.ToString(m.MessageId) {
+				t.Fatalf("received %s, want %s again", aws.ToString(holder.MessageId), aws.ToString(m.MessageId))
+			}
+			del(t, c, q.URL, *holder)
+			wantCount(t, c, q.URL, 0, 0)
+		})
+	}
+	t.Run("StandardQueueTakesALapsedHandle", func(t *testing.T) {
+		t.Parallel()
+		c := sqstest.NewClient(t, nil)
+		q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{VisibilityTimeout: time.Second})
+		send(t, c, q.URL, "m", nil)
+		m := receiveOne(t, c, q.URL, 0)
+		time.Sleep(1500 * time.Millisecond)
+		if _, err := c.ChangeMessageVisibility(testContext(t), &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 10,
+		}); err != nil {
+			t.Fatalf("ChangeMessageVisibility with a lapsed handle on a standard queue: %v", err)
+		}
+		del(t, c, q.URL, m)
+		wantCount(t, c, q.URL, 0, 0)
+	})
+}
+
+// wantExpired fails unless err is SQS's refusal of an expired receipt
+// handle.
+func wantExpired(t *testing.T, call string, err error) {
+	t.Helper()
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("%s with an expired handle: got %v, want InvalidParameterValue: The receipt handle has expired", call, err)
+	}
+	if apiErr.ErrorCode() != "InvalidParameterValue" || !strings.Contains(apiErr.ErrorMessage(), "Reason: The receipt handle has expired.") {
+		t.Errorf("%s with an expired handle: code %q, message %q; want InvalidParameterValue, ... Reason: The receipt handle has expired.", call, apiErr.ErrorCode(), apiErr.ErrorMessage())
+	}
+}
+
+// wantExpiredEntry fails unless a batch's only entry failed for an
+// expired receipt handle, on the caller's side.
+func wantExpiredEntry(t *testing.T, call string, successful int, failed []types.BatchResultErrorEntry) {
+	t.Helper()
+	if successful != 0 || len(failed) != 1 {
+		t.Fatalf("%s with an expired handle: %d successful, %d failed; want the entry failed", call, successful, len(failed))
+	}
+	f := failed[0]
+	if aws.ToString(f.Code) != "InvalidParameterValue" || !f.SenderFault || !strings.Contains(aws.ToString(f.Message), "The receipt handle has expired") {
+		t.Errorf("%s with an expired handle: failed entry %s %v %q; want InvalidParameterValue, sender's fault, The receipt handle has expired",
+			call, aws.ToString(f.Code), f.SenderFault, aws.ToString(f.Message))
+	}
 }
 
 // A receive with VisibilityTimeout 0 returns each message once, and the

@@ -69,6 +69,23 @@ messages the queue still holds. fifo_dedup_outlives_delete keeps every
 accepted id for the five minutes. (The answer to a dropped send keeps
 moto's new MessageId: SQS documents none.)
 
+A FIFO queue's receipt handle expires when its message's visibility
+timeout lapses, whether or not the message was received again: deleting
+with it, or changing the visibility with it, is refused with
+InvalidParameterValue, "Value <receipt-handle:1> for parameter
+ReceiptHandle is invalid. Reason: The receipt handle has expired."
+(recorded by localstack's AWS-validated
+test_fifo_delete_after_visibility_timeout); moto honours every handle a
+message ever had. fifo_receipt_handles_expire refuses them. A standard
+queue takes a lapsed handle (recorded).
+
+A batch call fails per entry: SQS answers an entry refused for its
+parameters in the entry's result, as moto does for an invalid receipt
+handle, but moto fails the whole DeleteMessageBatch or
+ChangeMessageVisibilityBatch call for any other refusal (such as the
+expired handle above). batches_fail_per_entry makes every refusal of an
+entry fail that entry alone.
+
 moto's SQS reads the clock through datetime arithmetic, twice for every
 message of a queue each time it counts the queue's messages, which it does
 for every message sent and every message delivered: seconds per
@@ -199,6 +216,68 @@ def receive_passes_one_at_a_time(backend_class):
     setattr(backend_class, "receive_message", receive_message)
 
 
+def fifo_receipt_handles_expire(models):
+    """Makes SQSBackend.delete_message and change_message_visibility (which
+    their batch forms call) refuse a FIFO queue's receipt handle that is
+    not its message's newest, or whose visibility timeout has ended."""
+    from moto.sqs.exceptions import InvalidParameterValue
+
+    backend_class = models.SQSBackend
+    for name in ("delete_message", "change_message_visibility"):
+        if not callable(getattr(backend_class, name, None)):
+            raise SystemExit(f"{NAME}: moto's SQSBackend has no {name}: the receipt handle patch does not fit this version")
+
+    def expired(queue, receipt_handle):
+        if not queue.fifo_queue:
+            return False
+        # list() copies the list at once: another request may change it.
+        for m in list(queue._messages):
+            if m.had_receipt_handle(receipt_handle):
+                return receipt_handle != m.receipt_handle or models.unix_time_millis() >= m.visible_at
+        return False
+
+    for name in ("delete_message", "change_message_visibility"):
+        original = getattr(backend_class, name)
+
+        def checked(self, queue_name, receipt_handle, *args, original=original, **kwargs):
+            if expired(self.get_queue(queue_name), receipt_handle):
+                raise InvalidParameterValue(
+                    f"Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired."
+                )
+            return original(self, queue_name, receipt_handle, *args, **kwargs)
+
+        setattr(backend_class, name, checked)
+
+
+def batches_fail_per_entry(models):
+    """Makes SQSBackend.delete_message_batch and
+    change_message_visibility_batch answer an entry that moto refuses with
+    an SQS error (other than the queue's absence) by failing that entry
+    alone, with the error's code and message, SenderFault true."""
+    from moto.sqs.exceptions import SQSException
+
+    backend_class = models.SQSBackend
+    for name in ("delete_message_batch", "change_message_visibility_batch"):
+        original = getattr(backend_class, name, None)
+        if not callable(original):
+            raise SystemExit(f"{NAME}: moto's SQSBackend has no {name}: the batch patch does not fit this version")
+
+        def per_entry(self, queue_name, entries, original=original):
+            self.get_queue(queue_name)  # a missing queue fails the call
+            successful, failed = [], []
+            for entry in entries:
+                try:
+                    done, refused = original(self, queue_name, [entry])
+                except SQSException as err:
+                    failed.append({"Id": entry["Id"], "SenderFault": True, "Code": err.code, "Message": err.message})
+                    continue
+                successful += done
+                failed += refused
+            return successful, failed
+
+        setattr(backend_class, name, per_entry)
+
+
 def fifo_dedup_outlives_delete(backend_class, queue_class, window):
     """Makes a FIFO queue drop a message sent (SQSBackend.send_message, which
     SendMessageBatch and SNS call too) with a deduplication id that the queue
@@ -263,6 +342,8 @@ def main():
     fifo_receive_up_to_first_in_flight(moto.sqs.models.Queue)
     receive_passes_one_at_a_time(moto.sqs.models.SQSBackend)
     fifo_dedup_outlives_delete(moto.sqs.models.SQSBackend, moto.sqs.models.Queue, moto.sqs.models.DEDUPLICATION_TIME_IN_SECONDS)
+    fifo_receipt_handles_expire(moto.sqs.models)
+    batches_fail_per_entry(moto.sqs.models)
     app = one_dynamodb_request_at_a_time(DomainDispatcherApplication(create_backend_app))
     server = make_server(HOST, port, app, threaded=True)
     bound = server.server_address[1]

@@ -28,13 +28,21 @@
 //     still in flight, each once (fauxqs: one message per group, and none
 //     from a group with any message in flight);
 //   - fifoReturnsInOrder: messages of a group that become visible again
-//     keep their order (fauxqs: each went back to the group's head).
+//     keep their order (fauxqs: each went back to the group's head);
+//   - fifoReceiptHandlesExpire: a FIFO receipt handle is refused once its
+//     visibility timeout has lapsed (fauxqs took it until a receive put
+//     the message back).
+//
+// A refusal of one of these answers DeleteMessage or
+// ChangeMessageVisibility with an error and fails the entry alone in
+// their batch forms (see refuse).
 
 import { buildApp } from "fauxqs";
+import { SqsError } from "./node_modules/fauxqs/dist/common/errors.js";
+import { SqsRouter } from "./node_modules/fauxqs/dist/sqs/sqsRouter.js";
 import { SqsQueue } from "./node_modules/fauxqs/dist/sqs/sqsStore.js";
-
-fifoReceiveUpToFirstInFlight(SqsQueue);
-fifoReturnsInOrder(SqsQueue);
+import { VALID_BATCH_ENTRY_ID } from "./node_modules/fauxqs/dist/sqs/sqsTypes.js";
+import { HOST, intFromEnv, serve } from "../lib/server.mjs";
 
 // fifoReceiveUpToFirstInFlight makes a FIFO receive (dequeueFifo) take
 // messages as AWS does:
@@ -191,7 +199,150 @@ function fifoReturnsInOrder(Queue) {
   }
 }
 
-import { HOST, intFromEnv, serve } from "../lib/server.mjs";
+// fifoReceiptHandlesExpire refuses a FIFO queue's receipt handle once its
+// message's visibility timeout has lapsed, whether or not the message was
+// received again: recorded, a FIFO message received with a 1 s visibility
+// timeout and deleted a second later, "Value <receipt-handle:1> for
+// parameter ReceiptHandle is invalid. Reason: The receipt handle has
+// expired." (Code InvalidParameterValue;
+// test_fifo_delete_after_visibility_timeout); "any attempt to change the
+// visibility timeout or to delete that message ... after you initially
+// change the visibility timeout ... might result in an error" (API
+// Reference, ChangeMessageVisibility). A handle given back with visibility
+// 0 has lapsed too. Standard queues take a lapsed handle (recorded:
+// test_change_message_visibility_after_visibility_timeout_expiration).
+//
+// A FIFO handle has lapsed while its deadline has passed and fauxqs has
+// not put its message back yet, and once it has (processTimers, or
+// changeVisibility to 0): those handles are remembered for the life of the
+// queue.
+function fifoReceiptHandlesExpire(Queue) {
+  for (const name of ["changeVisibility", "processTimers"]) {
+    if (typeof Queue.prototype[name] !== "function") {
+      throw new Error(`fauxqs has no SqsQueue.${name}: the receipt handle patch does not fit this version`);
+    }
+  }
+  const lapsed = new WeakMap(); // queue → Set of handles put back
+  for (const name of ["changeVisibility", "processTimers"]) {
+    const putBack = Queue.prototype[name];
+    Queue.prototype[name] = function (...args) {
+      if (!this.isFifo()) {
+        return putBack.apply(this, args);
+      }
+      const before = [...this.inflightMessages.keys()];
+      const result = putBack.apply(this, args);
+      for (const handle of before) {
+        if (!this.inflightMessages.has(handle)) {
+          if (!lapsed.has(this)) {
+            lapsed.set(this, new Set());
+          }
+          lapsed.get(this).add(handle);
+        }
+      }
+      return result;
+    };
+  }
+  const expired = (queue, handle) => {
+    if (!queue.isFifo()) {
+      return false;
+    }
+    const entry = queue.inflightMessages.get(handle);
+    return entry !== undefined ? entry.visibilityDeadline <= Date.now() : lapsed.get(queue)?.has(handle) === true;
+  };
+  const refusal = (queue, { ReceiptHandle: handle }) =>
+    expired(queue, handle) ? invalidParameter(`Value ${handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.`) : undefined;
+  refuse("DeleteMessage", refusal);
+  refuse("ChangeMessageVisibility", refusal);
+}
+
+// invalidParameter returns SQS's InvalidParameterValue error with message:
+// recorded, Code InvalidParameterValue (x-amzn-query-error) and
+// QueryErrorCode InvalidParameterValueException (__type).
+function invalidParameter(message) {
+  const err = new SqsError("InvalidParameterValueException", message, 400, true, "InvalidParameterValue");
+  // fauxqs prefixes every query code with AWS.SimpleQueueService.; SQS
+  // does not for this one.
+  Object.defineProperty(err, "queryErrorHeader", { value: "InvalidParameterValue;Sender" });
+  return err;
+}
+
+// refusals holds, by action, the checks that refuse a request of it (see
+// refuse); patchActions applies them.
+const refusals = new Map();
+
+// refuse makes fauxqs refuse a request of action (DeleteMessage or
+// ChangeMessageVisibility) for which refusal(queue, request) returns an
+// error, with that error; and an entry of its batch form for which
+// refusal(queue, entry) does, failing that entry alone with the error's
+// code and message (SenderFault true), as SQS answers a batch per entry.
+// The other entries go to fauxqs; a batch that fauxqs refuses as a whole
+// (no entries, more than ten, bad or repeated ids) goes to it unchanged.
+function refuse(action, refusal) {
+  for (const name of [action, action + "Batch"]) {
+    if (!refusals.has(name)) {
+      refusals.set(name, []);
+    }
+  }
+  refusals.get(action).push(refusal);
+  refusals.get(action + "Batch").push(refusal);
+}
+
+// patchActions makes fauxqs' SQS router register each action's handler
+// behind the refusals of that action.
+function patchActions(Router) {
+  const register = Router.prototype.register;
+  if (typeof register !== "function") {
+    throw new Error("fauxqs has no SqsRouter.register: the action patches do not fit this version");
+  }
+  Router.prototype.register = function (action, handler) {
+    const checks = refusals.get(action);
+    if (checks === undefined) {
+      return register.call(this, action, handler);
+    }
+    const refusalOf = (queue, req) => {
+      for (const check of checks) {
+        const err = check(queue, req);
+        if (err !== undefined) {
+          return err;
+        }
+      }
+      return undefined;
+    };
+    const patched = action.endsWith("Batch")
+      ? async (body, store, request) => {
+          const queue = store.getQueue(body.QueueUrl);
+          const entries = Array.isArray(body.Entries) ? body.Entries : [];
+          const ids = entries.map((e) => e.Id);
+          if (queue === undefined || entries.length === 0 || entries.length > 10 ||
+              new Set(ids).size !== ids.length || !ids.every((id) => VALID_BATCH_ENTRY_ID.test(id))) {
+            return handler(body, store, request);
+          }
+          const refused = entries.map((e) => refusalOf(queue, e));
+          const rest = entries.filter((_, i) => refused[i] === undefined);
+          const out = rest.length > 0 ? await handler({ ...body, Entries: rest }, store, request) : { Successful: [], Failed: [] };
+          entries.forEach((e, i) => {
+            if (refused[i] !== undefined) {
+              out.Failed.push({ Id: e.Id, SenderFault: true, Code: refused[i].queryCode, Message: refused[i].message });
+            }
+          });
+          return out;
+        }
+      : async (body, store, request) => {
+          const queue = store.getQueue(body.QueueUrl);
+          const err = queue !== undefined && body.ReceiptHandle ? refusalOf(queue, body) : undefined;
+          if (err !== undefined) {
+            throw err;
+          }
+          return handler(body, store, request);
+        };
+    return register.call(this, action, patched);
+  };
+}
+
+fifoReceiveUpToFirstInFlight(SqsQueue);
+fifoReturnsInOrder(SqsQueue);
+fifoReceiptHandlesExpire(SqsQueue);
+patchActions(SqsRouter);
 
 serve("fauxqs", "SQSONCE_SQS_PARENT_PID", async () => {
   const port = intFromEnv("FAUXQS_PORT", 0, 65535);
