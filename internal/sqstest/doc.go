@@ -45,19 +45,19 @@
 //     scripts/sqs/server.mjs makes it return as many of one group as it
 //     can, in order, up to the group's first message in flight, as SQS
 //     does, and give a group's messages back in order.
-//   - moto: a deduplicated FIFO send is answered with a new MessageId that
-//     no message has; on a standard queue a stale receipt handle deletes
-//     the message or changes its visibility; a deleted message's handle
-//     gets ReceiptHandleIsInvalid (fauxqs: MessageNotInflight); the
+//   - moto: a deduplicated FIFO send is answered with a new MessageId that no
+//     message has; on a standard queue a stale receipt handle changes the
+//     message's visibility; a deleted message's handle gets
+//     ReceiptHandleIsInvalid (fauxqs: MessageNotInflight); the
 //     message-move-task operations answer HTTP 500. In moto itself a FIFO
-//     receive skips a group with a message
-//     in flight, a group comes back out of order when several of its
-//     messages' visibility timeouts end together, a long poll can take a
-//     group's message while another receive holds the group, a FIFO
-//     receipt handle never expires, a batch call fails as a whole for an
-//     entry refused for anything but an invalid handle, and deduplication
-//     forgets an id once its message is deleted; scripts/moto/server.py
-//     corrects these, as SQS documents them.
+//     receive skips a group with a message in flight, a group comes back out
+//     of order when several of its messages' visibility timeouts end together,
+//     a long poll can take a group's message while another receive holds the
+//     group, a stale receipt handle deletes its message, a FIFO receipt handle
+//     never expires, a batch call fails as a whole for an entry refused for
+//     anything but an invalid handle, and deduplication forgets an id once its
+//     message is deleted; scripts/moto/server.py corrects these, as SQS
+//     documents them.
 //   - both: ReceiveRequestAttemptId is ignored; messages moved to a DLQ
 //     carry no DeadLetterQueueSourceArn.
 //

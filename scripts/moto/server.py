@@ -79,6 +79,13 @@ test_fifo_delete_after_visibility_timeout); moto honours every handle a
 message ever had. fifo_receipt_handles_expire refuses them. A standard
 queue takes a lapsed handle (recorded).
 
+On a standard queue a receipt handle from an earlier receive of a
+message received again since deletes nothing and succeeds ("If you use an
+old ReceiptHandle, the request will succeed, but the message might not be
+deleted", API Reference, DeleteMessage); moto deletes the message.
+stale_handle_deletes_nothing keeps it, as fauxqs does: the case a consumer
+must survive.
+
 A batch call fails per entry: SQS answers an entry refused for its
 parameters in the entry's result, as moto does for an invalid receipt
 handle, but moto fails the whole DeleteMessageBatch or
@@ -249,6 +256,27 @@ def fifo_receipt_handles_expire(models):
         setattr(backend_class, name, checked)
 
 
+def stale_handle_deletes_nothing(models):
+    """Makes SQSBackend.delete_message (which DeleteMessageBatch calls)
+    answer a standard queue's receipt handle that is not its message's
+    newest with success, deleting nothing."""
+    backend_class = models.SQSBackend
+    original = getattr(backend_class, "delete_message", None)
+    if not callable(original):
+        raise SystemExit(f"{NAME}: moto's SQSBackend has no delete_message: the stale handle patch does not fit this version")
+
+    def delete_message(self, queue_name, receipt_handle):
+        queue = self.get_queue(queue_name)
+        if not queue.fifo_queue:
+            # list() copies the list at once: another request may change it.
+            for m in list(queue._messages):
+                if m.had_receipt_handle(receipt_handle) and receipt_handle != m.receipt_handle:
+                    return None
+        return original(self, queue_name, receipt_handle)
+
+    setattr(backend_class, "delete_message", delete_message)
+
+
 def batches_fail_per_entry(models):
     """Makes SQSBackend.delete_message_batch and
     change_message_visibility_batch answer an entry that moto refuses with
@@ -343,6 +371,7 @@ def main():
     receive_passes_one_at_a_time(moto.sqs.models.SQSBackend)
     fifo_dedup_outlives_delete(moto.sqs.models.SQSBackend, moto.sqs.models.Queue, moto.sqs.models.DEDUPLICATION_TIME_IN_SECONDS)
     fifo_receipt_handles_expire(moto.sqs.models)
+    stale_handle_deletes_nothing(moto.sqs.models)
     batches_fail_per_entry(moto.sqs.models)
     app = one_dynamodb_request_at_a_time(DomainDispatcherApplication(create_backend_app))
     server = make_server(HOST, port, app, threaded=True)
