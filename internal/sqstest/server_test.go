@@ -820,6 +820,85 @@ func TestFIFOReceiptHandleExpires(t *testing.T) {
 	})
 }
 
+// A message's visibility can be extended to at most 12 hours from the
+// receive that took it: "The maximum visibility timeout is 12 hours from
+// the time that Amazon SQS receives the ReceiveMessage request. Extending
+// the visibility timeout does not reset the 12 hour maximum. ... if you
+// receive a message and immediately set the 12 hour maximum by sending a
+// ChangeMessageVisibility call with VisibilityTimeout equal to 43,200
+// seconds, it will likely fail. However, using a value of 43,195 seconds
+// will work" (SQS Developer Guide, "Processing messages in a timely
+// manner"); "If you attempt to set the VisibilityTimeout to a value greater
+// than the maximum time left, Amazon SQS returns an error" (API Reference,
+// ChangeMessageVisibility). AWS answers "InvalidParameterValue: Value 43200
+// for parameter VisibilityTimeout is invalid. Reason: Total
+// VisibilityTimeout for the message is beyond the limit [43200 seconds]"
+// (as reported from AWS in localstack/localstack#3956), and a batch fails
+// the entry alone. (fauxqs took 43,200 s at any time; moto counted the 12
+// hours from the send and failed the whole batch.)
+func TestVisibilityAtMostTwelveHoursFromReceive(t *testing.T) {
+	t.Parallel()
+	for _, fifo := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Standard", true: "FIFO"}[fifo], func(t *testing.T) {
+			t.Parallel()
+			c := sqstest.NewClient(t, nil)
+			q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: fifo})
+			ctx := testContext(t)
+			for _, b := range []string{"a", "b"} {
+				send(t, c, q.URL, b, func(in *sqs.SendMessageInput) {
+					if fifo {
+						in.MessageGroupId, in.MessageDeduplicationId = aws.String(b), aws.String(b)
+					}
+				})
+			}
+			// Counted from the send, the time left would be 4 s short of
+			// 12 hours; counted from the receive, it is not.
+			time.Sleep(4 * time.Second)
+			msgs := sqstest.Drain(t, c, q.URL, 2, 2*time.Second)
+			if len(msgs) != 2 {
+				t.Fatalf("received %d messages, want 2", len(msgs))
+			}
+			change := func(m types.Message, seconds int32) error {
+				_, err := c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: seconds})
+				return err
+			}
+			if err := change(msgs[0], 43197); err != nil {
+				t.Fatalf("ChangeMessageVisibility to 43,197 s right after the receive: %v", err)
+			}
+			time.Sleep(1100 * time.Millisecond)
+			wantBeyondLimit(t, "ChangeMessageVisibility to 43,200 s a second after the receive", change(msgs[0], 43200))
+			wantBeyondLimit(t, "ChangeMessageVisibility to 43,199 s a second after the receive, extended before", change(msgs[0], 43199))
+
+			out, err := c.ChangeMessageVisibilityBatch(ctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.URL), Entries: []types.ChangeMessageVisibilityBatchRequestEntry{
+				{Id: aws.String("beyond"), ReceiptHandle: msgs[0].ReceiptHandle, VisibilityTimeout: 43200},
+				{Id: aws.String("within"), ReceiptHandle: msgs[1].ReceiptHandle, VisibilityTimeout: 43000},
+			}})
+			if err != nil {
+				t.Fatalf("ChangeMessageVisibilityBatch with one entry beyond 12 hours: %v, want that entry failed", err)
+			}
+			if len(out.Successful) != 1 || aws.ToString(out.Successful[0].Id) != "within" || len(out.Failed) != 1 || aws.ToString(out.Failed[0].Id) != "beyond" {
+				t.Fatalf("ChangeMessageVisibilityBatch: successful %+v, failed %+v; want within successful, beyond failed", out.Successful, out.Failed)
+			}
+			if f := out.Failed[0]; aws.ToString(f.Code) != "InvalidParameterValue" || !f.SenderFault || !strings.Contains(aws.ToString(f.Message), "beyond the limit") {
+				t.Errorf("failed entry %s %v %q; want InvalidParameterValue, sender's fault, beyond the limit", aws.ToString(f.Code), f.SenderFault, aws.ToString(f.Message))
+			}
+		})
+	}
+}
+
+// wantBeyondLimit fails unless err is SQS's refusal of a visibility timeout
+// beyond 12 hours from the receive.
+func wantBeyondLimit(t *testing.T, call string, err error) {
+	t.Helper()
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		t.Fatalf("%s: got %v, want InvalidParameterValue: ... beyond the limit [43200 seconds]", call, err)
+	}
+	if apiErr.ErrorCode() != "InvalidParameterValue" || !strings.Contains(apiErr.ErrorMessage(), "Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]") {
+		t.Errorf("%s: code %q, message %q; want InvalidParameterValue, ... beyond the limit [43200 seconds]", call, apiErr.ErrorCode(), apiErr.ErrorMessage())
+	}
+}
+
 // wantExpired fails unless err is SQS's refusal of an expired receipt
 // handle.
 func wantExpired(t *testing.T, call string, err error) {

@@ -86,6 +86,14 @@ deleted", API Reference, DeleteMessage); moto deletes the message.
 stale_handle_deletes_nothing keeps it, as fauxqs does: the case a consumer
 must survive.
 
+A message's visibility can be extended to at most 12 hours from the
+receive that took it ("The maximum visibility timeout is 12 hours from the
+time that Amazon SQS receives the ReceiveMessage request. Extending the
+visibility timeout does not reset the 12 hour maximum", SQS Developer
+Guide, "Processing messages in a timely manner"); moto counts the 12 hours
+from the send. visibility_at_most_twelve_hours_from_receive counts them
+from the latest receive.
+
 A batch call fails per entry: SQS answers an entry refused for its
 parameters in the entry's result, as moto does for an invalid receipt
 handle, but moto fails the whole DeleteMessageBatch or
@@ -221,6 +229,45 @@ def receive_passes_one_at_a_time(backend_class):
                 arrived.wait(timeout=min(left, 0.1))
 
     setattr(backend_class, "receive_message", receive_message)
+
+
+def visibility_at_most_twelve_hours_from_receive(models):
+    """Replaces SQSBackend.change_message_visibility by moto's own with the
+    12-hour limit counted from the message's latest receive (which
+    Message.mark_received now records) instead of its send."""
+    from moto.sqs.exceptions import InvalidParameterValue, ReceiptHandleIsInvalid
+
+    backend_class, message_class = models.SQSBackend, models.Message
+    for cls, name in ((backend_class, "change_message_visibility"), (message_class, "mark_received"), (message_class, "change_visibility")):
+        if not callable(getattr(cls, name, None)):
+            raise SystemExit(f"{NAME}: moto's SQS has no {cls.__name__}.{name}: the visibility limit patch does not fit this version")
+    mark_received = message_class.mark_received
+    limit_ms = models.MAXIMUM_VISIBILITY_TIMEOUT * 1000
+
+    def received(self, *args, **kwargs):
+        self.sqsonce_received_at = models.unix_time_millis()
+        return mark_received(self, *args, **kwargs)
+
+    def change_message_visibility(self, queue_name, receipt_handle, visibility_timeout):
+        queue = self.get_queue(queue_name)
+        # list() copies the list at once: another request may change it.
+        for message in list(queue._messages):
+            if not message.had_receipt_handle(receipt_handle):
+                continue
+            received_at = getattr(message, "sqsonce_received_at", message.sent_timestamp)
+            if models.unix_time_millis() + int(visibility_timeout) * 1000 - received_at > limit_ms:
+                raise InvalidParameterValue(
+                    f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+                    f"VisibilityTimeout for the message is beyond the limit [{models.MAXIMUM_VISIBILITY_TIMEOUT} seconds]"
+                )
+            message.change_visibility(visibility_timeout)
+            if message.visible and message in queue.pending_messages:
+                queue.pending_messages.discard(message)
+            return
+        raise ReceiptHandleIsInvalid()
+
+    setattr(message_class, "mark_received", received)
+    setattr(backend_class, "change_message_visibility", change_message_visibility)
 
 
 def fifo_receipt_handles_expire(models):
@@ -370,6 +417,8 @@ def main():
     fifo_receive_up_to_first_in_flight(moto.sqs.models.Queue)
     receive_passes_one_at_a_time(moto.sqs.models.SQSBackend)
     fifo_dedup_outlives_delete(moto.sqs.models.SQSBackend, moto.sqs.models.Queue, moto.sqs.models.DEDUPLICATION_TIME_IN_SECONDS)
+    # Before the patches that wrap change_message_visibility, which it replaces.
+    visibility_at_most_twelve_hours_from_receive(moto.sqs.models)
     fifo_receipt_handles_expire(moto.sqs.models)
     stale_handle_deletes_nothing(moto.sqs.models)
     batches_fail_per_entry(moto.sqs.models)

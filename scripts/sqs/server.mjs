@@ -31,12 +31,16 @@
 //     keep their order (fauxqs: each went back to the group's head);
 //   - fifoReceiptHandlesExpire: a FIFO receipt handle is refused once its
 //     visibility timeout has lapsed (fauxqs took it until a receive put
-//     the message back).
+//     the message back);
+//   - visibilityAtMostTwelveHoursFromReceive: a message's visibility
+//     cannot be extended past 12 hours from the receive that took it
+//     (fauxqs took 43,200 s at any time).
 //
 // A refusal of one of these answers DeleteMessage or
 // ChangeMessageVisibility with an error and fails the entry alone in
 // their batch forms (see refuse).
 
+import { AsyncLocalStorage } from "node:async_hooks";
 import { buildApp } from "fauxqs";
 import { SqsError } from "./node_modules/fauxqs/dist/common/errors.js";
 import { SqsRouter } from "./node_modules/fauxqs/dist/sqs/sqsRouter.js";
@@ -255,6 +259,54 @@ function fifoReceiptHandlesExpire(Queue) {
   refuse("ChangeMessageVisibility", refusal);
 }
 
+// visibilityAtMostTwelveHoursFromReceive refuses to extend a message's
+// visibility past 12 hours from the ReceiveMessage request that took it:
+// "The maximum visibility timeout is 12 hours from the time that Amazon SQS
+// receives the ReceiveMessage request. Extending the visibility timeout
+// does not reset the 12 hour maximum. ... if you receive a message and
+// immediately set the 12 hour maximum by sending a ChangeMessageVisibility
+// call with VisibilityTimeout equal to 43,200 seconds, it will likely
+// fail" (SQS Developer Guide, "Processing messages in a timely manner").
+// The refusal is AWS's, as reported in localstack/localstack#3956:
+// InvalidParameterValue, "Value 43200 for parameter VisibilityTimeout is
+// invalid. Reason: Total VisibilityTimeout for the message is beyond the
+// limit [43200 seconds]". A value outside 0 to 43,200 is left to fauxqs,
+// which refuses it.
+//
+// Each message in flight (its inflightMessages entry) is stamped with the
+// time its ReceiveMessage request arrived, carried from the action's
+// handler to dequeue through an AsyncLocalStorage: a long poll takes its
+// messages after it arrived.
+function visibilityAtMostTwelveHoursFromReceive(Queue) {
+  const dequeue = Queue.prototype.dequeue;
+  if (typeof dequeue !== "function") {
+    throw new Error("fauxqs has no SqsQueue.dequeue: the visibility limit patch does not fit this version");
+  }
+  const requested = new AsyncLocalStorage();
+  const receivedAt = new WeakMap(); // inflightMessages entry → ms
+  Queue.prototype.dequeue = function (...args) {
+    const at = requested.getStore() ?? Date.now();
+    const out = dequeue.apply(this, args);
+    for (const m of out) {
+      const entry = this.inflightMessages.get(m.ReceiptHandle);
+      if (entry !== undefined) {
+        receivedAt.set(entry, at);
+      }
+    }
+    return out;
+  };
+  wrapAction("ReceiveMessage", (handler) => (body, store, request) => requested.run(Date.now(), () => handler(body, store, request)));
+  const max = 43200;
+  refuse("ChangeMessageVisibility", (queue, { ReceiptHandle: handle, VisibilityTimeout: seconds }) => {
+    const entry = queue.inflightMessages.get(handle);
+    const at = entry === undefined ? undefined : receivedAt.get(entry);
+    if (at === undefined || !(seconds >= 0 && seconds <= max) || Date.now() + seconds * 1000 <= at + max * 1000) {
+      return undefined;
+    }
+    return invalidParameter(`Value ${seconds} for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [${max} seconds]`);
+  });
+}
+
 // invalidParameter returns SQS's InvalidParameterValue error with message:
 // recorded, Code InvalidParameterValue (x-amzn-query-error) and
 // QueryErrorCode InvalidParameterValueException (__type).
@@ -267,8 +319,15 @@ function invalidParameter(message) {
 }
 
 // refusals holds, by action, the checks that refuse a request of it (see
-// refuse); patchActions applies them.
+// refuse), and wrappers the functions that wrap its handler (see
+// wrapAction); patchActions applies them.
 const refusals = new Map();
+const wrappers = new Map();
+
+// wrapAction makes fauxqs register wrap(handler) as the handler of action.
+function wrapAction(action, wrap) {
+  wrappers.set(action, [...(wrappers.get(action) ?? []), wrap]);
+}
 
 // refuse makes fauxqs refuse a request of action (DeleteMessage or
 // ChangeMessageVisibility) for which refusal(queue, request) returns an
@@ -288,13 +347,16 @@ function refuse(action, refusal) {
 }
 
 // patchActions makes fauxqs' SQS router register each action's handler
-// behind the refusals of that action.
+// behind the refusals and the wrappers of that action.
 function patchActions(Router) {
   const register = Router.prototype.register;
   if (typeof register !== "function") {
     throw new Error("fauxqs has no SqsRouter.register: the action patches do not fit this version");
   }
   Router.prototype.register = function (action, handler) {
+    for (const wrap of wrappers.get(action) ?? []) {
+      handler = wrap(handler);
+    }
     const checks = refusals.get(action);
     if (checks === undefined) {
       return register.call(this, action, handler);
@@ -342,6 +404,7 @@ function patchActions(Router) {
 fifoReceiveUpToFirstInFlight(SqsQueue);
 fifoReturnsInOrder(SqsQueue);
 fifoReceiptHandlesExpire(SqsQueue);
+visibilityAtMostTwelveHoursFromReceive(SqsQueue);
 patchActions(SqsRouter);
 
 serve("fauxqs", "SQSONCE_SQS_PARENT_PID", async () => {
