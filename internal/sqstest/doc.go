@@ -18,7 +18,8 @@
 //   - [Drain] and [Count]: inspection of a queue's messages and counters;
 //   - [Faults]: a RoundTripper that injects throttling, server errors,
 //     timeouts, connection resets and lost acknowledgements into chosen SQS
-//     operations, reproducibly from a seed;
+//     operations, and failures of single entries into batch calls,
+//     reproducibly from a seed;
 //   - [NewSNSClient] and [NewS3Client]: SNS and S3, which both servers
 //     serve at the same endpoint.
 //
