@@ -300,7 +300,7 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 		w.inHand.Add(int64(len(msgs)))
 		if ctx.Err() != nil {
 			// Received as the stop came: give them back untouched.
-			w.makeVisible(msgs, 0)
+			w.makeVisible(msgs, sent, 0)
 			w.settled(len(msgs))
 			return nil
 		}
@@ -610,7 +610,7 @@ func (w *Worker) giveBack(js []*job, refs []ledger.ClaimRef, wait time.Duration)
 		msgs[i] = j.msg
 	}
 	w.stats.givenBack.Add(int64(len(js)))
-	w.makeVisible(msgs, wait)
+	w.makeVisible(msgs, js[0].b.received, wait)
 }
 
 // processAlone processes a message of a standard queue, then marks jobs
@@ -1036,7 +1036,7 @@ func (w *Worker) comeBack(j *job, next state, wait time.Duration) bool {
 		return false
 	}
 	j.b.awaitBeat(context.Background(), j)
-	w.makeVisible([]types.Message{j.msg}, wait)
+	w.makeVisible([]types.Message{j.msg}, j.b.received, wait)
 	return true
 }
 
