@@ -61,14 +61,16 @@ type HTTPConfig struct {
 // operation is durably yours). The first 4096 bytes of a 2xx response body
 // become Message.Result. Otherwise:
 //
-//   - 408, 429 and 5xx: a retryable error, made with RetryAfter when the
-//     response has a Retry-After header (delay-seconds or an HTTP date; a
-//     date in the past means no delay);
+//   - 408, 429 and 5xx: the endpoint is down (Unavailable), made with
+//     RetryAfter too when the response has a Retry-After header
+//     (delay-seconds or an HTTP date; a date in the past means no delay);
 //   - any other 4xx: a Permanent error;
 //   - 1xx and 3xx (redirects are not followed), and any other status: a
 //     retryable error;
-//   - no response (connection refused or reset, timeout, the context ending):
-//     a retryable error, which wraps ctx.Err() when the context ended.
+//   - no response (connection refused or reset, the handler's timeout): the
+//     endpoint is down (Unavailable); the context ending otherwise (the
+//     worker stops, or lost the claim): a retryable error; each wraps
+//     ctx.Err() when the context ended.
 //
 // Errors name the status and include the first 200 bytes of the response
 // body. Up to 64 KiB of each response body is read before it is closed, so
@@ -188,9 +190,13 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 	resp, err := h.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("http: no response: %w (%v)", handlerContextErr(ctx), err)
+			err = fmt.Errorf("http: no response: %w (%v)", handlerContextErr(ctx), err)
+			if errors.Is(context.Cause(ctx), errHandlerTimeout) {
+				return Unavailable(0, err)
+			}
+			return err // the worker stops, or lost the claim
 		}
-		return fmt.Errorf("http: no response: %w", err)
+		return Unavailable(0, fmt.Errorf("http: no response: %w", err))
 	}
 	body, readErr := httpReadBody(resp.Body)
 
@@ -221,9 +227,9 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 	switch {
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || (code >= 500 && code <= 599):
 		if d, ok := httpRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			return RetryAfter(d, err)
+			return RetryAfter(d, Unavailable(d, err))
 		}
-		return err
+		return Unavailable(0, err)
 	case code >= 400 && code <= 499:
 		return Permanent(err)
 	default:
