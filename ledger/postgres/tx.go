@@ -10,8 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsonce/sqsonce/internal/textcut"
 	"github.com/sqsonce/sqsonce/ledger"
 )
+
+// maxQuoted bounds how much of a statement's SQL an error quotes.
+const maxQuoted = 120
 
 // Begin starts a plain transaction on a connection of the ledger's pool,
 // on the database that holds the ledger's table, for writes that belong to
@@ -161,8 +165,15 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 // statements' results are read by CommitOp and dropped: a callback set on
 // one (QueuedQuery.Exec, Query or QueryRow) is refused, with
 // ErrInvalidArgument, since it would run after the commit and could not
-// stop it. The errors are those of CommitComplete, and a *WriteError when
-// a statement of writes failed.
+// stop it. So is a statement that controls the transaction (BEGIN, START
+// TRANSACTION, COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, RELEASE, PREPARE
+// TRANSACTION, COMMIT PREPARED, SET TRANSACTION, SET SESSION
+// CHARACTERISTICS, SET transaction_isolation…), found in each statement's
+// SQL past comments, whatever its case and wherever it stands in a string
+// of several statements: a COMMIT among the writes would commit them
+// without the completion. Both are refused before anything is sent. The
+// errors are those of CommitComplete, and a *WriteError when a statement of
+// writes failed.
 func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Completion) error {
 	if l.closed.Load() {
 		return ledger.ErrClosed
@@ -176,6 +187,10 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 		for i, q := range writes.QueuedQueries {
 			if q.Fn != nil {
 				return fmt.Errorf("complete %q: statement %d of the writes has a callback (QueuedQuery.Exec, Query or QueryRow), which would run after the commit and could not stop it: put the condition in the statement's SQL: %w", c.Key, i+1, ledger.ErrInvalidArgument)
+			}
+			if words, ok := transactionControl(q.SQL); ok {
+				return fmt.Errorf("complete %q: statement %d of the writes (%q) is transaction control (%s): the transaction is CommitOp's to begin and end, with the completion: %w",
+					c.Key, i+1, textcut.Mark(q.SQL, maxQuoted, "…"), words, ledger.ErrInvalidArgument)
 			}
 		}
 		pre = append(pre, writes.QueuedQueries...)
