@@ -52,6 +52,16 @@
 // advisory locks and constraints give stronger guarantees on the Func's
 // own rows at READ COMMITTED.
 //
+// The connection goes back to the pool as the ledger needs it, whatever
+// the handler changed in its session: settings made with SET (without
+// LOCAL) or set_config, which a commit keeps, and advisory locks of the
+// session, which even a rollback keeps, are undone (RESET ALL,
+// pg_advisory_unlock_all()) in the round trip of the COMMIT or of the
+// rollback. Settings return to their values for the session (the
+// connection string's, the role's, the database's, the server's). Other
+// session state (temporary tables, prepared statements, LISTEN) is not
+// reset: a handler must not leave any.
+//
 // When the server rolls the transaction back because of a concurrent one
 // (a deadlock, a serialization failure: SQLSTATE 40P01, 40001), in the
 // Func's statements or at the completion, the attempt is a retryable

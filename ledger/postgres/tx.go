@@ -100,12 +100,44 @@ func (l *Ledger) BeginOp(ctx context.Context) (op *OpTx, err error) {
 // of an OpTx.
 const beginOpSQL = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
+// resetSession undoes what the caller's statements may have changed in the
+// session and what outlives their transaction, before the connection goes
+// back to the pool to serve the ledger's own statements: settings made
+// with SET (without LOCAL) or set_config, which a committed transaction
+// keeps (a search_path that hides the ledger's table, a
+// default_transaction_read_only, a statement_timeout), and advisory locks
+// of the session, which even a rolled back one keeps. Settings return to
+// their values for the session: those of the connection string, the
+// role, the database and the server's configuration. (DISCARD ALL would
+// also drop the prepared statements that pgx relies on, and cannot run
+// where these run: behind the COMMIT, in the same round trip.)
+var resetSession = []string{"RESET ALL", "SELECT pg_advisory_unlock_all()"}
+
+// rollbackSQL ends a transaction that did not commit and resets the
+// session, in one round trip of the simple protocol.
+var rollbackSQL = "ROLLBACK; " + strings.Join(resetSession, "; ")
+
+// rollback ends the transaction on conn, which did not commit, and resets
+// its session (see resetSession), in one round trip within
+// Options.Timeout. A connection on which that fails (a result still being
+// read, the connection broken, the server not answering in time) is
+// closed, and the server then ends the transaction; the pool takes back
+// only a connection that is idle and out of every transaction, and closes
+// any other.
+func (l *Ledger) rollback(ctx context.Context, conn *pgx.Conn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+	defer cancel()
+	if _, err := conn.Exec(rctx, rollbackSQL); err != nil {
+		conn.Close(rctx)
+	}
+}
+
 // prepareOp prepares on conn the statements that end an operation's
-// transaction, once per connection (under their text as name, which a
-// batch finds them by), so that they then go with the commit in a single
-// round trip.
+// transaction and reset its session, once per connection (under their
+// text as name, which a batch finds them by), so that they then go with
+// the commit in a single round trip.
 func (l *Ledger) prepareOp(ctx context.Context, conn *pgxpool.Conn) error {
-	for _, sql := range []string{beginOpSQL, checkIsolation, l.q.completeOrAbort, "COMMIT"} {
+	for _, sql := range append([]string{beginOpSQL, checkIsolation, l.q.completeOrAbort, "COMMIT"}, resetSession...) {
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
 			return fmt.Errorf("prepare the completion: %w", classify(ctx, err))
 		}
@@ -208,13 +240,8 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 		defer conn.Release()
 		if !committed {
 			// A transaction that may be open ends before the connection
-			// goes back: the pool takes back only a connection out of
-			// every transaction, and closes one whose rollback failed.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
-			defer cancel()
-			if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
-				conn.Conn().Close(rctx)
-			}
+			// goes back, and the session is reset.
+			l.rollback(ctx, conn.Conn())
 		}
 	}
 	defer end(false) // a panic included
@@ -233,25 +260,32 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 
 // sendCommit sends, in one round trip on conn, the statements of pre
 // (none, or a BEGIN and the caller's writes), then the isolation check,
-// c's completion and COMMIT, and reads every answer. committed reports
-// that the server answered the COMMIT. Otherwise err is the first error
-// met: a *WriteError when the server refused one of pre's statements or
-// pgx refused to send them (nothing of the transaction commits then), an
+// c's completion, COMMIT and the session's reset (see resetSession), and
+// reads every answer. committed reports that the server answered the
+// COMMIT; a connection whose reset then fails is closed, so that the pool
+// does not take it back. Otherwise err is the first error met: a
+// *WriteError when the server refused one of pre's statements or pgx
+// refused to send them (nothing of the transaction commits then), an
 // error that commitError explains when the completion or the commit was
 // refused, and any other error (the connection lost, say) when it is not
-// known whether the commit took effect.
+// known whether the commit took effect. When it did not commit, the
+// statements behind the failure did not run: the caller rolls back.
 func (l *Ledger) sendCommit(ctx context.Context, conn *pgxpool.Conn, pre []*pgx.QueuedQuery, c ledger.Completion) (committed bool, err error) {
 	result := c.Result
 	if len(result) > ledger.MaxResultLen {
 		result = result[:ledger.MaxResultLen]
 	}
-	b := &pgx.Batch{QueuedQueries: append(make([]*pgx.QueuedQuery, 0, len(pre)+3), pre...)}
+	b := &pgx.Batch{QueuedQueries: append(make([]*pgx.QueuedQuery, 0, len(pre)+3+len(resetSession)), pre...)}
 	b.Queue(checkIsolation)
 	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
 	b.Queue("COMMIT")
+	through := len(b.QueuedQueries) // the statements up to the COMMIT
+	for _, sql := range resetSession {
+		b.Queue(sql)
+	}
 	br := conn.SendBatch(ctx, b)
 	var commit pgconn.CommandTag
-	for i := range b.QueuedQueries {
+	for i := range through {
 		tag, err := br.Exec()
 		if err != nil && i < len(pre) && refused(err) {
 			br.Close()
@@ -264,11 +298,25 @@ func (l *Ledger) sendCommit(ctx context.Context, conn *pgxpool.Conn, pre []*pgx.
 		}
 		commit = tag
 	}
-	if err := br.Close(); err != nil {
-		return false, err
-	}
 	if commit.String() != "COMMIT" {
+		br.Close()
 		return false, fmt.Errorf("the server answered %q to the commit", commit.String())
+	}
+	var rerr error
+	for range resetSession {
+		if _, rerr = br.Exec(); rerr != nil {
+			break
+		}
+	}
+	if err := br.Close(); rerr == nil {
+		rerr = err
+	}
+	if rerr != nil {
+		// Committed, but the session may keep what the caller's
+		// statements changed in it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+		defer cancel()
+		conn.Conn().Close(cctx)
 	}
 	return true, nil
 }
@@ -342,12 +390,8 @@ func (t *OpTx) Rollback(ctx context.Context) {
 }
 
 // end ends the OpTx once: a transaction that did not commit is rolled
-// back, within Options.Timeout, and the connection is given back. A
-// connection whose rollback fails (a result still being read, the
-// connection broken, the server not answering in time) is closed by pgx,
-// and the server then ends the transaction; the pool takes back only a
-// connection that is idle and out of every transaction, and closes any
-// other.
+// back and its session reset (see rollback), and the connection is given
+// back. (A committed one was reset with its COMMIT.)
 func (t *OpTx) end(ctx context.Context) {
 	if t.done {
 		return
@@ -355,8 +399,6 @@ func (t *OpTx) end(ctx context.Context) {
 	t.done = true
 	defer t.conn.Release()
 	if !t.committed {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.l.cfg.timeout)
-		defer cancel()
-		t.tx.Rollback(rctx)
+		t.l.rollback(ctx, t.conn.Conn())
 	}
 }
