@@ -17,8 +17,9 @@ type Outcome uint8
 // The outcomes of Claim.
 const (
 	// Claimed: the caller owns the operation and should run the work. This
-	// is a new key, a retry after a retryable failure, or a takeover of an
-	// in-progress claim whose lease lapsed (Claim.Takeover).
+	// is a new key, a retry after a retryable failure, a takeover of an
+	// in-progress claim whose lease lapsed (Claim.Takeover), or of one of
+	// the caller's own that the request supersedes (Claim.Reclaimed).
 	Claimed Outcome = iota + 1
 	// AlreadyComplete: the work was done; Claim.Record holds the stored
 	// result. The delivery is a duplicate.
@@ -67,6 +68,23 @@ type ClaimRequest struct {
 	Lease time.Duration
 	// MessageID is recorded for support.
 	MessageID string
+	// Supersede, when not empty, names the caller's own earlier claims:
+	// the owner tokens Supersede + "/" + anything. A record in progress
+	// under such a token is taken over even while its lease is live (the
+	// caller knows that no work of its own runs under it), and the claim
+	// answers Claimed with Claim.Reclaimed set. A token that merely starts
+	// with the same characters ("host-10/3" for Supersede "host-1") is
+	// another's, and its live lease holds. Owner must be one of these
+	// tokens itself (ErrInvalidArgument otherwise). Supersede changes no
+	// other outcome: a record of another fingerprint is still a Conflict,
+	// a complete one AlreadyComplete.
+	Supersede string
+}
+
+// supersedes reports whether owner is one of the tokens that r.Supersede
+// names.
+func (r *ClaimRequest) supersedes(owner string) bool {
+	return r.Supersede != "" && len(owner) > len(r.Supersede) && owner[len(r.Supersede)] == '/' && owner[:len(r.Supersede)] == r.Supersede
 }
 
 // Claim is the result of a claim.
@@ -74,6 +92,10 @@ type Claim struct {
 	Outcome  Outcome
 	Record   Record // after the claim when Claimed; as found otherwise
 	Takeover bool   // Claimed over an in-progress claim whose lease lapsed
+	// Reclaimed: Claimed over an in-progress claim under one of the
+	// tokens that ClaimRequest.Supersede names, whose lease was live or
+	// (Takeover then set too) had lapsed.
+	Reclaimed bool
 	// LeaseLeft is how long the lease of the claim that holds the
 	// operation runs on, measured by the ledger's own clock (the database
 	// server's, for a shared ledger): for InProgress, how long until the
@@ -90,10 +112,11 @@ type Claim struct {
 }
 
 // Validate checks a claim request as every ledger does before it claims:
-// the key, an owner of 1 to MaxOwnerLen bytes, a positive lease and a
-// fingerprint of at most MaxFingerprintLen bytes. Errors wrap
-// ErrInvalidKey or ErrInvalidArgument. A ledger also refuses a lease longer
-// than its retention.
+// the key, an owner of 1 to MaxOwnerLen bytes, a positive lease, a
+// fingerprint of at most MaxFingerprintLen bytes, and an owner that is one
+// of Supersede's tokens when Supersede is set. Errors wrap ErrInvalidKey
+// or ErrInvalidArgument. A ledger also refuses a lease longer than its
+// retention.
 func (r *ClaimRequest) Validate() error {
 	if err := ValidateKey(r.Key); err != nil {
 		return err
@@ -105,6 +128,8 @@ func (r *ClaimRequest) Validate() error {
 		return fmt.Errorf("claim %q: lease must be positive, got %v: %w", r.Key, r.Lease, ErrInvalidArgument)
 	case len(r.Fingerprint) > MaxFingerprintLen:
 		return fmt.Errorf("claim %q: fingerprint of %d bytes, over %d: %w", r.Key, len(r.Fingerprint), MaxFingerprintLen, ErrInvalidArgument)
+	case r.Supersede != "" && !r.supersedes(r.Owner):
+		return fmt.Errorf("claim %q: owner %q is not one of the tokens %q + \"/\" + … that Supersede names: %w", r.Key, r.Owner, r.Supersede, ErrInvalidArgument)
 	}
 	return nil
 }
@@ -207,7 +232,7 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 	if len(cur.Fingerprint) > 0 && len(req.Fingerprint) > 0 && !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
 		return Claim{Outcome: Conflict, Record: *cur}, nil
 	}
-	takeover := false
+	takeover, reclaimed := false, false
 	switch cur.State {
 	case StateComplete:
 		return Claim{Outcome: AlreadyComplete, Record: *cur}, nil
@@ -216,10 +241,11 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 			return Claim{Outcome: FailedPermanently, Record: *cur}, nil
 		}
 	case StateInProgress:
-		if cur.LeaseExpiry.After(now) {
+		reclaimed = req.supersedes(cur.Owner)
+		takeover = !cur.LeaseExpiry.After(now)
+		if !takeover && !reclaimed {
 			return Claim{Outcome: InProgress, Record: *cur, LeaseLeft: cur.LeaseExpiry.Sub(now)}, nil
 		}
-		takeover = true
 	}
 	rec := *cur
 	rec.State = StateInProgress
@@ -234,7 +260,7 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 	if req.MessageID != "" {
 		rec.MessageID = textcut.Cut(req.MessageID, MaxMessageIDLen)
 	}
-	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover, LeaseLeft: req.Lease}, &rec
+	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover, Reclaimed: reclaimed, LeaseLeft: req.Lease}, &rec
 }
 
 // Completion reports the work of a claim as done.

@@ -193,6 +193,117 @@ func Run(t *testing.T, open Open) {
 		}
 	})
 
+	// A claim that names its caller's own earlier claims (Supersede)
+	// takes over a record in progress under one of them, live lease or
+	// not, in one conditional write; a token of another caller, even one
+	// that merely starts with the same characters, keeps its live lease,
+	// and no other outcome changes. Each case brings "k" into a state,
+	// then claims it as "host-1/9" superseding "host-1".
+	t.Run("Supersede", func(t *testing.T) {
+		t.Parallel()
+		claimAs := func(owner string) func(*testing.T, Ledger, *Clock) {
+			return func(t *testing.T, l Ledger, _ *Clock) { mustClaim(t, l, req("k", owner), ledger.Claimed) }
+		}
+		cases := []struct {
+			name                string
+			prepare             func(t *testing.T, l Ledger, c *Clock)
+			fp                  []byte
+			want                ledger.Outcome
+			takeover, reclaimed bool
+		}{
+			{"New", func(*testing.T, Ledger, *Clock) {}, fp1, ledger.Claimed, false, false},
+			{"OwnLiveLease", claimAs("host-1/7"), fp1, ledger.Claimed, false, true},
+			{"OwnLapsedLease", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				c.Advance(lease)
+			}, fp1, ledger.Claimed, true, true},
+			{"OwnLiveLeaseNoFingerprint", claimAs("host-1/7"), nil, ledger.Claimed, false, true},
+			{"OtherLiveLease", claimAs("host-2/7"), fp1, ledger.InProgress, false, false},
+			{"OtherSharingAPrefix", claimAs("host-10/7"), fp1, ledger.InProgress, false, false},
+			{"OtherWithoutSlash", claimAs("host-1"), fp1, ledger.InProgress, false, false},
+			{"OtherLonger", claimAs("host-1x/7"), fp1, ledger.InProgress, false, false},
+			{"OtherLapsedLease", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-2/7"), ledger.Claimed)
+				c.Advance(lease)
+			}, fp1, ledger.Claimed, true, false},
+			{"OwnConflict", claimAs("host-1/7"), fp2, ledger.Conflict, false, false},
+			{"OwnComplete", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "host-1/7"}))
+			}, fp1, ledger.AlreadyComplete, false, false},
+			{"OwnFailedRetryable", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "host-1/7", Err: "timeout"}))
+			}, fp1, ledger.Claimed, false, false},
+			{"OwnFailedPermanently", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "host-1/7", Err: "bad card", Permanent: true}))
+			}, fp1, ledger.FailedPermanently, false, false},
+			{"OwnReleased", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				must(t, l.Release(ctx, "k", "host-1/7"))
+			}, fp1, ledger.Claimed, false, false},
+			{"OwnExpired", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				c.Advance(Retention)
+			}, fp1, ledger.Claimed, false, false},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				l, clock := setup(t)
+				tc.prepare(t, l, clock)
+				before, _ := l.Get(ctx, "k")
+				r := req("k", "host-1/9")
+				r.Fingerprint = tc.fp
+				r.Supersede = "host-1"
+				got, err := l.Claim(ctx, r)
+				must(t, err)
+				if got.Outcome != tc.want || got.Takeover != tc.takeover || got.Reclaimed != tc.reclaimed {
+					t.Fatalf("claim: got %s takeover=%v reclaimed=%v, want %s takeover=%v reclaimed=%v",
+						got.Outcome, got.Takeover, got.Reclaimed, tc.want, tc.takeover, tc.reclaimed)
+				}
+				rec, err := l.Get(ctx, "k")
+				switch {
+				case tc.want == ledger.Claimed:
+					must(t, err)
+					if rec.Owner != "host-1/9" || rec.State != ledger.StateInProgress || !rec.LeaseExpiry.Equal(clock.Now().Add(lease)) ||
+						got.Record.Owner != "host-1/9" || got.LeaseLeft != lease {
+						t.Fatalf("claimed: %+v, stored %+v", got, rec)
+					}
+					// The superseded claim can no longer change anything.
+					if tc.reclaimed {
+						if err := l.Complete(ctx, ledger.Completion{Key: "k", Owner: before.Owner}); !errors.Is(err, ledger.ErrNotOwner) {
+							t.Fatalf("completion by the superseded claim: %v, want ErrNotOwner", err)
+						}
+					}
+				case tc.want == ledger.InProgress:
+					must(t, err)
+					if rec.Owner != before.Owner || got.Record.Owner != before.Owner || got.LeaseLeft != lease {
+						t.Fatalf("in progress: %+v, stored %+v; want the record of %q untouched", got, rec, before.Owner)
+					}
+				default:
+					if err == nil && rec.Owner == "host-1/9" {
+						t.Fatalf("outcome %s changed the owner: %+v", tc.want, rec)
+					}
+				}
+			})
+		}
+
+		// The owner must be one of the tokens Supersede names.
+		l, _ := setup(t)
+		for _, owner := range []string{"host-2/1", "host-10/1", "host-1", "host-1x/1"} {
+			r := req("k", owner)
+			r.Supersede = "host-1"
+			if _, err := l.Claim(ctx, r); !errors.Is(err, ledger.ErrInvalidArgument) {
+				t.Errorf("claim by %q superseding host-1: %v, want ErrInvalidArgument", owner, err)
+			}
+		}
+		if _, err := l.Get(ctx, "k"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("a refused claim wrote: %v", err)
+		}
+	})
+
 	t.Run("RecordFields", func(t *testing.T) {
 		t.Parallel()
 		l, clock := setup(t)

@@ -16,7 +16,8 @@
 //
 // Each claim is one conditional write, INSERT … ON CONFLICT (key) DO UPDATE …
 // WHERE the record may be taken (there is none, it expired, it failed
-// retryably, or its lease lapsed, and the fingerprints do not differ). The
+// retryably, or its lease lapsed or its owner is one that the request
+// supersedes, and the fingerprints do not differ). The
 // database decides it atomically: of several hosts claiming one key at once,
 // exactly one statement writes. A statement that does not write still locks
 // the record until its transaction ends, so the read that follows it in the
@@ -56,7 +57,8 @@
 // take another that the same failure cut),
 // in a way that recognises its own earlier write: a claim that finds the
 // record in progress under its own owner token was the first attempt's, and
-// answers Claimed; a completion is idempotent for its owner; a failure that
+// answers Claimed (Reclaimed is then false even if that attempt superseded
+// a claim); a completion is idempotent for its owner; a failure that
 // finds the record failed by its owner with its error, and a release that
 // finds the record released, succeed. When the second attempt fails too, or
 // a call runs out of time, the error wraps ledger.ErrUnavailable and the

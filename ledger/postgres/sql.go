@@ -45,52 +45,25 @@ const checkIsolation = `SELECT CASE WHEN current_setting('transaction_isolation'
 // read the clock take it as $1 (see nowExpr), and those that write a record
 // the retention in microseconds as $2.
 type queries struct {
-	claim, readOne, readMany string
-	complete, fail, explain  string
-	completeOrAbort          string
-	release, releaseLast     string
-	extend, reset, forget    string
-	get, page, stats, sweep  string
-	list, listOpen           string
-	overviewInProgress       string
-	overviewOwners           string
-	overviewFailures         string
-	overviewActivity         string
+	claim, claimSupersede   string
+	readOne, readMany       string
+	complete, fail, explain string
+	completeOrAbort         string
+	release, releaseLast    string
+	extend, reset, forget   string
+	get, page, stats, sweep string
+	list, listOpen          string
+	overviewInProgress      string
+	overviewOwners          string
+	overviewFailures        string
+	overviewActivity        string
 }
 
 func newQueries(c *config) queries {
 	t := c.table.Sanitize()
 	q := queries{
-		// A claim: insert a new record, or take the existing one over
-		// when it may be taken. The new values are the excluded row's:
-		// excluded.claimed is the statement's clock. An expired record
-		// is taken as if it were absent: its history starts again.
-		claim: `
-INSERT INTO ` + t + ` AS o (key, state, permanent, fingerprint, attempts, owner, lease_expiry,
-	first_seen, claimed, updated, completed, expires, last_error, message_id, result, takeover)
-SELECT $3::bytea, 1, false, $4::bytea, 1, $5::bytea, c.now + $6::bigint * interval '1 microsecond',
-	c.now, c.now, c.now, NULL, c.now + $2::bigint * interval '1 microsecond', NULL, $7::bytea, NULL, false
-FROM (SELECT ` + nowExpr + ` AS now) c
-ON CONFLICT (key) DO UPDATE SET
-	state = 1,
-	permanent = false,
-	fingerprint = CASE WHEN o.expires <= excluded.claimed OR o.fingerprint IS NULL THEN excluded.fingerprint ELSE o.fingerprint END,
-	attempts = CASE WHEN o.expires <= excluded.claimed THEN 1 ELSE o.attempts + 1 END,
-	owner = excluded.owner,
-	lease_expiry = excluded.lease_expiry,
-	first_seen = CASE WHEN o.expires <= excluded.claimed THEN excluded.first_seen ELSE o.first_seen END,
-	claimed = excluded.claimed,
-	updated = excluded.updated,
-	completed = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.completed END,
-	expires = excluded.expires,
-	last_error = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.last_error END,
-	message_id = CASE WHEN o.expires <= excluded.claimed OR excluded.message_id IS NOT NULL THEN excluded.message_id ELSE o.message_id END,
-	result = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.result END,
-	takeover = o.expires > excluded.claimed AND o.state = 1
-WHERE o.expires <= excluded.claimed
-	OR ((o.fingerprint IS NULL OR excluded.fingerprint IS NULL OR o.fingerprint = excluded.fingerprint)
-		AND ((o.state = 3 AND NOT o.permanent) OR (o.state = 1 AND o.lease_expiry <= excluded.claimed)))
-RETURNING ` + columns,
+		claim:          claimStatement(t, false),
+		claimSupersede: claimStatement(t, true),
 
 		// The records claims did not take: each is locked by the claim's
 		// statement, so this reads the version that decided it. The
@@ -225,6 +198,61 @@ SELECT CASE WHEN count(*) = 1 THEN 0 ELSE ('` + notCompletedMark + `' || count(*
 	return q
 }
 
+// claimStatement is the statement of a claim: insert a new record, or
+// take the existing one over when it may be taken. The new values are the
+// excluded row's: excluded.claimed is the statement's clock. An expired
+// record is taken as if it were absent: its history starts again. The row
+// written comes back, with whether it took over a claim that the request
+// superseded.
+//
+// With supersede, $8 is ClaimRequest.Supersede and a slash: a record in
+// progress under an owner token that begins with it is taken too, live
+// lease or not. It is read first and locked (prev), as the write would
+// lock it, so that the write takes the very version read and the answer
+// can tell what it took over (the write's own version is not visible to a
+// read after it); a record inserted by another claim after that read is
+// not superseded.
+func claimStatement(t string, supersede bool) string {
+	with, join, inProgress, reclaimed := "", "", "o.lease_expiry <= excluded.claimed", "false"
+	if supersede {
+		// Joined to the row to insert, so that it is read before the
+		// write, whatever else reads it.
+		join = " LEFT JOIN prev ON true"
+		with = `WITH prev AS MATERIALIZED (
+	SELECT owner, expires FROM ` + t + ` WHERE key = $3::bytea AND state = 1
+		AND substring(owner FROM 1 FOR octet_length($8::bytea)) = $8::bytea FOR UPDATE)
+`
+		inProgress = "(o.lease_expiry <= excluded.claimed OR o.owner IN (SELECT owner FROM prev))"
+		reclaimed = "EXISTS (SELECT 1 FROM prev WHERE prev.expires > o.claimed)"
+	}
+	return `
+` + with + `INSERT INTO ` + t + ` AS o (key, state, permanent, fingerprint, attempts, owner, lease_expiry,
+	first_seen, claimed, updated, completed, expires, last_error, message_id, result, takeover)
+SELECT $3::bytea, 1, false, $4::bytea, 1, $5::bytea, c.now + $6::bigint * interval '1 microsecond',
+	c.now, c.now, c.now, NULL, c.now + $2::bigint * interval '1 microsecond', NULL, $7::bytea, NULL, false
+FROM (SELECT ` + nowExpr + ` AS now) c` + join + `
+ON CONFLICT (key) DO UPDATE SET
+	state = 1,
+	permanent = false,
+	fingerprint = CASE WHEN o.expires <= excluded.claimed OR o.fingerprint IS NULL THEN excluded.fingerprint ELSE o.fingerprint END,
+	attempts = CASE WHEN o.expires <= excluded.claimed THEN 1 ELSE o.attempts + 1 END,
+	owner = excluded.owner,
+	lease_expiry = excluded.lease_expiry,
+	first_seen = CASE WHEN o.expires <= excluded.claimed THEN excluded.first_seen ELSE o.first_seen END,
+	claimed = excluded.claimed,
+	updated = excluded.updated,
+	completed = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.completed END,
+	expires = excluded.expires,
+	last_error = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.last_error END,
+	message_id = CASE WHEN o.expires <= excluded.claimed OR excluded.message_id IS NOT NULL THEN excluded.message_id ELSE o.message_id END,
+	result = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.result END,
+	takeover = o.expires > excluded.claimed AND o.state = 1 AND o.lease_expiry <= excluded.claimed
+WHERE o.expires <= excluded.claimed
+	OR ((o.fingerprint IS NULL OR excluded.fingerprint IS NULL OR o.fingerprint = excluded.fingerprint)
+		AND ((o.state = 3 AND NOT o.permanent) OR (o.state = 1 AND ` + inProgress + `)))
+RETURNING ` + columns + `, ` + reclaimed
+}
+
 // listStatement is the statement of a chunk of List: at most $5 records after
 // $2 in key order within the prefix's range [$3, $4), those of them that
 // are live at the statement's clock ($1), match the state ($6) and the
@@ -260,9 +288,10 @@ func prefixed(p, list string) string {
 
 // row is a record as scanned, with the columns a Record does not hold.
 type row struct {
-	rec      ledger.Record
-	takeover bool
-	at       time.Time // the clock of the statement that read it, when it reads one
+	rec       ledger.Record
+	takeover  bool
+	reclaimed bool      // a claim's: it took over a claim that its request superseded
+	at        time.Time // the clock of the statement that read it, when it reads one
 }
 
 // scanRecord reads the columns of a record (see columns) and then extra.
