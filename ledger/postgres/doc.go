@@ -5,12 +5,17 @@
 //
 // # Setting up
 //
-// Init creates the table, its indexes and a one-row table that records the
-// schema version; `sqsonce ledger init` calls it. Open connects and checks
-// that schema: it does not create anything, so that a worker pointed at the
-// wrong database fails at once (ErrNoSchema) instead of starting a ledger of
-// its own. The connecting role needs SELECT, INSERT, UPDATE and DELETE on the
-// table; Init needs the right to create tables in the schema.
+// Init creates the table, its indexes, a one-row table that records the
+// schema version and a PL/pgSQL function, Table+"_refuse", by which the
+// statements that end an operation's transaction refuse to go on with
+// SQLSTATEs of sqsonce's own (SQ001, SQ002); `sqsonce ledger init` calls it,
+// and adds what is missing to a ledger set up by an older sqsonce. Open
+// connects and checks that schema: it does not create anything, so that a
+// worker pointed at the wrong database fails at once (ErrNoSchema) instead
+// of starting a ledger of its own. The connecting role needs SELECT,
+// INSERT, UPDATE and DELETE on the table and EXECUTE on the function
+// (every role has it unless revoked); Init needs the right to create
+// tables and functions in the schema.
 //
 // # How a claim is decided
 //

@@ -25,27 +25,46 @@ const columns = `key, state, permanent, fingerprint, attempts, owner, lease_expi
 // (Options.Now), or else the server's now(). The parameter is always $1.
 const nowExpr = `coalesce($1::timestamptz, now())`
 
-// notCompletedMark is in the error of completeOrAbort when the operation
-// was not in progress under the owner.
-const notCompletedMark = "sqsonce: the completion found no claim of its owner in progress: "
+// The SQLSTATEs of sqsonce's own with which the statements that end an
+// operation's transaction refuse to go on, so that the COMMIT sent behind
+// them in the same round trip is skipped and the transaction rolled back.
+// They are raised by the ledger's function (see refuseFunction), with
+// what the caller needs in the error's DETAIL field: the outcome is read
+// from these fields, never from the message's text.
+const (
+	// codeNotCompleted: the completion found no claim of its owner in
+	// progress. DETAIL is the number of records it completed.
+	codeNotCompleted = "SQ001"
+	// codeIsolation: the transaction does not run at READ COMMITTED.
+	// DETAIL is the level it runs at.
+	codeIsolation = "SQ002"
+)
 
-// isolationMark is in the error of checkIsolation when the transaction of
-// an OpTx does not run at READ COMMITTED; the level follows it.
-const isolationMark = "sqsonce: the transaction of the completion runs at "
+// refuseFunction is the statement that creates the function that raises
+// an error of SQLSTATE code, with message and detail: PostgreSQL raises
+// errors of one's own only from PL/pgSQL. It returns an integer so that it
+// can stand in a CASE of integers, and is volatile, so that it runs only
+// where its branch is taken. Init creates it beside the table (see ddl);
+// name is its name, quoted.
+func refuseFunction(name string) string {
+	return `CREATE OR REPLACE FUNCTION ` + name + `(code text, message text, detail text) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $body$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail;
+END
+$body$`
+}
 
-// checkIsolation fails, with isolationMark and the level in its message,
-// when the transaction runs at another isolation level than READ COMMITTED
-// (which READ UNCOMMITTED is, in PostgreSQL). BeginOp starts it at READ
-// COMMITTED; the caller's statements may have changed it (SET TRANSACTION)
-// before their first query.
-const checkIsolation = `SELECT CASE WHEN current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN 0
-	ELSE ('` + isolationMark + `' || current_setting('transaction_isolation'))::int END`
+// refuseArgs are the argument types of the function that refuseFunction
+// creates, as to_regprocedure reads them.
+const refuseArgs = "(text, text, text)"
 
 // queries are the statements, with the table's name filled in. Those that
 // read the clock take it as $1 (see nowExpr), and those that write a record
 // the retention in microseconds as $2.
 type queries struct {
 	claim, claimSupersede   string
+	checkIsolation          string
 	readOne, readMany       string
 	complete, fail, explain string
 	completeOrAbort         string
@@ -61,7 +80,16 @@ type queries struct {
 
 func newQueries(c *config) queries {
 	t := c.table.Sanitize()
+	refuse := c.refuse.Sanitize()
 	q := queries{
+		// The check that the transaction of an OpTx runs at READ
+		// COMMITTED (which READ UNCOMMITTED is, in PostgreSQL): BeginOp
+		// starts it so, and the caller's statements may have changed it
+		// (SET TRANSACTION) before their first query. It refuses with
+		// codeIsolation.
+		checkIsolation: `SELECT CASE WHEN current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN 0
+	ELSE ` + refuse + `('` + codeIsolation + `', 'sqsonce: the transaction of the completion runs at ' || current_setting('transaction_isolation') || ', not read committed', current_setting('transaction_isolation')) END`,
+
 		claim:          claimStatement(t, false),
 		claimSupersede: claimStatement(t, true),
 
@@ -188,13 +216,13 @@ DELETE FROM ` + t + ` WHERE key = ANY(ARRAY(
 	ORDER BY expires LIMIT $2::int FOR UPDATE SKIP LOCKED))`,
 	}
 	// The completion of one operation that ends an OpTx: the completion
-	// statement, made to fail when it completed nothing, so that the COMMIT
-	// sent behind it in the same round trip is skipped and the
-	// transaction, the handler's writes included, is rolled back. The
-	// cast of text to int is evaluated only then: it raises
-	// invalid_text_representation with notCompletedMark in its message.
+	// statement, made to refuse with codeNotCompleted when it completed
+	// nothing, so that the COMMIT sent behind it in the same round trip is
+	// skipped and the transaction, the handler's writes included, is
+	// rolled back.
 	q.completeOrAbort = strings.Replace(q.complete, "\nUPDATE ", ",\ndone AS (\nUPDATE ", 1) + `)
-SELECT CASE WHEN count(*) = 1 THEN 0 ELSE ('` + notCompletedMark + `' || count(*))::int END FROM done`
+SELECT CASE WHEN count(*) = 1 THEN 0
+	ELSE ` + refuse + `('` + codeNotCompleted + `', 'sqsonce: the completion found no claim of its owner in progress', count(*)::text) END FROM done`
 	return q
 }
 

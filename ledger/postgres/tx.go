@@ -137,7 +137,7 @@ func (l *Ledger) rollback(ctx context.Context, conn *pgx.Conn) {
 // text as name, which a batch finds them by), so that they then go with
 // the commit in a single round trip.
 func (l *Ledger) prepareOp(ctx context.Context, conn *pgxpool.Conn) error {
-	for _, sql := range append([]string{beginOpSQL, checkIsolation, l.q.completeOrAbort, "COMMIT"}, resetSession...) {
+	for _, sql := range append([]string{beginOpSQL, l.q.checkIsolation, l.q.completeOrAbort, "COMMIT"}, resetSession...) {
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
 			return fmt.Errorf("prepare the completion: %w", classify(ctx, err))
 		}
@@ -276,7 +276,7 @@ func (l *Ledger) sendCommit(ctx context.Context, conn *pgxpool.Conn, pre []*pgx.
 		result = result[:ledger.MaxResultLen]
 	}
 	b := &pgx.Batch{QueuedQueries: append(make([]*pgx.QueuedQuery, 0, len(pre)+3+len(resetSession)), pre...)}
-	b.Queue(checkIsolation)
+	b.Queue(l.q.checkIsolation)
 	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
 	b.Queue("COMMIT")
 	through := len(b.QueuedQueries) // the statements up to the COMMIT
@@ -350,10 +350,11 @@ func (l *Ledger) commitError(ctx context.Context, c ledger.Completion, err error
 	if errors.As(err, &we) {
 		return fmt.Errorf("complete %q: %w", c.Key, err)
 	}
-	if level, ok := marked(err, isolationMark); ok {
-		return fmt.Errorf("complete %q: the transaction runs at %s, rolled back: %w", c.Key, level, ErrIsolation)
-	}
-	if _, ok := marked(err, notCompletedMark); !ok {
+	switch code, detail := refusal(err); code {
+	case codeIsolation:
+		return fmt.Errorf("complete %q: the transaction runs at %s, rolled back: %w", c.Key, detail, ErrIsolation)
+	case codeNotCompleted:
+	default:
 		return fmt.Errorf("complete %q and commit: %w", c.Key, classify(ctx, err))
 	}
 	// Not committed: say why, from the record as it is now.
@@ -371,16 +372,15 @@ func (l *Ledger) commitError(ctx context.Context, c ledger.Completion, err error
 	})
 }
 
-// marked reports whether err is the failed cast by which one of the
-// statements of CommitComplete refuses to go on (see notCompletedMark and
-// isolationMark), and returns what follows mark in its message.
-func marked(err error, mark string) (string, bool) {
+// refusal returns the SQLSTATE and the DETAIL of err when it is the
+// refusal of one of the statements that end an operation's transaction
+// (codeNotCompleted, codeIsolation), and empty strings otherwise.
+func refusal(err error) (code, detail string) {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "22P02" {
-		return "", false
+	if !errors.As(err, &pgErr) || pgErr.Code != codeNotCompleted && pgErr.Code != codeIsolation {
+		return "", ""
 	}
-	_, rest, ok := strings.Cut(pgErr.Message, mark)
-	return strings.TrimSuffix(rest, `"`), ok
+	return pgErr.Code, pgErr.Detail
 }
 
 // Rollback rolls the transaction back and ends the OpTx. It does nothing
