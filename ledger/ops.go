@@ -220,7 +220,6 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 			Key:         req.Key,
 			State:       StateInProgress,
 			Fingerprint: req.Fingerprint,
-			Attempts:    1,
 			Owner:       req.Owner,
 			LeaseExpiry: now.Add(req.Lease),
 			FirstSeen:   now,
@@ -248,9 +247,13 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 		}
 	}
 	rec := *cur
+	if cur.State == StateInProgress {
+		// The claim taken over may have started its attempt: it
+		// cannot be told, so it is counted.
+		rec.Attempts++
+	}
 	rec.State = StateInProgress
 	rec.Permanent = false
-	rec.Attempts++
 	rec.Owner = req.Owner
 	rec.LeaseExpiry = now.Add(req.Lease)
 	rec.Claimed = now
@@ -278,8 +281,9 @@ type Failure struct {
 	Permanent bool   // later claims answer FailedPermanently until Reset
 }
 
-// Complete records the claim's work as done. It returns only after the
-// commit is durable (fsynced); only then may the message be acknowledged.
+// Complete records the claim's work as done, which ends its attempt: it is
+// counted in Record.Attempts. It returns only after the commit is durable
+// (fsynced); only then may the message be acknowledged.
 // The record must be in progress under c.Owner: Complete fails with
 // ErrNotOwner when another claim took the operation over and with ErrState
 // when the record is failed (the owner reported a failure first). Once
@@ -302,6 +306,7 @@ func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
 				return false, fmt.Errorf("complete %q: record is %s: %w", c.Key, rec.State, ErrState)
 			}
 			rec.State = StateComplete
+			rec.Attempts++ // the attempt ends
 			rec.Completed = s.now
 			rec.LeaseExpiry = time.Time{}
 			rec.LastError = ""
@@ -315,9 +320,10 @@ func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
 	})
 }
 
-// Fail records that the claim's work failed. A retryable failure lets the
-// next Claim take the operation again; a permanent one makes it answer
-// FailedPermanently. It fails with ErrNotOwner after a takeover.
+// Fail records that the claim's work failed, which ends its attempt: it is
+// counted in Record.Attempts. A retryable failure lets the next Claim take
+// the operation again; a permanent one makes it answer FailedPermanently.
+// It fails with ErrNotOwner after a takeover.
 func (db *DB) Fail(ctx context.Context, f Failure) error {
 	return db.FailBatch(ctx, []Failure{f})[0]
 }
@@ -331,6 +337,7 @@ func (db *DB) FailBatch(ctx context.Context, fs []Failure) []error {
 				return false, fmt.Errorf("fail %q: record is %s: %w", f.Key, rec.State, ErrState)
 			}
 			rec.State = StateFailed
+			rec.Attempts++ // the attempt ends
 			rec.Permanent = f.Permanent
 			rec.LeaseExpiry = time.Time{}
 			rec.LastError = textcut.Cut(f.Err, MaxErrorLen)
@@ -347,8 +354,8 @@ type ClaimRef struct {
 }
 
 // Release gives back a claim whose work never started, without counting an
-// attempt: the operation becomes claimable at once. A key claimed for the
-// first time is forgotten again.
+// attempt: the operation becomes claimable at once. A key that no attempt
+// has started yet (Record.Attempts is 0) is forgotten again.
 func (db *DB) Release(ctx context.Context, key, owner string) error {
 	return db.ReleaseBatch(ctx, []ClaimRef{{Key: key, Owner: owner}})[0]
 }
@@ -365,11 +372,10 @@ func (db *DB) ReleaseBatch(ctx context.Context, refs []ClaimRef) []error {
 		if cur.State != StateInProgress {
 			return fmt.Errorf("release %q: record is %s: %w", key, cur.State, ErrState)
 		}
-		rec := *cur
-		rec.Attempts--
-		if rec.Attempts <= 0 {
-			return s.remove(old)
+		if cur.Attempts == 0 {
+			return s.remove(old) // no attempt ever started: forgotten
 		}
+		rec := *cur
 		rec.State = StateFailed
 		rec.Permanent = false
 		rec.LeaseExpiry = time.Time{}

@@ -733,7 +733,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 			"key", j.key.key, "error", j.claim.Err)
 		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), &log)
 	}
-	log = log.withKey(j.key.key, j.claim.Record.Attempts)
+	log = log.withKey(j.key.key, j.claim.Record.Attempts+1)
 	switch j.claim.Outcome {
 	case ledger.Claimed:
 		if j.claim.Takeover {
@@ -899,7 +899,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		Body:            body,
 		MessageID:       j.id(),
 		QueueURL:        w.cfg.QueueURL,
-		Attempt:         j.claim.Record.Attempts,
+		Attempt:         j.claim.Record.Attempts + 1,
 		GroupID:         j.groupID(),
 		DeduplicationID: j.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
 		Attributes:      stringAttributes(j.opened.attrs),

@@ -23,7 +23,11 @@
 // ("in_progress", "complete", "failed"), permanent, fingerprint, attempts,
 // owner, lease_expiry, first_seen, claimed, updated, completed, expires,
 // last_error, message_id and result; times are Unix nanoseconds (numbers),
-// so they compare exactly. Two more attributes: ttl, the expiry in Unix
+// so they compare exactly. attempts counts, beside the attempts that
+// started (ledger.Record.Attempts), the claim's own while the item is in
+// progress, so that a claim adds one to it whatever it takes over, in one
+// conditional write, and a release takes that one back; the record read
+// has it taken off. Two more attributes: ttl, the expiry in Unix
 // seconds rounded up, for DynamoDB's TTL deletion, and write_id, a token of
 // the call that wrote the item last (see Lost answers). An item is at most
 // about 6 KiB (a 4 KiB result, a 1 KiB error text and a 512-byte key at

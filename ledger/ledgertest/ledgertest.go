@@ -98,15 +98,15 @@ func Run(t *testing.T, open Open) {
 			takeover bool
 			attempts int
 		}{
-			{"New", func(*testing.T, Ledger, *Clock) {}, fp1, ledger.Claimed, false, 1},
+			{"New", func(*testing.T, Ledger, *Clock) {}, fp1, ledger.Claimed, false, 0},
 			{"InProgressLiveLease", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				c.Advance(lease - time.Second)
-			}, fp1, ledger.InProgress, false, 1},
+			}, fp1, ledger.InProgress, false, 0},
 			{"InProgressLapsedLeaseTakeover", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				c.Advance(lease)
-			}, fp1, ledger.Claimed, true, 2},
+			}, fp1, ledger.Claimed, true, 1},
 			{"Complete", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a", Result: []byte("receipt-42")}))
@@ -114,7 +114,7 @@ func Run(t *testing.T, open Open) {
 			{"FailedRetryable", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "timeout"}))
-			}, fp1, ledger.Claimed, false, 2},
+			}, fp1, ledger.Claimed, false, 1},
 			{"FailedPermanently", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "bad card", Permanent: true}))
@@ -125,7 +125,7 @@ func Run(t *testing.T, open Open) {
 			}, fp2, ledger.Conflict, false, 1},
 			{"ConflictWhileInProgress", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
-			}, fp2, ledger.Conflict, false, 1},
+			}, fp2, ledger.Conflict, false, 0},
 			{"NoFingerprintIsNoConflict", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
@@ -133,22 +133,22 @@ func Run(t *testing.T, open Open) {
 			{"Released", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Release(ctx, "k", "a"))
-			}, fp1, ledger.Claimed, false, 1},
+			}, fp1, ledger.Claimed, false, 0},
 			{"ResetAfterPermanent", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "bad", Permanent: true}))
 				must(t, l.Reset(ctx, "k"))
-			}, fp1, ledger.Claimed, false, 2},
+			}, fp1, ledger.Claimed, false, 1},
 			{"ForgottenComplete", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
 				must(t, l.Forget(ctx, "k"))
-			}, fp2, ledger.Claimed, false, 1},
+			}, fp2, ledger.Claimed, false, 0},
 			{"ExpiredCompleteIsAbsent", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
 				c.Advance(Retention)
-			}, fp2, ledger.Claimed, false, 1},
+			}, fp2, ledger.Claimed, false, 0},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -301,6 +301,81 @@ func Run(t *testing.T, open Open) {
 		}
 		if _, err := l.Get(ctx, "k"); !errors.Is(err, ledger.ErrNotFound) {
 			t.Fatalf("a refused claim wrote: %v", err)
+		}
+	})
+
+	// Record.Attempts counts the attempts that started: an attempt is
+	// counted when it ends (Complete, Fail) or when a claim takes the
+	// operation over from one that may have started (a lapsed lease, a
+	// superseded claim); a claim alone counts none, and a release takes
+	// none back.
+	t.Run("Attempts", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		attempts := func(step string, want int) {
+			t.Helper()
+			rec, err := l.Get(ctx, "k")
+			must(t, err)
+			if rec.Attempts != want {
+				t.Fatalf("after %s: %d attempts, want %d (record %+v)", step, rec.Attempts, want, rec)
+			}
+		}
+		if c := mustClaim(t, l, req("k", "a"), ledger.Claimed); c.Record.Attempts != 0 {
+			t.Fatalf("a first claim answers %d attempts, want 0", c.Record.Attempts)
+		}
+		attempts("a first claim", 0)
+		_, err := l.Extend(ctx, "k", "a", lease)
+		must(t, err)
+		attempts("an extension", 0)
+		must(t, l.Release(ctx, "k", "a"))
+		if _, err := l.Get(ctx, "k"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("a released claim that no attempt started before: %v, want it forgotten", err)
+		}
+		mustClaim(t, l, req("k", "b"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "b", Err: "first"}))
+		attempts("a failure", 1)
+		if c := mustClaim(t, l, req("k", "c"), ledger.Claimed); c.Record.Attempts != 1 {
+			t.Fatalf("a claim after one failure answers %d attempts, want 1", c.Record.Attempts)
+		}
+		attempts("a claim after a failure", 1)
+		must(t, l.Release(ctx, "k", "c"))
+		attempts("a release", 1)
+		mustClaim(t, l, req("k", "d"), ledger.Claimed)
+		clock.Advance(lease)
+		if c := mustClaim(t, l, req("k", "host-1/1"), ledger.Claimed); !c.Takeover || c.Record.Attempts != 2 {
+			t.Fatalf("a takeover after a lapsed lease: %+v, want 2 attempts", c)
+		}
+		attempts("a takeover", 2)
+		r := req("k", "host-1/2")
+		r.Supersede = "host-1"
+		if c := mustClaim(t, l, r, ledger.Claimed); !c.Reclaimed || c.Record.Attempts != 3 {
+			t.Fatalf("a superseding claim: %+v, want 3 attempts", c)
+		}
+		attempts("a superseding claim", 3)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "host-1/2"}))
+		attempts("a completion", 4)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "host-1/2"}))
+		attempts("a second completion by the same owner", 4)
+		if err := l.Fail(ctx, ledger.Failure{Key: "k", Owner: "host-1/2", Err: "late"}); !errors.Is(err, ledger.ErrState) {
+			t.Fatalf("a failure after the completion: %v, want ErrState", err)
+		}
+		attempts("a refused failure", 4)
+
+		// The batches count as the single calls do.
+		mustClaim(t, l, req("x", "a"), ledger.Claimed)
+		mustClaim(t, l, req("y", "a"), ledger.Claimed)
+		for _, err := range l.CompleteBatch(ctx, []ledger.Completion{{Key: "x", Owner: "a"}}) {
+			must(t, err)
+		}
+		for _, err := range l.FailBatch(ctx, []ledger.Failure{{Key: "y", Owner: "a", Err: "e"}}) {
+			must(t, err)
+		}
+		for _, key := range []string{"x", "y"} {
+			rec, err := l.Get(ctx, key)
+			must(t, err)
+			if rec.Attempts != 1 {
+				t.Fatalf("%s after its batch: %d attempts, want 1", key, rec.Attempts)
+			}
 		}
 	})
 

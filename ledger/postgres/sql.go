@@ -100,7 +100,8 @@ func newQueries(c *config) queries {
 		readOne:  `SELECT ` + columns + `, ` + nowExpr + ` FROM ` + t + ` WHERE key = $2::bytea`,
 		readMany: `SELECT ` + columns + `, ` + nowExpr + ` FROM ` + t + ` WHERE key = ANY($2::bytea[])`,
 
-		// Completions and failures of a batch, in one statement each.
+		// Completions and failures of a batch, in one statement each;
+		// each ends its claim's attempt, and counts it.
 		// The records are first locked in key order, as claims lock them
 		// (see ClaimBatch), so that a completion and a claim batch never
 		// wait for each other in a cycle; they are found through the
@@ -109,7 +110,7 @@ func newQueries(c *config) queries {
 		complete: `
 WITH locked AS MATERIALIZED (
 	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
-UPDATE ` + t + ` AS o SET state = 2, completed = c.now, lease_expiry = NULL, last_error = NULL,
+UPDATE ` + t + ` AS o SET state = 2, attempts = o.attempts + 1, completed = c.now, lease_expiry = NULL, last_error = NULL,
 	result = u.result, updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
 FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[]) AS u(key, owner, result),
 	(SELECT ` + nowExpr + ` AS now) c
@@ -119,7 +120,7 @@ RETURNING o.key, o.owner`,
 		fail: `
 WITH locked AS MATERIALIZED (
 	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
-UPDATE ` + t + ` AS o SET state = 3, permanent = u.permanent, lease_expiry = NULL, last_error = u.err,
+UPDATE ` + t + ` AS o SET state = 3, attempts = o.attempts + 1, permanent = u.permanent, lease_expiry = NULL, last_error = u.err,
 	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
 FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[]) AS u(key, owner, err, permanent),
 	(SELECT ` + nowExpr + ` AS now) c
@@ -130,16 +131,16 @@ RETURNING o.key, o.owner`,
 		explain: `SELECT key, state, permanent, owner, last_error FROM ` + t + `
 WHERE key = ANY($2::bytea[]) AND expires > ` + nowExpr,
 
-		// Release: a first claim is deleted, a later one becomes a
-		// retryable failure with one attempt less.
+		// Release, which counts no attempt: a record that no attempt
+		// has started is deleted, another becomes a retryable failure.
 		releaseLast: `
-DELETE FROM ` + t + ` WHERE key = $2::bytea AND owner = $3::bytea AND state = 1 AND attempts <= 1
+DELETE FROM ` + t + ` WHERE key = $2::bytea AND owner = $3::bytea AND state = 1 AND attempts = 0
 	AND expires > ` + nowExpr + ` RETURNING key`,
 		release: `
-UPDATE ` + t + ` AS o SET attempts = o.attempts - 1, state = 3, permanent = false, lease_expiry = NULL,
+UPDATE ` + t + ` AS o SET state = 3, permanent = false, lease_expiry = NULL,
 	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
 FROM (SELECT ` + nowExpr + ` AS now) c
-WHERE o.key = $3::bytea AND o.owner = $4::bytea AND o.state = 1 AND o.attempts > 1 AND o.expires > c.now
+WHERE o.key = $3::bytea AND o.owner = $4::bytea AND o.state = 1 AND o.attempts > 0 AND o.expires > c.now
 RETURNING o.key`,
 		extend: `
 UPDATE ` + t + ` AS o SET lease_expiry = c.now + $5::bigint * interval '1 microsecond',
@@ -229,8 +230,10 @@ SELECT CASE WHEN count(*) = 1 THEN 0
 // claimStatement is the statement of a claim: insert a new record, or
 // take the existing one over when it may be taken. The new values are the
 // excluded row's: excluded.claimed is the statement's clock. An expired
-// record is taken as if it were absent: its history starts again. The row
-// written comes back, with whether it took over a claim that the request
+// record is taken as if it were absent: its history starts again. A claim
+// counts no attempt, except when it takes over a claim in progress, whose
+// attempt may have started (see ledger.Record.Attempts). The row written
+// comes back, with whether it took over a claim that the request
 // superseded.
 //
 // With supersede, $8 is ClaimRequest.Supersede and a slash: a record in
@@ -256,14 +259,14 @@ func claimStatement(t string, supersede bool) string {
 	return `
 ` + with + `INSERT INTO ` + t + ` AS o (key, state, permanent, fingerprint, attempts, owner, lease_expiry,
 	first_seen, claimed, updated, completed, expires, last_error, message_id, result, takeover)
-SELECT $3::bytea, 1, false, $4::bytea, 1, $5::bytea, c.now + $6::bigint * interval '1 microsecond',
+SELECT $3::bytea, 1, false, $4::bytea, 0, $5::bytea, c.now + $6::bigint * interval '1 microsecond',
 	c.now, c.now, c.now, NULL, c.now + $2::bigint * interval '1 microsecond', NULL, $7::bytea, NULL, false
 FROM (SELECT ` + nowExpr + ` AS now) c` + join + `
 ON CONFLICT (key) DO UPDATE SET
 	state = 1,
 	permanent = false,
 	fingerprint = CASE WHEN o.expires <= excluded.claimed OR o.fingerprint IS NULL THEN excluded.fingerprint ELSE o.fingerprint END,
-	attempts = CASE WHEN o.expires <= excluded.claimed THEN 1 ELSE o.attempts + 1 END,
+	attempts = CASE WHEN o.expires <= excluded.claimed THEN 0 WHEN o.state = 1 THEN o.attempts + 1 ELSE o.attempts END,
 	owner = excluded.owner,
 	lease_expiry = excluded.lease_expiry,
 	first_seen = CASE WHEN o.expires <= excluded.claimed THEN excluded.first_seen ELSE o.first_seen END,

@@ -150,8 +150,9 @@ func (l *Ledger) prepareOp(ctx context.Context, conn *pgxpool.Conn) error {
 // the OpTx has ended.
 func (t *OpTx) Tx() pgx.Tx { return t.tx }
 
-// CommitComplete records c complete and commits the transaction, in one
-// round trip, and ends the OpTx, whatever happens (a panic included). The
+// CommitComplete records c complete (which counts its attempt, as Complete
+// does) and commits the transaction, in one round trip, and ends the OpTx,
+// whatever happens (a panic included). The
 // record must be in progress under c.Owner. When it is not (another claim
 // took the operation over, the record is gone or in another state),
 // nothing is committed: the transaction is rolled back, and the error
