@@ -241,6 +241,17 @@ func TestWrites(t *testing.T) {
 			}
 			untouched(t, tc.l, key)
 		}
+		// Writes without them commit, in either protocol.
+		for i, l := range []*postgres.Ledger{l, simple} {
+			key := fmt.Sprintf("fine-%d", i)
+			m := claim(t, l, key, "a", time.Minute, ledger.Claimed)
+			if err := NewWrites(l, queueInsert).Handle(ctx, m); err != nil {
+				t.Fatalf("writes by ledger %d: %v", i, err)
+			}
+			if rec := state(t, l, key); rec.State != ledger.StateComplete || effects(t, l, key) != 1 {
+				t.Fatalf("ledger %d: record %s, %d effects; want complete, one", i, rec.State, effects(t, l, key))
+			}
+		}
 		// The ledger refuses them too, for callers without pgtx.
 		b := &pgx.Batch{}
 		b.Queue(`commit`)
