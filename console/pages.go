@@ -435,10 +435,14 @@ func recordFields(rec ledger.Record) [][2]string {
 	if rec.Permanent {
 		state += " (permanent: replays and redeliveries are not run until it is reset)"
 	}
+	attempts := strconv.Itoa(rec.Attempts)
+	if rec.State == ledger.StateInProgress {
+		attempts += " before the current claim's" // counted when it ends
+	}
 	return [][2]string{
 		{"Key", rec.Key},
 		{"State", state},
-		{"Attempts", strconv.Itoa(rec.Attempts)},
+		{"Attempts", attempts},
 		{"Owner of the last claim", cmpOr(rec.Owner, "—")},
 		{"Lease expires", ts(rec.LeaseExpiry)},
 		{"First seen", ts(rec.FirstSeen)},
