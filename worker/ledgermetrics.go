@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/sqsonce/sqsonce/ledger"
@@ -65,22 +66,11 @@ func (l instrumentedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimR
 	return claims, err
 }
 
-// anyFailure reports whether one of the errors of a batch call is a
-// failure of the ledger.
-func anyFailure(errs []error) bool {
-	for _, err := range errs {
-		if ledgerFailure(err) {
-			return true
-		}
-	}
-	return false
-}
-
 // CompleteBatch counts one failure when any of the completions failed.
 func (l instrumentedLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
 	start := time.Now()
 	errs := l.Ledger.CompleteBatch(ctx, cs)
-	l.observe(callCompleteBatch, start, anyFailure(errs))
+	l.observe(callCompleteBatch, start, slices.ContainsFunc(errs, ledgerFailure))
 	return errs
 }
 
@@ -95,7 +85,7 @@ func (l instrumentedLedger) Fail(ctx context.Context, f ledger.Failure) error {
 func (l instrumentedLedger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error {
 	start := time.Now()
 	errs := l.Ledger.ReleaseBatch(ctx, refs)
-	l.observe(callReleaseBatch, start, anyFailure(errs))
+	l.observe(callReleaseBatch, start, slices.ContainsFunc(errs, ledgerFailure))
 	return errs
 }
 
@@ -103,7 +93,7 @@ func (l instrumentedLedger) ReleaseBatch(ctx context.Context, refs []ledger.Clai
 func (l instrumentedLedger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error {
 	start := time.Now()
 	errs := l.Ledger.ExtendBatch(ctx, refs, lease)
-	l.observe(callExtendBatch, start, anyFailure(errs))
+	l.observe(callExtendBatch, start, slices.ContainsFunc(errs, ledgerFailure))
 	return errs
 }
 
