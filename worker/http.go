@@ -147,14 +147,10 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 		{"X-Sqsonce-Receive-Count", strconv.Itoa(m.ReceiveCount)},
 		{"X-Sqsonce-Queue-Url", m.QueueURL},
 	}
-	if m.GroupID != "" {
-		headers = append(headers, [2]string{"X-Sqsonce-Group-Id", m.GroupID})
-	}
-	if m.TraceParent != "" {
-		headers = append(headers, [2]string{"traceparent", m.TraceParent})
-	}
-	if m.TraceState != "" {
-		headers = append(headers, [2]string{"tracestate", m.TraceState})
+	for _, kv := range [][2]string{{"X-Sqsonce-Group-Id", m.GroupID}, {"traceparent", m.TraceParent}, {"tracestate", m.TraceState}} {
+		if kv[1] != "" { // each only when the message has one
+			headers = append(headers, kv)
+		}
 	}
 	for _, kv := range headers {
 		if !httpValidHeaderValue(kv[1]) {
