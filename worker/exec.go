@@ -17,7 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -401,9 +401,7 @@ func attrEnviron(attrs map[string]string) []string {
 
 // execStop records whether Handle stopped the command, and when.
 type execStop struct {
-	mu   sync.Mutex
-	done bool
-	at   time.Time
+	at atomic.Pointer[time.Time] // nil while Handle has not stopped it
 }
 
 // terminate is the command's Cancel: it sends SIGTERM to the command's
@@ -422,16 +420,15 @@ func (s *execStop) terminate(p *os.Process) error {
 	if errors.Is(err, syscall.ESRCH) {
 		return os.ErrProcessDone
 	}
-	s.mu.Lock()
-	s.done, s.at = true, now
-	s.mu.Unlock()
+	s.at.Store(&now)
 	return err
 }
 
 func (s *execStop) stopped() (bool, time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.done, s.at
+	if at := s.at.Load(); at != nil {
+		return true, *at
+	}
+	return false, time.Time{}
 }
 
 // execKillGroup waits until no process of group pgid is left running or
