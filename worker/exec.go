@@ -231,7 +231,7 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	stderr.finish()
 	m.Result = stdout.buf
 
-	if stopped, at := stop.stopped(); stopped {
+	if at := stop.at.Load(); at != nil {
 		execKillGroup(pgid, at.Add(h.killGrace))
 		return fmt.Errorf("exec %s: %w: stopped, %s%s", name, handlerContextErr(ctx), execHow(cmd.ProcessState), stderr.tail())
 	}
@@ -422,13 +422,6 @@ func (s *execStop) terminate(p *os.Process) error {
 	}
 	s.at.Store(&now)
 	return err
-}
-
-func (s *execStop) stopped() (bool, time.Time) {
-	if at := s.at.Load(); at != nil {
-		return true, *at
-	}
-	return false, time.Time{}
 }
 
 // execKillGroup waits until no process of group pgid is left running or
