@@ -103,8 +103,9 @@ var transitions = map[state][]state{
 // that set them, on this host's monotonic clock, so that neither the
 // ledger's clock nor a wall clock step can stretch them).
 type batch struct {
-	w     *Worker
-	every time.Duration
+	w        *Worker
+	every    time.Duration
+	received time.Time // when the receive was sent: SQS's 12 hours run from about then
 
 	mu     sync.Mutex
 	jobs   []*job        // not ended
@@ -123,7 +124,7 @@ type beatRun struct {
 
 // keepBatch starts keeping js, received at received.
 func (w *Worker) keepBatch(received time.Time, js []*job) *batch {
-	b := &batch{w: w, every: w.beatEvery(), jobs: slices.Clone(js), kick: make(chan struct{})}
+	b := &batch{w: w, every: w.beatEvery(), received: received, jobs: slices.Clone(js), kick: make(chan struct{})}
 	for _, j := range js {
 		j.b = b
 		j.visibleUntil = received.Add(w.cfg.VisibilityTimeout)
@@ -323,7 +324,7 @@ func (b *batch) start(ctx context.Context, j *job, cancel context.CancelCauseFun
 	if w.queue.fifo && visible <= b.every {
 		began := time.Now()
 		vctx, stop := context.WithTimeout(ctx, b.every)
-		again, refused := w.changeVisibilityOf(vctx, []types.Message{j.msg}, w.cfg.VisibilityTimeout)
+		again, refused := w.changeVisibilityOf(vctx, []types.Message{j.msg}, b.received, w.cfg.VisibilityTimeout)
 		stop()
 		switch {
 		case len(refused) > 0:
@@ -424,7 +425,7 @@ func (b *batch) fire() {
 	var errs []error
 	var unchanged, refused []int
 	var calls sync.WaitGroup
-	calls.Go(func() { unchanged, refused = w.changeVisibilityOf(bctx, msgs, w.cfg.VisibilityTimeout) })
+	calls.Go(func() { unchanged, refused = w.changeVisibilityOf(bctx, msgs, b.received, w.cfg.VisibilityTimeout) })
 	if len(refs) > 0 {
 		calls.Go(func() { errs = w.ledger.ExtendBatch(bctx, refs, w.cfg.VisibilityTimeout) })
 	}

@@ -254,3 +254,23 @@ func TestWorker_StopGivesBackWaiting(t *testing.T) {
 		})
 	}
 }
+
+// SQS keeps a message out of sight for at most 12 hours from its receive,
+// extensions included: a wait asked for up to that limit from now is cut
+// to what is left of it, rather than refused (the message would come back
+// after the visibility timeout, again and again).
+func TestWorker_VisibilityWithinTwelveHoursOfReceive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 10})
+	cfg := b.config()
+	_, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return worker.RetryAfter(12*time.Hour, errors.New("come back tomorrow"))
+	}))
+	b.send(`{"id":"later"}`)
+	waitUntil(t, "the first attempt", 10*time.Second, func() bool { return b.runs.count("later") == 1 })
+	time.Sleep(3 * cfg.VisibilityTimeout) // it would have come back twice
+	if s := stop(); b.runs.count("later") != 1 {
+		t.Fatalf("ran %d times within %v of a 12-hour back-off; stats %+v", b.runs.count("later"), 3*cfg.VisibilityTimeout, s)
+	}
+}

@@ -300,7 +300,7 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 		w.inHand.Add(int64(len(msgs)))
 		if ctx.Err() != nil {
 			// Received as the stop came: give them back untouched.
-			w.makeVisible(msgs, 0)
+			w.makeVisible(msgs, sent, 0)
 			w.settled(len(msgs))
 			return nil
 		}
@@ -610,7 +610,7 @@ func (w *Worker) giveBack(js []*job, refs []ledger.ClaimRef, wait time.Duration)
 		msgs[i] = j.msg
 	}
 	w.stats.givenBack.Add(int64(len(js)))
-	w.makeVisible(msgs, wait)
+	w.makeVisible(msgs, js[0].b.received, wait)
 }
 
 // processAlone processes a message of a standard queue, then marks jobs
@@ -631,7 +631,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 	}
 	if st, _ := b.state(j); st != received {
 		if st == waiting {
-			log = log.withKey(j.key.key, j.claim.Record.Attempts)
+			log = log.withKey(j.key.key, j.claim.Record.Attempts+1)
 			if j.claim.Takeover {
 				w.stats.takeovers.Add(1)
 				log.Warn("took over an operation whose lease had lapsed: its previous attempt may have been cut off, or may still be running on a host that stopped answering")
@@ -666,7 +666,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 			"key", j.key.key, "error", j.claim.Err)
 		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), &log)
 	}
-	log = log.withKey(j.key.key, j.claim.Record.Attempts)
+	log = log.withKey(j.key.key, j.claim.Record.Attempts+1)
 	switch j.claim.Outcome {
 	case ledger.AlreadyComplete:
 		if !b.end(j, settled) {
@@ -716,10 +716,12 @@ func (w *Worker) untilLapsed(left time.Duration) time.Duration {
 // redelivery back until it lapsed, each raising the receive count towards
 // the dead-letter queue. Or it was the claim of another message of j's
 // receive (a copy of j's operation), settled since j's claim was answered.
-// reclaim releases that claim if it is still in progress and claims the
-// operation again for j, which then goes on with the new claim's outcome.
-// When the ledger cannot do it now, j keeps its InProgress answer and
-// waits out the lease.
+// reclaim claims the operation again for j in one conditional claim that
+// supersedes this process's own claims (ledger.ClaimRequest.Supersede): it
+// takes the stale claim over if it is still in progress, and otherwise
+// answers as any claim. j then goes on with the new claim's outcome. When
+// the ledger cannot do it now, j keeps its InProgress answer, to look
+// again soon.
 func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
 	prev := j.claim.Record.Owner
 	if !w.hold(j, nil) {
@@ -727,32 +729,25 @@ func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.claimTimeout())
 	defer cancel()
-	err := w.ledger.ReleaseBatch(cctx, []ledger.ClaimRef{{Key: j.key.key, Owner: prev}})[0]
-	if err != nil && !claimLost(err) {
-		w.letGo(j)
-		log.Warn("found this process's own stale claim of an operation it is not running, and could not release it: waiting for its lease to lapse",
-			"key", j.key.key, "stale_owner", prev, "error", err)
-		return
-	}
-	stale := err == nil // else that claim was settled (or taken over) since
 	owner := w.newOwner()
 	start := time.Now()
 	cs, err := w.ledger.ClaimBatch(cctx, []ledger.ClaimRequest{{Key: j.key.key, Fingerprint: j.key.fingerprint, Owner: owner,
-		Lease: w.cfg.VisibilityTimeout, MessageID: j.id()}})
+		Lease: w.cfg.VisibilityTimeout, MessageID: j.id(), Supersede: w.ownerID}})
 	if err != nil {
 		w.letGo(j)
 		w.claimFailed(err)
-		log.Warn("could not claim the operation again after this process's earlier claim of it: leaving the message", "key", j.key.key, "error", err)
+		log.Warn("could not claim the operation again over this process's earlier claim of it: leaving the message",
+			"key", j.key.key, "stale_owner", prev, "error", err)
 		j.claim.LeaseLeft = 0
 		return
 	}
 	w.claimsRecorded()
 	j.owner = owner
 	w.claimed(j, cs[0], start)
-	if stale {
+	if cs[0].Reclaimed {
 		w.stats.staleReclaimed.Add(1)
-		log.Warn("released this process's own stale claim of an operation it was not running (its failure or release could not be recorded) and claimed it again",
-			"key", j.key.key, "stale_owner", prev, "outcome", cs[0].Outcome)
+		log.Warn("took over this process's own stale claim of an operation it was not running (its failure or release could not be recorded)",
+			"key", j.key.key, "stale_owner", prev)
 	} else {
 		log.Debug("this process's earlier claim of the operation was settled since: claimed it again", "key", j.key.key, "outcome", cs[0].Outcome)
 	}
@@ -841,7 +836,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 		Body:            body,
 		MessageID:       j.id(),
 		QueueURL:        w.cfg.QueueURL,
-		Attempt:         j.claim.Record.Attempts,
+		Attempt:         j.claim.Record.Attempts + 1,
 		GroupID:         j.groupID(),
 		DeduplicationID: j.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
 		Attributes:      stringAttributes(j.opened.attrs),
@@ -1036,7 +1031,7 @@ func (w *Worker) comeBack(j *job, next state, wait time.Duration) bool {
 		return false
 	}
 	j.b.awaitBeat(context.Background(), j)
-	w.makeVisible([]types.Message{j.msg}, wait)
+	w.makeVisible([]types.Message{j.msg}, j.b.received, wait)
 	return true
 }
 
