@@ -97,8 +97,9 @@
 // do not see them, and adding them rewrites no row), the index (built in
 // Init's transaction: writes to the table wait for one scan of it), the
 // flow tables, and flow_version in the version table, whose version stays
-// 1 so that older workers keep working on it. Init leaves an upgraded
-// table alone: running it again takes no lock on the table. Open refuses a
-// table without flow_version with ledger.ErrNoSchema, naming `sqsonce
-// ledger init`: run it with the new version before starting its workers.
+// 1 so that older workers keep working on it. Init looks before it alters:
+// on an upgraded table it adds no column and builds no index again. Open
+// refuses a table without flow_version with ledger.ErrNoSchema, naming
+// `sqsonce ledger init`: run it with the new version before starting its
+// workers.
 package postgres
