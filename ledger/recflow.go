@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -161,12 +162,19 @@ func (s *store) putFlow(rec *Record) error {
 		return nil
 	}
 	k := s.recordKey(rec.Key)
+	next := flowOf(rec)
+	var enc []byte
+	if has {
+		enc = next.encode()
+	}
 	var old recFlow
 	if v := seek(f.cur, k); v != nil {
+		if has && bytes.Equal(v, enc) {
+			return nil // unchanged: most writes of a record with flow fields
+		}
 		old = decodeRecFlow(v)
 		old.valid = true // an unreadable entry is replaced all the same
 	}
-	next := flowOf(rec)
 	if err := s.moveDeadLetter(&old, has, &next); err != nil {
 		return err
 	}
@@ -177,7 +185,7 @@ func (s *store) putFlow(rec *Record) error {
 		return nil
 	}
 	f.empty = false
-	return f.bucket.Put(s.recordKey(rec.Key), next.encode())
+	return f.bucket.Put(s.recordKey(rec.Key), enc)
 }
 
 // removeFlow removes the entry of key, if any.
