@@ -195,16 +195,8 @@ UPDATE ` + slots + ` AS s SET owner = p.owner, lease_expiry = c.now + p.lease * 
 FROM pick p, (SELECT ` + nowExpr + ` AS now) c
 WHERE s.pool = p.pool AND s.idx = p.idx
 RETURNING p.ord, s.idx`,
-		extendSlots: `
-UPDATE ` + slots + ` AS s SET lease_expiry = c.now + $5::bigint * interval '1 microsecond', touched = c.now
-FROM unnest($2::bytea[], $3::int[], $4::bytea[]) AS u(pool, idx, owner), (SELECT ` + nowExpr + ` AS now) c
-WHERE s.pool = u.pool AND s.idx = u.idx AND s.owner = u.owner
-RETURNING u.pool, u.idx, u.owner`,
-		releaseSlots: `
-UPDATE ` + slots + ` AS s SET owner = NULL, lease_expiry = NULL, touched = c.now
-FROM unnest($2::bytea[], $3::int[], $4::bytea[]) AS u(pool, idx, owner), (SELECT ` + nowExpr + ` AS now) c
-WHERE s.pool = u.pool AND s.idx = u.idx AND s.owner = u.owner
-RETURNING u.pool, u.idx, u.owner`,
+		extendSlots:  slotUpdate(slots, `lease_expiry = c.now + $5::bigint * interval '1 microsecond', touched = c.now`),
+		releaseSlots: slotUpdate(slots, `owner = NULL, lease_expiry = NULL, touched = c.now`),
 
 		// Dead-letter marks, locked in key order as completions are.
 		mark: `
@@ -238,6 +230,22 @@ WHERE dead_lettered IS NOT NULL AND expires > ` + nowExpr + ` GROUP BY dead_lett
 	FOR UPDATE SKIP LOCKED)`,
 		},
 	}
+}
+
+// slotUpdate is the statement that sets set on the slots ($2 pools, $3
+// indexes) that their owners ($4) hold, and returns those it set. The rows
+// are locked in their order first, as ensureSlots locks them, so that the
+// two never wait for each other in a cycle.
+func slotUpdate(slots, set string) string {
+	return `
+WITH u AS (SELECT * FROM unnest($2::bytea[], $3::int[], $4::bytea[]) AS u(pool, idx, owner)),
+	locked AS MATERIALIZED (
+		SELECT s.pool, s.idx FROM ` + slots + ` s, u WHERE s.pool = u.pool AND s.idx = u.idx AND s.owner = u.owner
+		ORDER BY s.pool, s.idx FOR UPDATE OF s)
+UPDATE ` + slots + ` AS s SET ` + set + `
+FROM locked, u, (SELECT ` + nowExpr + ` AS now) c
+WHERE s.pool = locked.pool AND s.idx = locked.idx AND u.pool = s.pool AND u.idx = s.idx AND s.owner = u.owner
+RETURNING u.pool, u.idx, u.owner`
 }
 
 // initFlow creates what flow control needs, in Init's transaction: the
