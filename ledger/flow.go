@@ -259,6 +259,10 @@ type Grant struct {
 	Starts []time.Duration
 	// Next is when a further token would start, from the same now.
 	Next time.Duration
+	// Now is that now: the ledger's clock when it took the tokens (the
+	// host's on the embedded ledger and on DynamoDB, the server's on
+	// PostgreSQL).
+	Now time.Time
 	// Rate and Burst are what the bucket held before this reservation:
 	// the last other reserver's, or this one's own for a new or idle
 	// bucket. When they differ from the reservation's, the callers
@@ -342,7 +346,7 @@ func (r *Reservation) Fit(from, now int64) int {
 // are Unix nanoseconds.
 func (r *Reservation) Granted(from int64, k int, now int64, rate float64, burst int) Grant {
 	t, tau := int64(r.Interval()), int64(r.Tolerance())
-	g := Grant{Starts: make([]time.Duration, k), Rate: rate, Burst: burst}
+	g := Grant{Starts: make([]time.Duration, k), Rate: rate, Burst: burst, Now: time.Unix(0, now)}
 	for i := range k {
 		g.Starts[i] = time.Duration(max(0, from+int64(i)*t-tau-now))
 	}
