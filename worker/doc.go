@@ -58,17 +58,17 @@
 //	   │            │          │  ▲         │            │             │
 //	   │            │          │  └─────────┤            └──▶ failed ──┴──▶ retrying
 //	   │            │          │            │                   │
-//	   └────────────┴──────────┴────────────┴──▶ given back │ lost │ dead-lettered
+//	   └────────────┴──────────┴────────────┴──▶ given back │ lost │ dead-lettered │ deferred
 //
 // Every transition, by the state it leaves:
 //
 //	received   → claimed, settled, given back, dead-lettered
 //	claimed    → waiting, given back, lost
-//	waiting    → starting, given back, lost
+//	waiting    → starting, given back, lost, deferred
 //	starting   → running, waiting, given back, lost
 //	running    → completing, failed, lost
 //	completing → settled, retrying, lost
-//	failed     → retrying, dead-lettered
+//	failed     → retrying, dead-lettered, deferred
 //
 // A message is received by a poller, which holds one of the worker's room
 // for messages in hand (Config.Concurrency + Config.Prefetch) until the

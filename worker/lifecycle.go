@@ -58,10 +58,14 @@ const (
 	// longer this worker's: another claim took the operation over, its
 	// record is gone, or SQS took the message back.
 	lost
+	// deferred: held for a limit or an outage longer than it could be
+	// kept, it was sent again with a delay under its key, and deleted
+	// once SQS took the copy; its claim is released.
+	deferred
 )
 
 var stateNames = [...]string{"received", "claimed", "waiting", "starting", "running", "completing", "failed",
-	"settled", "retrying", "given back", "dead-lettered", "lost"}
+	"settled", "retrying", "given back", "dead-lettered", "lost", "deferred"}
 
 func (s state) String() string {
 	if int(s) < len(stateNames) {
@@ -80,11 +84,11 @@ func (s state) holdsClaim() bool { return s >= claimed && s <= failed }
 var transitions = map[state][]state{
 	received:   {claimed, settled, givenBack, deadLettered},
 	claimed:    {waiting, givenBack, lost},
-	waiting:    {starting, givenBack, lost},
+	waiting:    {starting, givenBack, lost, deferred},
 	starting:   {running, waiting, givenBack, lost},
 	running:    {completing, failed, lost},
 	completing: {settled, retrying, lost},
-	failed:     {retrying, deadLettered},
+	failed:     {retrying, deadLettered, deferred},
 }
 
 // batch keeps the messages of one receive until each has ended: it holds
@@ -180,6 +184,7 @@ func (b *batch) drop(j *job) {
 		b.t.Stop()
 	}
 	b.w.letGo(j)
+	b.w.flow.forget(j)
 	b.w.settled(1)
 }
 
@@ -253,7 +258,9 @@ func (b *batch) giveBack(js []*job, all bool, wait time.Duration) {
 	}
 	if all {
 		for _, j := range slices.Clone(b.jobs) {
-			take(j)
+			if !b.w.deferAtStop(j) {
+				take(j)
+			}
 		}
 	}
 	var inFlight chan struct{}
@@ -295,7 +302,13 @@ var (
 	errLeaseLost   = errors.New("lease lost to another claim")
 	errReceiptGone = errors.New("the message's receipt handle no longer holds it: its visibility lapsed, and it was received again or moved to the dead-letter queue")
 	errGateDown    = errors.New("the ledger cannot record: waiting for it")
+	errNoSlot      = errors.New("no concurrency slot free: waiting for one")
+	errTokenLate   = errors.New("its rate token lapsed before it could start: taking another")
 )
+
+// slotRetry is how soon a message that found no concurrency slot free
+// asks again.
+const slotRetry = 200 * time.Millisecond
 
 // start decides whether j, in starting, may run now, and moves it to
 // running when it may, registering cancel, which cuts the attempt off
@@ -314,6 +327,16 @@ func (b *batch) start(ctx context.Context, j *job, cancel context.CancelCauseFun
 	if down, _ := w.ledgerState(); down {
 		b.move(j, waiting, starting)
 		return errGateDown
+	}
+	if w.flow.late(j) {
+		b.move(j, waiting, starting)
+		return errTokenLate
+	}
+	if ok, err := w.flow.takeSlots(ctx, j); err != nil {
+		return err
+	} else if !ok {
+		b.move(j, waiting, starting)
+		return errNoSlot
 	}
 	b.mu.Lock()
 	st, lease, visible := j.st, time.Until(j.leaseUntil), time.Until(j.visibleUntil)
@@ -404,6 +427,7 @@ func (b *batch) fire() {
 	kept := slices.Clone(b.jobs) // the job of each of msgs
 	var leased []*job
 	var refs []ledger.ClaimRef
+	var slots []ledger.Slot
 	behind := false
 	for _, j := range kept {
 		run.jobs[j] = true
@@ -412,6 +436,9 @@ func (b *batch) fire() {
 		if j.st.holdsClaim() {
 			leased = append(leased, j)
 			refs = append(refs, ledger.ClaimRef{Key: j.key.key, Owner: j.owner})
+		}
+		if j.st == running || j.st == completing || j.st == failed {
+			slots = append(slots, j.slots...)
 		}
 	}
 	b.beat = run
@@ -428,6 +455,9 @@ func (b *batch) fire() {
 	calls.Go(func() { unchanged, refused = w.changeVisibilityOf(bctx, msgs, b.received, w.cfg.VisibilityTimeout) })
 	if len(refs) > 0 {
 		calls.Go(func() { errs = w.ledger.ExtendBatch(bctx, refs, w.cfg.VisibilityTimeout) })
+	}
+	if len(slots) > 0 {
+		calls.Go(func() { w.flow.l.ExtendSlots(bctx, slots, w.cfg.VisibilityTimeout) })
 	}
 	calls.Wait()
 	cancel()
