@@ -43,7 +43,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, the console's exposure (its address, writes and\ncredential), and with [[ingest.source]] tables each source's secrets,\nkeys and queue. Prints one line per check (ok, warn or fail) and exits 1 if any\ncheck fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, the console's exposure (its address, writes and\ncredential), files of secrets open to other users, and with\n[[ingest.source]] tables each source's secrets, keys and queue. Prints one line per check (ok, warn or fail) and exits 1 if any\ncheck fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -104,6 +104,9 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		if _, err := consoleAuth(cfg.Console, m.LookupEnv); err != nil {
 			c.line("fail", "console", "%v", err)
 		}
+	}
+	for _, e := range exposedSecrets(slices.Concat(consoleSecretFiles(cfg), ingestSecretFiles(cfg))) {
+		c.line("warn", "secret file", "%s", e)
 	}
 
 	switch cfg.Handler.Type {

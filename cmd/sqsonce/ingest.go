@@ -29,6 +29,7 @@ func (m *Main) ingestCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	warnExposedSecrets(log, ingestSecretFiles(cfg))
 	tp, flush, err := m.newTracing(ctx, log)
 	if err != nil {
 		return err
