@@ -156,3 +156,43 @@ func TestExposedSecrets(t *testing.T) {
 		t.Errorf("a missing file: %v", got)
 	}
 }
+
+// Every Secret volume of the Kubernetes manifests in deploy/ is mounted
+// with defaultMode 0400: without it its files are 0644, which sqsonce reads
+// with a warning.
+func TestDeploy_SecretVolumesPrivate(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../deploy/kubernetes/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests: %v", err)
+	}
+	volume := regexp.MustCompile(`^(\s*)secret:\s*$`)
+	seen := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		for i, line := range lines {
+			m := volume.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			seen++
+			private := false
+			for _, l := range lines[i+1:] {
+				if strings.TrimSpace(l) == "" || len(l)-len(strings.TrimLeft(l, " ")) <= len(m[1]) {
+					break // the end of the volume's block
+				}
+				private = private || strings.TrimSpace(l) == "defaultMode: 0400"
+			}
+			if !private {
+				t.Errorf("%s:%d: a Secret volume without defaultMode: 0400", f, i+1)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no Secret volume in the manifests: the test tested nothing")
+	}
+}
