@@ -182,6 +182,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.queue = info
 	w.warnRetention()
 	defer w.watchQueue(ctx)()
+	defer w.watchLedger(ctx)()
 	w.healthMu.Lock()
 	w.running = true
 	for i := range w.pollers {
