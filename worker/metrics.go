@@ -269,8 +269,9 @@ type Health struct {
 	// receive that never returns).
 	Alive bool
 	// Ready: a receive succeeded recently (or the loops are waiting for
-	// capacity after one did), and the ledger records claims. False
-	// before the first successful receive.
+	// capacity after one did), and the ledger records claims (a ledger
+	// that is a Pinger is pinged while the worker is idle: see Pinger).
+	// False before the first successful receive.
 	Ready bool
 	// LedgerDown: the ledger's last claims could not be recorded: no new
 	// work starts until it can.

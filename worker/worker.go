@@ -179,6 +179,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.queue = info
 	w.warnRetention()
 	defer w.watchQueue(ctx)()
+	defer w.watchLedger(ctx)()
 	w.healthMu.Lock()
 	w.running, w.started = true, w.now()
 	for i := range w.pollers {
