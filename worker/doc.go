@@ -72,7 +72,8 @@
 //
 // A message is received by a poller, which holds one of the worker's room
 // for messages in hand (Config.Concurrency + Config.Prefetch) until the
-// message ends. Its claim moves it to waiting: for its turn in its FIFO
+// message ends or its handler succeeded (a receive may then bring the next
+// while the completion commits). Its claim moves it to waiting: for its turn in its FIFO
 // group, for a free handler, or for a ledger that records again. Starting
 // is the one place that looks at the ledger's gate, the claim's lease and
 // the (FIFO) message's receipt before the handler runs, and where the

@@ -74,6 +74,7 @@ type flowCtl struct {
 	mu      sync.Mutex
 	changed chan struct{}     // closed, and replaced, when a held message may start
 	scopes  map[string]*scope // by name: the handler's scope, and each partition value's
+	scope   []string          // the handler's scope alone
 	held    []*job            // messages held for a pause or a limit, oldest first
 }
 
@@ -94,7 +95,8 @@ type scope struct {
 }
 
 func newFlowCtl(w *Worker, l Ledger) *flowCtl {
-	f := &flowCtl{w: w, cfg: w.cfg.Flow, act: w.cfg.Flow.Mode == FlowOn, changed: make(chan struct{}), scopes: map[string]*scope{}}
+	f := &flowCtl{w: w, cfg: w.cfg.Flow, act: w.cfg.Flow.Mode == FlowOn, changed: make(chan struct{}), scopes: map[string]*scope{},
+		scope: []string{w.cfg.Flow.Scope}}
 	if fl, ok := l.(FlowLedger); ok {
 		f.l = fl
 	} else {
@@ -141,6 +143,9 @@ func (f *flowCtl) kick() {
 // names returns the pause scopes of j: the handler's, then one per
 // partition value it has.
 func (f *flowCtl) names(j *job) []string {
+	if len(f.cfg.Partitions) == 0 {
+		return f.scope // shared, never written
+	}
 	out := []string{f.cfg.Scope}
 	for i := range f.cfg.Partitions {
 		if v := f.partValue(j, i); v != "" {

@@ -167,16 +167,24 @@ func (b *batch) moveLocked(j *job, next state, from ...state) bool {
 	case j.st == starting && next != running, j.st == running:
 		b.active--
 	}
+	if next == completing {
+		// Its room for a message in hand goes back at once: a receive
+		// may bring the next ones while the completion commits. Its
+		// handler's room is held until it ends, so nothing starts
+		// while completions cannot be recorded.
+		b.w.freeSlots(1)
+	}
+	old := j.st
 	j.st = next
 	if next.ended() {
-		b.drop(j)
+		b.drop(j, old != completing)
 	}
 	return true
 }
 
 // drop stops keeping j, which has ended: no more beats for it, its key
-// and its room in hand free for others.
-func (b *batch) drop(j *job) {
+// and, when room is true, its room in hand free for others.
+func (b *batch) drop(j *job, room bool) {
 	if i := slices.Index(b.jobs, j); i >= 0 {
 		b.jobs = slices.Delete(b.jobs, i, i+1)
 	}
@@ -185,7 +193,10 @@ func (b *batch) drop(j *job) {
 	}
 	b.w.letGo(j)
 	b.w.flow.forget(j)
-	b.w.settled(1)
+	b.w.inHand.Add(-1)
+	if room {
+		b.w.freeSlots(1)
+	}
 }
 
 // end moves j into next, an end, from a state that may lead there, and
