@@ -117,6 +117,9 @@ func TestFlow_PauseResume(t *testing.T) {
 			if code, body := get(t, base+"/readyz"); code != 200 {
 				t.Errorf("/readyz of a paused worker: %d %s", code, body)
 			}
+			if _, body := get(t, base+"/healthz"); !strings.Contains(body, `"paused":true`) {
+				t.Errorf("/healthz does not say the intake is paused: %s", body)
+			}
 
 			var st flowStatusJSON
 			e.waitFor("the registry to list the worker paused", 20*time.Second, func() bool {
@@ -297,5 +300,14 @@ func TestFlow_Refusals(t *testing.T) {
 	if code, out := e.run("flow pause --until 10m --reason x", "", "SQSONCE_QUEUE_URL="+e.queue.URL+"-missing"); code != exitFailure ||
 		!strings.Contains(out, "cannot read the queue's message retention") {
 		t.Errorf("a pause of a missing queue: exit %d:\n%s", code, out)
+	}
+}
+
+// The systemd status line says when the intake is paused.
+func TestNotifyStatus_Paused(t *testing.T) {
+	t.Parallel()
+	got := workerStatus(worker.Health{Running: true, Alive: true, Ready: true, Paused: true}, worker.Stats{})
+	if !strings.HasPrefix(got, "intake paused (sqsonce flow status);") {
+		t.Errorf("status %q", got)
 	}
 }
