@@ -99,15 +99,15 @@ func (m *Main) flowCommand(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return withFlowLedger(ctx, cfg, by, func(l flowLedger) error {
+		return withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
 			return m.flowPause(ctx, l, log, *scope, pause, by, retention)
 		})
 	case "resume":
-		return withFlowLedger(ctx, cfg, by, func(l flowLedger) error {
+		return withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
 			return m.flowResume(ctx, l, log, *scope, *reason, by)
 		})
 	}
-	return withFlowLedger(ctx, cfg, by, func(l flowLedger) error {
+	return withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
 		st, err := readFlowStatus(ctx, l, *scope)
 		if err != nil {
 			return err
@@ -127,15 +127,16 @@ type flowLedger interface {
 }
 
 // withFlowLedger opens the configured ledger as the ledger commands do (a
-// running worker's socket for a bbolt file it holds), names who acts in
-// the calls through a socket, and calls fn with it.
-func withFlowLedger(ctx context.Context, cfg Config, by string, fn func(l flowLedger) error) error {
-	l, err := openLedgerAccess(withActor(ctx, by), cfg)
+// running worker's socket for a bbolt file it holds) and calls fn with it
+// and a context that names who acts in the calls through a socket.
+func withFlowLedger(ctx context.Context, cfg Config, by string, fn func(ctx context.Context, l flowLedger) error) error {
+	ctx = withActor(ctx, by)
+	l, err := openLedgerAccess(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
-	return fn(l)
+	return fn(ctx, l)
 }
 
 // pauseRequest is a pause by hand, as asked.

@@ -154,10 +154,23 @@ func TestFlow_PauseResume(t *testing.T) {
 				t.Errorf("a second resume: exit %d:\n%s", code, res)
 			}
 			if backend == BackendBbolt {
-				for _, want := range []string{`"msg":"flow: intake paused by hand through the worker socket"`, `"msg":"flow: pause lifted through the worker socket"`, `"by":"` + by + `"`} {
-					if !strings.Contains(out.String(), want) {
-						t.Errorf("the worker's log has no %s:\n%s", want, out)
+				// The worker's log says who paused and resumed through its
+				// socket.
+				logged := map[string]map[string]any{}
+				for _, line := range strings.Split(out.String(), "\n") {
+					var rec map[string]any
+					if json.Unmarshal([]byte(line), &rec) == nil {
+						if msg, ok := rec["msg"].(string); ok {
+							logged[msg] = rec
+						}
 					}
+				}
+				paused, lifted := logged["flow: intake paused by hand through the worker socket"], logged["flow: pause lifted through the worker socket"]
+				if paused == nil || paused["by"] != by || paused["reason"] != "partner maintenance" || paused["scope"] != scope {
+					t.Errorf("the worker's log of the pause: %v", paused)
+				}
+				if lifted == nil || lifted["by"] != by || lifted["scope"] != scope {
+					t.Errorf("the worker's log of the resume: %v", lifted)
 				}
 			}
 		})
