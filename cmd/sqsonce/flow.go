@@ -99,9 +99,13 @@ func (m *Main) flowCommand(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
+		err = withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
 			return m.flowPause(ctx, l, log, *scope, pause, by, retention)
 		})
+		if err == nil && cfg.Flow.Mode != string(worker.FlowOn) {
+			fmt.Fprintf(m.Stdout, "note: flow.mode is %q in this configuration: workers that run with it do not hold their intake for a pause\n", cfg.Flow.Mode)
+		}
+		return err
 	case "resume":
 		return withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
 			return m.flowResume(ctx, l, log, *scope, *reason, by)

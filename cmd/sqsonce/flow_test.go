@@ -252,6 +252,10 @@ func TestFlow_SharedLedgers(t *testing.T) {
 			if code != exitUsage || !strings.Contains(res, "not below the queue's message retention (96h0m0s)") || !strings.Contains(res, "from "+since.Format(time.RFC3339)) {
 				t.Errorf("a pause past the retention: exit %d:\n%s", code, res)
 			}
+			code, res = e.runArgs([]string{"flow", "pause", "--until", "2h", "--reason", "again"}, "", "SQSONCE_FLOW_MODE=observe")
+			if code != 0 || !strings.Contains(res, `note: flow.mode is "observe" in this configuration: workers that run with it do not hold their intake for a pause`) {
+				t.Errorf("a pause by a configuration that observes: exit %d:\n%s", code, res)
+			}
 			code, res = e.runArgs([]string{"flow", "resume", "--scope", part}, "")
 			if code != 0 || !strings.Contains(res, "it was ramping up") {
 				t.Errorf("resume of a partition value's scope: exit %d:\n%s", code, res)
