@@ -993,12 +993,6 @@ var rules = []rule{
 		return errors.Join(errs...)
 	}},
 
-	{
-		key:   "admin.listen",
-		when:  func(c *Config) bool { return c.Admin.Listen != "" },
-		check: func(c *Config) error { return hostPort(c.Admin.Listen) },
-	},
-
 	{key: "flow.mode", when: func(c *Config) bool { return c.Flow.Mode == "" }, check: func(c *Config) error {
 		// The worker takes "" as its default; the file says what it means.
 		return oneOf(c.Flow.Mode, string(worker.FlowOn), string(worker.FlowObserve), string(worker.FlowOff))
@@ -1024,6 +1018,12 @@ var rules = []rule{
 		}
 		return errors.Join(errs...)
 	}},
+
+	{
+		key:   "admin.listen",
+		when:  func(c *Config) bool { return c.Admin.Listen != "" },
+		check: func(c *Config) error { return hostPort(c.Admin.Listen) },
+	},
 
 	{key: "ingest.listen", check: func(c *Config) error { return hostPort(c.Ingest.Listen) }},
 	{
