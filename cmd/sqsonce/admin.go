@@ -212,7 +212,7 @@ type healthState struct {
 func workerHealth(h worker.Health) healthState {
 	return healthState{Alive: h.Alive, Ready: h.Ready, Fields: map[string]any{
 		"running": h.Running, "alive": h.Alive, "ready": h.Ready,
-		"draining": h.Draining, "ledger_down": h.LedgerDown, "last_receive": h.LastReceive, "in_flight": h.InFlight,
+		"draining": h.Draining, "ledger_down": h.LedgerDown, "paused": h.Paused, "last_receive": h.LastReceive, "in_flight": h.InFlight,
 	}}
 }
 

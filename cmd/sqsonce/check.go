@@ -44,7 +44,10 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, where run and ingest serve their admin listeners\n(admin.listen, ingest.admin_listen), the console's exposure (its address,\nwrites and credential), files of secrets open to other users, and with\n[[ingest.source]] tables each source's secrets, keys and queue. Prints one line per check (ok, warn or fail) and exits 1 if any\ncheck fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE] [--sample FILE [--sample-attribute NAME=VALUE]...]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, where run and ingest serve their admin listeners\n(admin.listen, ingest.admin_listen), the console's exposure (its address,\nwrites and credential), files of secrets open to other users, with\n[[ingest.source]] tables each source's secrets, keys and queue, and flow\ncontrol: its scope, pause, limits and partitions, a rate too low for a\nfull receive, what deferring needs, and a pause in the ledger (its age\nagainst the queue's retention). Prints one line per check (ok, warn or\nfail) and exits 1 if any check fails.\n\nWith --sample FILE (\"-\": stdin) it checks the configuration alone and\nprints what the worker would make of a message with that body (and the\nstring attributes of --sample-attribute): its key, and each partition's\nvalue or why it has none. Nothing is received or sent.", &cf)
+	sample := fs.String("sample", "", "a message body to read as the worker would: its key and partition values (\"-\": stdin)")
+	attrs := attrFlags{}
+	fs.Var(attrs, "sample-attribute", "with --sample: a string attribute of the message, NAME=VALUE (repeat for more)")
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -56,7 +59,26 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+	}
+	if *sample == "" && len(attrs) > 0 {
+		return fmt.Errorf("--sample-attribute needs --sample: %w", errUsage)
+	}
 	c.line("ok", "config", "parsed and valid")
+	checkFlowSettings(c, cfg)
+	if *sample != "" {
+		body, err := readSample(*sample, m.Stdin)
+		if err != nil {
+			return fmt.Errorf("--sample: %w", err)
+		}
+		checkSample(c, cfg, *sample, body, attrs)
+		c.tw.Flush()
+		if c.failed {
+			return errors.New("some checks failed")
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
@@ -64,6 +86,8 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	region, from := cfg.Queue.region()
 	awsCfg, err := loadAWSConfig(ctx, region)
 	var client *sqs.Client
+	var queue worker.QueueInfo
+	var queueOK bool
 	switch {
 	case errors.Is(err, ErrInvalidConfig):
 		c.line("fail", "region", "%v", err)
@@ -79,7 +103,10 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		if client, err = newSQSClient(ctx, cfg.Queue); err != nil {
 			return err
 		}
-		checkQueue(ctx, c, cfg, client)
+		queue, queueOK = checkQueue(ctx, c, cfg, client)
+	}
+	if queueOK {
+		checkFlowQueue(c, cfg, queue)
 	}
 
 	vis, timeout, grace := cfg.Queue.VisibilityTimeout.Duration, cfg.Handler.Timeout.Duration, cfg.Shutdown.Grace.Duration
@@ -98,6 +125,7 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	} else {
 		checkSharedLedger(ctx, c, cfg)
 	}
+	checkFlowPauses(ctx, c, cfg, queue.Retention)
 
 	checkAdmin(c, cfg)
 
@@ -210,12 +238,13 @@ func checkHandlerEnv(c *checker, cfg Config, lookupEnv func(string) (string, boo
 }
 
 // checkQueue checks the queue, its dead-letter queue, and the ledger's
-// retention against their message retention.
-func checkQueue(ctx context.Context, c *checker, cfg Config, client *sqs.Client) {
+// retention against their message retention; it returns what it found of
+// the queue, and false when it could not read it.
+func checkQueue(ctx context.Context, c *checker, cfg Config, client *sqs.Client) (worker.QueueInfo, bool) {
 	q, err := worker.InspectQueue(ctx, client, cfg.Queue.URL)
 	if err != nil {
 		c.line("fail", "queue", "%v", err)
-		return
+		return worker.QueueInfo{}, false
 	}
 	kind := "standard"
 	if q.FIFO {
@@ -232,6 +261,7 @@ func checkQueue(ctx context.Context, c *checker, cfg Config, client *sqs.Client)
 	} else {
 		c.line("ok", "retention", "ledger.retention %v covers the queues' %v", cfg.Ledger.Retention, need)
 	}
+	return q, true
 }
 
 // checkIngest checks what `sqsonce ingest` will need: each source's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -84,6 +85,7 @@ type Config struct {
 	Ledger   LedgerConfig   `toml:"ledger"`
 	Handler  HandlerConfig  `toml:"handler"`
 	Retry    RetryConfig    `toml:"retry"`
+	Flow     FlowConfig     `toml:"flow"`
 	Shutdown ShutdownConfig `toml:"shutdown"`
 	Admin    AdminConfig    `toml:"admin"`
 	Ingest   IngestConfig   `toml:"ingest"`
@@ -259,6 +261,66 @@ type RetryConfig struct {
 	MinBackoff Duration `toml:"min_backoff"`
 	// MaxBackoff caps the back-off: at least MinBackoff, at most 12h.
 	MaxBackoff Duration `toml:"max_backoff"`
+}
+
+// FlowConfig is flow control, which protects what the handlers call: it
+// pauses the intake while the handlers' downstream is down, and limits how
+// fast and how many operations start, for the handler's scope and for each
+// value of a part of the message. The worker owns its defaults and limits
+// (worker.FlowConfig); on a shared ledger they hold for every worker that
+// shares it.
+type FlowConfig struct {
+	// Mode is "on", "observe" (report what the pause and the limits would
+	// do, without doing it) or "off".
+	Mode string `toml:"mode"`
+	// Scope names what a pause and the limits apply to on every worker
+	// sharing the ledger: at most maxScopeLen bytes. Empty means the
+	// queue's name and the handler's target (see flowScope).
+	Scope string `toml:"scope"`
+	// Pause pauses the intake while the handlers' downstream is down;
+	// false leaves every failure to the back-off and the dead-letter
+	// queue.
+	Pause bool `toml:"pause"`
+	// PauseOn lists the failures that count towards a pause:
+	// "unavailable" (an http handler's 5xx, 429, 408, refused
+	// connections and timeouts; a Go handler's worker.Unavailable), which
+	// must be listed, and "retry" (every other retryable failure: an exec
+	// command's retry codes).
+	PauseOn []string `toml:"pause_on"`
+	// TripFailures counted failures within TripWindow, from TripKeys
+	// distinct keys, that make TripRatio of the attempts ended in the
+	// window, pause the intake.
+	TripFailures int      `toml:"trip_failures"`
+	TripWindow   Duration `toml:"trip_window"`
+	TripKeys     int      `toml:"trip_keys"`
+	TripRatio    float64  `toml:"trip_ratio"`
+	// ProbeMax is the longest wait between two probes while paused.
+	ProbeMax Duration `toml:"probe_max"`
+	// Rate is how many operations start per second, at most (0: no
+	// rate); Burst how many may start at once after a quiet spell.
+	Rate  float64 `toml:"rate"`
+	Burst int     `toml:"burst"`
+	// Concurrency is how many operations run at once across the workers
+	// sharing the ledger (0: no bound). It needs a shared ledger: on the
+	// embedded one handler.concurrency is that bound.
+	Concurrency int `toml:"concurrency"`
+	// Partition limits each value of a part of the message on its own,
+	// one [[flow.partition]] table each. In the environment,
+	// SQSONCE_FLOW_PARTITION holds them all as a JSON array of objects
+	// with the same keys.
+	Partition []FlowPartition `toml:"partition"`
+}
+
+// FlowPartition is one [[flow.partition]]: a part of the message (a JSON
+// pointer into the payload, or a message attribute) whose every value is
+// limited on its own.
+type FlowPartition struct {
+	Pointer   string  `toml:"pointer" json:"pointer"`
+	Attribute string  `toml:"attribute" json:"attribute"`
+	Rate      float64 `toml:"rate" json:"rate"`
+	// Burst 0 (or left out) means 1.
+	Burst       int `toml:"burst" json:"burst"`
+	Concurrency int `toml:"concurrency" json:"concurrency"`
 }
 
 // ShutdownConfig says how sqsonce stops.
@@ -466,6 +528,20 @@ func DefaultConfig() Config {
 		Retry: RetryConfig{
 			MinBackoff: Duration{worker.DefaultMinBackoff},
 			MaxBackoff: Duration{worker.DefaultMaxBackoff},
+		},
+		Flow: FlowConfig{
+			Mode:         string(worker.FlowOn),
+			Scope:        "",
+			Pause:        true,
+			PauseOn:      []string{string(worker.FailureUnavailable)},
+			TripFailures: worker.DefaultTrip.Failures,
+			TripWindow:   Duration{worker.DefaultTrip.Window},
+			TripKeys:     worker.DefaultTrip.Keys,
+			TripRatio:    worker.DefaultTrip.Ratio,
+			ProbeMax:     Duration{worker.DefaultProbeMax},
+			Rate:         0,
+			Burst:        1,
+			Concurrency:  0,
 		},
 		Shutdown: ShutdownConfig{
 			Grace: Duration{worker.DefaultGrace},
@@ -736,6 +812,12 @@ func setText(v reflect.Value, raw string) error {
 			return fmt.Errorf("want an integer, got %q", raw)
 		}
 		v.SetInt(int64(n))
+	case reflect.Float64:
+		f, err := strconv.ParseFloat(trimmed, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("want a number, got %q", raw)
+		}
+		v.SetFloat(f)
 	case reflect.Slice:
 		list := reflect.New(v.Type())
 		if strings.HasPrefix(trimmed, "[") {
@@ -911,6 +993,32 @@ var rules = []rule{
 		return errors.Join(errs...)
 	}},
 
+	{key: "flow.mode", when: func(c *Config) bool { return c.Flow.Mode == "" }, check: func(c *Config) error {
+		// The worker takes "" as its default; the file says what it means.
+		return oneOf(c.Flow.Mode, string(worker.FlowOn), string(worker.FlowObserve), string(worker.FlowOff))
+	}},
+	{key: "flow.scope", when: func(c *Config) bool { return c.Flow.Scope != "" }, check: func(c *Config) error { return checkScope(c.Flow.Scope) }},
+	{key: "flow.pause_on", check: func(c *Config) error {
+		if !slices.Contains(c.Flow.PauseOn, string(worker.FailureUnavailable)) {
+			return fmt.Errorf(`must list %q, the failures that say the downstream is down (they always count; flow.pause = false pauses on none), got %q`,
+				worker.FailureUnavailable, c.Flow.PauseOn)
+		}
+		return nil
+	}},
+	{key: "flow.concurrency", when: func(c *Config) bool { return c.Flow.Concurrency > 0 && c.Ledger.Backend == BackendBbolt }, check: func(c *Config) error {
+		return fmt.Errorf(`handler.concurrency already bounds one process; flow.concurrency needs a shared ledger (ledger.backend = %q or %q), got %d on %q`,
+			BackendPostgres, BackendDynamoDB, c.Flow.Concurrency, BackendBbolt)
+	}},
+	{key: "flow.partition", when: func(c *Config) bool { return len(c.Flow.Partition) > 0 }, check: func(c *Config) error {
+		var errs []error
+		for i, p := range c.Flow.Partition {
+			if n := len(p.Pointer) + len(p.Attribute); n > maxPartLen {
+				errs = append(errs, fmt.Errorf("#%d: a pointer or attribute of %d bytes, over %d: the flow names it makes would not fit the ledger's", i+1, n, maxPartLen))
+			}
+		}
+		return errors.Join(errs...)
+	}},
+
 	{
 		key:   "admin.listen",
 		when:  func(c *Config) bool { return c.Admin.Listen != "" },
@@ -978,23 +1086,33 @@ var rules = []rule{
 // and the meaning of their zero are its own, and Validate reports its
 // problems under these keys.
 var workerKeys = map[string]string{
-	"QueueURL":          "queue.url",
-	"WaitTime":          "queue.wait_time",
-	"MaxMessages":       "queue.max_messages",
-	"VisibilityTimeout": "queue.visibility_timeout",
-	"Pollers":           "queue.pollers",
-	"Key.From":          "key.from",
-	"Key.Pointer":       "key.pointer",
-	"Key.Attribute":     "key.attribute",
-	"Key.Prefix":        "key.prefix",
-	"Body":              "handler.body",
-	"HandlerTimeout":    "handler.timeout",
-	"Concurrency":       "handler.concurrency",
-	"MinBackoff":        "retry.min_backoff",
-	"MaxBackoff":        "retry.max_backoff",
-	"Grace":             "shutdown.grace",
-	"Retention":         "ledger.retention",
-	"MaxPayload":        "payload.max_size",
+	"QueueURL":           "queue.url",
+	"WaitTime":           "queue.wait_time",
+	"MaxMessages":        "queue.max_messages",
+	"VisibilityTimeout":  "queue.visibility_timeout",
+	"Pollers":            "queue.pollers",
+	"Key.From":           "key.from",
+	"Key.Pointer":        "key.pointer",
+	"Key.Attribute":      "key.attribute",
+	"Key.Prefix":         "key.prefix",
+	"Body":               "handler.body",
+	"HandlerTimeout":     "handler.timeout",
+	"Concurrency":        "handler.concurrency",
+	"MinBackoff":         "retry.min_backoff",
+	"MaxBackoff":         "retry.max_backoff",
+	"Grace":              "shutdown.grace",
+	"Retention":          "ledger.retention",
+	"MaxPayload":         "payload.max_size",
+	"Flow.Mode":          "flow.mode",
+	"Flow.PauseOn":       "flow.pause_on",
+	"Flow.Trip.Failures": "flow.trip_failures",
+	"Flow.Trip.Window":   "flow.trip_window",
+	"Flow.Trip.Keys":     "flow.trip_keys",
+	"Flow.Trip.Ratio":    "flow.trip_ratio",
+	"Flow.ProbeMax":      "flow.probe_max",
+	"Flow.Rate":          "flow.rate",
+	"Flow.Burst":         "flow.burst",
+	"Flow.Concurrency":   "flow.concurrency",
 }
 
 // postgresURL accepts a postgres:// or postgresql:// URL or a connection
@@ -1087,6 +1205,10 @@ func (c Config) Validate() error {
 		for _, e := range unjoin(err) {
 			var fe *worker.FieldError
 			key, ok := "", errors.As(e, &fe)
+			if ok && strings.HasPrefix(fe.Field, "Flow.Partitions[") {
+				problems = append(problems, problem{"flow.partition", partitionProblem(c, fe)})
+				continue
+			}
 			if ok {
 				key, ok = workerKeys[fe.Field]
 			}
@@ -1094,13 +1216,16 @@ func (c Config) Validate() error {
 				// A field the file does not set: a defect of this program.
 				panic(fmt.Sprintf("config: the worker refused a setting the file has no key for: %v", e))
 			}
+			if key == "flow.trip_keys" && slices.ContainsFunc(problems, func(p problem) bool { return p.key == "flow.trip_failures" }) {
+				continue // its bound is trip_failures, already refused
+			}
 			got := fe.Got
 			if v := root.FieldByIndex(settings()[order[key]].index); got != "" && v.Kind() != reflect.String && v.IsZero() {
 				// workerConfig passed the file's zero on as a value the
 				// worker refuses: say what the file says.
 				got = fmt.Sprint(v.Interface())
 			}
-			msg := fe.Want
+			msg := flowKeys.Replace(fe.Want)
 			if got != "" {
 				msg += ", got " + got
 			}

@@ -87,6 +87,24 @@ func fullConfig() Config {
 			MinBackoff: Duration{time.Second},
 			MaxBackoff: Duration{time.Hour},
 		},
+		Flow: FlowConfig{
+			Mode:         "observe",
+			Scope:        "orders partner-api",
+			Pause:        false,
+			PauseOn:      []string{"unavailable", "retry"},
+			TripFailures: 20,
+			TripWindow:   Duration{time.Minute},
+			TripKeys:     5,
+			TripRatio:    0.8,
+			ProbeMax:     Duration{30 * time.Second},
+			Rate:         50,
+			Burst:        5,
+			Concurrency:  16,
+			Partition: []FlowPartition{
+				{Pointer: "/tenant", Rate: 5},
+				{Attribute: "Account", Rate: 0.5, Burst: 2, Concurrency: 3},
+			},
+		},
 		Shutdown: ShutdownConfig{
 			Grace: Duration{10 * time.Second},
 		},
@@ -186,6 +204,8 @@ func TestDefaultConfig(t *testing.T) {
 			MinBackoff: Duration{5 * time.Second},
 			MaxBackoff: Duration{15 * time.Minute},
 		},
+		Flow: FlowConfig{Mode: "on", Pause: true, PauseOn: []string{"unavailable"}, TripFailures: 10, TripWindow: Duration{30 * time.Second},
+			TripKeys: 3, TripRatio: 0.9, ProbeMax: Duration{10 * time.Second}, Burst: 1},
 		Shutdown: ShutdownConfig{Grace: Duration{25 * time.Second}},
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Ingest: IngestConfig{Listen: "127.0.0.1:8080", AdminListen: "127.0.0.1:9466", MaxInFlight: 256,
@@ -786,6 +806,19 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_HANDLER_ENV":              "PATH APP_*",
 		"SQSONCE_RETRY_MIN_BACKOFF":        "1s",
 		"SQSONCE_RETRY_MAX_BACKOFF":        "1h",
+		"SQSONCE_FLOW_MODE":                "observe",
+		"SQSONCE_FLOW_SCOPE":               "orders partner-api",
+		"SQSONCE_FLOW_PAUSE":               "false",
+		"SQSONCE_FLOW_PAUSE_ON":            "unavailable retry",
+		"SQSONCE_FLOW_TRIP_FAILURES":       "20",
+		"SQSONCE_FLOW_TRIP_WINDOW":         "1m",
+		"SQSONCE_FLOW_TRIP_KEYS":           "5",
+		"SQSONCE_FLOW_TRIP_RATIO":          "0.8",
+		"SQSONCE_FLOW_PROBE_MAX":           "30s",
+		"SQSONCE_FLOW_RATE":                "50",
+		"SQSONCE_FLOW_BURST":               "5",
+		"SQSONCE_FLOW_CONCURRENCY":         "16",
+		"SQSONCE_FLOW_PARTITION":           `[{"pointer": "/tenant", "rate": 5}, {"attribute": "Account", "rate": 0.5, "burst": 2, "concurrency": 3}]`,
 		"SQSONCE_SHUTDOWN_GRACE":           "10s",
 		"SQSONCE_ADMIN_LISTEN":             "10.0.0.5:9100",
 		"SQSONCE_ADMIN_PPROF":              "true",
@@ -954,6 +987,19 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_HANDLER_ENV",
 		"SQSONCE_RETRY_MIN_BACKOFF",
 		"SQSONCE_RETRY_MAX_BACKOFF",
+		"SQSONCE_FLOW_MODE",
+		"SQSONCE_FLOW_SCOPE",
+		"SQSONCE_FLOW_PAUSE",
+		"SQSONCE_FLOW_PAUSE_ON",
+		"SQSONCE_FLOW_TRIP_FAILURES",
+		"SQSONCE_FLOW_TRIP_WINDOW",
+		"SQSONCE_FLOW_TRIP_KEYS",
+		"SQSONCE_FLOW_TRIP_RATIO",
+		"SQSONCE_FLOW_PROBE_MAX",
+		"SQSONCE_FLOW_RATE",
+		"SQSONCE_FLOW_BURST",
+		"SQSONCE_FLOW_CONCURRENCY",
+		"SQSONCE_FLOW_PARTITION",
 		"SQSONCE_SHUTDOWN_GRACE",
 		"SQSONCE_ADMIN_LISTEN",
 		"SQSONCE_ADMIN_PPROF",
@@ -993,7 +1039,7 @@ func TestEnvVars(t *testing.T) {
 		ruled[key] = true
 	}
 	for _, s := range settings() {
-		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" && s.key != "payload.s3" && s.key != "console.writes" && s.key != "console.secure_cookie" {
+		if !ruled[s.key] && s.key != "key.sns" && s.key != "flow.pause" && s.key != "admin.pprof" && s.key != "payload.s3" && s.key != "console.writes" && s.key != "console.secure_cookie" {
 			t.Errorf("no validation rule for %s", s.key)
 		}
 	}

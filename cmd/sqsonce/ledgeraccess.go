@@ -21,10 +21,22 @@ type ledgerAccess interface {
 	Stats(ctx context.Context) (ledger.Stats, error)
 	Forget(ctx context.Context, key string) error
 	Reset(ctx context.Context, key string) error
+	flowAccess
 	Close() error
 	// Via says how the ledger is reached, for messages: "file", "worker
 	// socket", "postgres" or "dynamodb".
 	Via() string
+}
+
+// flowAccess is what `sqsonce flow` and check need of a ledger: its flow
+// documents, written with a compare-and-set, and its registry of
+// processes, on the ledger's clock.
+type flowAccess interface {
+	GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error)
+	PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error)
+	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
+	ListFlows(ctx context.Context) ([]ledger.FlowDoc, error)
+	Processes(ctx context.Context) ([]ledger.Process, error)
 }
 
 // localLedger is a ledger file opened by this process.

@@ -142,6 +142,7 @@ type errorJSON struct {
 var errorKinds = map[string]error{
 	"not_found": ledger.ErrNotFound, "state": ledger.ErrState, "invalid_key": ledger.ErrInvalidKey,
 	"invalid_argument": ledger.ErrInvalidArgument, "corrupt": ledger.ErrCorrupt, "closed": ledger.ErrClosed,
+	"conflict": ledger.ErrConflict,
 }
 
 func errorKind(err error) string {
@@ -202,6 +203,8 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			code = http.StatusNotFound
 		case "state", "invalid_key", "invalid_argument":
 			code = http.StatusBadRequest
+		case "conflict":
+			code = http.StatusConflict
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
@@ -309,6 +312,7 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			w.WriteHeader(http.StatusNoContent)
 		})
 	}
+	serveFlow(mux, db, fail, log)
 	// Every answer gets a write deadline; a listing renews it per record.
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(opts.writeTimeout))
@@ -467,22 +471,43 @@ func (c *socketLedger) do(ctx context.Context, method, op string, q url.Values) 
 	if err != nil {
 		return nil, err
 	}
+	if by, ok := ctx.Value(actorKey{}).(string); ok {
+		req.Header.Set(actorHeader, by)
+	}
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	if resp.StatusCode >= 300 {
 		defer resp.Body.Close()
-		var e errorJSON
-		if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e) != nil {
-			return nil, fmt.Errorf("worker socket: %s", resp.Status)
-		}
-		if target, ok := errorKinds[e.Kind]; ok {
-			return nil, fmt.Errorf("%s: %w", e.Error, target)
-		}
-		return nil, errors.New(e.Error)
+		return nil, socketError(resp)
 	}
 	return resp, nil
+}
+
+// socketError is the error of an answer that is not a success, wrapping the
+// ledger's sentinel of its kind.
+func socketError(resp *http.Response) error {
+	var e errorJSON
+	if json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&e) != nil {
+		return fmt.Errorf("worker socket: %s", resp.Status)
+	}
+	if target, ok := errorKinds[e.Kind]; ok {
+		return fmt.Errorf("%s: %w", e.Error, target)
+	}
+	return errors.New(e.Error)
+}
+
+// actorKey marks a context whose socket calls name who makes them (a
+// string), for the worker's log.
+type actorKey struct{}
+
+// actorHeader carries who makes a call through the socket.
+const actorHeader = "X-Sqsonce-By"
+
+// withActor names who makes the socket calls of ctx.
+func withActor(ctx context.Context, by string) context.Context {
+	return context.WithValue(ctx, actorKey{}, by)
 }
 
 func (c *socketLedger) Get(ctx context.Context, key string) (ledger.Record, error) {

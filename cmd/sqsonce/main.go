@@ -76,6 +76,7 @@ Commands:
   console   serve the web console of the ledger and the dead-letter queue (read-only by default)
   check     check configuration, credentials, queues, ledger and handler before deploying
   ledger    inspect and manage the ledger: get, list, stats, forget, export, compact
+  flow      pause and resume the intake by hand, and show the pauses and the workers: status, pause, resume
   health    ask a running worker (or receiver) whether it is alive (for container health checks)
   version   print the version
 
@@ -90,7 +91,7 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 	}
 	var err error
 	switch args[0] {
-	case "send", "check", "health":
+	case "send", "check", "health", "flow":
 		// Commands without a stop of their own end at the first signal.
 		var stop func()
 		ctx, stop = m.stopOnSignal(ctx)
@@ -105,6 +106,8 @@ func (m *Main) Run(ctx context.Context, args []string) int {
 		err = m.sendCommand(ctx, rest)
 	case "ledger":
 		err = m.ledgerCommand(ctx, rest)
+	case "flow":
+		err = m.flowCommand(ctx, rest)
 	case "check":
 		err = m.checkCommand(ctx, rest)
 	case "console":

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -27,10 +28,18 @@ import (
 
 // The test binary doubles as the sqsonce binary: with SQSONCE_TEST_AS_BINARY
 // set it runs main, so the tests below can start, signal and kill real
-// sqsonce processes.
+// sqsonce processes. Its arguments are SQSONCE_TEST_ARGS split at white
+// space, or, when that starts with "[", a JSON array of them (arguments
+// with spaces).
 func TestMain(m *testing.M) {
 	if os.Getenv("SQSONCE_TEST_AS_BINARY") == "1" {
-		os.Args = append([]string{"sqsonce"}, strings.Fields(os.Getenv("SQSONCE_TEST_ARGS"))...)
+		args := strings.Fields(os.Getenv("SQSONCE_TEST_ARGS"))
+		if raw := os.Getenv("SQSONCE_TEST_ARGS"); strings.HasPrefix(raw, "[") {
+			if err := json.Unmarshal([]byte(raw), &args); err != nil {
+				panic(err)
+			}
+		}
+		os.Args = append([]string{"sqsonce"}, args...)
 		main()
 	}
 	os.Exit(m.Run())
@@ -116,6 +125,16 @@ func (e *procEnv) start(args string, extra ...string) (*exec.Cmd, *syncBuffer) {
 	return cmd, out
 }
 
+// runArgs is run with arguments that may hold spaces.
+func (e *procEnv) runArgs(args []string, stdin string, extra ...string) (int, string) {
+	e.t.Helper()
+	b, err := json.Marshal(args)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.run(string(b), stdin, extra...)
+}
+
 // run runs a short sqsonce command to its end and returns its exit code.
 func (e *procEnv) run(args string, stdin string, extra ...string) (int, string) {
 	e.t.Helper()
@@ -188,6 +207,11 @@ func TestMain_Usage(t *testing.T) {
 		{"frobnicate", nil, exitUsage, `unknown command "frobnicate"`},
 		{"version", nil, exitOK, "sqsonce "},
 		{"run --help", nil, exitOK, "SQSONCE_QUEUE_URL"},
+		{"help", nil, exitOK, "flow      pause and resume the intake by hand"},
+		{"flow --help", nil, exitOK, "pause --until T --reason TEXT"},
+		{"flow pause --help", nil, exitOK, "-until string"},
+		{"run --help", nil, exitOK, "SQSONCE_FLOW_PARTITION"},
+		{"check --help", nil, exitOK, "-sample-attribute value"},
 		{"send --help", nil, exitOK, "MessageDeduplicationId"},
 		{"ingest --help", nil, exitOK, "OTEL_TRACES_EXPORTER"},
 		{"run --no-such-flag", nil, exitUsage, "no-such-flag"},

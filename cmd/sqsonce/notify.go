@@ -111,6 +111,8 @@ func workerStatus(h worker.Health, s worker.Stats) string {
 		state = "receive loop stalled"
 	case h.LedgerDown:
 		state = "waiting for the ledger"
+	case h.Paused:
+		state = "intake paused (sqsonce flow status)"
 	}
 	return fmt.Sprintf("%s; %d in flight; %d completed, %d duplicates, %d retried, %d dead-lettered",
 		state, h.InFlight, s.Completed, s.Duplicates, s.Retried, s.DeadLettered)

@@ -99,24 +99,6 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 // as worker.NoDelay, and a 0 that the worker does not take as a value (no
 // handlers, no visibility) goes on as -1, which it refuses by name.
 func workerConfig(cfg Config, log *slog.Logger) worker.Config {
-	explicit := func(d Duration) time.Duration {
-		if d.Duration == 0 {
-			return worker.NoDelay
-		}
-		return d.Duration
-	}
-	refusedZero := func(n int) int {
-		if n == 0 {
-			return -1
-		}
-		return n
-	}
-	refusedZeroDuration := func(d Duration) time.Duration {
-		if d.Duration == 0 {
-			return -time.Second
-		}
-		return d.Duration
-	}
 	return worker.Config{
 		QueueURL:          cfg.Queue.URL,
 		WaitTime:          explicit(cfg.Queue.WaitTime),
@@ -133,8 +115,36 @@ func workerConfig(cfg Config, log *slog.Logger) worker.Config {
 		Retention:         cfg.Ledger.Retention.Duration,
 		MaxPayload:        int64(refusedZero(cfg.Payload.MaxSize)),
 		SweepInterval:     sweepInterval(cfg.Ledger),
+		Flow:              workerFlow(cfg),
+		Version:           version,
 		Logger:            log,
 	}
+}
+
+// explicit is a duration of the file for the worker: 0s is zero
+// (worker.NoDelay), not the worker's default.
+func explicit(d Duration) time.Duration {
+	if d.Duration == 0 {
+		return worker.NoDelay
+	}
+	return d.Duration
+}
+
+// refusedZero is a number of the file for the worker where 0 is not a
+// value: -1, which the worker refuses by name, instead of its default.
+func refusedZero(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// refusedZeroDuration is refusedZero for durations.
+func refusedZeroDuration(d Duration) time.Duration {
+	if d.Duration == 0 {
+		return -time.Second
+	}
+	return d.Duration
 }
 
 // sweepInterval is how often each worker sweeps expired records. On

@@ -24,6 +24,7 @@ type store interface {
 	Stats(ctx context.Context) (ledger.Stats, error)
 	Forget(ctx context.Context, key string) error
 	Reset(ctx context.Context, key string) error
+	flowAccess
 	Close() error
 }
 

@@ -1,0 +1,498 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/user"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+const flowUsage = `Usage: sqsonce flow <command> [--config FILE] [flags]
+
+Pause and resume the intake by hand, and see what flow control does, on
+every worker that shares the ledger (ledger.backend).
+
+Commands:
+  status                          the pauses in the ledger (scope, state, since, reason, who, next
+                                  probe, probes failed, ramp cap, expiry) and the workers of its
+                                  registry (host, pid, version, started, last beat, in hand, paused),
+                                  saying which look down; --json for JSON
+  pause --until T --reason TEXT   pause the intake of the scope until T, an RFC 3339 time or a
+                                  duration such as 30m, which must be below the queue's message
+                                  retention: no worker receives, messages in hand are held, no
+                                  probe runs; it replaces an automatic pause
+  resume [--reason TEXT]          end the scope's pause, by hand or automatic: the intake opens
+
+--scope S names the scope; by default flow.scope, or the queue's name and
+the handler's target ("orders https://partner.example/api"). A partition
+value's scope is shown by status. Who acts is user@host (the user behind
+sudo, when run with it); each pause and resume is logged with who and why.
+
+With bbolt these work while a worker runs: they reach its ledger through
+the socket it serves beside the file (ledger.path + ".sock"). A shared
+ledger they reach directly.
+`
+
+// downAfter is the age of a process's last beat after which status says it
+// looks down: three beats of the worker's registration (every 5 s).
+const downAfter = 3 * 5 * time.Second
+
+// flowCommand is `sqsonce flow`.
+func (m *Main) flowCommand(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(m.Stdout, flowUsage)
+		if len(args) == 0 {
+			return fmt.Errorf("missing flow command: %w", errUsage)
+		}
+		return nil
+	}
+	sub, rest := args[0], args[1:]
+	if sub != "status" && sub != "pause" && sub != "resume" {
+		return fmt.Errorf("unknown flow command %q (want status, pause or resume): %w", sub, errUsage)
+	}
+	var c commonFlags
+	fs := m.flagSet("flow "+sub, flowUsage, &c)
+	scope := fs.String("scope", "", "the scope (default: flow.scope, or the queue's name and the handler's target)")
+	until := fs.String("until", "", "pause: until when (RFC 3339, or a duration such as 30m); required")
+	reason := fs.String("reason", "", "pause (required), resume: why, recorded with who")
+	asJSON := fs.Bool("json", false, "status: print JSON")
+	cfg, log, err := m.parse(fs, &c, rest)
+	if err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("flow %s takes no arguments, got %q: %w", sub, fs.Args(), errUsage)
+	}
+	if *scope == "" {
+		*scope = flowScope(cfg)
+	}
+	if err := ledger.ValidateScope(*scope); err != nil {
+		return fmt.Errorf("--scope: %v: %w", err, errUsage)
+	}
+	var pause pauseRequest
+	if sub == "pause" {
+		if pause, err = parsePause(*until, *reason, time.Now()); err != nil {
+			return err
+		}
+	}
+	if cfg.Ledger.Backend == BackendBbolt {
+		if _, err := os.Stat(cfg.Ledger.Path); err != nil {
+			return fmt.Errorf("ledger %s: %w", cfg.Ledger.Path, err)
+		}
+	}
+	by := actor(m.LookupEnv)
+	switch sub {
+	case "pause":
+		retention, err := queueRetention(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		err = withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
+			return m.flowPause(ctx, l, log, *scope, pause, by, retention)
+		})
+		if err == nil && cfg.Flow.Mode != string(worker.FlowOn) {
+			fmt.Fprintf(m.Stdout, "note: flow.mode is %q in this configuration: workers that run with it do not hold their intake for a pause\n", cfg.Flow.Mode)
+		}
+		return err
+	case "resume":
+		return withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
+			return m.flowResume(ctx, l, log, *scope, *reason, by)
+		})
+	}
+	return withFlowLedger(ctx, cfg, by, func(ctx context.Context, l flowLedger) error {
+		st, err := readFlowStatus(ctx, l, *scope)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(m.Stdout).Encode(st.json())
+		}
+		st.print(m.Stdout, l.Via())
+		return nil
+	})
+}
+
+// flowLedger is a ledger reached for its flow state.
+type flowLedger interface {
+	flowAccess
+	Via() string
+}
+
+// withFlowLedger opens the configured ledger as the ledger commands do (a
+// running worker's socket for a bbolt file it holds) and calls fn with it
+// and a context that names who acts in the calls through a socket.
+func withFlowLedger(ctx context.Context, cfg Config, by string, fn func(ctx context.Context, l flowLedger) error) error {
+	ctx = withActor(ctx, by)
+	l, err := openLedgerAccess(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	return fn(ctx, l)
+}
+
+// pauseRequest is a pause by hand, as asked.
+type pauseRequest struct {
+	until  time.Time
+	reason string
+}
+
+// maxPauseReason bounds the reason of a pause by hand, in bytes.
+const maxPauseReason = 512
+
+// parsePause reads --until (RFC 3339, or a duration from now) and
+// --reason.
+func parsePause(until, reason string, now time.Time) (pauseRequest, error) {
+	if until == "" {
+		return pauseRequest{}, fmt.Errorf("--until is required: when the pause ends by itself (RFC 3339, or a duration such as 30m): %w", errUsage)
+	}
+	p := pauseRequest{reason: strings.Join(strings.Fields(reason), " ")}
+	if t, err := time.Parse(time.RFC3339, until); err == nil {
+		p.until = t
+	} else if d, err := time.ParseDuration(until); err == nil {
+		p.until = now.Add(d)
+	} else {
+		return pauseRequest{}, fmt.Errorf("--until %q: want an RFC 3339 time (2030-01-02T15:04:05Z) or a duration (30m, 2h): %w", until, errUsage)
+	}
+	switch {
+	case !p.until.After(now):
+		return pauseRequest{}, fmt.Errorf("--until %s is not in the future: %w", until, errUsage)
+	case p.reason == "":
+		return pauseRequest{}, fmt.Errorf("--reason is required: why the intake is paused, for whoever finds it paused: %w", errUsage)
+	case len(p.reason) > maxPauseReason:
+		return pauseRequest{}, fmt.Errorf("--reason of %d bytes, over %d: %w", len(p.reason), maxPauseReason, errUsage)
+	}
+	return p, nil
+}
+
+// queueRetention is the message retention of the configured queue, which
+// bounds a pause by hand.
+func queueRetention(ctx context.Context, cfg Config) (time.Duration, error) {
+	client, err := newSQSClient(ctx, cfg.Queue)
+	if err != nil {
+		return 0, err
+	}
+	q, err := worker.InspectQueue(ctx, client, cfg.Queue.URL)
+	if err != nil {
+		return 0, fmt.Errorf("cannot read the queue's message retention, which bounds a pause: %w", err)
+	}
+	return q.Retention, nil
+}
+
+// actor names who runs the command: user@host, the user being the one
+// behind sudo when sudo runs it.
+func actor(lookupEnv func(string) (string, bool)) string {
+	name := ""
+	if s, ok := lookupEnv("SUDO_USER"); ok && s != "" {
+		name = s
+	} else if u, err := user.Current(); err == nil && u.Username != "" {
+		name = u.Username
+	} else if s, ok := lookupEnv("USER"); ok && s != "" {
+		name = s
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s@%s", cmp.Or(name, "unknown"), cmp.Or(host, "unknown"))
+}
+
+// casTries bounds the compare-and-set rounds of a pause or a resume that
+// workers write beside.
+const casTries = 5
+
+// flowPause writes a pause by hand of scope until p.until, replacing an
+// automatic one: a compare-and-set on the version read, tried again when a
+// worker wrote in between. A pause that was already on keeps its start,
+// and the whole pause, from that start to p.until, must be below the
+// queue's message retention.
+func (m *Main) flowPause(ctx context.Context, l flowLedger, log *slog.Logger, scope string, p pauseRequest, by string, retention time.Duration) error {
+	for range casTries {
+		r, err := l.GetFlow(ctx, scope)
+		if err != nil {
+			return err
+		}
+		was, _ := decodePause(r)
+		since := r.Now
+		if r.Found && was.State == worker.PausePaused && was.Since.Before(since) {
+			since = was.Since
+		}
+		// Measured on the ledger's clock from the pause's start; p.until
+		// is this host's.
+		ttl := time.Until(p.until)
+		if span := r.Now.Sub(since) + ttl; span >= retention {
+			return fmt.Errorf("a pause until %s would last %v, from %s, not below the queue's message retention (%v): messages would expire in SQS while paused; pause for less, or raise the queue's MessageRetentionPeriod: %w",
+				p.until.UTC().Format(time.RFC3339), span.Round(time.Second), since.UTC().Format(time.RFC3339), retention, errUsage)
+		}
+		if ttl <= 0 {
+			return fmt.Errorf("--until %s has passed: %w", p.until.UTC().Format(time.RFC3339), errUsage)
+		}
+		doc := worker.PauseDoc{State: worker.PausePaused, Manual: true, Since: since, Reason: p.reason, By: by}
+		data, err := json.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		w, err := l.PutFlow(ctx, ledger.FlowDoc{Scope: scope, Data: data, TTL: ttl}, r.Doc.Version)
+		if errors.Is(err, ledger.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		log.Info("flow: intake paused by hand", "scope", scope, "by", by, "reason", p.reason, "until", w.Doc.Expires, "replaced", describeState(r, was))
+		fmt.Fprintf(m.Stdout, "paused the intake of %q until %s (in %v), on every worker sharing the ledger (via %s); it was %s\n",
+			scope, w.Doc.Expires.UTC().Format(time.RFC3339), w.Doc.Expires.Sub(w.Now).Round(time.Second), l.Via(), describeState(r, was))
+		return nil
+	}
+	return fmt.Errorf("flow pause %q: the pause document kept changing under %d tries (workers writing it): try again", scope, casTries)
+}
+
+// flowResume deletes scope's pause document, whatever paused it: the
+// intake opens on every worker within their next read of it (a second).
+func (m *Main) flowResume(ctx context.Context, l flowLedger, log *slog.Logger, scope, reason, by string) error {
+	reason = strings.Join(strings.Fields(reason), " ")
+	for range casTries {
+		r, err := l.GetFlow(ctx, scope)
+		if err != nil {
+			return err
+		}
+		if !r.Found {
+			fmt.Fprintf(m.Stdout, "the intake of %q is not paused: nothing to resume\n", scope)
+			return nil
+		}
+		was, _ := decodePause(r)
+		err = l.DeleteFlow(ctx, scope, r.Doc.Version)
+		if errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrNotFound) {
+			continue // changed or ended meanwhile: read it again
+		}
+		if err != nil {
+			return err
+		}
+		log.Info("flow: intake resumed by hand", "scope", scope, "by", by, "reason", reason, "was", describeState(r, was))
+		fmt.Fprintf(m.Stdout, "resumed the intake of %q on every worker sharing the ledger (via %s); it was %s\n", scope, l.Via(), describeState(r, was))
+		return nil
+	}
+	return fmt.Errorf("flow resume %q: the pause document kept changing under %d tries (workers writing it): try again", scope, casTries)
+}
+
+// decodePause reads the pause document of r; false when r has none or it
+// is not one.
+func decodePause(r ledger.FlowRead) (worker.PauseDoc, bool) {
+	var d worker.PauseDoc
+	if !r.Found || json.Unmarshal(r.Doc.Data, &d) != nil || d.State == "" {
+		return worker.PauseDoc{}, false
+	}
+	return d, true
+}
+
+// describeState says in a few words what a scope's document says: "not
+// paused", "paused by hand by alice@ops since ... (why)", "paused
+// automatically since ..." or "ramping up".
+func describeState(r ledger.FlowRead, d worker.PauseDoc) string {
+	switch {
+	case !r.Found:
+		return "not paused"
+	case d.State == "":
+		return "holding a document that is not a pause"
+	case d.State == worker.PauseRamping:
+		return fmt.Sprintf("ramping up after a pause since %s", d.Since.UTC().Format(time.RFC3339))
+	case d.Manual:
+		return fmt.Sprintf("paused by hand by %s since %s (%s)", d.By, d.Since.UTC().Format(time.RFC3339), d.Reason)
+	}
+	return fmt.Sprintf("paused automatically since %s (%s)", d.Since.UTC().Format(time.RFC3339), d.Reason)
+}
+
+// flowStatus is what `sqsonce flow status` shows.
+type flowStatus struct {
+	now       time.Time // the ledger's clock
+	scope     string    // the configuration's
+	pauses    []scopePause
+	processes []ledger.Process
+}
+
+// scopePause is one scope's flow document as status shows it.
+type scopePause struct {
+	doc   ledger.FlowDoc
+	pause worker.PauseDoc
+	ok    bool // the document is a pause
+}
+
+// readFlowStatus reads the ledger's pauses and processes; the pauses of
+// scope and of its partition values first.
+func readFlowStatus(ctx context.Context, l flowAccess, scope string) (flowStatus, error) {
+	r, err := l.GetFlow(ctx, scope)
+	if err != nil {
+		return flowStatus{}, err
+	}
+	docs, err := l.ListFlows(ctx)
+	if err != nil {
+		return flowStatus{}, err
+	}
+	ps, err := l.Processes(ctx)
+	if err != nil {
+		return flowStatus{}, err
+	}
+	st := flowStatus{now: r.Now, scope: scope, processes: ps}
+	for _, d := range docs {
+		p, ok := decodePause(ledger.FlowRead{Doc: d, Found: true})
+		st.pauses = append(st.pauses, scopePause{doc: d, pause: p, ok: ok})
+	}
+	mine := func(s string) bool { return s == scope || strings.HasPrefix(s, scope+" | ") }
+	slices.SortStableFunc(st.pauses, func(a, b scopePause) int {
+		switch ma, mb := mine(a.doc.Scope), mine(b.doc.Scope); {
+		case ma && !mb:
+			return -1
+		case mb && !ma:
+			return 1
+		}
+		return strings.Compare(a.doc.Scope, b.doc.Scope)
+	})
+	return st, nil
+}
+
+// stamp is t in UTC and how long ago or ahead of now it is.
+func stamp(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := now.Sub(t).Round(time.Second)
+	if d >= 0 {
+		return fmt.Sprintf("%s (%v ago)", t.UTC().Format(time.RFC3339), d)
+	}
+	return fmt.Sprintf("%s (in %v)", t.UTC().Format(time.RFC3339), -d)
+}
+
+func (st flowStatus) print(w io.Writer, via string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	defer tw.Flush()
+	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "  %s\t%s\n", k, fmt.Sprintf(format, args...)) }
+	fmt.Fprintf(tw, "ledger read via %s at %s; this configuration's scope is %q\n", via, st.now.UTC().Format(time.RFC3339), st.scope)
+	if len(st.pauses) == 0 {
+		fmt.Fprintf(tw, "\nno scope is paused\n")
+	}
+	for _, sp := range st.pauses {
+		d, p := sp.doc, sp.pause
+		fmt.Fprintf(tw, "\nscope %q\n", d.Scope)
+		if !sp.ok {
+			row("state", "a flow document that is not a pause (version %d)", d.Version)
+			continue
+		}
+		state := p.State
+		switch {
+		case p.State == worker.PausePaused && p.Manual:
+			state = "paused by hand: no probes; it ends at its expiry or a resume"
+		case p.State == worker.PausePaused:
+			state = "paused: the handlers' downstream is down; one probe at a time"
+		case p.State == worker.PauseRamping:
+			state = "ramping up: the probe succeeded; each worker runs up to the cap at once, doubled as they succeed"
+		}
+		row("state", "%s", state)
+		row("since", "%s", stamp(p.Since, st.now))
+		row("reason", "%s", oneLine(p.Reason, 300))
+		row("by", "%s", p.By)
+		if p.State == worker.PausePaused && !p.Manual {
+			next := stamp(p.Next, st.now)
+			if p.Prober != "" && p.ProbeEnd.After(st.now) {
+				next = "running on " + p.Prober + ", its lease until " + stamp(p.ProbeEnd, st.now)
+			}
+			row("next probe", "%s", next)
+			row("probes failed", "%d", p.Probes)
+		}
+		if p.State == worker.PauseRamping {
+			row("cap", "%d", p.Cap)
+		}
+		expires := "never"
+		if !d.Expires.IsZero() {
+			expires = stamp(d.Expires, st.now)
+		}
+		row("expires", "%s", expires)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n")
+	if len(st.processes) == 0 {
+		fmt.Fprintf(w, "no worker in the ledger's registry\n")
+		return
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tPID\tVERSION\tQUEUE\tSTARTED\tLAST BEAT\tIN HAND\tPAUSED")
+	for _, p := range st.processes {
+		beat := p.BeatAge.Round(time.Second).String() + " ago"
+		if p.BeatAge > downAfter {
+			beat += " (looks down)"
+		}
+		paused := "no"
+		if p.Paused {
+			paused = "yes: " + oneLine(p.PausedWhy, 80)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", p.Host, p.PID, p.Version, worker.QueueName(p.Queue),
+			p.Started.UTC().Format(time.RFC3339), beat, p.InHand, paused)
+	}
+	tw.Flush()
+	down := 0
+	for _, p := range st.processes {
+		if p.BeatAge > downAfter {
+			down++
+		}
+	}
+	if down > 0 {
+		fmt.Fprintf(w, "%d worker(s) look down: no beat for over %v (a worker beats every 5 s; a stopped one removes itself)\n", down, downAfter)
+	}
+}
+
+// flowStatusJSON is status as JSON.
+type flowStatusJSON struct {
+	Now       time.Time           `json:"now"`
+	Scope     string              `json:"scope"`
+	Pauses    []flowPauseJSON     `json:"pauses"`
+	Processes []flowProcessStatus `json:"processes"`
+}
+
+type flowPauseJSON struct {
+	Scope   string           `json:"scope"`
+	Version int64            `json:"version"`
+	Expires *time.Time       `json:"expires,omitempty"`
+	Pause   *worker.PauseDoc `json:"pause,omitempty"` // absent: not a pause document
+}
+
+type flowProcessStatus struct {
+	ID             string    `json:"id"`
+	Host           string    `json:"host"`
+	PID            int       `json:"pid"`
+	Version        string    `json:"version"`
+	Queue          string    `json:"queue"`
+	Started        time.Time `json:"started"`
+	BeatAgeSeconds float64   `json:"beat_age_seconds"`
+	InHand         int       `json:"in_hand"`
+	Paused         bool      `json:"paused"`
+	PausedWhy      string    `json:"paused_why,omitempty"`
+	Down           bool      `json:"down"`
+}
+
+func (st flowStatus) json() flowStatusJSON {
+	out := flowStatusJSON{Now: st.now, Scope: st.scope, Pauses: []flowPauseJSON{}, Processes: []flowProcessStatus{}}
+	for _, sp := range st.pauses {
+		j := flowPauseJSON{Scope: sp.doc.Scope, Version: sp.doc.Version}
+		if !sp.doc.Expires.IsZero() {
+			j.Expires = &sp.doc.Expires
+		}
+		if sp.ok {
+			j.Pause = &sp.pause
+		}
+		out.Pauses = append(out.Pauses, j)
+	}
+	for _, p := range st.processes {
+		out.Processes = append(out.Processes, flowProcessStatus{ID: p.ID, Host: p.Host, PID: p.PID, Version: p.Version, Queue: p.Queue,
+			Started: p.Started, BeatAgeSeconds: p.BeatAge.Seconds(), InHand: p.InHand, Paused: p.Paused, PausedWhy: p.PausedWhy,
+			Down: p.BeatAge > downAfter})
+	}
+	return out
+}
