@@ -206,93 +206,44 @@ func actor(lookupEnv func(string) (string, bool)) string {
 	return fmt.Sprintf("%s@%s", cmp.Or(name, "unknown"), cmp.Or(host, "unknown"))
 }
 
-// casTries bounds the compare-and-set rounds of a pause or a resume that
-// workers write beside.
-const casTries = 5
-
-// flowPause writes a pause by hand of scope until p.until, replacing an
-// automatic one: a compare-and-set on the version read, tried again when a
-// worker wrote in between. A pause that was already on keeps its start,
-// and the whole pause, from that start to p.until, must be below the
-// queue's message retention.
+// flowPause writes a pause by hand of scope until p.until (see
+// worker.PauseByHand).
 func (m *Main) flowPause(ctx context.Context, l flowLedger, log *slog.Logger, scope string, p pauseRequest, by string, retention time.Duration) error {
-	for range casTries {
-		r, err := l.GetFlow(ctx, scope)
-		if err != nil {
-			return err
-		}
-		was, _ := decodePause(r)
-		since := r.Now
-		if r.Found && was.State == worker.PausePaused && was.Since.Before(since) {
-			since = was.Since
-		}
-		// Measured on the ledger's clock from the pause's start; p.until
-		// is this host's.
-		ttl := time.Until(p.until)
-		if span := r.Now.Sub(since) + ttl; span >= retention {
-			return fmt.Errorf("a pause until %s would last %v, from %s, not below the queue's message retention (%v): messages would expire in SQS while paused; pause for less, or raise the queue's MessageRetentionPeriod: %w",
-				p.until.UTC().Format(time.RFC3339), span.Round(time.Second), since.UTC().Format(time.RFC3339), retention, errUsage)
-		}
-		if ttl <= 0 {
-			return fmt.Errorf("--until %s has passed: %w", p.until.UTC().Format(time.RFC3339), errUsage)
-		}
-		doc := worker.PauseDoc{State: worker.PausePaused, Manual: true, Since: since, Reason: p.reason, By: by}
-		data, err := json.Marshal(doc)
-		if err != nil {
-			return err
-		}
-		w, err := l.PutFlow(ctx, ledger.FlowDoc{Scope: scope, Data: data, TTL: ttl}, r.Doc.Version)
-		if errors.Is(err, ledger.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		log.Info("flow: intake paused by hand", "scope", scope, "by", by, "reason", p.reason, "until", w.Doc.Expires, "replaced", describeState(r, was))
-		fmt.Fprintf(m.Stdout, "paused the intake of %q until %s (in %v), on every worker sharing the ledger (via %s); it was %s\n",
-			scope, w.Doc.Expires.UTC().Format(time.RFC3339), w.Doc.Expires.Sub(w.Now).Round(time.Second), l.Via(), describeState(r, was))
-		return nil
+	if time.Until(p.until) <= 0 {
+		return fmt.Errorf("--until %s has passed: %w", p.until.UTC().Format(time.RFC3339), errUsage)
 	}
-	return fmt.Errorf("flow pause %q: the pause document kept changing under %d tries (workers writing it): try again", scope, casTries)
+	got, err := worker.PauseByHand(ctx, l, scope, p.until, p.reason, by, retention)
+	if errors.Is(err, worker.ErrPauseTooLong) {
+		return fmt.Errorf("%w: messages would expire in SQS while paused; pause for less, or raise the queue's MessageRetentionPeriod: %w", err, errUsage)
+	}
+	if err != nil {
+		return err
+	}
+	log.Info("flow: intake paused by hand", "scope", scope, "by", by, "reason", p.reason, "until", got.Written.Doc.Expires, "replaced", describeState(got.Before, got.Was))
+	fmt.Fprintf(m.Stdout, "paused the intake of %q until %s (in %v), on every worker sharing the ledger (via %s); it was %s\n",
+		scope, got.Written.Doc.Expires.UTC().Format(time.RFC3339), got.Written.Doc.Expires.Sub(got.Written.Now).Round(time.Second), l.Via(), describeState(got.Before, got.Was))
+	return nil
 }
 
-// flowResume deletes scope's pause document, whatever paused it: the
-// intake opens on every worker within their next read of it (a second).
+// flowResume deletes scope's pause document, whatever paused it (see
+// worker.Resume).
 func (m *Main) flowResume(ctx context.Context, l flowLedger, log *slog.Logger, scope, reason, by string) error {
 	reason = strings.Join(strings.Fields(reason), " ")
-	for range casTries {
-		r, err := l.GetFlow(ctx, scope)
-		if err != nil {
-			return err
-		}
-		if !r.Found {
-			fmt.Fprintf(m.Stdout, "the intake of %q is not paused: nothing to resume\n", scope)
-			return nil
-		}
-		was, _ := decodePause(r)
-		err = l.DeleteFlow(ctx, scope, r.Doc.Version)
-		if errors.Is(err, ledger.ErrConflict) || errors.Is(err, ledger.ErrNotFound) {
-			continue // changed or ended meanwhile: read it again
-		}
-		if err != nil {
-			return err
-		}
-		log.Info("flow: intake resumed by hand", "scope", scope, "by", by, "reason", reason, "was", describeState(r, was))
-		fmt.Fprintf(m.Stdout, "resumed the intake of %q on every worker sharing the ledger (via %s); it was %s\n", scope, l.Via(), describeState(r, was))
+	was, before, found, err := worker.Resume(ctx, l, scope)
+	if err != nil {
+		return err
+	}
+	if !found {
+		fmt.Fprintf(m.Stdout, "the intake of %q is not paused: nothing to resume\n", scope)
 		return nil
 	}
-	return fmt.Errorf("flow resume %q: the pause document kept changing under %d tries (workers writing it): try again", scope, casTries)
+	log.Info("flow: intake resumed by hand", "scope", scope, "by", by, "reason", reason, "was", describeState(before, was))
+	fmt.Fprintf(m.Stdout, "resumed the intake of %q on every worker sharing the ledger (via %s); it was %s\n", scope, l.Via(), describeState(before, was))
+	return nil
 }
 
-// decodePause reads the pause document of r; false when r has none or it
-// is not one.
-func decodePause(r ledger.FlowRead) (worker.PauseDoc, bool) {
-	var d worker.PauseDoc
-	if !r.Found || json.Unmarshal(r.Doc.Data, &d) != nil || d.State == "" {
-		return worker.PauseDoc{}, false
-	}
-	return d, true
-}
+// decodePause reads the pause document of r (see worker.DecodePause).
+func decodePause(r ledger.FlowRead) (worker.PauseDoc, bool) { return worker.DecodePause(r) }
 
 // describeState says in a few words what a scope's document says: "not
 // paused", "paused by hand by alice@ops since ... (why)", "paused
