@@ -48,9 +48,9 @@ func statementKind(sql string) string {
 		return rtClaim
 	case strings.Contains(sql, "SET state = 2"):
 		return rtComplete
-	case strings.Contains(sql, "SET state = 3, permanent = u.permanent"):
+	case strings.Contains(sql, "SET state = 3") && strings.Contains(sql, "permanent = u.permanent"):
 		return rtFail
-	case strings.Contains(sql, "attempts = o.attempts - 1") || strings.Contains(sql, "attempts <= 1"):
+	case strings.Contains(sql, "SET state = 3, permanent = false") || strings.Contains(sql, "state = 1 AND attempts = 0"):
 		return rtRelease
 	case strings.Contains(sql, "SET lease_expiry ="):
 		return rtExtend

@@ -163,7 +163,8 @@ func (p *proc) outputHas(s string) bool {
 
 // buildBinaries builds the chaos worker, the downstream and the sqsonce
 // command from the same tree into dir. The chaos worker gets the ledger
-// socket of `sqsonce run` (cmd/sqsonce/ledgersocket.go, unchanged) added to
+// socket of `sqsonce run` (cmd/sqsonce/ledgersocket.go and the flow calls
+// of flowsocket.go, unchanged) added to
 // its package through go build -overlay, with a small file that hands its
 // serveLedgerSocket to the worker's serveSocket hook: a main package
 // cannot be imported, and a copy would test the copy.
@@ -191,6 +192,7 @@ func buildBinaries(ctx context.Context, dir string, race bool, log io.Writer) (w
 	}
 	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
 		filepath.Join(dirs[0], "zz_ledgersocket.go"): filepath.Join(dirs[1], "ledgersocket.go"),
+		filepath.Join(dirs[0], "zz_flowsocket.go"):   filepath.Join(dirs[1], "flowsocket.go"),
 		filepath.Join(dirs[0], "zz_socket_shim.go"):  shim,
 	}})
 	if err != nil {
