@@ -42,8 +42,7 @@ type tcpProxy struct {
 	loseRequests, loseAnswers int
 	lost                      []lostCommit
 
-	accepted, refused, cut atomic.Int64
-	wg                     sync.WaitGroup
+	wg sync.WaitGroup
 }
 
 // proxyConn is one connection the proxy carries.
@@ -153,7 +152,6 @@ func (p *tcpProxy) cutAll() int {
 		delete(p.conns, c)
 		n++
 	}
-	p.cut.Add(int64(n))
 	return n
 }
 
@@ -194,32 +192,24 @@ func (p *tcpProxy) accept() {
 		p.mu.Lock()
 		refuse, target := p.refuse, p.target
 		p.mu.Unlock()
-		if refuse {
-			p.refused.Add(1)
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", target)
-		if err != nil {
-			// The server is down: the client sees its connection closed.
-			p.refused.Add(1)
-			c.Close()
-			continue
+		var s net.Conn
+		if !refuse {
+			s, err = net.Dial("tcp", target) // the server down: the client sees its connection closed
 		}
 		p.mu.Lock()
-		if p.refuse {
-			// Refusing began while it connected: a connection that
-			// cutAll did not see must not be carried either.
+		// Refusing may have begun while it connected: a connection that
+		// cutAll did not see must not be carried either.
+		if refuse || err != nil || p.refuse {
 			p.mu.Unlock()
-			p.refused.Add(1)
 			c.Close()
-			s.Close()
+			if s != nil {
+				s.Close()
+			}
 			continue
 		}
 		pc := &proxyConn{client: c, server: s, ready: make(chan struct{})}
 		p.conns[c] = pc
 		p.mu.Unlock()
-		p.accepted.Add(1)
 		p.wg.Add(2)
 		go p.fromClient(pc)
 		go p.fromServer(pc)
@@ -323,79 +313,41 @@ const completionMark = "the completion found no claim of its owner in progress"
 // bindOwner returns the owner that the rest of a Bind of the completion
 // (after the statement's name) binds: its fourth parameter, an array of
 // one bytea in binary format. It returns "" when it cannot read one.
-func bindOwner(b []byte) string {
-	u16 := func() (int, bool) {
-		if len(b) < 2 {
-			return 0, false
+func bindOwner(b []byte) (owner string) {
+	defer func() {
+		if recover() != nil { // cut short: not the message looked for
+			owner = ""
 		}
-		v := int(binary.BigEndian.Uint16(b))
-		b = b[2:]
-		return v, true
-	}
-	u32 := func() (int32, bool) {
-		if len(b) < 4 {
-			return 0, false
-		}
-		v := int32(binary.BigEndian.Uint32(b))
-		b = b[4:]
-		return v, true
-	}
-	nf, ok := u16()
-	if !ok || len(b) < 2*nf {
-		return ""
-	}
-	formats := make([]int, nf)
+	}()
+	u16 := func() int { v := int(binary.BigEndian.Uint16(b)); b = b[2:]; return v }
+	u32 := func() int { v := int(int32(binary.BigEndian.Uint32(b))); b = b[4:]; return v }
+	formats := make([]int, u16())
 	for i := range formats {
-		formats[i], _ = u16()
+		formats[i] = u16()
 	}
-	np, ok := u16()
-	if !ok || np < 4 {
+	if u16() < 4 {
 		return ""
 	}
 	var param []byte
 	for i := range 4 {
-		n, ok := u32()
-		if !ok || n < -1 || int(n) > len(b) {
-			return ""
+		if n := u32(); n >= 0 {
+			if i == 3 {
+				param = b[:n]
+			}
+			b = b[n:]
 		}
-		if n < 0 {
-			continue
-		}
-		if i == 3 {
-			param = b[:n]
-		}
-		b = b[n:]
 	}
-	format := 0
-	switch {
-	case nf == 1:
-		format = formats[0]
-	case nf >= 4:
-		format = formats[3]
-	}
-	if format != 1 {
-		return ""
+	if len(formats) != 1 && len(formats) < 4 || formats[min(3, len(formats)-1)] != 1 {
+		return "" // not in binary format
 	}
 	// A binary array: dimensions, null flag, element type, then per
 	// dimension its length and lower bound, then each element's length
 	// and bytes.
 	b = param
-	ndim, ok1 := u32()
-	_, ok2 := u32()
-	_, ok3 := u32()
-	if !ok1 || !ok2 || !ok3 || ndim != 1 {
+	if dims, _, _, length, _ := u32(), u32(), u32(), u32(), u32(); dims != 1 || length != 1 {
 		return ""
 	}
-	length, ok1 := u32()
-	_, ok2 = u32()
-	if !ok1 || !ok2 || length != 1 {
-		return ""
-	}
-	n, ok := u32()
-	if !ok || n < 0 || int(n) > len(b) {
-		return ""
-	}
-	return string(b[:n])
+	return string(b[:u32()])
 }
 
 // cutCString splits b after its first NUL-terminated string.

@@ -10,6 +10,8 @@ package event
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +19,50 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/worker"
 )
+
+// WorkerConfig is a chaos worker run's configuration, which the campaigns
+// hand it as JSON (chaosworker -config).
+type WorkerConfig struct {
+	Run      int    // this run's number: names its files, sent as X-Chaos-Run
+	Endpoint string // the SQS endpoint (loopback)
+	Queue    string // the queue's URL
+	// Ledger is a bbolt file; else Postgres is the connection string of a
+	// shared ledger in Table, each call bounded by LedgerTimeout.
+	Ledger, Postgres, Table string
+	LedgerTimeout           time.Duration
+	LockTimeout             time.Duration // how long to wait for the bbolt file's lock (0: the default)
+	// Downstream is the URL the http handler POSTs to; with Tx the
+	// handler is a transactional one instead (on Postgres).
+	Downstream string
+	Tx         *TxConfig
+	Dir        string // for the run's event log and counters
+	CrashLog   string // shared by all runs
+	Seed       uint64 // of the fault injection and of the handler's draws
+	Rates      sqstest.Rates
+	// The worker's settings.
+	Concurrency                       int
+	Visibility, HandlerTimeout, Grace time.Duration
+	// Broken makes a worker that breaks the promise on purpose (see
+	// chaosworker): "delete-first" or "skip-claim".
+	Broken string
+}
+
+// TxConfig is what a chaos worker's transactional handlers do (see
+// chaosworker).
+type TxConfig struct {
+	Effects string // the effects table
+	Control string // the campaign's control URL, asked from inside a held transaction
+	// HoldShare of the attempts hold their transaction open for Hold after
+	// the insert; PanicShare panic after it; WritesShare are made in the
+	// Writes form (pgtx.NewWrites), which neither hold nor panic.
+	HoldShare, PanicShare, WritesShare float64
+	Hold                               time.Duration
+}
 
 // Crash windows, as written in the crash log and counted by the campaign.
 const (
@@ -36,17 +79,17 @@ type Crash struct {
 	Run    int    `json:"run"`
 	Window string `json:"window"`
 	Key    string `json:"key"`
-	Nth    int64  `json:"nth"` // the how-manyth Complete call of the run
 }
 
-// AttrSend is the message attribute with which the FIFO campaign's sender
-// names each message it sends. The worker's dead-letter copies and replay
-// keep message attributes, so every copy of a message carries it.
+// AttrSend is the message attribute with which the campaigns' sender names
+// each message it sends. The worker's dead-letter copies and replay keep
+// message attributes, so every copy of a message carries it.
 const AttrSend = "ChaosSend"
 
 // Worker event kinds.
 const (
 	EvClaim    = "claim"    // Ledger.ClaimBatch claimed the operation for Owner (Takeover: over a lapsed lease)
+	EvDone     = "done"     // Ledger.ClaimBatch answered that Key's operation is complete
 	EvRelease  = "release"  // Ledger.ReleaseBatch released Owner's claim
 	EvLost     = "lost"     // Ledger.ExtendBatch said Owner's claim is no longer its own (Err: why)
 	EvStart    = "start"    // the handler was called, for the attempt of Owner
@@ -54,6 +97,7 @@ const (
 	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
 	EvFail     = "fail"     // Ledger.Fail returned
 	EvSent     = "sent"     // SQS accepted a copy that the worker sent (to the dead-letter queue)
+	EvDelete   = "delete"   // a DeleteMessageBatch entry of MessageID (of operation Key) is on its way to SQS
 	EvWait     = "wait"     // a wait for a ledger that could not record claims ended (Since: when it began; Err: WaitCutShort or empty)
 	// A transactional handler (chaosworker -pgtx) inserted the effect row
 	// of an attempt in its transaction, not committed yet (Owner, Seq,
@@ -79,7 +123,6 @@ type WorkerEvent struct {
 	Key       string `json:"key"`
 	Attempt   int    `json:"attempt,omitempty"`
 	MessageID string `json:"msg,omitempty"`
-	Perm      bool   `json:"perm,omitempty"`
 	Err       string `json:"err,omitempty"`
 	// Cause: EvHandled with Err, when the worker stopped the handler: why
 	// (its timeout, the end of the grace, a lease taken over).
@@ -99,8 +142,8 @@ type WorkerEvent struct {
 	// Takeover: EvClaim, the claim took the operation over from another
 	// whose lease had lapsed.
 	Takeover bool `json:"takeover,omitempty"`
-	// EvInsert: the row's sequence number in its run, the SHA-256 of the
-	// payload (hex: the worker's fingerprint), and the local address of the
+	// EvInsert: the row's sequence number in its run, the Hash of the
+	// payload, and the local address of the
 	// transaction's connection (what the campaign's proxy sees as its
 	// client).
 	Seq    int64  `json:"seq,omitempty"`
@@ -113,6 +156,10 @@ type WorkerEvent struct {
 	// the transaction; SessionUnknown and why when it could not be read).
 	Session string `json:"session,omitempty"`
 }
+
+// BatchClient is the Client of the EvInsert of an attempt in the Writes
+// form, which does not see its connection.
+const BatchClient = "batch"
 
 // HandlerPanicked begins the Err of an EvHandled whose handler panicked.
 const HandlerPanicked = "panicked"
@@ -137,9 +184,6 @@ type Execution struct {
 	// Effect is true for the one execution of a key that applied the
 	// operation's effect.
 	Effect bool `json:"effect"`
-	// Repeat is true when the answer is the stored answer of an earlier
-	// execution of the key.
-	Repeat bool `json:"repeat"`
 	// Owner is the attempt's owner token (X-Chaos-Owner, from
 	// worker.Message.Owner): the claim under which it ran.
 	Owner string `json:"owner,omitempty"`
@@ -153,32 +197,25 @@ type Execution struct {
 	Replays int    `json:"replays,omitempty"`
 }
 
-// Counts is a worker run's counters, written every few hundred
-// milliseconds and at exit.
+// Counts is a worker run's counters, written every 250 ms and at exit.
 type Counts struct {
-	Run          int                       `json:"run"`
-	Faults       map[string]map[string]int `json:"faults"` // by SQS operation, then kind
-	Stats        worker.Stats              `json:"stats"`
-	Commits      int64                     `json:"commits"`
-	CommitErrors int64                     `json:"commit_errors"`
-	CompletesOK  int64                     `json:"completes_ok"`
-	SQSRequests  int64                     `json:"sqs_requests"`
+	Faults       map[string]map[sqstest.Kind]int `json:"faults"` // by SQS operation, then kind
+	Stats        worker.Stats                    `json:"stats"`
+	CommitErrors int64                           `json:"commit_errors"` // bbolt commits that failed
+	CompletesOK  int64                           `json:"completes_ok"`
+	SQSRequests  int64                           `json:"sqs_requests"`
 	// LedgerErrors counts the ledger calls that failed with
 	// ledger.ErrUnavailable (a shared ledger that did not answer).
 	LedgerErrors int64 `json:"ledger_errors"`
-	// Waits counts the waits for a ledger that could not record claims
-	// that ended, WaitNanos their total length; Down is true while one is
-	// on.
-	Waits     int64 `json:"waits"`
-	WaitNanos int64 `json:"wait_nanos"`
-	Down      bool  `json:"down"`
+	// Down is true while the worker waits for a ledger that could not
+	// record claims.
+	Down bool `json:"down"`
 	// LeakChecked is true when the run, once its worker had stopped (a
 	// drain), asked the database how many sessions of its ledger's pool
 	// were still inside a transaction: LeakedSessions. No handler runs
 	// then, so each of them is a transaction that nothing will end.
 	LeakChecked    bool  `json:"leak_checked,omitempty"`
 	LeakedSessions int64 `json:"leaked_sessions,omitempty"`
-	Final          bool  `json:"final"`
 }
 
 // Appender appends JSON lines to a file. It is safe for concurrent use.
@@ -215,6 +252,17 @@ func (a *Appender) Append(v any) error {
 		return a.f.Sync()
 	}
 	return nil
+}
+
+// Log appends e, stamped with the time now when it has none; it reports a
+// failure on standard error: a lost line is a finding, not a stop.
+func (a *Appender) Log(e WorkerEvent) {
+	if e.T == 0 {
+		e.T = time.Now().UnixNano()
+	}
+	if err := a.Append(e); err != nil {
+		fmt.Fprintln(os.Stderr, "event log:", err)
+	}
 }
 
 // Close closes the file.
@@ -273,4 +321,11 @@ func ReadLines[T any](path string, fn func(T)) error {
 			return err
 		}
 	}
+}
+
+// Hash names a payload in the records: the first 16 hex digits of its
+// SHA-256, which begin the hex of the ledger's fingerprint of it.
+func Hash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:8])
 }
