@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -165,21 +167,21 @@ func (e *env) audit(h *history) *section {
 	// that SQS accepted for the dead-letter queue but are not in it.
 	wrongReason := 0
 	for _, d := range h.dlq {
-		m := h.byTag[d.Tag]
-		if m == nil || d.Reason == "" || !m.shouldComplete() {
+		m := h.byTag[d.tag]
+		if m == nil || d.reason == "" || !m.shouldComplete() {
 			continue
 		}
-		if a := h.applied[m.op.id]; strings.HasPrefix(d.Reason, "conflict") && len(m.op.bodies) > 1 && a != "" && a != event.Hash([]byte(m.body())) {
+		if a := h.applied[m.op.id]; strings.HasPrefix(d.reason, "conflict") && len(m.op.bodies) > 1 && a != "" && a != event.Hash([]byte(m.body())) {
 			continue // another payload of its key went first: the conflict is right
 		}
 		wrongReason++
-		s.detail("%s (%s): dead-lettered by sqsonce although it should have completed: %s", d.Tag, m.op.id, d.Reason)
+		s.detail("%s (%s): dead-lettered by sqsonce although it should have completed: %s", d.tag, m.op.id, d.reason)
 	}
 	s.zero("dead-lettered by sqsonce (with a reason), expected to complete", wrongReason)
 	s.must("in the dead-letter queue as expected", foundDLQ == expectDLQ, fmt.Sprintf("%d of %d", foundDLQ, expectDLQ))
 	inDLQByID := map[string]bool{}
 	for _, d := range h.dlq {
-		inDLQByID[d.ID] = true
+		inDLQByID[d.id] = true
 	}
 	for _, ev := range h.kind(event.EvSent) {
 		// Replay moves the dead letters back to the queue.
@@ -189,7 +191,7 @@ func (e *env) audit(h *history) *section {
 	}
 
 	// Executions: effects, payloads, keys, and every one beyond the first.
-	effects := map[string]int{}
+	effects, nExtra := map[string]int{}, 0
 	var execs, conflictRan, keylessRan, effectsTwice, ranAgain int
 	extra := map[string]int{}
 	for key, xs := range h.execs {
@@ -220,10 +222,8 @@ func (e *env) audit(h *history) *section {
 		}
 		for i := 1; i < len(settled); i++ {
 			cause := h.explain(settled[i-1], settled[i], settled[i].Status == 422)
-			extra[cause]++
-			if len(s.Details) < 2000 {
-				s.detail("execution beyond one (%s): %s: execution %d (run %d) after %d (run %d)", cause, key, settled[i].Seq, settled[i].Run, settled[i-1].Seq, settled[i-1].Run)
-			}
+			extra[cause], nExtra = extra[cause]+1, nExtra+1
+			s.detail("execution beyond one (%s): %s: execution %d (run %d) after %d (run %d)", cause, key, settled[i].Seq, settled[i].Run, settled[i-1].Seq, settled[i-1].Run)
 		}
 		if len(settled) > 1 && late[key] {
 			ranAgain++
@@ -243,18 +243,9 @@ func (e *env) audit(h *history) *section {
 		}
 		s.row("duplicate window (handler done to completion durable)", fmt.Sprintf("p50 %v, p99 %v, max %v", q(0.5), q(0.99), q(1)))
 	}
-	n := 0
-	for _, k := range extra {
-		n += k
-	}
-	s.row("executions beyond one per operation", fmt.Sprintf("%d (%d operations sent again after they were done ran twice, of any cause below)", n, ranAgain))
-	causes := make([]string, 0, len(extra))
-	for c := range extra {
-		causes = append(causes, c)
-	}
-	sort.Strings(causes)
-	for _, c := range causes {
-		if c != causeUnexplained && c != causeTakenOver {
+	s.row("executions beyond one per operation", fmt.Sprintf("%d (%d operations sent again after they were done ran twice, of any cause below)", nExtra, ranAgain))
+	for _, c := range slices.Sorted(maps.Keys(extra)) {
+		if !strings.HasPrefix(c, causeUnexplained) {
 			s.row("  "+c, fmt.Sprint(extra[c]))
 		}
 	}
@@ -340,7 +331,7 @@ func (h *history) explain(prev, next event.Execution, permanent bool) string {
 			return causeReplayed
 		}
 	}
-	if h.crashes[prev.Key][run] == event.WindowA {
+	if h.crashes[fmt.Sprint(run, " ", prev.Key)] == event.WindowA {
 		return causeWindowA
 	}
 	if e.inHand[prev.Key] == run {

@@ -269,50 +269,40 @@ func TxRows(e *env, h *history, s *section) {
 			e.note("run %d was killed inside the transaction of %s, yet its handler returned", k.run, k.key)
 		}
 	}
-	var requests, answers, requestRows, answerMissing, toldYes, toldNo, requestToldNo, unresolved int
+	requestRows, answerMissing, resolved := 0, 0, map[string]int{}
 	for _, lc := range lost {
 		if lc.Owner == "" {
 			continue
 		}
 		_, row := rowOf[lc.Owner]
 		hd, told := handled[lc.Owner]
+		what := "request lost"
 		switch {
-		case lc.Answered:
-			answers++
-			if !row {
-				answerMissing++
-				s.detail("the server answered the commit of %s (connection %s), and its row is not in the table", lc.Owner, lc.Client)
-			}
-		default:
-			requests++
-			if row {
-				requestRows++
-				s.detail("the commit of %s (connection %s) never reached the server, and its row is in the table", lc.Owner, lc.Client)
-			}
+		case lc.Answered && !row:
+			answerMissing++
+			s.detail("the server answered the commit of %s (connection %s), and its row is not in the table", lc.Owner, lc.Client)
+		case !lc.Answered && row:
+			requestRows++
+			s.detail("the commit of %s (connection %s) never reached the server, and its row is in the table", lc.Owner, lc.Client)
+		}
+		if lc.Answered {
+			what = "answer dropped"
 		}
 		switch {
 		case !told:
-			unresolved++
-		case lc.Answered && hd.Err == "":
-			toldYes++
-		case lc.Answered:
-			toldNo++
-		case hd.Err != "":
-			requestToldNo++
+			what += ", the run killed before its handler returned"
+		case hd.Err == "":
+			what += ", told committed"
+		default:
+			what += ", told not committed"
 		}
+		resolved[what]++
 	}
-	var causes []string
-	for _, k := range []string{rbTransient, rbPermanent, rbPanicked, rbInTx, rbKilled, rbRequest, rbCommit, rbRefused, rbStopped, rbOther, rbEnded} {
-		if n := rolledBack[k]; n > 0 {
-			causes = append(causes, fmt.Sprintf("%d %s", n, k))
-		}
-	}
-	s.row("attempts that inserted their row", fmt.Sprintf("%d: %d committed, %d rolled back (%s); %d committed though the handler was told otherwise (the record decided); %d of them in the Writes form, the insert sent with the completion and the commit in one round trip (%d committed)",
-		attempts, committed, attempts-committed, strings.Join(causes, ", "), toldOtherwise, batched, batchedCommitted))
+	s.row("attempts that inserted their row", fmt.Sprintf("%d: %d committed, %d rolled back (%v); %d committed though the handler was told otherwise (the record decided); %d of them in the Writes form, the insert sent with the completion and the commit in one round trip (%d committed)",
+		attempts, committed, attempts-committed, rolledBack, toldOtherwise, batched, batchedCommitted))
 	s.row("transactions held open after the insert", fmt.Sprintf("%d, %d of them killed there (SIGKILL; %d more kills came after one went on without the campaign's answer)", holds, killedIn, missed))
 	s.row("handlers that panicked after the insert", fmt.Sprintf("%d (each a retryable failure); the session of %d of their transactions read once the handler had returned", panics, sessionsRead))
-	s.row("lost commits", fmt.Sprintf("%d commits lost by the proxy, each cutting its connection: answers dropped %d (told committed %d, told not committed %d: the redelivery found it complete); requests lost %d (told not committed %d); %d runs killed before their handler returned",
-		len(lost), answers, toldYes, toldNo, requests, requestToldNo, unresolved))
+	s.row("lost commits", fmt.Sprintf("%d lost by the proxy, each cutting its connection (the redelivery finds what the record says): %v", len(lost), resolved))
 	s.zero("handlers told committed whose row did not commit", toldCommitted)
 	s.zero("rows of attempts killed inside their transaction", inTxRows)
 	s.zero("rows of attempts that panicked", panicRows)

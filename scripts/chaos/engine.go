@@ -11,8 +11,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sqsonce/sqsonce/internal/loopback"
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
@@ -151,92 +150,58 @@ type engine struct {
 	workerBin, cliBin string
 	admin             *sqs.Client
 
-	mu     sync.Mutex
-	events map[string]chan struct{}
+	events map[string]*barrier // what campaigns wait for, by name
 }
 
-// event returns the channel closed when the event named happened.
-func (g *engine) event(name string) chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.events[name] == nil {
-		g.events[name] = make(chan struct{})
-	}
-	return g.events[name]
+// barrier is something a campaign may wait for: another campaign's end,
+// or what a fault of one signals.
+type barrier struct {
+	done chan struct{}
+	once sync.Once
 }
 
-// signal marks the event name as come, once.
+// signal marks the event name as come.
 func (g *engine) signal(name string) {
-	ch := g.event(name)
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	select {
-	case <-ch:
-	default:
-		close(ch)
+	if ev := g.events[name]; ev != nil {
+		ev.once.Do(func() { close(ev.done) })
 	}
 }
 
-// Run runs the campaigns, writes the report's table to out and the
-// progress to log (and to progress.log in the work directory), and
-// returns the report. A report may come with an error: then it is the
-// part that was done.
+// Run runs the campaigns, each once what it waits for has come, writes
+// the report's table to out and the progress to log (and to progress.log
+// in the work directory), and returns the report. A report may come with
+// an error: then it is the part that was done.
 func Run(ctx context.Context, cfg Config, campaigns []*Campaign, out, log io.Writer) (*Report, error) {
-	if u, err := url.Parse(cfg.Endpoint); err != nil || u.Scheme != "http" || !isLoopback(u.Hostname()) {
+	if u, err := url.Parse(cfg.Endpoint); err != nil || u.Scheme != "http" || !loopback.IsHost(u.Hostname()) {
 		return nil, fmt.Errorf("SQS endpoint %q: the campaigns only talk to a server on a loopback address (set %s; make chaos does)", cfg.Endpoint, sqstest.EndpointEnv)
 	}
-	g := &engine{cfg: cfg, started: time.Now(), dir: cfg.Dir, events: map[string]chan struct{}{}}
+	g := &engine{cfg: cfg, started: time.Now(), dir: cfg.Dir, events: map[string]*barrier{}, workerBin: filepath.Join(cfg.BinDir, "chaosworker"), cliBin: filepath.Join(cfg.BinDir, "sqsonce")}
+	var err error
 	if g.dir == "" {
-		var err error
-		if g.dir, err = os.MkdirTemp("", "sqsonce-chaos-"); err != nil {
-			return nil, err
+		g.dir, err = os.MkdirTemp("", "sqsonce-chaos-")
+	}
+	var progress *os.File
+	if err == nil {
+		if err = os.MkdirAll(g.dir, 0o755); err == nil {
+			progress, err = os.OpenFile(filepath.Join(g.dir, progressFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		}
 	}
-	if err := os.MkdirAll(g.dir, 0o755); err != nil {
-		return nil, err
-	}
-	progress, err := os.OpenFile(filepath.Join(g.dir, progressFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	defer progress.Close()
 	g.log = &logWriter{dst: log, file: progress}
-	rep, err := g.run(ctx, campaigns)
-	if rep != nil {
-		rep.print(out)
-	}
-	if err == nil && rep.OK() && !cfg.Keep && cfg.Dir == "" {
-		os.RemoveAll(g.dir)
-		return rep, nil
-	}
-	if werr := rep.write(g.dir, err); werr != nil {
-		fmt.Fprintf(g.log, "chaos: write the report into %s: %v\n", g.dir, werr)
-	}
-	fmt.Fprintln(g.log, rep.keptLine(g.dir, err))
-	return rep, err
-}
-
-// run runs the campaigns chosen, each once what it waits for has come.
-func (g *engine) run(ctx context.Context, campaigns []*Campaign) (*Report, error) {
-	rep := &Report{}
-	if g.cfg.BinDir == "" {
+	if cfg.BinDir == "" {
 		fmt.Fprintf(g.log, "building the chaos worker and sqsonce (race detector: %v)\n", g.cfg.Race)
-		var err error
-		if g.workerBin, g.cliBin, err = buildBinaries(ctx, filepath.Join(g.dir, "bin"), g.cfg.Race, g.log); err != nil {
-			return rep, err
+		if g.workerBin, g.cliBin, err = buildBinaries(ctx, filepath.Join(g.dir, "bin"), cfg.Race, g.log); err != nil {
+			return nil, err
 		}
-	} else {
-		g.workerBin, g.cliBin = filepath.Join(g.cfg.BinDir, "chaosworker"), filepath.Join(g.cfg.BinDir, "sqsonce")
 	}
-	g.admin = newSQSClient(g.cfg.Endpoint, &http.Client{Transport: loopbackTransport(), Timeout: 30 * time.Second})
+	g.admin = newSQSClient(cfg.Endpoint, &http.Client{Transport: loopbackTransport(), Timeout: 30 * time.Second})
 	for _, c := range campaigns {
-		// What a campaign waits for that none of these make has come.
-		if name, _, _ := strings.Cut(c.After, "/"); !slices.ContainsFunc(campaigns, func(o *Campaign) bool { return o.Name == name }) {
-			g.signal(c.After)
-		}
+		g.events[c.Name], g.events[c.Name+"/phases"] = &barrier{done: make(chan struct{})}, &barrier{done: make(chan struct{})}
 	}
-	sections, envs := make([]*section, len(campaigns)), make([]*env, len(campaigns))
-	errs := make([]error, len(campaigns))
+	sections, envs, errs := make([]*section, len(campaigns)), make([]*env, len(campaigns)), make([]error, len(campaigns))
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -244,39 +209,46 @@ func (g *engine) run(ctx context.Context, campaigns []*Campaign) (*Report, error
 		wg.Go(func() {
 			defer g.signal(c.Name + "/phases")
 			defer g.signal(c.Name)
-			if c.After != "" {
+			if ev := g.events[c.After]; ev != nil { // what none of these campaigns makes has come
 				select {
-				case <-g.event(c.After):
+				case <-ev.done:
 				case <-ctx.Done():
 					errs[i] = ctx.Err()
 					return
 				}
 			}
-			e, err := g.newEnv(c)
-			if err == nil {
-				envs[i] = e
-				sections[i], err = e.run(ctx)
-				e.cleanup()
+			if envs[i], errs[i] = g.newEnv(c); errs[i] == nil {
+				sections[i], errs[i] = envs[i].run(ctx)
+				envs[i].cleanup()
 			}
-			if err != nil {
-				errs[i] = fmt.Errorf("campaign %s: %w", c.Name, err)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("campaign %s: %w", c.Name, errs[i])
 				cancel() // the others end early too: the run is void
 			}
 		})
 	}
 	wg.Wait()
-	for _, e := range envs {
+	rep := &Report{Elapsed: time.Since(g.started)}
+	for i, e := range envs {
 		if e != nil {
 			e.deleteQueues()
 		}
-	}
-	for _, s := range sections {
-		if s != nil {
-			rep.Sections = append(rep.Sections, s)
+		if sections[i] != nil {
+			rep.Sections = append(rep.Sections, sections[i])
 		}
 	}
-	rep.Elapsed = time.Since(g.started)
-	return rep, errors.Join(errs...)
+	err = errors.Join(errs...)
+	rep.print(out)
+	if err == nil && rep.OK() && !cfg.Keep && cfg.Dir == "" {
+		os.RemoveAll(g.dir)
+		return rep, nil
+	}
+	last, werr := rep.write(g.dir, err)
+	if werr != nil {
+		fmt.Fprintf(g.log, "chaos: write the report into %s: %v\n", g.dir, werr)
+	}
+	fmt.Fprintln(g.log, last)
+	return rep, err
 }
 
 // seedOf derives a campaign's stream of random numbers from its name.
@@ -301,8 +273,7 @@ func newSQSClient(endpoint string, hc *http.Client) *sqs.Client {
 }
 
 func loopbackTransport() *http.Transport {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil
+	tr := loopback.Transport()
 	tr.MaxIdleConnsPerHost = 64
 	return tr
 }

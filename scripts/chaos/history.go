@@ -39,7 +39,7 @@ type history struct {
 	all     []runEvent                   // every run's events
 	byKey   map[string][]runEvent        // the same by key, each list in time order
 	runs    map[int]*runInfo
-	crashes map[string]map[int]string // key -> run -> the window it crashed in
+	crashes map[string]string // run and key -> the window the run crashed in
 	records map[string]ledger.Record
 	// The messages found at the end in the dead-letter queue and the
 	// queue, and their tags.
@@ -52,7 +52,6 @@ type history struct {
 	windows        []time.Duration           // handler success to durable completion
 	claims         *claimHistory
 	quiet          bool
-	completeAt     map[string][]int64 // key -> when a completion was recorded (Unix nanoseconds)
 }
 
 // runEvent is an event of a worker run.
@@ -68,19 +67,15 @@ type runInfo struct {
 	counts  event.Counts
 }
 
-// queuedMsg is a message found in a queue at the end.
-type queuedMsg struct {
-	ID, Tag, Body string
-	Reason        string `json:",omitempty"` // worker.AttrReason: set when sqsonce dead-lettered it
-	Replays       string `json:",omitempty"` // SqsonceReplays: how often sqsonce replay moved it
-}
+// queuedMsg is a message found in a queue at the end: its id, tag, body
+// and, when sqsonce dead-lettered it, the reason it gave (worker.AttrReason).
+type queuedMsg struct{ id, tag, body, reason string }
 
 // history reads the campaign's history.
 func (e *env) history(ctx context.Context) (*history, error) {
 	h := &history{e: e, ops: e.wl.allOps(), msgs: e.snd.sentMsgs(), byTag: map[string]*msg{}, execs: map[string][]event.Execution{},
-		applied: map[string]string{}, byKey: map[string][]runEvent{}, runs: map[int]*runInfo{}, crashes: map[string]map[int]string{},
-		records: map[string]ledger.Record{}, inDLQ: map[string]bool{}, inQueue: map[string]bool{}, faults: map[string]map[string]int{},
-		completeAt: map[string][]int64{}, quiet: e.quiet}
+		applied: map[string]string{}, byKey: map[string][]runEvent{}, runs: map[int]*runInfo{}, crashes: map[string]string{},
+		records: map[string]ledger.Record{}, inDLQ: map[string]bool{}, inQueue: map[string]bool{}, faults: map[string]map[string]int{}, quiet: e.quiet}
 	for _, m := range h.msgs {
 		h.byTag[m.tag] = m
 	}
@@ -110,7 +105,6 @@ func (e *env) history(ctx context.Context) (*history, error) {
 			case ev.Ev == event.EvHandled && ev.Err == "":
 				okAt[ev.Key] = ev.T
 			case ev.Ev == event.EvComplete && ev.Err == "":
-				h.completeAt[ev.Key] = append(h.completeAt[ev.Key], ev.T)
 				if t, ok := okAt[ev.Key]; ok {
 					h.windows = append(h.windows, time.Duration(ev.T-t))
 					delete(okAt, ev.Key)
@@ -125,12 +119,7 @@ func (e *env) history(ctx context.Context) (*history, error) {
 	for _, ev := range h.all {
 		h.byKey[ev.Key] = append(h.byKey[ev.Key], ev)
 	}
-	if err := event.ReadLines(e.crashLog, func(cr event.Crash) {
-		if h.crashes[cr.Key] == nil {
-			h.crashes[cr.Key] = map[int]string{}
-		}
-		h.crashes[cr.Key][cr.Run] = cr.Window
-	}); err != nil {
+	if err := event.ReadLines(e.crashLog, func(cr event.Crash) { h.crashes[fmt.Sprint(cr.Run, " ", cr.Key)] = cr.Window }); err != nil {
 		return nil, err
 	}
 	h.claims = newClaimHistory(h.all, e.forgets)
@@ -163,11 +152,8 @@ func (e *env) history(ctx context.Context) (*history, error) {
 		}
 		*q.into, h.undrained = msgs, h.undrained+left
 		for _, m := range msgs {
-			q.tags[m.Tag] = true
+			q.tags[m.tag] = true
 		}
-	}
-	if err := e.saveLines("dlq.jsonl", h.dlq); err != nil {
-		return nil, err
 	}
 	var records interface {
 		ForEach(context.Context, ledger.Filter, func(ledger.Record) error) error
@@ -213,8 +199,8 @@ func (h *history) state(key string) string {
 		return r.State.String()
 	}
 	for _, f := range h.e.forgets {
-		for _, t := range h.completeAt[key] {
-			if f.key == key && t <= f.to.UnixNano() {
+		for _, ev := range h.byKey[key] {
+			if f.key == key && ev.Ev == event.EvComplete && ev.Err == "" && ev.T <= f.to.UnixNano() {
 				return stateForgottenDone
 			}
 		}
@@ -264,7 +250,7 @@ func (e *env) drainQueue(ctx context.Context, url string) ([]queuedMsg, int, err
 			attr := func(name string) string { return aws.ToString(m.MessageAttributes[name].StringValue) }
 			if id := aws.ToString(m.MessageId); !seen[id] {
 				seen[id] = true
-				out = append(out, queuedMsg{ID: id, Body: aws.ToString(m.Body), Tag: attr(event.AttrSend), Reason: attr(worker.AttrReason), Replays: attr("SqsonceReplays")})
+				out = append(out, queuedMsg{id, attr(event.AttrSend), aws.ToString(m.Body), attr(worker.AttrReason)})
 			}
 		}
 		if _, err := e.admin.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del}); err != nil {
@@ -272,22 +258,6 @@ func (e *env) drainQueue(ctx context.Context, url string) ([]queuedMsg, int, err
 		}
 	}
 	return nil, 0, ctx.Err()
-}
-
-// saveLines writes lines into the file name of the work directory, one
-// JSON line each.
-func (e *env) saveLines(name string, lines []queuedMsg) error {
-	a, err := event.OpenAppender(filepath.Join(e.dir, name), false)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	for _, l := range lines {
-		if err := a.Append(l); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // txEffectsTable is the transactional handlers' effects table: one row per

@@ -145,13 +145,12 @@ func (p *tcpProxy) waitStall() {
 func (p *tcpProxy) cutAll() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
-	for c, pc := range p.conns {
+	n := len(p.conns)
+	for _, pc := range p.conns {
 		pc.client.Close()
 		pc.server.Close()
-		delete(p.conns, c)
-		n++
 	}
+	clear(p.conns)
 	return n
 }
 
@@ -282,16 +281,16 @@ func (pc *proxyConn) commits(msg []byte) bool {
 	case 'Q':
 		return isCommit(msg[5:])
 	case 'P': // Parse: statement name, query, ...
-		name, rest, _ := cutCString(msg[5:])
-		query, _, _ := cutCString(rest)
+		name, rest := cutCString(msg[5:])
+		query, _ := cutCString(rest)
 		if pc.commitStmts == nil {
 			pc.commitStmts, pc.completeStmts = map[string]bool{}, map[string]bool{}
 		}
 		pc.commitStmts[name] = isCommit([]byte(query))
 		pc.completeStmts[name] = strings.Contains(query, completionMark)
 	case 'B': // Bind: portal name, statement name, ...
-		_, rest, _ := cutCString(msg[5:])
-		name, rest, _ := cutCString(rest)
+		_, rest := cutCString(msg[5:])
+		name, rest := cutCString(rest)
 		if pc.completeStmts[name] {
 			pc.owner = bindOwner(rest)
 		}
@@ -351,12 +350,9 @@ func bindOwner(b []byte) (owner string) {
 }
 
 // cutCString splits b after its first NUL-terminated string.
-func cutCString(b []byte) (s string, rest []byte, ok bool) {
-	i := bytes.IndexByte(b, 0)
-	if i < 0 {
-		return "", nil, false
-	}
-	return string(b[:i]), b[i+1:], true
+func cutCString(b []byte) (string, []byte) {
+	s, rest, _ := bytes.Cut(b, []byte{0})
+	return string(s), rest
 }
 
 // fromServer carries what the server sends to the client, message by
@@ -377,26 +373,17 @@ func (p *tcpProxy) fromServer(pc *proxyConn) {
 		if err != nil {
 			return
 		}
-		if pc.awaitCommit.Load() {
-			switch msg[0] {
-			case 'C': // CommandComplete
-				switch strings.TrimRight(string(msg[5:]), "\x00") {
-				case "COMMIT":
-					// The server committed: its answer is lost.
-					_ = w.Flush()
-					owner, _ := pc.lossOwner.Load().(string)
-					p.lose(pc, true, owner)
-					return
-				case "ROLLBACK":
-					// The transaction had failed; lose another.
-					pc.awaitCommit.Store(false)
-					p.loseCommits(1, true)
-				}
-				// Another statement's, sent with the COMMIT behind it.
-			case 'E': // ErrorResponse: it did not commit; lose another
+		if pc.awaitCommit.Load() && (msg[0] == 'C' || msg[0] == 'E') { // CommandComplete, ErrorResponse
+			switch tag := strings.TrimRight(string(msg[5:]), "\x00"); {
+			case msg[0] == 'C' && tag == "COMMIT": // the server committed: its answer is lost
+				_ = w.Flush()
+				owner, _ := pc.lossOwner.Load().(string)
+				p.lose(pc, true, owner)
+				return
+			case msg[0] == 'E' || tag == "ROLLBACK": // it did not commit: lose another
 				pc.awaitCommit.Store(false)
 				p.loseCommits(1, true)
-			}
+			} // else another statement's, sent with the COMMIT behind it
 		}
 		p.waitStall()
 		if _, err := w.Write(msg); err != nil {

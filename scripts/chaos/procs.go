@@ -139,9 +139,6 @@ func (p *proc) exit() (killed bool, code int) {
 	return false, p.state.ExitCode()
 }
 
-// tail returns the last n lines of the process's output.
-func (p *proc) tail(n int) string { return tailFile(p.out, n) }
-
 func tailFile(path string, n int) string {
 	f, err := os.Open(path)
 	if err != nil {

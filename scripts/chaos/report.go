@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,8 +136,9 @@ func mark(ok bool) string {
 
 // write writes report.txt and report.json into dir: the table (and the
 // error that ended the run early), the checks that failed, the findings
-// and the per-operation details.
-func (r *Report) write(dir string, runErr error) error {
+// and the per-operation details. It returns the last line of a run that
+// keeps its work directory: the verdict, what failed, and where to look.
+func (r *Report) write(dir string, runErr error) (last string, err error) {
 	var txt bytes.Buffer
 	j := struct {
 		Verdict        string     `json:"verdict"` // PASS, FAIL or ERROR
@@ -147,12 +148,14 @@ func (r *Report) write(dir string, runErr error) error {
 		Checks         []check    `json:"checks"`
 		Sections       []*section `json:"sections"`
 	}{Verdict: "FAIL", ElapsedSeconds: r.Elapsed.Seconds(), Failed: r.failed(), Checks: r.checks(), Sections: r.Sections}
+	verdict := "FAIL (" + strings.Join(j.Failed, "; ") + ")"
 	switch {
 	case runErr != nil:
 		j.Verdict, j.Error = "ERROR", runErr.Error()
 		fmt.Fprintf(&txt, "sqsonce chaos campaigns: ERROR: %v\n", runErr)
+		verdict = "ERROR (" + runErr.Error() + ")"
 	case r.OK():
-		j.Verdict = "PASS"
+		j.Verdict, verdict = "PASS", "PASS"
 	}
 	r.print(&txt)
 	for _, s := range r.Sections {
@@ -165,26 +168,10 @@ func (r *Report) write(dir string, runErr error) error {
 	}
 	b, err := json.MarshalIndent(j, "", "  ")
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, reportFile), txt.Bytes(), 0o644)
-	}
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, reportJSONFile), append(b, '\n'), 0o644)
-}
-
-// keptLine is the last line of a run that keeps its work directory: the
-// verdict, what failed, and where to look.
-func (r *Report) keptLine(dir string, runErr error) string {
-	verdict := "PASS"
-	switch {
-	case runErr != nil:
-		verdict = "ERROR (" + runErr.Error() + ")"
-	case !r.OK():
-		verdict = "FAIL (" + strings.Join(r.failed(), "; ") + ")"
+		err = errors.Join(os.WriteFile(filepath.Join(dir, reportFile), txt.Bytes(), 0o644), os.WriteFile(filepath.Join(dir, reportJSONFile), append(b, '\n'), 0o644))
 	}
 	return fmt.Sprintf("chaos: %s; work directory kept: %s: %s (the progress), %s and %s (the report), CAMPAIGN/runs/ (each worker run's output, events and counters)",
-		verdict, dir, progressFile, reportFile, reportJSONFile)
+		verdict, dir, progressFile, reportFile, reportJSONFile), err
 }
 
 // figures adds the campaign's figures: what was sent, the operations, the
@@ -198,17 +185,14 @@ func (e *env) figures(h *history, s *section) {
 	}
 	s.row("messages sent", fmt.Sprintf("%d answered by SQS (%d planned; each of the %d lost acknowledgements of a send made an extra copy)", len(h.msgs), e.planned, senders["LostAck"]))
 	s.row("faults injected (sender's sends)", kinds(senders))
-	byClass := map[class]int{}
+	byClass, states := map[class]int{}, map[class]map[string]int{}
 	for _, o := range h.ops {
-		byClass[o.class]++
-	}
-	var parts []string
-	for c := range classes {
-		if byClass[c] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", byClass[c], c))
+		if byClass[o.class]++; states[o.class] == nil {
+			states[o.class] = map[string]int{}
 		}
+		states[o.class][h.state(o.id)]++
 	}
-	s.row("operations", fmt.Sprintf("%d: %s; %d of them sent by the faults", len(h.ops), strings.Join(parts, ", "), len(h.ops)-e.loadOps))
+	s.row("operations", fmt.Sprintf("%d: %v; %d of them sent by the faults", len(h.ops), byClass, len(h.ops)-e.loadOps))
 	if e.c.System.FIFO {
 		s.row("bursts", fmt.Sprintf("%d of 4-8 operations of one group sent together, the first and one in the middle slow; %d of them with a copy of one of their operations in another group", e.wl.bursts, e.wl.crossCopies))
 	}
@@ -230,28 +214,10 @@ func (e *env) figures(h *history, s *section) {
 	}
 	s.row("worker runs", fmt.Sprintf("%d: %d in window a, %d in window b, %d in the handler, %d inside the transaction, %d at random (SIGKILL); %d SIGTERM drains (exit 0; %d with a second SIGTERM), %d refused starts, %d failed; %d paused (SIGSTOP %v), %d while they kept messages waiting behind a running one",
 		len(h.runs), ends[endWindowA], ends[endWindowB], ends[endInHandler], ends[endInTx], ends[endKill], ends[endTerm], e.doubleTs, ends[endRefused], ends[endFailed], e.pauses, pauseFor, e.aimed))
-	st := h.stats
-	s.row("worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, in progress elsewhere %d, retried %d, conflicts %d, failed permanently again %d, dead-lettered %d, given back unstarted %d, takeovers %d, lost leases %d, completion not recorded %d, deleted %d, delete failed %d",
-		st.Received, st.Claimed, st.Completed, st.Duplicates, st.InProgressElsewhere, st.Retried, st.Conflicts, st.RedeliveredFailed, st.DeadLettered, st.GivenBack, st.Takeovers, st.LeaseLost, st.CompleteFailed, st.Deleted, st.DeleteFailed))
-	if e.c.System.FIFO {
-		s.row("waiting behind a running message of their group", fmt.Sprintf("%d messages received behind another of their group (GroupWaited), kept out of sight and their claims alive by %d beats (GroupWaitBeats); %d stale claims of the worker's own released and claimed again; %d waiting messages not started because SQS no longer took their receipt handle",
-			st.GroupWaited, st.GroupWaitBeats, st.StaleReclaimed, st.ReceiptLost))
-	}
-	states := map[class]map[string]int{}
-	for _, o := range h.ops {
-		if states[o.class] == nil {
-			states[o.class] = map[string]int{}
-		}
-		states[o.class][h.state(o.id)]++
-	}
+	s.row("worker counters (summed)", fmt.Sprintf("%+v", h.stats))
 	for c := range classes {
 		if c != keyless && len(states[c]) > 0 {
-			var parts []string
-			for st, n := range states[c] {
-				parts = append(parts, fmt.Sprintf("%d %s", n, st))
-			}
-			sort.Strings(parts)
-			s.row("ledger at the end: "+c.String(), strings.Join(parts, ", "))
+			s.row("ledger at the end: "+c.String(), fmt.Sprint(states[c]))
 		}
 	}
 }

@@ -357,26 +357,17 @@ func (e *env) applied(ctx context.Context) map[string]time.Time {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	out := map[string]time.Time{}
-	var err error
-	if e.appliedConn == nil {
-		e.appliedConn, err = pgx.Connect(ctx, pgURL(e.proxy.targetAddr()))
-	}
-	if err == nil {
-		var rows pgx.Rows
-		if rows, err = e.appliedConn.Query(ctx, `SELECT key, min(inserted_at) FROM `+txEffectsTable+` GROUP BY key`); err == nil {
-			var key string
-			var t time.Time
-			_, err = pgx.ForEachRow(rows, []any{&key, &t}, func() error { out[key] = t; return nil })
-		}
-	}
+	conn, err := pgx.Connect(ctx, pgURL(e.proxy.targetAddr()))
 	if err != nil {
-		if e.appliedConn != nil {
-			e.appliedConn.Close(context.Background())
-		}
-		e.appliedConn = nil
 		return e.lastApplied
 	}
-	e.lastApplied = out
-	return out
+	defer conn.Close(context.Background())
+	out, key, t := map[string]time.Time{}, "", time.Time{}
+	rows, err := conn.Query(ctx, `SELECT key, min(inserted_at) FROM `+txEffectsTable+` GROUP BY key`)
+	if err == nil {
+		if _, err = pgx.ForEachRow(rows, []any{&key, &t}, func() error { out[key] = t; return nil }); err == nil {
+			e.lastApplied = out
+		}
+	}
+	return e.lastApplied
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
@@ -64,7 +62,6 @@ type env struct {
 	snd                     *sender
 	tl                      *timeline
 	tmp                     *tmpfs
-	appliedConn             *pgx.Conn
 	lastApplied             map[string]time.Time
 	elapsed                 time.Duration
 	quiet                   bool
@@ -129,7 +126,7 @@ func (e *env) workerArgs(id int, path string) []string {
 		Seed: e.cfg.Seed*1000 + uint64(id), Rates: s.Rates, Concurrency: s.Concurrency, Visibility: workerVisibility, Grace: workerGrace,
 		HandlerTimeout: workerHandlerTimeout, Broken: e.cfg.Broken, Downstream: e.world.url + "/op"}
 	if s.Postgres {
-		c.Ledger, c.Postgres, c.Table, c.LedgerTimeout = "", e.pgURL, sharedTable, sharedLedgerTimeout
+		c.Ledger, c.Postgres, c.Table, c.LedgerTimeout = "", fmt.Sprintf("%s&application_name=chaosworker-%d", e.pgURL, id), sharedTable, sharedLedgerTimeout
 	}
 	if s.Tx != nil {
 		tx := *s.Tx
@@ -182,7 +179,7 @@ func (e *env) start(ctx context.Context) (*proc, error) {
 		}
 		p.setSignal(endRefused)
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no worker could open the shared ledger for 2 minutes: %s", p.tail(2))
+			return nil, fmt.Errorf("no worker could open the shared ledger for 2 minutes: %s", tailFile(p.out, 2))
 		}
 		e.logf("run %d could not open the ledger, the database out of reach: starting another in 1s", p.id)
 	}
@@ -209,13 +206,13 @@ func (e *env) stopRun(ctx context.Context, p *proc) {
 func (e *env) checkEnd(p *proc) {
 	for _, bad := range []string{"DATA RACE", "panic:", "fatal error:"} {
 		if p.outputHas(bad) {
-			e.note("run %d output has %q:\n%s", p.id, bad, p.tail(40))
+			e.note("run %d output has %q:\n%s", p.id, bad, tailFile(p.out, 40))
 			return
 		}
 	}
 	if end := e.endOf(p); end == endFailed {
 		killed, code := p.exit()
-		e.note("run %d ended unexpectedly (killed %v, exit code %d, signal sent %q):\n%s", p.id, killed, code, p.signal, p.tail(20))
+		e.note("run %d ended unexpectedly (killed %v, exit code %d, signal sent %q):\n%s", p.id, killed, code, p.signal, tailFile(p.out, 20))
 	}
 }
 
@@ -302,27 +299,22 @@ func (e *env) createQueues(ctx context.Context) error {
 // transactional handlers), and sets the workers' connection string:
 // through the proxy, with a pool of a few connections more than the
 // handlers, which may each hold one for their transaction.
-func (e *env) startDatabase(ctx context.Context) error {
-	pg, err := startPGCluster(ctx)
+func (e *env) startDatabase(ctx context.Context) (err error) {
+	if e.pg, err = startPGCluster(ctx); err != nil {
+		return err
+	}
+	direct, pool := pgURL(e.pg.addr()), 8
+	if e.proxy, err = newTCPProxy(e.pg.addr()); err == nil {
+		err = postgres.Init(ctx, postgres.Options{URL: direct, Table: sharedTable})
+	}
+	if e.c.System.Tx != nil && err == nil {
+		pool, err = pool+e.c.System.Concurrency, createEffects(ctx, direct)
+	}
 	if err != nil {
 		return err
 	}
-	e.pg = pg
-	if e.proxy, err = newTCPProxy(pg.addr()); err != nil {
-		return err
-	}
-	if err := postgres.Init(ctx, postgres.Options{URL: pgURL(pg.addr()), Table: sharedTable}); err != nil {
-		return fmt.Errorf("init the shared ledger: %w", err)
-	}
-	pool := 8
-	if e.c.System.Tx != nil {
-		pool += e.c.System.Concurrency
-		if err := createEffects(ctx, pgURL(pg.addr())); err != nil {
-			return err
-		}
-	}
 	e.pgURL = pgURL(e.proxy.addr()) + "&pool_max_conns=" + strconv.Itoa(pool)
-	e.logf("database: PostgreSQL at %s, the workers through the proxy at %s", pg.addr(), e.proxy.addr())
+	e.logf("database: PostgreSQL at %s, the workers through the proxy at %s", e.pg.addr(), e.proxy.addr())
 	return nil
 }
 
@@ -373,9 +365,6 @@ func (e *env) cleanup() {
 			p.wait(context.Background(), 5*time.Second)
 		}
 	}
-	if e.appliedConn != nil {
-		e.appliedConn.Close(context.Background())
-	}
 	if e.proxy != nil {
 		e.proxy.close()
 	}
@@ -399,9 +388,4 @@ func (e *env) deleteQueues() {
 			_, _ = e.admin.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(q)})
 		}
 	}
-}
-
-func isLoopback(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
 }

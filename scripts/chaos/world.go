@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -47,19 +47,12 @@ type world struct {
 
 	mu      sync.Mutex
 	seq     int64
-	count   map[string]int    // executions per key
-	stored  map[string]answer // the answer that settled a key
+	count   map[string]int // executions per key
+	stored  map[string]int // the status that settled a key
 	applied map[string]time.Time
 	armed   map[int]string // run -> the end it is armed for
 	fixed   bool
 	execs   []event.Execution
-}
-
-// answer is what an execution was told.
-type answer struct {
-	status     int
-	body       string
-	retryAfter int
 }
 
 func startWorld(e *env) (*world, error) {
@@ -72,7 +65,7 @@ func startWorld(e *env) (*world, error) {
 		ln.Close()
 		return nil, err
 	}
-	w := &world{e: e, url: "http://" + ln.Addr().String(), log: log, count: map[string]int{}, stored: map[string]answer{},
+	w := &world{e: e, url: "http://" + ln.Addr().String(), log: log, count: map[string]int{}, stored: map[string]int{},
 		applied: map[string]time.Time{}, armed: map[int]string{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /op", w.op)
@@ -112,11 +105,7 @@ func (w *world) fix() {
 func (w *world) appliedOps() map[string]time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make(map[string]time.Time, len(w.applied))
-	for id, t := range w.applied {
-		out[id] = t
-	}
-	return out
+	return maps.Clone(w.applied)
 }
 
 // executions returns every execution, in the order recorded.
@@ -174,27 +163,28 @@ func (w *world) op(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.mu.Lock()
-	var a answer
+	var status int
 	switch st, ok := w.stored[e.Key]; {
 	case e.Key == "":
 		// Work without a key could never be made idempotent: sqsonce must
 		// not send it. Recorded, and refused.
-		a = answer{status: http.StatusBadRequest, body: `{"error":"no Idempotency-Key"}`}
+		status = http.StatusBadRequest
 	case ok:
-		a = st
+		status = st
 	case b.Permanent:
-		a = answer{status: http.StatusUnprocessableEntity, body: `{"error":"permanent"}`}
-		w.stored[e.Key] = a
+		status, w.stored[e.Key] = http.StatusUnprocessableEntity, http.StatusUnprocessableEntity
 	case b.Broken && !w.fixed:
-		a = answer{status: http.StatusUnprocessableEntity, body: `{"error":"broken until fixed"}`}
+		status = http.StatusUnprocessableEntity
 	case w.count[e.Key] < b.Fail:
-		a = answer{status: http.StatusServiceUnavailable, body: `{"error":"transient"}`, retryAfter: b.RetryAfter}
+		status = http.StatusServiceUnavailable
+		if b.RetryAfter > 0 {
+			rw.Header().Set("Retry-After", strconv.Itoa(b.RetryAfter))
+		}
 	default:
-		a = answer{status: http.StatusOK, body: fmt.Sprintf(`{"applied":%q}`, e.Key)}
-		w.stored[e.Key], e.Effect, w.applied[e.BodyID] = a, true, time.Unix(0, e.T)
+		status, e.Effect, w.stored[e.Key], w.applied[e.BodyID] = http.StatusOK, true, http.StatusOK, time.Unix(0, e.T)
 	}
 	w.count[e.Key]++
-	e.Status = a.status
+	e.Status = status
 	kill := e.Effect && w.armed[e.Run] == endInHandler
 	if kill {
 		delete(w.armed, e.Run)
@@ -204,12 +194,7 @@ func (w *world) op(rw http.ResponseWriter, r *http.Request) {
 	if kill {
 		w.e.killIn(r.Context(), e.Run, endInHandler, e.Key, "")
 	}
-	if a.retryAfter > 0 {
-		rw.Header().Set("Retry-After", strconv.Itoa(a.retryAfter))
-	}
-	rw.Header().Set("Content-Type", "application/json")
-	rw.WriteHeader(a.status)
-	_, _ = io.WriteString(rw, a.body)
+	rw.WriteHeader(status)
 }
 
 func (w *world) intx(rw http.ResponseWriter, r *http.Request) {

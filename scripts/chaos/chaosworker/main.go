@@ -180,13 +180,8 @@ func run(o event.WorkerConfig) (code int) {
 	var db *ledger.DB
 	var pgl *postgres.Ledger
 	opened := time.Now()
-	app := fmt.Sprintf("chaosworker-%d", o.Run) // the application name of the ledger's sessions
 	var err error
 	if o.Postgres != "" {
-		if o.Postgres, err = withAppName(o.Postgres, app); err != nil {
-			fmt.Fprintln(os.Stderr, "chaosworker: Postgres:", err)
-			return 2
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		pgl, err = postgres.Open(ctx, postgres.Options{URL: o.Postgres, Table: o.Table, Timeout: o.LedgerTimeout})
 		cancel()
@@ -249,7 +244,7 @@ func run(o event.WorkerConfig) (code int) {
 		}
 	}
 	if t := o.Tx; t != nil {
-		eh.sessions = &sessionWatch{raw: o.Postgres}
+		eh.sessions = o.Postgres
 		tw = &txWork{TxConfig: *t, run: o.Run, table: pgx.Identifier{t.Effects}.Sanitize(), events: events,
 			rng: rand.New(rand.NewPCG(o.Seed, o.Seed+2)), client: &http.Client{Timeout: 15 * time.Second}}
 		inTx, batched := pgtx.New(pgl, tw.do), pgtx.NewWrites(pgl, tw.queue)
@@ -340,12 +335,11 @@ func run(o event.WorkerConfig) (code int) {
 	bg.Wait()
 	ticker.Stop()
 	cl.up(event.WaitCutShort)
-	if eh.sessions != nil {
-		eh.sessions.close()
+	if eh.sessions != "" {
 		// Every handler has returned: a session of the pool still inside
 		// a transaction holds one that nothing will end (and Close would
 		// wait for its connection forever). Counted before Close.
-		if n, lerr := sessionsInTx(o.Postgres, app); lerr != nil {
+		if n, lerr := sessionsInTx(o.Postgres, fmt.Sprintf("chaosworker-%d", o.Run)); lerr != nil {
 			fmt.Fprintln(os.Stderr, "chaosworker: count the sessions left in a transaction:", lerr)
 		} else {
 			leakChecked, leaked = true, n
@@ -559,9 +553,9 @@ func (l *chaosLedger) die(window, key string) {
 type eventHandler struct {
 	h      worker.Handler
 	events *event.Appender
-	// sessions reads the state of a transaction's session after a
-	// planned panic (with Tx).
-	sessions *sessionWatch
+	// sessions is the database whose sessions are read after a planned
+	// panic (with Tx).
+	sessions string
 	// deleteFirst, with Broken delete-first, deletes a message whose
 	// handler succeeded, before the worker records its completion.
 	deleteFirst func(ctx context.Context, msgID string)
@@ -579,8 +573,8 @@ func (e eventHandler) Handle(ctx context.Context, m *worker.Message) (err error)
 		// A panic is logged, then goes on to the worker.
 		if p := recover(); p != nil {
 			ev.Err = fmt.Sprintf("%s: %v", event.HandlerPanicked, p)
-			if tp, ok := p.(txPanic); ok && e.sessions != nil {
-				ev.Session = e.sessions.state(tp.pid, tp.started)
+			if tp, ok := p.(txPanic); ok && e.sessions != "" {
+				ev.Session = sessionState(e.sessions, tp.pid, tp.started)
 			}
 			ev.T = time.Now().UnixNano()
 			e.events.Log(ev)
@@ -601,93 +595,53 @@ func (e eventHandler) Handle(ctx context.Context, m *worker.Message) (err error)
 	return err
 }
 
-// withAppName returns the connection string raw with application_name set
-// to app.
-func withAppName(raw, app string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", err
-	}
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	return u.String(), nil
-}
-
-// sessionWatch reads the state of sessions of the database of raw, on a
-// connection of its own. It is safe for concurrent use.
-type sessionWatch struct {
-	raw  string
-	mu   sync.Mutex
-	conn *pgx.Conn
-}
-
 // sessionMovedOn is the state of a session that is no longer inside the
 // transaction looked for.
 const sessionMovedOn = "out of that transaction"
 
-// state returns the state of the transaction that server process pid
-// started at started, from pg_stat_activity: the session's state while
-// that transaction is its current one, sessionMovedOn once the session is
-// in no transaction or in a later one (the pool gave the connection to
-// another attempt), event.SessionGone when there is no such session, or
-// event.SessionUnknown and why. A session inside the transaction is looked
-// at again for up to 3 s: a connection that its client has just closed
-// (one whose rollback failed) ends as soon as the server reads the end of
-// the stream, a transaction that nothing ends stays.
-func (s *sessionWatch) state(pid uint32, started time.Time) string {
+// sessionState returns the state of the transaction that server process
+// pid started at started, from pg_stat_activity, read on a connection of
+// its own to the database of raw (a new one once if the campaign's proxy
+// cuts it): the session's state while that transaction is its current
+// one, sessionMovedOn once the session is in no transaction or in a later
+// one (the pool gave the connection to another attempt),
+// event.SessionGone when there is no such session, or event.SessionUnknown
+// and why. A session inside the transaction is looked at again for up to
+// 3 s: a connection that its client has just closed (one whose rollback
+// failed) ends as soon as the server reads the end of the stream, a
+// transaction that nothing ends stays.
+func sessionState(raw string, pid uint32, started time.Time) (st string) {
 	if started.IsZero() {
 		return event.SessionUnknown + ": the transaction's start could not be read"
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		st := s.read(pid, started)
-		if strings.HasPrefix(st, event.SessionUnknown) {
-			st = s.read(pid, started) // on a new connection: the proxy cuts them
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := connect(ctx, raw)
+		for deadline := time.Now().Add(3 * time.Second); err == nil; time.Sleep(100 * time.Millisecond) {
+			var state *string
+			var xactStart *time.Time
+			switch err = conn.QueryRow(ctx, `SELECT state, xact_start FROM pg_stat_activity WHERE pid = $1`, int64(pid)).Scan(&state, &xactStart); {
+			case errors.Is(err, pgx.ErrNoRows):
+				st, err = event.SessionGone, nil
+			case err != nil:
+			case state == nil:
+				st = event.SessionUnknown + ": no state"
+			case xactStart == nil || !xactStart.Equal(started):
+				st = sessionMovedOn
+			case strings.HasPrefix(*state, "idle in transaction") && time.Now().Before(deadline):
+				continue
+			default:
+				st = *state
+			}
+			conn.Close(context.Background())
+			if err == nil {
+				return st
+			}
 		}
-		if !strings.HasPrefix(st, "idle in transaction") || time.Now().After(deadline) {
-			return st
-		}
+		st = event.SessionUnknown + ": " + err.Error()
 	}
-}
-
-func (s *sessionWatch) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn != nil {
-		s.conn.Close(context.Background())
-		s.conn = nil
-	}
-}
-
-// read reads the state once, on a new connection when it has none.
-func (s *sessionWatch) read(pid uint32, started time.Time) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if s.conn == nil {
-		conn, err := connect(ctx, s.raw)
-		if err != nil {
-			return event.SessionUnknown + ": " + err.Error()
-		}
-		s.conn = conn
-	}
-	var st *string
-	var xactStart *time.Time
-	err := s.conn.QueryRow(ctx, `SELECT state, xact_start FROM pg_stat_activity WHERE pid = $1`, int64(pid)).Scan(&st, &xactStart)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return event.SessionGone
-	case err != nil:
-		s.conn.Close(context.Background())
-		s.conn = nil
-		return event.SessionUnknown + ": " + err.Error()
-	case st == nil:
-		return event.SessionUnknown + ": no state"
-	case xactStart == nil || !xactStart.Equal(started):
-		return sessionMovedOn
-	}
-	return *st
+	return st
 }
 
 // connect opens a connection of its own to the database of raw, without

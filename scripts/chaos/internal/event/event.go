@@ -276,19 +276,14 @@ func WriteFileAtomic(path string, v any) error {
 		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
+	if err == nil {
+		_, err = tmp.Write(b)
+		if err = errors.Join(err, tmp.Close()); err == nil {
+			return os.Rename(tmp.Name(), path)
+		}
 		os.Remove(tmp.Name())
-		return err
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return err
 }
 
 // ReadLines decodes every line of the JSON-lines file at path into a new T
@@ -299,27 +294,18 @@ func ReadLines[T any](path string, fn func(T)) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 1<<16)
-	for n := 1; ; n++ {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
-			var v T
-			if jerr := json.Unmarshal(line, &v); jerr != nil {
-				return fmt.Errorf("%s line %d: %v", path, n, jerr)
-			}
-			fn(v)
-		}
-		if err == io.EOF {
+	for dec := json.NewDecoder(bufio.NewReaderSize(f, 1<<16)); ; {
+		var v T
+		if err := dec.Decode(&v); err == io.EOF {
 			return nil
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
 		}
-		if err != nil {
-			return err
-		}
+		fn(v)
 	}
 }
 
