@@ -2,20 +2,41 @@ package console
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
 	"net/http"
+	"net/url"
 	"strings"
+	"time"
 )
 
-// cookieName is the cookie the sign-in form sets: a MAC of the token, so
-// the token itself is not kept in the browser.
+// cookieName is the cookie the sign-in form sets: the id of a session
+// (see sessions), not the token.
 const cookieName = "sqsonce_console"
 
 // actorKey is the context key of the actor of a request.
 type actorKey struct{}
+
+// clearedKey is the context key set on a request that passed the guard:
+// it proved the credential, or the console has none. Only such a request
+// is shown what the console is installed on (see render).
+type clearedKey struct{}
+
+// cleared reports whether r passed the guard.
+func cleared(r *http.Request) bool {
+	ok, _ := r.Context().Value(clearedKey{}).(bool)
+	return ok
+}
+
+// withCleared marks r as having passed the guard, with its actor ("" without
+// a credential).
+func withCleared(r *http.Request, who string) *http.Request {
+	ctx := context.WithValue(r.Context(), clearedKey{}, true)
+	if who != "" {
+		ctx = context.WithValue(ctx, actorKey{}, who)
+	}
+	return r.WithContext(ctx)
+}
 
 // actor names who made a request, for the log: the basic user, "token", or
 // "anonymous" without a credential; with the client's address.
@@ -33,13 +54,6 @@ func equal(a, b string) bool {
 	return subtle.ConstantTimeCompare(x[:], y[:]) == 1
 }
 
-// cookieValue is the value of the sign-in cookie for the token.
-func cookieValue(token string) string {
-	m := hmac.New(sha256.New, []byte(token))
-	m.Write([]byte("sqsonce console sign-in"))
-	return hex.EncodeToString(m.Sum(nil))
-}
-
 // who returns the actor a request proves to be, or "" when it proves none.
 func (h *Handler) who(r *http.Request) string {
 	a := h.cfg.Auth
@@ -47,7 +61,7 @@ func (h *Handler) who(r *http.Request) string {
 		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && equal(strings.TrimSpace(v), a.Token) {
 			return "token"
 		}
-		if c, err := r.Cookie(cookieName); err == nil && equal(c.Value, cookieValue(a.Token)) {
+		if c, err := r.Cookie(cookieName); err == nil && h.sessions.valid(c.Value, h.cfg.now()) {
 			return "token"
 		}
 		return ""
@@ -68,11 +82,11 @@ func (h *Handler) who(r *http.Request) string {
 func (h *Handler) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.cfg.Auth.enabled() {
-			next.ServeHTTP(w, r)
+			next.ServeHTTP(w, withCleared(r, ""))
 			return
 		}
 		if who := h.who(r); who != "" {
-			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), actorKey{}, who)))
+			next.ServeHTTP(w, withCleared(r, who))
 			return
 		}
 		open := r.URL.Path == "/sign-in" || strings.HasPrefix(r.URL.Path, "/static/")
@@ -103,7 +117,7 @@ func (h *Handler) signInForm(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, h.link("/"), http.StatusSeeOther)
 		return
 	}
-	h.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"Next": r.URL.Query().Get("next")})
+	h.render(w, r, http.StatusOK, "signin", "Sign in", map[string]any{"Next": h.ownPath(r.URL.Query().Get("next"))})
 }
 
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
@@ -111,23 +125,58 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, h.link("/"), http.StatusSeeOther)
 		return
 	}
-	next := r.FormValue("next")
-	if !strings.HasPrefix(next, h.link("/")) || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
-		next = h.link("/")
-	}
+	next := h.ownPath(r.FormValue("next"))
 	if !equal(r.FormValue("token"), h.cfg.Auth.Token) {
 		h.log.Warn("console: a sign-in with a wrong token", "remote", r.RemoteAddr)
 		h.render(w, r, http.StatusUnauthorized, "signin", "Sign in", map[string]any{"Next": next, "Wrong": true})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: cookieValue(h.cfg.Auth.Token), Path: h.link("/"),
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
-	h.log.Info("console: signed in", "actor", "token@"+r.RemoteAddr)
+	now := h.cfg.now()
+	expires := now.Add(h.cfg.SessionLifetime)
+	id := h.sessions.start(now, expires)
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: h.link("/"),
+		MaxAge: int(h.cfg.SessionLifetime / time.Second), Expires: expires,
+		HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
+	h.log.Info("console: signed in", "actor", "token@"+r.RemoteAddr, "until", expires.UTC().Format(time.RFC3339))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// ownPath returns next when a browser reads it as a path of the console
+// itself, else the overview's path. A browser drops ASCII tabs and line
+// breaks anywhere in a URL and C0 controls and spaces around it, and
+// reads a backslash as a slash, so "/\t/evil.example" is another site to
+// it: next is read as the browser would, and refused unless it is a path
+// (no scheme, no host, not "//" nor "/\\") under the console's prefix,
+// without controls or backslashes.
+func (h *Handler) ownPath(next string) string {
+	home := h.link("/")
+	next = strings.TrimFunc(next, func(c rune) bool { return c <= ' ' })
+	next = strings.Map(func(c rune) rune {
+		if c == '\t' || c == '\n' || c == '\r' {
+			return -1
+		}
+		return c
+	}, next)
+	if !strings.HasPrefix(next, home) || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
+		strings.ContainsFunc(next, func(c rune) bool { return c < ' ' || c == 0x7f || c == '\\' }) {
+		return home
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" || !strings.HasPrefix(u.Path, home) {
+		return home
+	}
+	return next
+}
+
+// signOut ends the request's session, if it has one, and clears its
+// cookie: the cookie no longer opens a page, even if a copy of it is
+// sent again.
 func (h *Handler) signOut(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(cookieName); err == nil {
+		h.sessions.end(c.Value)
+		h.log.Info("console: signed out", "actor", actor(r))
+	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: h.link("/"), MaxAge: -1,
-		HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, Secure: h.secure(r), SameSite: http.SameSiteStrictMode})
 	http.Redirect(w, r, h.link("/sign-in"), http.StatusSeeOther)
 }

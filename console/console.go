@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sqsonce/sqsonce/internal/textcut"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/replay"
 )
@@ -52,8 +54,9 @@ type SQSClient interface {
 // others. Set Token, or User and Password, not both.
 type Auth struct {
 	// Token is a bearer token: a request carries it in an Authorization
-	// header ("Bearer TOKEN"), or in the cookie that the sign-in form
-	// sets once the token has been typed there.
+	// header ("Bearer TOKEN"), or signs in once with it on the sign-in
+	// form, which starts a session (Config.SessionLifetime) whose cookie
+	// then stands for it until sign-out or expiry.
 	Token string
 	// User and Password are for HTTP basic authentication.
 	User, Password string
@@ -83,6 +86,27 @@ type Config struct {
 	// Auth guards every page when set; see Auth.
 	Auth Auth
 
+	// SessionLifetime is how long a sign-in with the token lasts; its
+	// cookie is then refused. Sessions are kept in memory: a new Handler
+	// (a restart) signs everyone out. 0: DefaultSessionLifetime.
+	SessionLifetime time.Duration
+	// SecureCookie marks the sign-in cookie Secure (sent over HTTPS
+	// only) whatever the scheme of the request. Without it the cookie is
+	// Secure when the request came over TLS, or through a proxy of
+	// TrustedProxies that says so in X-Forwarded-Proto.
+	SecureCookie bool
+	// TrustedProxies are the addresses of the reverse proxies whose
+	// X-Forwarded-Proto is believed. nil: none, the header is ignored.
+	TrustedProxies []netip.Prefix
+
+	// AllowedHosts are the names, besides localhost and IP addresses,
+	// that the console answers to in a request's Host header: "name"
+	// (with any port) or "name:port"; "*" answers to any. Any other host
+	// is refused (421): a page of another site whose DNS name was rebound
+	// to the console's address sends that name. nil: localhost and IP
+	// addresses only.
+	AllowedHosts []string
+
 	// Prefix is the path the handler is mounted under, such as
 	// "/console", without a trailing slash; its links start with it. ""
 	// when it is served at the root.
@@ -98,6 +122,11 @@ type Config struct {
 	// dead letters are kept before they are read again, so that many
 	// open pages cost the ledger one read per Refresh. 0: DefaultRefresh.
 	Refresh time.Duration
+
+	// Metrics, when set, is served at GET /metrics behind the same guard
+	// as the pages: with Auth, a scraper needs the credential too. nil:
+	// the console serves no /metrics.
+	Metrics http.Handler
 
 	// Logger receives a line per change, with its actor. nil:
 	// slog.Default().
@@ -131,7 +160,8 @@ type Handler struct {
 	root    http.Handler
 	actions *prometheus.CounterVec
 
-	cache cache
+	cache    cache
+	sessions *sessions
 
 	jobsMu  sync.Mutex
 	jobs    []*job // newest last; at most maxJobs
@@ -170,6 +200,20 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Prefix != "" && (!strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/")) {
 		problems = append(problems, fmt.Sprintf("Prefix %q: want a path such as /console, without a trailing slash", cfg.Prefix))
 	}
+	if cfg.SessionLifetime < 0 {
+		problems = append(problems, fmt.Sprintf("SessionLifetime %v: want 0 (%v) or more", cfg.SessionLifetime, DefaultSessionLifetime))
+	}
+	for _, p := range cfg.TrustedProxies {
+		if !p.IsValid() {
+			problems = append(problems, "TrustedProxies holds an invalid prefix")
+			break
+		}
+	}
+	for _, a := range cfg.AllowedHosts {
+		if name, _ := splitHost(a); a != "*" && (name == "" || strings.ContainsAny(a, "/ \t@")) {
+			problems = append(problems, fmt.Sprintf("AllowedHosts: %q: want a name such as console.example.com or console.example.com:8443", a))
+		}
+	}
 	if cfg.Refresh < 0 {
 		problems = append(problems, fmt.Sprintf("Refresh %v: want 0 (%v) or more", cfg.Refresh, DefaultRefresh))
 	}
@@ -178,6 +222,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.SessionLifetime == 0 {
+		cfg.SessionLifetime = DefaultSessionLifetime
 	}
 	if cfg.Shell == "" {
 		cfg.Shell = "sqsonce"
@@ -188,7 +235,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.now == nil {
 		cfg.now = time.Now
 	}
-	h := &Handler{cfg: cfg, log: cfg.Logger}
+	h := &Handler{cfg: cfg, log: cfg.Logger, sessions: newSessions(maxSessions)}
 	h.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sqsonce", Name: "console_actions_total",
 		Help: "Changes asked of the console (replay, dry_run, forget, export) by outcome: done, refused (bad input, another replay running) or failed.",
@@ -225,8 +272,9 @@ func (h *Handler) Close() error {
 }
 
 // routes builds the handler: security headers on every answer, the
-// credential check, the cross-origin protection of every POST, and the
-// pages.
+// check of the Host, the bound of a request's body, the cross-origin
+// protection of every POST, the credential check, the bound of each value,
+// and the pages.
 func (h *Handler) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.overview)
@@ -242,10 +290,13 @@ func (h *Handler) routes() http.Handler {
 	mux.HandleFunc("GET /sign-in", h.signInForm)
 	mux.HandleFunc("POST /sign-in", h.signIn)
 	mux.HandleFunc("POST /sign-out", h.signOut)
+	if h.cfg.Metrics != nil {
+		mux.Handle("GET /metrics", h.cfg.Metrics)
+	}
 	static, _ := fs.Sub(staticFS, "static")
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		h.fail(w, r, http.StatusNotFound, "No such page: "+r.URL.Path)
+		h.fail(w, r, http.StatusNotFound, "No such page: "+textcut.Mark(r.URL.Path, 200, "…"))
 	})
 
 	cop := http.NewCrossOriginProtection()
@@ -255,7 +306,7 @@ func (h *Handler) routes() http.Handler {
 			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
 		h.fail(w, r, http.StatusForbidden, "Refused: this change came from another site. Changes are made from the console's own pages only.")
 	}))
-	return headers(cop.Handler(h.authenticate(mux)))
+	return headers(h.checkHost(h.bound(cop.Handler(h.authenticate(h.shortValues(mux))))))
 }
 
 // actionOf names the action of a POST, for the metric.

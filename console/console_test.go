@@ -454,6 +454,28 @@ func TestConsole_Writes(t *testing.T) {
 		}
 	})
 
+	// Forgetting a key the ledger has no record of says so, and is
+	// neither logged nor counted as done; a page that says "forgotten"
+	// is not believed above a live record.
+	t.Run("ForgetWithoutRecord", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, writable)
+		code, page := b.post("/forget", "s3cret-token", url.Values{"key": {"orders/9"}, "typed": {"orders/9"}})
+		if code != http.StatusNotFound || !strings.Contains(page, "no record of <code>orders/9</code>: nothing was forgotten") || strings.Contains(page, "Forgotten") {
+			t.Errorf("forget of a key without a record: %d\n%s", code, page)
+		}
+		if strings.Contains(b.logs.String(), "forgot an operation") {
+			t.Errorf("a forget of nothing is logged as done:\n%s", b.logs)
+		}
+		if done, refused := testutil.ToFloat64(counter(t, b.reg, "forget", "done")), testutil.ToFloat64(counter(t, b.reg, "forget", "refused")); done != 0 || refused != 1 {
+			t.Errorf("a forget of nothing counted done %v, refused %v; want 0 and 1", done, refused)
+		}
+		code, page = b.get("/operation?key=orders/1&forgotten=1", "s3cret-token")
+		if code != http.StatusOK || strings.Contains(page, "Forgotten") || !strings.Contains(page, "r-1") {
+			t.Errorf("a live record under \"forgotten\": %d\n%s", code, page)
+		}
+	})
+
 	t.Run("Export", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, writable)

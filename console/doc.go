@@ -40,14 +40,22 @@
 //
 // # Safety
 //
-// Writes need a credential (Config.Auth), which then guards every page:
-// a bearer token (an Authorization header, or a cookie that the sign-in
-// form sets) or HTTP basic authentication, compared in constant time.
+// Writes need a credential (Config.Auth), which then guards every page
+// and /metrics (Config.Metrics): a bearer token (an Authorization header,
+// or a cookie that the sign-in form sets) or HTTP basic authentication,
+// compared in constant time. A request without it is shown the sign-in
+// form or a refusal, and nothing of the installation. A sign-in with
+// the token starts a session of its own, which sign-out ends and which
+// expires (Config.SessionLifetime). The console answers only to its own
+// names (localhost, IP addresses, Config.AllowedHosts), so that a page of
+// another site whose DNS name was rebound to its address cannot read it.
 // Every change is a POST behind net/http's CrossOriginProtection; every
 // page is an html/template page with a Content-Security-Policy that allows
 // no inline script, X-Content-Type-Options: nosniff and Cache-Control:
-// no-store. Each change is logged with its actor and counted in
-// sqsonce_console_actions_total. Which addresses the console listens on is
-// its server's business: sqsonce console refuses to listen beyond the
-// loopback interface without a credential.
+// no-store; the bidirectional controls of what messages and handlers
+// wrote (keys, reasons) are shown as their code points, not applied, so
+// that an operator reads what is stored. Each change is logged with its
+// actor and counted in sqsonce_console_actions_total. Which addresses the
+// console listens on is its server's business: sqsonce console refuses to
+// listen beyond the loopback interface without a credential.
 package console

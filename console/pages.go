@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -132,22 +133,44 @@ func readListQuery(v url.Values, now time.Time) (listQuery, ledger.Filter, error
 	return q, f, nil
 }
 
-// parseWhen reads a time of a filter: empty (no bound), an RFC 3339 time,
-// a date and time in UTC as a form's datetime-local field gives it, a
-// date, or a duration before now such as 90m or 36h.
+// The times a filter may name: those a ledger can hold (Unix nanoseconds
+// in an int64). Outside them a bound is a mistake, and the zero time
+// 0001-01-01 would read as no bound at all.
+var (
+	minWhen = time.Unix(0, 0).UTC()
+	maxWhen = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// parseWhen reads a time of a filter: empty (no bound, the zero time), an
+// RFC 3339 time, a date and time in UTC as a form's datetime-local field
+// gives it, a date, or a duration before now such as 90m or 36h. A time
+// before minWhen or after maxWhen is refused.
 func parseWhen(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
+	t, ok := time.Time{}, false
 	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return t, nil
+		var err error
+		if t, err = time.ParseInLocation(layout, s, time.UTC); err == nil {
+			ok = true
+			break
 		}
 	}
-	if d, err := time.ParseDuration(s); err == nil && d > 0 {
-		return now.Add(-d), nil
+	if !ok {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return time.Time{}, fmt.Errorf("%q: want a time such as 2026-01-02T15:04 (UTC) or a duration ago such as 90m or 36h", s)
+		}
+		t = now.Add(-d)
 	}
-	return time.Time{}, fmt.Errorf("%q: want a time such as 2026-01-02T15:04 (UTC) or a duration ago such as 90m or 36h", s)
+	switch {
+	case t.Before(minWhen):
+		return time.Time{}, fmt.Errorf("%q is before %s: no ledger holds a time that early; leave it empty for no bound", s, minWhen.Format(time.DateOnly))
+	case t.After(maxWhen):
+		return time.Time{}, fmt.Errorf("%q is after %s: no ledger holds a time that late; leave it empty for no bound", s, maxWhen.Format(time.DateOnly))
+	}
+	return t, nil
 }
 
 type operationsData struct {
@@ -197,8 +220,10 @@ type operationData struct {
 	ResultB64 bool
 	Commands  []command
 	Forgotten bool
-	Mistyped  bool
-	Now       time.Time
+	// NothingForgotten says a forget found no record of Key.
+	NothingForgotten bool
+	Mistyped         bool
+	Now              time.Time
 }
 
 // command is a shell command line shown on an operation's page.
@@ -208,11 +233,20 @@ func (h *Handler) operation(w http.ResponseWriter, r *http.Request) {
 	h.showOperation(w, r, r.URL.Query().Get("key"), http.StatusOK, false)
 }
 
+// showOperation shows the record of key. Its page says the key was
+// forgotten (after the redirect of a forget) only while the ledger has
+// no record of it; a forget of a key without a record (a POST) says
+// nothing was forgotten.
 func (h *Handler) showOperation(w http.ResponseWriter, r *http.Request, key string, status int, mistyped bool) {
-	d := operationData{Key: key, Forgotten: r.URL.Query().Get("forgotten") == "1", Mistyped: mistyped, Now: h.cfg.now()}
+	d := operationData{Key: key, Forgotten: r.Method == http.MethodGet && r.URL.Query().Get("forgotten") == "1",
+		NothingForgotten: r.Method == http.MethodPost && !mistyped, Mistyped: mistyped, Now: h.cfg.now()}
 	if key == "" {
 		d.Error = "No key given: type one in the box."
 		h.render(w, r, http.StatusBadRequest, "operation", "Operation", d)
+		return
+	}
+	if err := ledger.ValidateKey(key); err != nil {
+		h.fail(w, r, http.StatusBadRequest, "Not an operation key: "+err.Error())
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
@@ -231,6 +265,7 @@ func (h *Handler) showOperation(w http.ResponseWriter, r *http.Request, key stri
 		}
 	default:
 		d.Record = &rec
+		d.Forgotten, d.NothingForgotten = false, false
 		if utf8.Valid(rec.Result) {
 			d.Result = string(rec.Result)
 		} else {
@@ -253,8 +288,30 @@ func (h *Handler) showOperation(w http.ResponseWriter, r *http.Request, key stri
 	h.render(w, r, status, "operation", "Operation "+key, d)
 }
 
-// shellQuote quotes s for a POSIX shell, unless it needs no quotes.
+// shellQuote quotes s for a POSIX shell, unless it needs no quotes. A
+// string with controls (a line break, a bidirectional control) is written
+// $'...' with those bytes as \xHH escapes, so that the command line shows
+// them and, copied, still names s (bash, zsh, ksh, POSIX.1-2024 sh).
 func shellQuote(s string) string {
+	if strings.ContainsFunc(s, func(c rune) bool { return c < ' ' || c == 0x7f || isBidiControl(c) }) {
+		var b strings.Builder
+		b.WriteString("$'")
+		for _, c := range s {
+			switch {
+			case c < ' ' || c == 0x7f || isBidiControl(c):
+				for _, x := range []byte(string(c)) {
+					fmt.Fprintf(&b, `\x%02x`, x)
+				}
+			case c == '\'' || c == '\\':
+				b.WriteByte('\\')
+				b.WriteRune(c)
+			default:
+				b.WriteRune(c)
+			}
+		}
+		b.WriteByte('\'')
+		return b.String()
+	}
 	if s != "" && strings.IndexFunc(s, func(c rune) bool {
 		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_./:@%+=,", c))
 	}) < 0 {
@@ -278,13 +335,34 @@ func globEscape(s string) string {
 
 func (h *Handler) forget(w http.ResponseWriter, r *http.Request) {
 	key, typed := r.FormValue("key"), r.FormValue("typed")
-	if key == "" || typed != key {
+	// The key as typed, or as the page shows it (its bidirectional
+	// controls written as their code points).
+	if key == "" || typed != key && typed != visibleText(key) {
 		h.count("forget", "refused")
 		h.showOperation(w, r, key, http.StatusUnprocessableEntity, true)
 		return
 	}
+	if err := ledger.ValidateKey(key); err != nil {
+		h.count("forget", "refused")
+		h.fail(w, r, http.StatusBadRequest, "Not an operation key: "+err.Error())
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
+	// Forget takes an absent key as done: ask first, to say what
+	// happened. A record that cannot be read is forgotten (the way out
+	// for a damaged record).
+	if _, err := h.cfg.Ledger.Get(ctx, key); errors.Is(err, ledger.ErrNotFound) {
+		h.count("forget", "refused")
+		h.log.Info("console: no record to forget: nothing forgotten", "actor", actor(r), "key", key)
+		h.showOperation(w, r, key, http.StatusNotFound, false)
+		return
+	} else if err != nil && !errors.Is(err, ledger.ErrCorrupt) {
+		h.count("forget", "failed")
+		h.log.Error("console: forget failed", "actor", actor(r), "key", key, "error", err)
+		h.fail(w, r, http.StatusBadGateway, fmt.Sprintf("Could not read %q to forget it: %v", key, err))
+		return
+	}
 	if err := h.cfg.Ledger.Forget(ctx, key); err != nil {
 		h.count("forget", "failed")
 		h.log.Error("console: forget failed", "actor", actor(r), "key", key, "error", err)
@@ -357,10 +435,14 @@ func recordFields(rec ledger.Record) [][2]string {
 	if rec.Permanent {
 		state += " (permanent: replays and redeliveries are not run until it is reset)"
 	}
+	attempts := strconv.Itoa(rec.Attempts)
+	if rec.State == ledger.StateInProgress {
+		attempts += " before the current claim's" // counted when it ends
+	}
 	return [][2]string{
 		{"Key", rec.Key},
 		{"State", state},
-		{"Attempts", strconv.Itoa(rec.Attempts)},
+		{"Attempts", attempts},
 		{"Owner of the last claim", cmpOr(rec.Owner, "—")},
 		{"Lease expires", ts(rec.LeaseExpiry)},
 		{"First seen", ts(rec.FirstSeen)},

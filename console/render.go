@@ -110,6 +110,10 @@ func parseTemplates() (map[string]*template.Template, error) {
 
 // page is what every page's template gets.
 type page struct {
+	// Cleared says the request passed the guard; without it the fields
+	// of the installation (Writes, Actor, LedgerName, QueueURL, DLQURL)
+	// are empty.
+	Cleared    bool
 	Title      string
 	Nav        string
 	Prefix     string
@@ -125,12 +129,17 @@ type page struct {
 }
 
 // render writes a page. It renders into memory first, so that a template
-// error is a clean 500, not half a page.
+// error is a clean 500, not half a page; the bidirectional controls of its
+// text are then shown, not applied (showBidi). A request that has not passed
+// the guard (the sign-in form, a refusal) is shown nothing of the
+// installation: no navigation, queue, ledger or mode.
 func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
-	who, _ := r.Context().Value(actorKey{}).(string)
-	p := page{Title: title, Nav: name, Prefix: h.cfg.Prefix, Writes: h.cfg.Writes, Auth: h.cfg.Auth.enabled(),
-		TokenAuth: h.cfg.Auth.Token != "", Actor: who, LedgerName: h.cfg.LedgerName, QueueURL: h.cfg.QueueURL,
-		DLQURL: h.cfg.DLQURL, Now: h.cfg.now(), Data: data}
+	p := page{Title: title, Nav: name, Prefix: h.cfg.Prefix, Auth: h.cfg.Auth.enabled(),
+		TokenAuth: h.cfg.Auth.Token != "", Now: h.cfg.now(), Data: data}
+	if cleared(r) {
+		p.Cleared, p.Writes, p.LedgerName, p.QueueURL, p.DLQURL = true, h.cfg.Writes, h.cfg.LedgerName, h.cfg.QueueURL, h.cfg.DLQURL
+		p.Actor, _ = r.Context().Value(actorKey{}).(string)
+	}
 	var buf bytes.Buffer
 	if err := h.pages[name].Execute(&buf, p); err != nil {
 		h.log.Error("console: a page could not be drawn", "page", name, "error", err)
@@ -139,7 +148,7 @@ func (h *Handler) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	w.Write(buf.Bytes())
+	w.Write(showBidi(buf.Bytes()))
 }
 
 // fail writes an error page.

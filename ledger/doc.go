@@ -6,7 +6,8 @@
 //
 //	(none) --Claim--> in_progress --Complete--> complete --(expired)--> swept
 //	                      |  ^
-//	          Fail/Release|  | Claim again (retryable failure, or lapsed lease)
+//	          Fail/Release|  | Claim again (retryable failure, lapsed lease, or a
+//	                      |  |   claim of the caller's own it supersedes)
 //	                      v  |
 //	                     failed
 //

@@ -17,8 +17,9 @@ type Outcome uint8
 // The outcomes of Claim.
 const (
 	// Claimed: the caller owns the operation and should run the work. This
-	// is a new key, a retry after a retryable failure, or a takeover of an
-	// in-progress claim whose lease lapsed (Claim.Takeover).
+	// is a new key, a retry after a retryable failure, a takeover of an
+	// in-progress claim whose lease lapsed (Claim.Takeover), or of one of
+	// the caller's own that the request supersedes (Claim.Reclaimed).
 	Claimed Outcome = iota + 1
 	// AlreadyComplete: the work was done; Claim.Record holds the stored
 	// result. The delivery is a duplicate.
@@ -67,6 +68,23 @@ type ClaimRequest struct {
 	Lease time.Duration
 	// MessageID is recorded for support.
 	MessageID string
+	// Supersede, when not empty, names the caller's own earlier claims:
+	// the owner tokens Supersede + "/" + anything. A record in progress
+	// under such a token is taken over even while its lease is live (the
+	// caller knows that no work of its own runs under it), and the claim
+	// answers Claimed with Claim.Reclaimed set. A token that merely starts
+	// with the same characters ("host-10/3" for Supersede "host-1") is
+	// another's, and its live lease holds. Owner must be one of these
+	// tokens itself (ErrInvalidArgument otherwise). Supersede changes no
+	// other outcome: a record of another fingerprint is still a Conflict,
+	// a complete one AlreadyComplete.
+	Supersede string
+}
+
+// supersedes reports whether owner is one of the tokens that r.Supersede
+// names.
+func (r *ClaimRequest) supersedes(owner string) bool {
+	return r.Supersede != "" && len(owner) > len(r.Supersede) && owner[len(r.Supersede)] == '/' && owner[:len(r.Supersede)] == r.Supersede
 }
 
 // Claim is the result of a claim.
@@ -74,6 +92,10 @@ type Claim struct {
 	Outcome  Outcome
 	Record   Record // after the claim when Claimed; as found otherwise
 	Takeover bool   // Claimed over an in-progress claim whose lease lapsed
+	// Reclaimed: Claimed over an in-progress claim under one of the
+	// tokens that ClaimRequest.Supersede names, whose lease was live or
+	// (Takeover then set too) had lapsed.
+	Reclaimed bool
 	// LeaseLeft is how long the lease of the claim that holds the
 	// operation runs on, measured by the ledger's own clock (the database
 	// server's, for a shared ledger): for InProgress, how long until the
@@ -90,10 +112,11 @@ type Claim struct {
 }
 
 // Validate checks a claim request as every ledger does before it claims:
-// the key, an owner of 1 to MaxOwnerLen bytes, a positive lease and a
-// fingerprint of at most MaxFingerprintLen bytes. Errors wrap
-// ErrInvalidKey or ErrInvalidArgument. A ledger also refuses a lease longer
-// than its retention.
+// the key, an owner of 1 to MaxOwnerLen bytes, a positive lease, a
+// fingerprint of at most MaxFingerprintLen bytes, and an owner that is one
+// of Supersede's tokens when Supersede is set. Errors wrap ErrInvalidKey
+// or ErrInvalidArgument. A ledger also refuses a lease longer than its
+// retention.
 func (r *ClaimRequest) Validate() error {
 	if err := ValidateKey(r.Key); err != nil {
 		return err
@@ -105,6 +128,8 @@ func (r *ClaimRequest) Validate() error {
 		return fmt.Errorf("claim %q: lease must be positive, got %v: %w", r.Key, r.Lease, ErrInvalidArgument)
 	case len(r.Fingerprint) > MaxFingerprintLen:
 		return fmt.Errorf("claim %q: fingerprint of %d bytes, over %d: %w", r.Key, len(r.Fingerprint), MaxFingerprintLen, ErrInvalidArgument)
+	case r.Supersede != "" && !r.supersedes(r.Owner):
+		return fmt.Errorf("claim %q: owner %q is not one of the tokens %q + \"/\" + … that Supersede names: %w", r.Key, r.Owner, r.Supersede, ErrInvalidArgument)
 	}
 	return nil
 }
@@ -195,7 +220,6 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 			Key:         req.Key,
 			State:       StateInProgress,
 			Fingerprint: req.Fingerprint,
-			Attempts:    1,
 			Owner:       req.Owner,
 			LeaseExpiry: now.Add(req.Lease),
 			FirstSeen:   now,
@@ -207,7 +231,7 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 	if len(cur.Fingerprint) > 0 && len(req.Fingerprint) > 0 && !bytes.Equal(cur.Fingerprint, req.Fingerprint) {
 		return Claim{Outcome: Conflict, Record: *cur}, nil
 	}
-	takeover := false
+	takeover, reclaimed := false, false
 	switch cur.State {
 	case StateComplete:
 		return Claim{Outcome: AlreadyComplete, Record: *cur}, nil
@@ -216,15 +240,20 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 			return Claim{Outcome: FailedPermanently, Record: *cur}, nil
 		}
 	case StateInProgress:
-		if cur.LeaseExpiry.After(now) {
+		reclaimed = req.supersedes(cur.Owner)
+		takeover = !cur.LeaseExpiry.After(now)
+		if !takeover && !reclaimed {
 			return Claim{Outcome: InProgress, Record: *cur, LeaseLeft: cur.LeaseExpiry.Sub(now)}, nil
 		}
-		takeover = true
 	}
 	rec := *cur
+	if cur.State == StateInProgress {
+		// The claim taken over may have started its attempt: it
+		// cannot be told, so it is counted.
+		rec.Attempts++
+	}
 	rec.State = StateInProgress
 	rec.Permanent = false
-	rec.Attempts++
 	rec.Owner = req.Owner
 	rec.LeaseExpiry = now.Add(req.Lease)
 	rec.Claimed = now
@@ -234,7 +263,7 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 	if req.MessageID != "" {
 		rec.MessageID = textcut.Cut(req.MessageID, MaxMessageIDLen)
 	}
-	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover, LeaseLeft: req.Lease}, &rec
+	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover, Reclaimed: reclaimed, LeaseLeft: req.Lease}, &rec
 }
 
 // Completion reports the work of a claim as done.
@@ -252,8 +281,9 @@ type Failure struct {
 	Permanent bool   // later claims answer FailedPermanently until Reset
 }
 
-// Complete records the claim's work as done. It returns only after the
-// commit is durable (fsynced); only then may the message be acknowledged.
+// Complete records the claim's work as done, which ends its attempt: it is
+// counted in Record.Attempts. It returns only after the commit is durable
+// (fsynced); only then may the message be acknowledged.
 // The record must be in progress under c.Owner: Complete fails with
 // ErrNotOwner when another claim took the operation over and with ErrState
 // when the record is failed (the owner reported a failure first). Once
@@ -276,6 +306,7 @@ func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
 				return false, fmt.Errorf("complete %q: record is %s: %w", c.Key, rec.State, ErrState)
 			}
 			rec.State = StateComplete
+			rec.Attempts++ // the attempt ends
 			rec.Completed = s.now
 			rec.LeaseExpiry = time.Time{}
 			rec.LastError = ""
@@ -289,9 +320,10 @@ func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
 	})
 }
 
-// Fail records that the claim's work failed. A retryable failure lets the
-// next Claim take the operation again; a permanent one makes it answer
-// FailedPermanently. It fails with ErrNotOwner after a takeover.
+// Fail records that the claim's work failed, which ends its attempt: it is
+// counted in Record.Attempts. A retryable failure lets the next Claim take
+// the operation again; a permanent one makes it answer FailedPermanently.
+// It fails with ErrNotOwner after a takeover.
 func (db *DB) Fail(ctx context.Context, f Failure) error {
 	return db.FailBatch(ctx, []Failure{f})[0]
 }
@@ -305,6 +337,7 @@ func (db *DB) FailBatch(ctx context.Context, fs []Failure) []error {
 				return false, fmt.Errorf("fail %q: record is %s: %w", f.Key, rec.State, ErrState)
 			}
 			rec.State = StateFailed
+			rec.Attempts++ // the attempt ends
 			rec.Permanent = f.Permanent
 			rec.LeaseExpiry = time.Time{}
 			rec.LastError = textcut.Cut(f.Err, MaxErrorLen)
@@ -321,8 +354,8 @@ type ClaimRef struct {
 }
 
 // Release gives back a claim whose work never started, without counting an
-// attempt: the operation becomes claimable at once. A key claimed for the
-// first time is forgotten again.
+// attempt: the operation becomes claimable at once. A key that no attempt
+// has started yet (Record.Attempts is 0) is forgotten again.
 func (db *DB) Release(ctx context.Context, key, owner string) error {
 	return db.ReleaseBatch(ctx, []ClaimRef{{Key: key, Owner: owner}})[0]
 }
@@ -339,11 +372,10 @@ func (db *DB) ReleaseBatch(ctx context.Context, refs []ClaimRef) []error {
 		if cur.State != StateInProgress {
 			return fmt.Errorf("release %q: record is %s: %w", key, cur.State, ErrState)
 		}
-		rec := *cur
-		rec.Attempts--
-		if rec.Attempts <= 0 {
-			return s.remove(old)
+		if cur.Attempts == 0 {
+			return s.remove(old) // no attempt ever started: forgotten
 		}
+		rec := *cur
 		rec.State = StateFailed
 		rec.Permanent = false
 		rec.LeaseExpiry = time.Time{}

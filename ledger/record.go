@@ -66,7 +66,15 @@ type Record struct {
 	State       State
 	Permanent   bool   // with StateFailed: the failure is permanent and Claim answers FailedPermanently
 	Fingerprint []byte // of the payload first claimed under this key
-	Attempts    int    // claims that started the work (a Release takes one back)
+	// Attempts counts the attempts that started. An attempt is counted
+	// when it ends (Complete, Fail, and a completion committed with the
+	// work's own writes), or when a claim takes the operation over from
+	// one whose lease lapsed or that it supersedes, whose attempt may have
+	// started (it cannot be told). A claim alone counts none: while the
+	// record is in progress, its claim's attempt is not in Attempts (the
+	// claim may be held before it starts, or released unstarted), and the
+	// attempt it would start is number Attempts+1.
+	Attempts    int
 	Owner       string // owner token of the current claim, while in progress
 	LeaseExpiry time.Time
 	FirstSeen   time.Time // first claim

@@ -52,6 +52,16 @@
 // advisory locks and constraints give stronger guarantees on the Func's
 // own rows at READ COMMITTED.
 //
+// The connection goes back to the pool as the ledger needs it, whatever
+// the handler changed in its session: settings made with SET (without
+// LOCAL) or set_config, which a commit keeps, and advisory locks of the
+// session, which even a rollback keeps, are undone (RESET ALL,
+// pg_advisory_unlock_all()) in the round trip of the COMMIT or of the
+// rollback. Settings return to their values for the session (the
+// connection string's, the role's, the database's, the server's). Other
+// session state (temporary tables, prepared statements, LISTEN) is not
+// reset: a handler must not leave any.
+//
 // When the server rolls the transaction back because of a concurrent one
 // (a deadlock, a serialization failure: SQLSTATE 40P01, 40001), in the
 // Func's statements or at the completion, the attempt is a retryable
@@ -96,8 +106,16 @@ type Func func(ctx context.Context, tx pgx.Tx, m *worker.Message) error
 // COMMIT. When one of them fails, the server skips the rest, the COMMIT
 // included, and nothing is committed. Their results are dropped: a
 // callback on a queued statement (QueuedQuery.Exec, Query or QueryRow)
-// would run after the commit, and is refused. An error returned by Writes
-// is the attempt's outcome and sends nothing, as a Func's error does.
+// would run after the commit, and is refused. The transaction is the
+// Handler's to begin and end: a statement that controls it (BEGIN, START
+// TRANSACTION, COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, RELEASE, PREPARE
+// TRANSACTION, COMMIT PREPARED, SET TRANSACTION, SET SESSION
+// CHARACTERISTICS), which could commit the writes without the completion,
+// is refused too, wherever it stands in a statement's SQL (after a comment,
+// in any case, behind another statement). Either refusal sends nothing and
+// fails the attempt permanently, naming the statement (see
+// postgres.Ledger.CommitOp). An error returned by Writes is the attempt's
+// outcome and sends nothing, as a Func's error does.
 type Writes func(ctx context.Context, m *worker.Message, b *pgx.Batch) error
 
 // Handler is a worker.Handler that runs a Func, or sends Writes, in a
@@ -185,7 +203,8 @@ func (h *Handler) handleWrites(ctx context.Context, m *worker.Message) error {
 	err := h.l.CommitOp(ctx, b, completion(m))
 	if errors.Is(err, ledger.ErrInvalidArgument) {
 		// Refused before anything was sent (a statement with a
-		// callback): no retry would change that.
+		// callback, or one that controls the transaction): no retry
+		// would change that.
 		return worker.Permanent(fmt.Errorf("pgtx %q: %w", m.Key, err))
 	}
 	var we *postgres.WriteError

@@ -23,7 +23,7 @@ var ctx = context.Background()
 // setup opens a ledger in a schema of the test's own, with an effects
 // table beside it: one row per effect applied, no constraint that would
 // hide a second.
-func setup(t *testing.T, url string) *postgres.Ledger {
+func setup(t testing.TB, url string) *postgres.Ledger {
 	t.Helper()
 	opts := postgres.Options{URL: url, Timeout: 5 * time.Second}
 	if err := postgres.Init(ctx, opts); err != nil {
@@ -50,7 +50,7 @@ func setup(t *testing.T, url string) *postgres.Ledger {
 // closeLedger closes l, and fails the test when Close does not return:
 // Close waits for every connection of the pool to be given back, and a
 // transaction that nothing ends keeps its connection forever.
-func closeLedger(t *testing.T, l *postgres.Ledger) {
+func closeLedger(t testing.TB, l *postgres.Ledger) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {
@@ -128,7 +128,7 @@ func claim(t *testing.T, l *postgres.Ledger, key, owner string, lease time.Durat
 	return &worker.Message{Key: key, Owner: owner, Body: []byte(`{}`)}
 }
 
-func state(t *testing.T, l *postgres.Ledger, key string) ledger.Record {
+func state(t testing.TB, l *postgres.Ledger, key string) ledger.Record {
 	t.Helper()
 	rec, err := l.Get(ctx, key)
 	if err != nil {
@@ -577,3 +577,137 @@ func TestHandler(t *testing.T) {
 
 // cancelKey holds, in a handler's context, the function that cancels it.
 type cancelKey struct{}
+
+// session is what a test reads of the session of the ledger's pool's one
+// connection: its backend, and the settings a handler changes in
+// changeSession.
+type session struct {
+	pid                  int
+	searchPath, readOnly string
+}
+
+// sessionOf reads the session of l's connection, through the ledger's own
+// Begin: on a pool of one connection, the one its handlers used.
+func sessionOf(t *testing.T, l *postgres.Ledger) session {
+	t.Helper()
+	tx, err := l.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var s session
+	err = tx.QueryRow(ctx, `SELECT pg_backend_pid(), current_setting('search_path'), current_setting('default_transaction_read_only')`).
+		Scan(&s.pid, &s.searchPath, &s.readOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// sessionLock is the advisory lock that changeSession takes.
+const sessionLock = 4242
+
+// lockFree reports whether no session holds the advisory lock sessionLock,
+// asked on a connection of the test's own.
+func lockFree(t *testing.T) bool {
+	t.Helper()
+	conn := pgtest.Connect(t, "")
+	var free bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, sessionLock).Scan(&free); err != nil {
+		t.Fatal(err)
+	}
+	if free {
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, sessionLock); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return free
+}
+
+// changedSession fails the test unless l's one connection, after a handler
+// changed its session, serves the ledger as before: the same backend (so
+// that the check means something), with the settings it had and without
+// the handler's advisory lock, claiming and completing.
+func changedSession(t *testing.T, l *postgres.Ledger, before session) {
+	t.Helper()
+	if after := sessionOf(t, l); after != before {
+		t.Errorf("the session after the handler: %+v; want it as before, %+v", after, before)
+	}
+	if !lockFree(t) {
+		t.Errorf("the handler's advisory lock is still held")
+	}
+	if _, err := l.Claim(ctx, ledger.ClaimRequest{Key: "next", Owner: "a", Lease: time.Minute}); err != nil {
+		t.Fatalf("the ledger's next claim: %v", err)
+	}
+	if err := l.Complete(ctx, ledger.Completion{Key: "next", Owner: "a"}); err != nil {
+		t.Fatalf("the ledger's next completion: %v", err)
+	}
+}
+
+// A handler's changes to its session (a SET without LOCAL, an advisory lock
+// of the session) would stay on the connection when it goes back to the
+// pool, and the ledger's own statements would then run under them: they
+// are undone before it goes back, whether the transaction commits or not,
+// in both forms of handler. The handlers set the session's search path to
+// a schema that does not exist, while their transaction keeps the one it
+// had (so that its completion finds the ledger's table), make the
+// session's later transactions read-only, and take an advisory lock.
+func TestHandler_SessionReset(t *testing.T) {
+	t.Parallel()
+	for _, form := range []string{"Func", "Writes"} {
+		for _, fails := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fails=%v", form, fails), func(t *testing.T) {
+				t.Parallel()
+				url, _ := pgtest.Schema(t)
+				l := setup(t, pgtest.WithParam(t, url, "pool_max_conns", "1"))
+				before := sessionOf(t, l)
+				m := claim(t, l, "k", "a", time.Minute, ledger.Claimed)
+				boom := errors.New("the handler fails after changing its session")
+				var h *Handler
+				switch form {
+				case "Func":
+					h = New(l, func(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
+						for _, q := range []struct {
+							sql  string
+							args []any
+						}{
+							{`SET search_path = nowhere`, nil},
+							{`SELECT set_config('search_path', $1, true)`, []any{before.searchPath}},
+							{`SET default_transaction_read_only = on`, nil},
+							{`SELECT pg_advisory_lock($1)`, []any{sessionLock}},
+						} {
+							if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
+								return err
+							}
+						}
+						if fails {
+							return boom
+						}
+						return insert(ctx, tx, m)
+					})
+				case "Writes":
+					h = NewWrites(l, func(ctx context.Context, m *worker.Message, b *pgx.Batch) error {
+						b.Queue(`SET search_path = nowhere`)
+						b.Queue(`SELECT set_config('search_path', $1, true)`, before.searchPath)
+						b.Queue(`SET default_transaction_read_only = on`)
+						b.Queue(`SELECT pg_advisory_lock($1)`, sessionLock)
+						if fails {
+							b.Queue(`INSERT INTO effects (key, owner) VALUES ($1, NULL)`, m.Key) // refused: owner is NOT NULL
+						}
+						return queueInsert(ctx, m, b)
+					})
+				}
+				err := h.Handle(ctx, m)
+				switch {
+				case !fails && err != nil:
+					t.Fatalf("Handle: %v", err)
+				case fails && err == nil:
+					t.Fatal("Handle succeeded, want the handler's failure")
+				case !fails && state(t, l, "k").State != ledger.StateComplete:
+					t.Fatalf("record %s, want complete", state(t, l, "k").State)
+				}
+				changedSession(t, l, before)
+			})
+		}
+	}
+}

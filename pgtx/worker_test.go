@@ -22,12 +22,12 @@ import (
 
 // queue is a queue of the local SQS server for one test.
 type queue struct {
-	t      *testing.T
+	t      testing.TB
 	client *sqs.Client
 	q      sqstest.Queue
 }
 
-func newQueue(t *testing.T) *queue {
+func newQueue(t testing.TB) *queue {
 	t.Helper()
 	client := sqstest.NewClient(t, nil)
 	return &queue{t: t, client: client, q: sqstest.CreateQueue(t, client, sqstest.QueueOptions{MaxReceiveCount: 10, VisibilityTimeout: 5 * time.Second})}
@@ -104,7 +104,7 @@ func (q *queue) start(cfg worker.Config, l *postgres.Ledger, h worker.Handler) (
 	return w, stop
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

@@ -3,6 +3,7 @@ package pgtx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -189,22 +190,75 @@ func TestWrites(t *testing.T) {
 		}
 	})
 
-	// Writes that change the transaction's isolation level are not
-	// committed, permanently, as a Func's.
-	t.Run("IsolationChangeRefused", func(t *testing.T) {
+	// A statement that controls the transaction would end it before the
+	// completion (a COMMIT commits the writes without it; a ROLLBACK drops
+	// those before it, and the rest commit with the completion) or change
+	// it: such writes are refused, permanently, before anything is sent,
+	// however the statement is written.
+	t.Run("TransactionControlRefused", func(t *testing.T) {
 		t.Parallel()
 		url, _ := pgtest.Schema(t)
 		l := setup(t, url)
-		m := claim(t, l, "k", "a", time.Minute, ledger.Claimed)
-		err := NewWrites(l, func(ctx context.Context, m *worker.Message, b *pgx.Batch) error {
-			b.Queue(`SET TRANSACTION ISOLATION LEVEL SERIALIZABLE`)
-			return queueInsert(ctx, m, b)
-		}).Handle(ctx, m)
-		var perm *worker.PermanentError
-		if !errors.As(err, &perm) || !errors.Is(err, postgres.ErrIsolation) || !errors.Is(err, ErrNotCommitted) {
-			t.Fatalf("Handle: %v; want a permanent failure wrapping ErrIsolation and ErrNotCommitted", err)
+		// The simple protocol sends a statement's SQL as it is, several
+		// statements in one string included.
+		simple, err := postgres.Open(ctx, postgres.Options{URL: pgtest.WithParam(t, url, "default_query_exec_mode", "simple_protocol"), Timeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
 		}
-		untouched(t, l, "k")
+		t.Cleanup(func() { closeLedger(t, simple) })
+		for i, tc := range []struct {
+			l    *postgres.Ledger
+			sql  string
+			want string
+		}{
+			{l, "COMMIT", "COMMIT"},
+			{l, "  /* the order is in */ commit", "COMMIT"},
+			{l, "-- done\nEND", "END"},
+			{l, "ROLLBACK", "ROLLBACK"},
+			{l, "(abort)", "ABORT"},
+			{l, "SAVEPOINT s", "SAVEPOINT"},
+			{l, "ROLLBACK TO SAVEPOINT s", "ROLLBACK TO"},
+			{l, "BEGIN", "BEGIN"},
+			{l, "START TRANSACTION", "START TRANSACTION"},
+			{l, "PREPARE TRANSACTION 'p'", "PREPARE TRANSACTION"},
+			{l, "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE", "SET TRANSACTION"},
+			{l, "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY", "SET SESSION CHARACTERISTICS"},
+			{l, "set local transaction_isolation = 'serializable'", "SET TRANSACTION_ISOLATION"},
+			{simple, "INSERT INTO effects (key, owner) VALUES ('k', 'x'); Commit", "COMMIT"},
+			{simple, "SELECT 'a;b'; /* then */ ROLLBACK", "ROLLBACK"},
+		} {
+			key := fmt.Sprintf("k%d", i)
+			m := claim(t, tc.l, key, "a", time.Minute, ledger.Claimed)
+			err := NewWrites(tc.l, func(ctx context.Context, m *worker.Message, b *pgx.Batch) error {
+				queueInsert(ctx, m, b)
+				b.Queue(tc.sql)
+				return queueInsert(ctx, m, b)
+			}).Handle(ctx, m)
+			var perm *worker.PermanentError
+			if !errors.As(err, &perm) || !errors.Is(err, ledger.ErrInvalidArgument) ||
+				!strings.Contains(err.Error(), "statement 2") || !strings.Contains(err.Error(), "("+tc.want+")") {
+				t.Errorf("writes with %q: %v; want a permanent failure naming statement 2, %s", tc.sql, err, tc.want)
+			}
+			untouched(t, tc.l, key)
+		}
+		// Writes without them commit, in either protocol.
+		for i, l := range []*postgres.Ledger{l, simple} {
+			key := fmt.Sprintf("fine-%d", i)
+			m := claim(t, l, key, "a", time.Minute, ledger.Claimed)
+			if err := NewWrites(l, queueInsert).Handle(ctx, m); err != nil {
+				t.Fatalf("writes by ledger %d: %v", i, err)
+			}
+			if rec := state(t, l, key); rec.State != ledger.StateComplete || effects(t, l, key) != 1 {
+				t.Fatalf("ledger %d: record %s, %d effects; want complete, one", i, rec.State, effects(t, l, key))
+			}
+		}
+		// The ledger refuses them too, for callers without pgtx.
+		b := &pgx.Batch{}
+		b.Queue(`commit`)
+		if err := l.CommitOp(ctx, b, ledger.Completion{Key: "k0", Owner: "a"}); !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Fatalf("CommitOp with a COMMIT: %v, want ErrInvalidArgument", err)
+		}
+		untouched(t, l, "k0")
 	})
 
 	// The Writes' own error sends nothing.

@@ -104,8 +104,8 @@ func (l *countingLedger) calls() []int {
 	return slices.Clone(l.sizes)
 }
 
-// siblingsFixture claims n keys and gives them one received batch's
-// siblings, on a worker whose completers run until cleanup.
+// siblingsFixture claims n keys for the running messages of one received
+// batch, on a worker whose completers run until cleanup.
 func siblingsFixture(t *testing.T, n int, linger time.Duration) (*Worker, *countingLedger, []*job) {
 	t.Helper()
 	db, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{})
@@ -121,15 +121,16 @@ func siblingsFixture(t *testing.T, n int, linger time.Duration) (*Worker, *count
 		<-done
 		db.Close()
 	})
+	b := &batch{w: w, kick: make(chan struct{})}
 	js := make([]*job, n)
 	for i := range js {
 		key := fmt.Sprintf("k%d", i)
 		if _, err := db.Claim(context.Background(), ledger.ClaimRequest{Key: key, Owner: "o", Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		js[i] = &job{claimed: true, key: derived{key: key}, owner: "o"}
+		js[i] = &job{key: derived{key: key}, owner: "o", b: b, st: running}
+		b.active++
 	}
-	newSiblings(append(js, &job{})) // an unclaimed message is no sibling
 	return w, l, js
 }
 
@@ -141,6 +142,7 @@ func TestWorker_BatchCompletionsRecordedTogether(t *testing.T) {
 	w, l, js := siblingsFixture(t, 4, time.Hour)
 	answers := make(chan error, len(js))
 	complete := func(j *job) {
+		j.b.move(j, completing, running)
 		go func() { answers <- w.recordComplete(j, ledger.Completion{Key: j.key.key, Owner: j.owner}) }()
 	}
 	complete(js[0])
@@ -148,7 +150,7 @@ func TestWorker_BatchCompletionsRecordedTogether(t *testing.T) {
 	complete(js[1])
 	time.Sleep(20 * time.Millisecond)
 	// The third fails: its siblings stop waiting for it.
-	w.leaveSiblings(js[2])
+	js[2].b.move(js[2], failed, running)
 	if got := l.calls(); len(got) != 0 {
 		t.Fatalf("recorded before the batch's last message finished: calls of %v", got)
 	}
@@ -161,10 +163,12 @@ func TestWorker_BatchCompletionsRecordedTogether(t *testing.T) {
 	if got := l.calls(); !slices.Equal(got, []int{3}) {
 		t.Errorf("calls of %v completions: want the batch's three in one", got)
 	}
-	// Done and left, a job has no siblings any more: leaving again does
-	// nothing (it would block or miscount otherwise).
+	// Done and failed, a job is no longer running: moving it again does
+	// nothing (it would miscount otherwise).
 	for _, j := range js {
-		w.leaveSiblings(j)
+		if j.b.move(j, failed, running) {
+			t.Errorf("%s moved from running twice", j.key.key)
+		}
 	}
 }
 
@@ -173,6 +177,7 @@ func TestWorker_BatchCompletionWaitBounded(t *testing.T) {
 	t.Parallel()
 	w, l, js := siblingsFixture(t, 2, 50*time.Millisecond)
 	start := time.Now()
+	js[0].b.move(js[0], completing, running)
 	if err := w.recordComplete(js[0], ledger.Completion{Key: js[0].key.key, Owner: "o"}); err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +185,7 @@ func TestWorker_BatchCompletionWaitBounded(t *testing.T) {
 		t.Errorf("recorded after %v, while its sibling still ran: want the linger's 50ms", waited)
 	}
 	// The sibling that was left behind is recorded at once when it comes.
+	js[1].b.move(js[1], completing, running)
 	if err := w.recordComplete(js[1], ledger.Completion{Key: js[1].key.key, Owner: "o"}); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -251,27 +252,13 @@ func (c *Config) setDefaults() {
 	def(&c.MinBackoff, DefaultMinBackoff)
 	def(&c.MaxBackoff, DefaultMaxBackoff)
 	def(&c.Grace, DefaultGrace)
-	if c.VisibilityTimeout == 0 {
-		c.VisibilityTimeout = DefaultVisibilityTimeout
-	}
-	if c.HandlerTimeout == 0 {
-		c.HandlerTimeout = DefaultHandlerTimeout
-	}
-	if c.SweepInterval == 0 {
-		c.SweepInterval = DefaultSweepInterval
-	}
-	if c.QueueStatsInterval == 0 {
-		c.QueueStatsInterval = DefaultQueueStatsInterval
-	}
-	if c.MaxMessages == 0 {
-		c.MaxMessages = DefaultMaxMessages
-	}
-	if c.Pollers == 0 {
-		c.Pollers = DefaultPollers
-	}
-	if c.Concurrency == 0 {
-		c.Concurrency = DefaultConcurrency
-	}
+	c.VisibilityTimeout = cmp.Or(c.VisibilityTimeout, DefaultVisibilityTimeout)
+	c.HandlerTimeout = cmp.Or(c.HandlerTimeout, DefaultHandlerTimeout)
+	c.SweepInterval = cmp.Or(c.SweepInterval, DefaultSweepInterval)
+	c.QueueStatsInterval = cmp.Or(c.QueueStatsInterval, DefaultQueueStatsInterval)
+	c.MaxMessages = cmp.Or(c.MaxMessages, DefaultMaxMessages)
+	c.Pollers = cmp.Or(c.Pollers, DefaultPollers)
+	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	switch c.Prefetch {
 	case 0:
 		// max: a Pollers or MaxMessages out of range is reported under
@@ -280,15 +267,9 @@ func (c *Config) setDefaults() {
 	case NoPrefetch:
 		c.Prefetch = 0
 	}
-	if c.MaxPayload == 0 {
-		c.MaxPayload = DefaultMaxPayload
-	}
-	if c.StallAfter == 0 {
-		c.StallAfter = c.WaitTime + time.Minute
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	c.MaxPayload = cmp.Or(c.MaxPayload, DefaultMaxPayload)
+	c.StallAfter = cmp.Or(c.StallAfter, c.WaitTime+time.Minute)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 }
 
 // validate checks c after setDefaults.
@@ -319,9 +300,7 @@ func (c *Config) validate() error {
 	between("MaxMessages", c.MaxMessages, 1, MaxMessagesPerReceive)
 	durationBetween("VisibilityTimeout", c.VisibilityTimeout, time.Second, MaxVisibility, true)
 	between("Pollers", c.Pollers, 1, MaxPollers)
-	if err := c.Key.validate(); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, c.Key.validate()) // nil when valid: errors.Join drops it
 	switch c.Body {
 	case "", BodyPayload, BodyAsReceived:
 	default:
@@ -335,10 +314,9 @@ func (c *Config) validate() error {
 		bad("HandlerTimeout", short(c.HandlerTimeout), "must be greater than 0s and at most %v", short(MaxHandlerTimeout))
 	}
 	durationBetween("MinBackoff", c.MinBackoff, 0, MaxBackoff, false)
-	switch {
-	case c.MaxBackoff < c.MinBackoff:
+	if c.MaxBackoff < c.MinBackoff {
 		bad("MaxBackoff", short(c.MaxBackoff), "must be at least the minimum back-off (%v)", short(c.MinBackoff))
-	default:
+	} else {
 		durationBetween("MaxBackoff", c.MaxBackoff, 0, MaxBackoff, false)
 	}
 	durationBetween("Grace", c.Grace, 0, MaxGrace, false)

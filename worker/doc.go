@@ -45,4 +45,45 @@
 // and lease kept up, and start as handlers come free, so that a receive's
 // round trip and a claim's commit need not stand between one message and
 // the next.
+//
+// # A message's lifecycle
+//
+// Each received message is in one state at a time, and only the
+// transitions below change it, each checking the state it leaves under
+// the lock of the message's received batch. The pollers, the batch's
+// heartbeat, the stop and the message's own goroutine ask for transitions;
+// none keeps a flag of its own.
+//
+//	received ──▶ claimed ──▶ waiting ──▶ starting ──▶ running ──▶ completing ──▶ settled
+//	   │            │          │  ▲         │            │             │
+//	   │            │          │  └─────────┤            └──▶ failed ──┴──▶ retrying
+//	   │            │          │            │                   │
+//	   └────────────┴──────────┴────────────┴──▶ given back │ lost │ dead-lettered
+//
+// Every transition, by the state it leaves:
+//
+//	received   → claimed, settled, given back, dead-lettered
+//	claimed    → waiting, given back, lost
+//	waiting    → starting, given back, lost
+//	starting   → running, waiting, given back, lost
+//	running    → completing, failed, lost
+//	completing → settled, retrying, lost
+//	failed     → retrying, dead-lettered
+//
+// A message is received by a poller, which holds one of the worker's room
+// for messages in hand (Config.Concurrency + Config.Prefetch) until the
+// message ends. Its claim moves it to waiting: for its turn in its FIFO
+// group, for a free handler, or for a ledger that records again. Starting
+// is the one place that looks at the ledger's gate, the claim's lease and
+// the (FIFO) message's receipt before the handler runs, and where the
+// attempt is counted; the message holds a handler from then until it ends,
+// its completion durable and its delete queued, so that no work starts
+// while completions cannot be recorded. settled, retrying, given back,
+// dead-lettered and lost are its ends: a duplicate of a complete operation
+// is settled at once; a message whose operation runs elsewhere, whose key
+// is missing or whose ledger record cannot be read is given back or
+// dead-lettered unclaimed; a heartbeat that learns that a claim is lost (or
+// on a FIFO queue that SQS no longer takes a waiting message's receipt)
+// ends it as lost, cutting a running attempt off; a stop gives back what
+// has not started.
 package worker

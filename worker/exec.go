@@ -4,6 +4,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -16,7 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode"
@@ -172,23 +173,15 @@ func NewExecHandler(cfg ExecConfig) (*ExecHandler, error) {
 		}
 	}
 	h := &ExecHandler{
-		argv:      append([]string(nil), cfg.Command...),
-		retry:     append([]int(nil), cfg.RetryExitCodes...),
-		log:       cfg.Logger,
-		killGrace: cfg.KillGrace,
+		argv:      slices.Clone(cfg.Command),
+		retry:     slices.Clone(cfg.RetryExitCodes),
+		log:       cmp.Or(cfg.Logger, slog.Default()),
+		killGrace: cmp.Or(cfg.KillGrace, execDefaultKillGrace),
+		env:       slices.Clone(cfg.Env), // keeps nil apart from empty
+		withhold:  slices.Clone(cfg.Withhold),
 	}
-	if cfg.Env != nil {
-		h.env = append([]string{}, cfg.Env...)
-	}
-	h.withhold = append([]string(nil), cfg.Withhold...)
 	if len(h.retry) == 0 {
 		h.retry = []int{execDefaultRetryCode}
-	}
-	if h.log == nil {
-		h.log = slog.Default()
-	}
-	if h.killGrace == 0 {
-		h.killGrace = execDefaultKillGrace
 	}
 	return h, nil
 }
@@ -236,9 +229,9 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	pgid := cmd.Process.Pid
 	waitErr := cmd.Wait()
 	stderr.finish()
-	m.Result = stdout.bytes()
+	m.Result = stdout.buf
 
-	if stopped, at := stop.stopped(); stopped {
+	if at := stop.at.Load(); at != nil {
 		execKillGroup(pgid, at.Add(h.killGrace))
 		return fmt.Errorf("exec %s: %w: stopped, %s%s", name, handlerContextErr(ctx), execHow(cmd.ProcessState), stderr.tail())
 	}
@@ -256,15 +249,9 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 		return fmt.Errorf("exec %s: unreadable exit status %v%s", name, state, stderr.tail())
 	case ws.Exited() && ws.ExitStatus() == 0:
 		return nil
-	case ws.Exited():
-		err := fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail())
-		for _, c := range h.retry {
-			if c == ws.ExitStatus() {
-				return err
-			}
-		}
-		return Permanent(err)
-	default: // killed by a signal Handle did not send
+	case ws.Exited() && !slices.Contains(h.retry, ws.ExitStatus()):
+		return Permanent(fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail()))
+	default: // a retry exit code, or killed by a signal Handle did not send
 		return fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail())
 	}
 }
@@ -414,9 +401,7 @@ func attrEnviron(attrs map[string]string) []string {
 
 // execStop records whether Handle stopped the command, and when.
 type execStop struct {
-	mu   sync.Mutex
-	done bool
-	at   time.Time
+	at atomic.Pointer[time.Time] // nil while Handle has not stopped it
 }
 
 // terminate is the command's Cancel: it sends SIGTERM to the command's
@@ -427,10 +412,7 @@ type execStop struct {
 // stopped, whatever it exits with: a command that exits 0 on SIGTERM may
 // have quit its work rather than finished it.
 func (s *execStop) terminate(p *os.Process) error {
-	if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) {
-		return os.ErrProcessDone
-	}
-	if execExited(p.Pid) {
+	if err := p.Signal(syscall.Signal(0)); errors.Is(err, os.ErrProcessDone) || execExited(p.Pid) {
 		return os.ErrProcessDone
 	}
 	now := time.Now()
@@ -438,16 +420,8 @@ func (s *execStop) terminate(p *os.Process) error {
 	if errors.Is(err, syscall.ESRCH) {
 		return os.ErrProcessDone
 	}
-	s.mu.Lock()
-	s.done, s.at = true, now
-	s.mu.Unlock()
+	s.at.Store(&now)
 	return err
-}
-
-func (s *execStop) stopped() (bool, time.Time) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.done, s.at
 }
 
 // execKillGroup waits until no process of group pgid is left running or
@@ -490,11 +464,8 @@ func execGroupRunning(pgid int) bool {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		state, pgrp, ok := execProcStat(e.Name())
-		if !ok {
-			continue // gone meanwhile
-		}
-		if pgrp == want && state != "Z" && state != "X" {
+		// A process gone meanwhile has no stat to read.
+		if state, pgrp, ok := execProcStat(e.Name()); ok && pgrp == want && state != "Z" && state != "X" {
 			return true
 		}
 	}
@@ -535,35 +506,29 @@ func execHow(state *os.ProcessState) string {
 	if state == nil {
 		return "exit status unknown"
 	}
-	ws, ok := state.Sys().(syscall.WaitStatus)
-	switch {
-	case !ok:
-		return state.String()
-	case ws.Exited():
+	switch ws, ok := state.Sys().(syscall.WaitStatus); {
+	case ok && ws.Exited():
 		return "exit status " + strconv.Itoa(ws.ExitStatus())
-	case ws.Signaled():
+	case ok && ws.Signaled():
 		s := fmt.Sprintf("killed by signal %d (%v)", int(ws.Signal()), ws.Signal())
 		if ws.CoreDump() {
 			s += ", core dumped"
 		}
 		return s
-	default:
-		return state.String()
 	}
+	return state.String()
 }
 
 // execStdout keeps the first execMaxStdout bytes written to it and discards
 // the rest, so the command never blocks on a full pipe.
 type execStdout struct {
-	buf   []byte
-	total int64
+	buf []byte // nil while nothing was written
 }
 
 func (w *execStdout) Write(p []byte) (int, error) {
 	if room := execMaxStdout - len(w.buf); room > 0 {
 		w.buf = append(w.buf, p[:min(room, len(p))]...)
 	}
-	w.total += int64(len(p))
 	return len(p), nil
 }
 
@@ -596,13 +561,6 @@ func execCopy(w io.Writer, r io.Reader) (int64, error) {
 	}
 }
 
-func (w *execStdout) bytes() []byte {
-	if len(w.buf) == 0 {
-		return nil
-	}
-	return w.buf
-}
-
 // execStderr logs what is written to it line by line, within bounds, and
 // remembers the last non-blank line. It never fails a write, so the command
 // never blocks on a full pipe.
@@ -618,26 +576,18 @@ type execStderr struct {
 }
 
 func (w *execStderr) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		i := bytes.IndexByte(p, '\n')
-		chunk := p
-		if i >= 0 {
-			chunk = p[:i]
-		}
-		if room := execMaxStderrLine - len(w.line); len(chunk) > room {
-			w.line = append(w.line, chunk[:room]...)
-			w.cut = true
-		} else {
-			w.line = append(w.line, chunk...)
-		}
-		if i < 0 {
+	for rest := p; len(rest) > 0; {
+		chunk, after, found := bytes.Cut(rest, []byte{'\n'})
+		room := execMaxStderrLine - len(w.line)
+		w.line = append(w.line, chunk[:min(room, len(chunk))]...)
+		w.cut = w.cut || len(chunk) > room
+		if !found {
 			break
 		}
 		w.emit()
-		p = p[i+1:]
+		rest = after
 	}
-	return n, nil
+	return len(p), nil
 }
 
 // ReadFrom copies r (the command's stderr) through Write; see execStdout.
@@ -645,7 +595,7 @@ func (w *execStderr) ReadFrom(r io.Reader) (int64, error) { return execCopy(w, r
 
 // emit logs the current line and starts the next.
 func (w *execStderr) emit() {
-	line := execValidText(bytes.TrimRight(w.line, "\r"))
+	line := strings.ToValidUTF8(string(bytes.TrimRight(w.line, "\r")), "\uFFFD")
 	cut := w.cut
 	w.line, w.cut = w.line[:0], false
 	if strings.TrimSpace(line) == "" {
@@ -682,9 +632,4 @@ func (w *execStderr) tail() string {
 		return ""
 	}
 	return fmt.Sprintf("; last stderr line: %q", textcut.Mark(w.last, execMaxErrorTail, "..."))
-}
-
-// execValidText returns b as a string with invalid UTF-8 replaced.
-func execValidText(b []byte) string {
-	return strings.ToValidUTF8(string(b), "\uFFFD")
 }

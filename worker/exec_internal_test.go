@@ -40,7 +40,7 @@ func TestExecStop_ExitedBeforeStop(t *testing.T) {
 	if err := s.terminate(p); !errors.Is(err, os.ErrProcessDone) {
 		t.Errorf("terminate = %v, want os.ErrProcessDone", err)
 	}
-	if stopped, _ := s.stopped(); stopped {
+	if s.at.Load() != nil {
 		t.Error("a command that had exited on its own counts as stopped: its work would run again")
 	}
 	state, err := p.Wait()

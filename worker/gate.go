@@ -32,7 +32,20 @@ type gate struct {
 	mu    sync.Mutex
 	down  bool
 	since time.Time
-	fatal error // a ledger that will not come back (its table gone): Run ends
+	open  chan struct{} // while down: closed when the ledger records again
+	fatal error         // a ledger that will not come back (its table gone): Run ends
+}
+
+// gateOpen returns nil while the ledger records, and otherwise a channel
+// closed once it records again: claimed messages wait for it to start.
+func (w *Worker) gateOpen() <-chan struct{} {
+	g := &w.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.down {
+		return nil
+	}
+	return g.open
 }
 
 // isFatal reports whether a claim error means the ledger cannot be used at
@@ -50,11 +63,11 @@ func (w *Worker) claimFailed(err error) {
 	w.ledgerFailed(err, "the ledger cannot record claims: no new work starts until it can; running work goes on")
 }
 
-// completionFailed records that a completion could not be recorded: no
-// new work starts either, since its completion could not be recorded
-// now.
-func (w *Worker) completionFailed(err error) {
-	w.ledgerFailed(err, "the ledger cannot record completions: no new work starts until it records again; done work waits out of sight")
+// outcomeFailed records that an attempt's outcome (what: "completion",
+// "failure") could not be recorded: no new work starts either, since its
+// outcome could not be recorded now.
+func (w *Worker) outcomeFailed(what string, err error) {
+	w.ledgerFailed(err, "the ledger cannot record "+what+"s: no new work starts until it records again; ended work waits out of sight")
 }
 
 // ledgerFailed holds new work back after err, unless the store rolled the
@@ -71,7 +84,7 @@ func (w *Worker) ledgerFailed(err error, why string) {
 		g.fatal = err
 	}
 	if !g.down {
-		g.down, g.since = true, w.now()
+		g.down, g.since, g.open = true, w.now(), make(chan struct{})
 		w.log.Error(why, "error", err)
 	}
 }
@@ -84,6 +97,7 @@ func (w *Worker) claimsRecorded() {
 	defer g.mu.Unlock()
 	if g.down {
 		w.log.Info("the ledger records claims again: new work starts", "down_for", w.now().Sub(g.since).Round(time.Millisecond))
+		close(g.open)
 	}
 	g.down = false
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -61,14 +62,16 @@ type HTTPConfig struct {
 // operation is durably yours). The first 4096 bytes of a 2xx response body
 // become Message.Result. Otherwise:
 //
-//   - 408, 429 and 5xx: a retryable error, made with RetryAfter when the
-//     response has a Retry-After header (delay-seconds or an HTTP date; a
-//     date in the past means no delay);
+//   - 408, 429 and 5xx: the endpoint is down (Unavailable), made with
+//     RetryAfter too when the response has a Retry-After header
+//     (delay-seconds or an HTTP date; a date in the past means no delay);
 //   - any other 4xx: a Permanent error;
 //   - 1xx and 3xx (redirects are not followed), and any other status: a
 //     retryable error;
-//   - no response (connection refused or reset, timeout, the context ending):
-//     a retryable error, which wraps ctx.Err() when the context ended.
+//   - no response (connection refused or reset, the handler's timeout): the
+//     endpoint is down (Unavailable); the context ending otherwise (the
+//     worker stops, or lost the claim): a retryable error; each wraps
+//     ctx.Err() when the context ended.
 //
 // Errors name the status and include the first 200 bytes of the response
 // body. Up to 64 KiB of each response body is read before it is closed, so
@@ -85,7 +88,7 @@ func NewHTTPHandler(cfg HTTPConfig) (*HTTPHandler, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("http handler: url must be an absolute http or https URL, got %q", cfg.URL)
 	}
-	h := &HTTPHandler{url: u.String(), log: cfg.Logger}
+	h := &HTTPHandler{url: u.String(), log: cmp.Or(cfg.Logger, slog.Default())}
 	if cfg.Client != nil {
 		c := *cfg.Client
 		h.client = &c
@@ -93,9 +96,6 @@ func NewHTTPHandler(cfg HTTPConfig) (*HTTPHandler, error) {
 		h.client = &http.Client{Transport: httpTransport()}
 	}
 	h.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	if h.log == nil {
-		h.log = slog.Default()
-	}
 	return h, nil
 }
 
@@ -129,16 +129,9 @@ const httpAttrPrefix = "X-Sqsonce-Attr-"
 // name: SQS and SNS allow letters, digits, "-", "_" and ".", all of them
 // token characters.
 func validHeaderName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return false
-		}
-	}
-	return true
+	return name != "" && !strings.ContainsFunc(name, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.')
+	})
 }
 
 // Handle POSTs m to the handler's URL. See HTTPHandler for what it returns.
@@ -154,14 +147,10 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 		{"X-Sqsonce-Receive-Count", strconv.Itoa(m.ReceiveCount)},
 		{"X-Sqsonce-Queue-Url", m.QueueURL},
 	}
-	if m.GroupID != "" {
-		headers = append(headers, [2]string{"X-Sqsonce-Group-Id", m.GroupID})
-	}
-	if m.TraceParent != "" {
-		headers = append(headers, [2]string{"traceparent", m.TraceParent})
-	}
-	if m.TraceState != "" {
-		headers = append(headers, [2]string{"tracestate", m.TraceState})
+	for _, kv := range [][2]string{{"X-Sqsonce-Group-Id", m.GroupID}, {"traceparent", m.TraceParent}, {"tracestate", m.TraceState}} {
+		if kv[1] != "" { // each only when the message has one
+			headers = append(headers, kv)
+		}
 	}
 	for _, kv := range headers {
 		if !httpValidHeaderValue(kv[1]) {
@@ -188,9 +177,13 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 	resp, err := h.client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("http: no response: %w (%v)", handlerContextErr(ctx), err)
+			err = fmt.Errorf("http: no response: %w (%v)", handlerContextErr(ctx), err)
+			if errors.Is(context.Cause(ctx), errHandlerTimeout) {
+				return Unavailable(0, err)
+			}
+			return err // the worker stops, or lost the claim
 		}
-		return fmt.Errorf("http: no response: %w", err)
+		return Unavailable(0, fmt.Errorf("http: no response: %w", err))
 	}
 	body, readErr := httpReadBody(resp.Body)
 
@@ -207,10 +200,7 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 		return nil
 	}
 
-	status := resp.Status
-	if status == "" {
-		status = strconv.Itoa(code)
-	}
+	status := cmp.Or(resp.Status, strconv.Itoa(code))
 	if code >= 300 && code <= 399 {
 		if loc := resp.Header.Get("Location"); loc != "" {
 			status += " to " + strconv.Quote(textcut.Mark(loc, httpMaxErrorBody, "..."))
@@ -221,9 +211,9 @@ func (h *HTTPHandler) Handle(ctx context.Context, m *Message) error {
 	switch {
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || (code >= 500 && code <= 599):
 		if d, ok := httpRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			return RetryAfter(d, err)
+			return RetryAfter(d, Unavailable(d, err))
 		}
-		return err
+		return Unavailable(0, err)
 	case code >= 400 && code <= 499:
 		return Permanent(err)
 	default:
@@ -287,10 +277,5 @@ func handlerContextErr(ctx context.Context) error {
 
 // httpValidHeaderValue reports whether s can be sent as a header value.
 func httpValidHeaderValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(s, func(c rune) bool { return (c < ' ' && c != '\t') || c == 0x7f })
 }

@@ -219,12 +219,6 @@ func attributeKey(attrs map[string]types.MessageAttributeValue, name string) (st
 	return *v.StringValue, nil
 }
 
-// unwrapSNS returns the Message of an SNS notification envelope.
-func unwrapSNS(body []byte) ([]byte, error) {
-	env, err := openSNS(body)
-	return env.message, err
-}
-
 // snsEnvelope is what the worker reads of an SNS notification envelope.
 type snsEnvelope struct {
 	message []byte

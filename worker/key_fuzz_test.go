@@ -145,8 +145,8 @@ func fuzzPayload(cfg KeyConfig, body []byte) (payload []byte, ok bool) {
 	if !cfg.SNS {
 		return body, true
 	}
-	p, err := unwrapSNS(body)
-	return p, err == nil
+	env, err := openSNS(body)
+	return env.message, err == nil
 }
 
 // fuzzCheckDerived checks what derive made of body under cfg: a valid key

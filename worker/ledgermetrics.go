@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/sqsonce/sqsonce/ledger"
@@ -41,8 +42,19 @@ type instrumentedLedger struct {
 	m *metrics
 }
 
-// observe records one call that started at start.
-func (l instrumentedLedger) observe(c ledgerCall, start time.Time, failed bool) {
+// observe records one call of c that started at start and returned *err.
+// A method defers it with a pointer to its result.
+func (l instrumentedLedger) observe(c ledgerCall, start time.Time, err *error) {
+	l.record(c, start, ledgerFailure(*err))
+}
+
+// observeBatch is observe of a batch call: one failure when any of *errs
+// is one.
+func (l instrumentedLedger) observeBatch(c ledgerCall, start time.Time, errs *[]error) {
+	l.record(c, start, slices.ContainsFunc(*errs, ledgerFailure))
+}
+
+func (l instrumentedLedger) record(c ledgerCall, start time.Time, failed bool) {
 	l.m.ledgerSeries[c].Observe(time.Since(start).Seconds())
 	if failed {
 		l.m.ledgerFailed[c].Inc()
@@ -58,60 +70,37 @@ func ledgerFailure(err error) bool {
 		!errors.Is(err, ledger.ErrNotFound) && !errors.Is(err, context.Canceled)
 }
 
-func (l instrumentedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
-	start := time.Now()
-	claims, err := l.Ledger.ClaimBatch(ctx, reqs)
-	l.observe(callClaimBatch, start, ledgerFailure(err))
-	return claims, err
-}
-
-// anyFailure reports whether one of the errors of a batch call is a
-// failure of the ledger.
-func anyFailure(errs []error) bool {
-	for _, err := range errs {
-		if ledgerFailure(err) {
-			return true
-		}
-	}
-	return false
+func (l instrumentedLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) (_ []ledger.Claim, err error) {
+	defer l.observe(callClaimBatch, time.Now(), &err)
+	return l.Ledger.ClaimBatch(ctx, reqs)
 }
 
 // CompleteBatch counts one failure when any of the completions failed.
-func (l instrumentedLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
-	start := time.Now()
-	errs := l.Ledger.CompleteBatch(ctx, cs)
-	l.observe(callCompleteBatch, start, anyFailure(errs))
-	return errs
+func (l instrumentedLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) (errs []error) {
+	defer l.observeBatch(callCompleteBatch, time.Now(), &errs)
+	return l.Ledger.CompleteBatch(ctx, cs)
 }
 
-func (l instrumentedLedger) Fail(ctx context.Context, f ledger.Failure) error {
-	start := time.Now()
-	err := l.Ledger.Fail(ctx, f)
-	l.observe(callFail, start, ledgerFailure(err))
-	return err
+func (l instrumentedLedger) Fail(ctx context.Context, f ledger.Failure) (err error) {
+	defer l.observe(callFail, time.Now(), &err)
+	return l.Ledger.Fail(ctx, f)
 }
 
 // ReleaseBatch counts one failure when any of the releases failed.
-func (l instrumentedLedger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []error {
-	start := time.Now()
-	errs := l.Ledger.ReleaseBatch(ctx, refs)
-	l.observe(callReleaseBatch, start, anyFailure(errs))
-	return errs
+func (l instrumentedLedger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) (errs []error) {
+	defer l.observeBatch(callReleaseBatch, time.Now(), &errs)
+	return l.Ledger.ReleaseBatch(ctx, refs)
 }
 
 // ExtendBatch counts one failure when any of the extensions failed.
-func (l instrumentedLedger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) []error {
-	start := time.Now()
-	errs := l.Ledger.ExtendBatch(ctx, refs, lease)
-	l.observe(callExtendBatch, start, anyFailure(errs))
-	return errs
+func (l instrumentedLedger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, lease time.Duration) (errs []error) {
+	defer l.observeBatch(callExtendBatch, time.Now(), &errs)
+	return l.Ledger.ExtendBatch(ctx, refs, lease)
 }
 
-func (l instrumentedLedger) Sweep(ctx context.Context) (int, error) {
-	start := time.Now()
-	n, err := l.Ledger.Sweep(ctx)
-	l.observe(callSweep, start, ledgerFailure(err))
-	return n, err
+func (l instrumentedLedger) Sweep(ctx context.Context) (_ int, err error) {
+	defer l.observe(callSweep, time.Now(), &err)
+	return l.Ledger.Sweep(ctx)
 }
 
 // pingingLedger is an instrumentedLedger over a Ledger that is a Pinger.
@@ -120,9 +109,7 @@ type pingingLedger struct {
 	p Pinger
 }
 
-func (l pingingLedger) Ping(ctx context.Context) error {
-	start := time.Now()
-	err := l.p.Ping(ctx)
-	l.observe(callPing, start, ledgerFailure(err))
-	return err
+func (l pingingLedger) Ping(ctx context.Context) (err error) {
+	defer l.observe(callPing, time.Now(), &err)
+	return l.p.Ping(ctx)
 }

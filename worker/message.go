@@ -108,6 +108,31 @@ func RetryAfter(d time.Duration, err error) error {
 	return &RetryError{After: d, Err: err}
 }
 
+// UnavailableError says that what the handler calls is down, not that
+// its message is at fault: the failures that flow control counts towards
+// pausing the intake (see FlowConfig). The message is retried like any
+// retryable failure; After, when not zero, is when the downstream said to
+// come back (its Retry-After), which sets the first probe's delay.
+type UnavailableError struct {
+	After time.Duration
+	Err   error
+}
+
+func (e *UnavailableError) Error() string { return "unavailable: " + errString(e.Err) }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable marks err as the downstream being down, d (zero: unknown)
+// the time it asked for before the next call. The message's own back-off
+// is unchanged: wrap the result with RetryAfter to set that too. The http
+// handler returns it for 408, 429 and 5xx answers, for requests that got
+// no answer and for those cut off by the handler's timeout.
+func Unavailable(d time.Duration, err error) error {
+	if err == nil {
+		err = errors.New("downstream unavailable")
+	}
+	return &UnavailableError{After: max(d, 0), Err: err}
+}
+
 func errString(err error) string {
 	if err == nil {
 		return "<nil>"

@@ -59,47 +59,38 @@ var sqsOperations = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMess
 	"ChangeMessageVisibilityBatch", "SendMessage", "GetQueueAttributes", "GetQueueUrl"}
 
 func newMetrics() *metrics {
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "sqsonce", Name: name, Help: help}, labels)
+	}
+	gaugeVec := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sqsonce", Name: name, Help: help}, labels)
+	}
 	m := &metrics{
 		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "sqsonce", Name: "handler_duration_seconds",
 			Help:    "Time the handler took per attempt, by outcome (done, retry, permanent, lease_lost).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1ms .. ~4.4min
 		}, []string{"outcome"}),
-		sqsRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sqsonce", Name: "sqs_requests_total",
-			Help: "SQS API calls made, by operation.",
-		}, []string{"operation"}),
-		sqsErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sqsonce", Name: "sqs_request_errors_total",
-			Help: "SQS API calls that failed after the SDK's retries, by operation.",
-		}, []string{"operation"}),
+		sqsRequests: counterVec("sqs_requests_total", "SQS API calls made, by operation.", "operation"),
+		sqsErrors:   counterVec("sqs_request_errors_total", "SQS API calls that failed after the SDK's retries, by operation.", "operation"),
 		ledgerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "sqsonce", Name: "ledger_call_duration_seconds",
 			Help:    "Time of the worker's calls to the ledger, on every backend, by call (claim_batch, complete_batch, fail, release_batch, extend_batch, sweep, ping).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18), // 0.1ms .. 13s
 		}, []string{"call"}),
-		ledgerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "sqsonce", Name: "ledger_call_errors_total",
-			Help: "The worker's ledger calls that failed (the store did not answer or could not write; not an answer about a record, such as another claim owning it), by call.",
-		}, []string{"call"}),
+		ledgerErrors: counterVec("ledger_call_errors_total", "The worker's ledger calls that failed (the store did not answer or could not write; not an answer about a record, such as another claim owning it), by call.", "call"),
 		messageAge: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "sqsonce", Name: "received_message_age_seconds",
 			Help: "Age of each message received, since SQS accepted it (its SentTimestamp), redeliveries included: how long messages wait before they are received.",
 			Buckets: []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600,
 				3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600, 4 * 24 * 3600},
 		}),
-		queueInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "queue_info",
-			Help: "1, labelled with the queue this worker consumes, its dead-letter queue (empty without a redrive policy) and whether it is FIFO; set when Run has read the queue.",
-		}, []string{"queue", "dead_letter_queue", "fifo"}),
-		queueMessages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "queue_messages",
-			Help: "Messages in the queue as SQS's attributes count them (approximate), by state: visible (ApproximateNumberOfMessages), in_flight (received, not yet deleted or visible again: ApproximateNumberOfMessagesNotVisible), delayed. Read every QueueStatsInterval; absent while the read fails.",
-		}, []string{"queue", "state"}),
-		dlqMessages: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "dead_letter_queue_messages",
-			Help: "Messages in the dead-letter queue of queue, as SQS's attributes count them (approximate), by state (visible, in_flight, delayed). Absent without a redrive policy and while the read fails.",
-		}, []string{"queue", "dead_letter_queue", "state"}),
+		queueInfo: gaugeVec("queue_info", "1, labelled with the queue this worker consumes, its dead-letter queue (empty without a redrive policy) and whether it is FIFO; set when Run has read the queue.",
+			"queue", "dead_letter_queue", "fifo"),
+		queueMessages: gaugeVec("queue_messages", "Messages in the queue as SQS's attributes count them (approximate), by state: visible (ApproximateNumberOfMessages), in_flight (received, not yet deleted or visible again: ApproximateNumberOfMessagesNotVisible), delayed. Read every QueueStatsInterval; absent while the read fails.",
+			"queue", "state"),
+		dlqMessages: gaugeVec("dead_letter_queue_messages", "Messages in the dead-letter queue of queue, as SQS's attributes count them (approximate), by state (visible, in_flight, delayed). Absent without a redrive policy and while the read fails.",
+			"queue", "dead_letter_queue", "state"),
 	}
 	for o := range numOutcomes {
 		m.handlerSeries[o] = m.handlerSeconds.WithLabelValues(outcomeLabels[o])
@@ -122,6 +113,9 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "sqsonce", Name: name, Help: help, ConstLabels: labels,
 		}, func() float64 { return float64(v()) })
+	}
+	gauge := func(name, help string, v func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "sqsonce", Name: name, Help: help}, v)
 	}
 	collectors := []prometheus.Collector{
 		w.metrics.handlerSeconds, w.metrics.sqsRequests, w.metrics.sqsErrors,
@@ -155,32 +149,22 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		counter("s3_payload_failures_total", "Pointer messages whose payload could not be read, by class.", c.payloadsRejected.Load, prometheus.Labels{"class": "permanent"}),
 		counter("s3_objects_deleted_total", "Payload objects deleted from S3 after their message.", c.objectsDeleted.Load, nil),
 		counter("s3_object_delete_failures_total", "Payload objects whose delete failed (left in S3).", c.objectDeleteFailed.Load, nil),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "work_in_flight", Help: "Messages in hand: running, claimed ahead of a free handler, or being settled.",
-		}, func() float64 { return float64(w.inFlight()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "work_capacity", Help: "Messages the worker holds at most: handlers plus those received ahead of a free handler (prefetch).",
-		}, func() float64 { return float64(cap(w.slots)) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "handlers_running", Help: "Handlers running now.",
-		}, func() float64 { return float64(len(w.handlers)) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "handler_concurrency", Help: "Handlers that may run at once.",
-		}, func() float64 { return float64(cap(w.handlers)) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "last_receive_timestamp_seconds",
-			Help: "Unix time of the last receive call that succeeded, with or without messages (a long poll returns at least every queue.wait_time); 0 before the first.",
-		}, func() float64 {
-			w.healthMu.Lock()
-			defer w.healthMu.Unlock()
-			if w.lastReceive.IsZero() {
-				return 0
-			}
-			return float64(w.lastReceive.UnixNano()) / 1e9
-		}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "sqsonce", Name: "ledger_up", Help: "1 while the ledger records claims, 0 while new work waits for it.",
-		}, func() float64 {
+		gauge("work_in_flight", "Messages in hand: running, claimed ahead of a free handler, or being settled.",
+			func() float64 { return float64(w.inFlight()) }),
+		gauge("work_capacity", "Messages the worker holds at most: handlers plus those received ahead of a free handler (prefetch).",
+			func() float64 { return float64(cap(w.slots)) }),
+		gauge("handlers_running", "Handlers running now.", func() float64 { return float64(len(w.handlers)) }),
+		gauge("handler_concurrency", "Handlers that may run at once.", func() float64 { return float64(cap(w.handlers)) }),
+		gauge("last_receive_timestamp_seconds", "Unix time of the last receive call that succeeded, with or without messages (a long poll returns at least every queue.wait_time); 0 before the first.",
+			func() float64 {
+				w.healthMu.Lock()
+				defer w.healthMu.Unlock()
+				if w.lastReceive.IsZero() {
+					return 0
+				}
+				return float64(w.lastReceive.UnixNano()) / 1e9
+			}),
+		gauge("ledger_up", "1 while the ledger records claims, 0 while new work waits for it.", func() float64 {
 			if down, _ := w.ledgerState(); down {
 				return 0
 			}
@@ -214,6 +198,14 @@ func (c instrumented) observe(op string, err error) {
 	}
 }
 
+// call makes the call of the SQS operation op that f makes, and counts it.
+func call[In, Out any](c instrumented, op string, f func(context.Context, In, ...func(*sqs.Options)) (Out, error),
+	ctx context.Context, in In, opts []func(*sqs.Options)) (Out, error) {
+	out, err := f(ctx, in, opts...)
+	c.observe(op, err)
+	return out, err
+}
+
 func (c instrumented) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
 	out, err := c.SQSClient.ReceiveMessage(ctx, in, opts...)
 	if ctx.Err() == nil { // a long poll cut short by shutdown is no error
@@ -232,39 +224,27 @@ func (c instrumented) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 }
 
 func (c instrumented) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
-	out, err := c.SQSClient.DeleteMessageBatch(ctx, in, opts...)
-	c.observe("DeleteMessageBatch", err)
-	return out, err
+	return call(c, "DeleteMessageBatch", c.SQSClient.DeleteMessageBatch, ctx, in, opts)
 }
 
 func (c instrumented) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
-	out, err := c.SQSClient.ChangeMessageVisibility(ctx, in, opts...)
-	c.observe("ChangeMessageVisibility", err)
-	return out, err
+	return call(c, "ChangeMessageVisibility", c.SQSClient.ChangeMessageVisibility, ctx, in, opts)
 }
 
 func (c instrumented) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
-	out, err := c.SQSClient.ChangeMessageVisibilityBatch(ctx, in, opts...)
-	c.observe("ChangeMessageVisibilityBatch", err)
-	return out, err
+	return call(c, "ChangeMessageVisibilityBatch", c.SQSClient.ChangeMessageVisibilityBatch, ctx, in, opts)
 }
 
 func (c instrumented) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
-	out, err := c.SQSClient.SendMessage(ctx, in, opts...)
-	c.observe("SendMessage", err)
-	return out, err
+	return call(c, "SendMessage", c.SQSClient.SendMessage, ctx, in, opts)
 }
 
 func (c instrumented) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
-	out, err := c.SQSClient.GetQueueAttributes(ctx, in, opts...)
-	c.observe("GetQueueAttributes", err)
-	return out, err
+	return call(c, "GetQueueAttributes", c.SQSClient.GetQueueAttributes, ctx, in, opts)
 }
 
 func (c instrumented) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
-	out, err := c.SQSClient.GetQueueUrl(ctx, in, opts...)
-	c.observe("GetQueueUrl", err)
-	return out, err
+	return call(c, "GetQueueUrl", c.SQSClient.GetQueueUrl, ctx, in, opts)
 }
 
 // Health is the worker's state as health checks see it.

@@ -269,16 +269,21 @@ func (w *Worker) deleteBatch(batch *deleteBatch) {
 	afters.Wait()
 }
 
-// makeVisible sets the visibility of messages to d from now, so that they
-// are received again after d. A change that SQS refused for now (throttled,
-// a server error, no answer) is tried again a few times, for up to about
+// makeVisible sets the visibility of messages, received by a receive that
+// was sent at received, to d from now, so that they are received again
+// after d. A change that SQS refused for now (throttled, a server error,
+// no answer) is tried again a few times, for up to about
 // visibilityRetries: a message whose change is lost stays out of sight for
 // the receive's whole visibility timeout instead.
-func (w *Worker) makeVisible(msgs []types.Message, d time.Duration) {
+func (w *Worker) makeVisible(msgs []types.Message, received time.Time, d time.Duration) {
 	start := time.Now()
 	for attempt := 1; len(msgs) > 0; attempt++ {
-		msgs = w.changeVisibility(context.Background(), msgs, d-time.Since(start))
-		if len(msgs) == 0 || attempt == visibilityAttempts {
+		retry, _ := w.changeVisibilityOf(context.Background(), msgs, received, d-time.Since(start))
+		again := make([]types.Message, len(retry))
+		for i, r := range retry {
+			again[i] = msgs[r]
+		}
+		if msgs = again; len(msgs) == 0 || attempt == visibilityAttempts {
 			break
 		}
 		time.Sleep(backoff(attempt, 100*time.Millisecond, time.Second))
@@ -292,31 +297,25 @@ func (w *Worker) makeVisible(msgs []types.Message, d time.Duration) {
 // back-off, about two seconds in all.
 const visibilityAttempts = 4
 
-// changeVisibility sets the visibility of messages to d from now, ten at a
-// time, each call bounded by sqsCallTimeout and ctx. It returns the
-// messages whose change may succeed if tried again: those of calls that
-// failed, and entries that SQS failed on its side; an entry refused for the
-// caller's fault (a receipt handle no longer valid) is not.
-func (w *Worker) changeVisibility(parent context.Context, msgs []types.Message, d time.Duration) (again []types.Message) {
-	retry, _ := w.changeVisibilityOf(parent, msgs, d)
-	for _, i := range retry {
-		again = append(again, msgs[i])
-	}
-	return again
-}
-
-// changeVisibilityOf is changeVisibility, which it serves, answering with
-// indexes into msgs: again, the changes that may succeed if tried again,
-// and refused, those that SQS refused for the caller's fault. A refused
-// change mostly means that the receipt handle no longer holds the message:
-// its visibility lapsed and it was received again (by this worker or
+// changeVisibilityOf sets the visibility of msgs, received by a receive
+// sent at received, to d from now, ten at a time, each call bounded by
+// sqsCallTimeout and parent. SQS keeps a message out of sight for at most
+// 12 hours from its receive, extensions included: d is cut to what is
+// left of that, and a message with less than a second left is not asked
+// for (it comes back when those 12 hours end). It answers with indexes
+// into msgs: again, the changes that may succeed if tried again (those of
+// calls that failed, and entries that SQS failed on its side), and
+// refused, those that SQS refused for the caller's fault. A refused change
+// mostly means that the receipt handle no longer holds the message: its
+// visibility lapsed and it was received again (by this worker or
 // another), or SQS moved it to the dead-letter queue, or it is visible
 // again, to be received by anyone.
-func (w *Worker) changeVisibilityOf(parent context.Context, msgs []types.Message, d time.Duration) (again, refused []int) {
-	secs := int32(min(max((d+time.Second-1)/time.Second, 0), MaxVisibility/time.Second))
+func (w *Worker) changeVisibilityOf(parent context.Context, msgs []types.Message, received time.Time, d time.Duration) (again, refused []int) {
+	left := (MaxVisibility - time.Since(received)) / time.Second
+	secs := int32(max(min((d+time.Second-1)/time.Second, left), 0))
 	for start := 0; start < len(msgs); start += MaxMessagesPerReceive {
 		chunk := msgs[start:min(start+MaxMessagesPerReceive, len(msgs))]
-		if parent.Err() != nil {
+		if parent.Err() != nil || (left < 1 && d > 0) {
 			for i := range chunk {
 				again = append(again, start+i)
 			}
@@ -374,12 +373,17 @@ const (
 // queue: a copy is sent there, and only once the send succeeded is the
 // original deleted. Without a dead-letter queue, or when the send fails, the
 // message is left with the longest back-off so that SQS's own redrive or
-// retention deals with it. It reports whether the message was moved.
-func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
+// retention deals with it. It returns the message's end: deadLettered, or
+// givenBack (retrying after a failed attempt) when it was left.
+func (w *Worker) deadLetter(j *job, reason string, log *jobLog) state {
+	left := givenBack
+	if st, _ := j.b.state(j); st == failed {
+		left = retrying
+	}
 	if w.queue.dlqURL == "" {
 		log.Warn("no dead-letter queue: leaving the message until its retention ends", "reason", reason)
-		w.makeVisible([]types.Message{j.msg}, w.cfg.MaxBackoff)
-		return false
+		w.comeBack(j, left, w.cfg.MaxBackoff)
+		return left
 	}
 	attrs := make(map[string]types.MessageAttributeValue, len(j.msg.MessageAttributes)+2)
 	for k, v := range j.msg.MessageAttributes {
@@ -415,11 +419,12 @@ func (w *Worker) deadLetter(j *job, reason string, log *jobLog) bool {
 	defer cancel()
 	if _, err := w.sqs.SendMessage(ctx, in); err != nil {
 		log.Error("could not move the message to the dead-letter queue: leaving it for SQS's redrive", "error", err)
-		w.makeVisible([]types.Message{j.msg}, w.cfg.MaxBackoff)
-		return false
+		w.comeBack(j, left, w.cfg.MaxBackoff)
+		return left
 	}
 	w.stats.deadLettered.Add(1)
 	log.Warn("moved to the dead-letter queue", "reason", reason, "dead_letter_queue", w.queue.dlqURL)
 	w.delete(j.msg)
-	return true
+	j.b.end(j, deadLettered)
+	return deadLettered
 }

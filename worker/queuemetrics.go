@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strconv"
@@ -44,11 +45,8 @@ func ReadQueueDepth(ctx context.Context, c QueueAttributesReader, url string) (Q
 		return QueueDepth{}, fmt.Errorf("read the depth of queue %s: %w", url, err)
 	}
 	var d QueueDepth
-	for name, dst := range map[types.QueueAttributeName]*int64{
-		types.QueueAttributeNameApproximateNumberOfMessages:           &d.Visible,
-		types.QueueAttributeNameApproximateNumberOfMessagesNotVisible: &d.InFlight,
-		types.QueueAttributeNameApproximateNumberOfMessagesDelayed:    &d.Delayed,
-	} {
+	for i, dst := range []*int64{&d.Visible, &d.InFlight, &d.Delayed} { // in the order of depthAttributes
+		name := depthAttributes[i]
 		v, ok := out.Attributes[string(name)]
 		if !ok {
 			continue
@@ -108,38 +106,33 @@ func (w *Worker) watchQueue(ctx context.Context) (stop func()) {
 }
 
 // readQueueStats reads the depth of the queue and of its dead-letter queue
-// into their gauges. The gauges of a queue whose read failed are removed,
-// so that a graph shows a gap rather than an old count; the first error is
-// returned.
+// into their gauges, and returns the first error.
 func (w *Worker) readQueueStats(ctx context.Context) error {
-	type target struct {
-		url    string
-		gauges *prometheus.GaugeVec
-		labels []string
+	err := w.readDepth(ctx, w.cfg.QueueURL, w.metrics.queueMessages, w.queueName)
+	if w.queue.dlqURL != "" && ctx.Err() == nil {
+		err = cmp.Or(err, w.readDepth(ctx, w.queue.dlqURL, w.metrics.dlqMessages, w.queueName, QueueName(w.queue.dlqURL)))
 	}
-	targets := []target{{w.cfg.QueueURL, w.metrics.queueMessages, []string{w.queueName}}}
-	if w.queue.dlqURL != "" {
-		targets = append(targets, target{w.queue.dlqURL, w.metrics.dlqMessages, []string{w.queueName, QueueName(w.queue.dlqURL)}})
+	return err
+}
+
+// readDepth reads the depth of the queue at url into gauges, a series for
+// each state labelled with labels and the state. When the read fails the
+// series are removed, so that a graph shows a gap rather than an old count.
+// When ctx ends meanwhile it leaves them and returns ctx's error.
+func (w *Worker) readDepth(ctx context.Context, url string, gauges *prometheus.GaugeVec, labels ...string) error {
+	rctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
+	d, err := ReadQueueDepth(rctx, w.sqs, url)
+	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err() // stopping: the last counts stay
 	}
-	var first error
-	for _, q := range targets {
-		rctx, cancel := context.WithTimeout(ctx, queueStatsTimeout)
-		d, err := ReadQueueDepth(rctx, w.sqs, q.url)
-		cancel()
-		if ctx.Err() != nil {
-			return ctx.Err() // stopping: the last counts stay
-		}
-		for state, n := range map[string]int64{"visible": d.Visible, "in_flight": d.InFlight, "delayed": d.Delayed} {
-			labels := append(q.labels[:len(q.labels):len(q.labels)], state)
-			if err != nil {
-				q.gauges.DeleteLabelValues(labels...)
-				continue
-			}
-			q.gauges.WithLabelValues(labels...).Set(float64(n))
-		}
-		if first == nil {
-			first = err
+	for state, n := range map[string]int64{"visible": d.Visible, "in_flight": d.InFlight, "delayed": d.Delayed} {
+		series := append(labels[:len(labels):len(labels)], state)
+		if err != nil {
+			gauges.DeleteLabelValues(series...)
+		} else {
+			gauges.WithLabelValues(series...).Set(float64(n))
 		}
 	}
-	return first
+	return err
 }

@@ -279,8 +279,8 @@ func sizeAttribute(attrs map[string]types.MessageAttributeValue) string {
 // payloadFailed settles a message whose payload could not be read, before
 // any claim: a permanent failure goes to the dead-letter queue with the
 // reason, another comes back after the back-off of its receive count. It
-// reports whether the message is settled.
-func (w *Worker) payloadFailed(j *job, log *jobLog) bool {
+// returns the message's end.
+func (w *Worker) payloadFailed(j *job, log *jobLog) state {
 	err := j.payloadErr
 	if err.permanent {
 		w.stats.payloadsRejected.Add(1)
@@ -291,8 +291,8 @@ func (w *Worker) payloadFailed(j *job, log *jobLog) bool {
 	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	wait := backoff(max(n, 1), w.cfg.MinBackoff, w.cfg.MaxBackoff)
 	log.Warn("the message's payload in S3 could not be read: will retry", "error", err, "retry_in", wait)
-	w.makeVisible([]types.Message{j.msg}, wait)
-	return false
+	w.comeBack(j, givenBack, wait)
+	return givenBack
 }
 
 // afterDelete is what to do once j's message is deleted with its operation

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -432,7 +433,7 @@ func TestWorker_InHandBoundWhileCompletionsFail(t *testing.T) {
 			msgs = nil
 		}
 	}
-	waitUntil(t, "handlers to run", 10*time.Second, func() bool { return len(b.runs.counts()) >= 4 })
+	waitUntil(t, "handlers to run", 10*time.Second, func() bool { return len(b.runs.counts()) >= cfg.Concurrency })
 	most, mostInHand := 0, 0
 	for range 30 {
 		st, err := b.db.Stats(context.Background())
@@ -821,5 +822,107 @@ func TestWorker_FIFOStartWaitsForItsBeat(t *testing.T) {
 	})
 	if rec := b.record("waiting"); rec.State != ledger.StateComplete {
 		t.Fatalf("record %+v", rec)
+	}
+}
+
+// A permanent failure is dead-lettered only once the ledger recorded it:
+// a message moved to the dead-letter queue while its record stayed in
+// progress would run again on its next delivery or replay, once the lease
+// lapsed, in no window the worker names. While the failure cannot be
+// recorded the message stays out of sight and the recording is tried again.
+func TestWorker_PermanentFailureRecordedBeforeDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 4})
+	l := &seamLedger{DB: b.db}
+	l.failFails.Store(3)
+	cfg := b.config()
+	_, stop := b.startOn(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return worker.Permanent(errors.New("card declined"))
+	}))
+	b.send(`{"id":"declined"}`)
+	waitUntil(t, "the message to reach the dead-letter queue", 20*time.Second, func() bool { return b.dlqCount() == 1 })
+	rec := b.record("declined")
+	if rec.State != ledger.StateFailed || !rec.Permanent {
+		t.Fatalf("dead-lettered while the record is %s (permanent %v): its next delivery would run it again", rec.State, rec.Permanent)
+	}
+	if s := stop(); b.runs.count("declined") != 1 || s.FailedPermanently != 1 {
+		t.Fatalf("ran %d times, stats %+v", b.runs.count("declined"), s)
+	}
+}
+
+// A permanent failure that cannot be recorded before the worker stops is
+// left on the queue, not dead-lettered: its record is in progress, and the
+// next delivery settles it.
+func TestWorker_PermanentFailureNotRecordedNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 4})
+	l := &seamLedger{DB: b.db}
+	l.failFails.Store(1 << 30)
+	cfg := b.config()
+	started := make(chan struct{}, 1)
+	_, stop := b.startOn(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		started <- struct{}{}
+		return worker.Permanent(errors.New("card declined"))
+	}))
+	b.send(`{"id":"declined"}`)
+	<-started
+	waitUntil(t, "the failure to be tried", 10*time.Second, func() bool { return l.failFails.Load() < 1<<30 })
+	stop()
+	if n := b.dlqCount(); n != 0 {
+		t.Fatalf("%d message(s) in the dead-letter queue while the failure was never recorded", n)
+	}
+	if v, f := sqstest.Count(t, b.client, b.queue.URL); v+f != 1 {
+		t.Fatalf("the message left the queue: %d visible, %d in flight", v, f)
+	}
+}
+
+// A wait asked for by the handler (worker.RetryAfter) or by an endpoint
+// (Retry-After: 0, or a date already past on a clock that is behind) is
+// bounded below by the back-off's floor: nothing outside the worker can
+// make a message come back at once, again and again, to the dead-letter
+// queue.
+func TestWorker_RetryAfterBoundedBelow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		after func(w http.ResponseWriter)
+	}{
+		{"Zero", func(w http.ResponseWriter) { w.Header().Set("Retry-After", "0") }},
+		{"PastDate", func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", time.Now().Add(-30*time.Second).UTC().Format(http.TimeFormat))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{maxReceive: 3})
+			var mu sync.Mutex
+			var calls []time.Time
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				calls = append(calls, time.Now())
+				mu.Unlock()
+				tc.after(w)
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}))
+			t.Cleanup(srv.Close)
+			h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := b.config()
+			cfg.MinBackoff = time.Second
+			b.start(cfg, h)
+			b.send(`{"id":"busy"}`)
+			waitUntil(t, "three calls", 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(calls) >= 3 })
+			mu.Lock()
+			defer mu.Unlock()
+			for i := 1; i < len(calls); i++ {
+				if gap := calls[i].Sub(calls[i-1]); gap < 900*time.Millisecond {
+					t.Fatalf("call %d came %v after the one before, below the back-off's floor of %v", i+1, gap, cfg.MinBackoff)
+				}
+			}
+		})
 	}
 }

@@ -1,6 +1,12 @@
 package worker
 
-import "sync/atomic"
+import (
+	"reflect"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+)
 
 // Stats counts what a Worker did since it was created.
 type Stats struct {
@@ -35,40 +41,36 @@ type Stats struct {
 	ObjectDeleteFailed  int64 // payload objects whose delete failed: left in S3
 }
 
+// counters are the atomics behind Stats: one for each field of Stats, in
+// the same order, named as the field with a lower-case first letter.
 type counters struct {
 	received, claimed, completed, duplicates, redeliveredFailed, inProgressElsewhere, retried,
 	failedPermanently, deadLettered, keyless, conflicts, unreadable, givenBack, takeovers,
-	leaseLost, completeFailed, deleted, deleteFailed, heartbeats, groupWaited, groupWaitBeats, staleReclaimed, receiptLost, claimFailures,
-	payloadsRead, payloadsRetried, payloadsRejected, objectsDeleted, objectDeleteFailed atomic.Int64
+	leaseLost, completeFailed, deleted, deleteFailed, heartbeats, groupWaited, groupWaitBeats, staleReclaimed, receiptLost,
+	claimFailures, payloadsRead, payloadsRetried, payloadsRejected, objectsDeleted, objectDeleteFailed atomic.Int64
 }
 
 // Stats returns the worker's counters. Safe to call at any time.
 func (w *Worker) Stats() Stats {
-	c := &w.stats
-	return Stats{
-		Received: c.received.Load(), Claimed: c.claimed.Load(), Completed: c.completed.Load(),
-		Duplicates: c.duplicates.Load(), RedeliveredFailed: c.redeliveredFailed.Load(), InProgressElsewhere: c.inProgressElsewhere.Load(),
-		Retried: c.retried.Load(), FailedPermanently: c.failedPermanently.Load(),
-		DeadLettered: c.deadLettered.Load(), Keyless: c.keyless.Load(), Conflicts: c.conflicts.Load(), Unreadable: c.unreadable.Load(),
-		GivenBack: c.givenBack.Load(), Takeovers: c.takeovers.Load(), LeaseLost: c.leaseLost.Load(),
-		CompleteFailed: c.completeFailed.Load(), Deleted: c.deleted.Load(),
-		DeleteFailed: c.deleteFailed.Load(), Heartbeats: c.heartbeats.Load(), ClaimFailures: c.claimFailures.Load(),
-		GroupWaited: c.groupWaited.Load(), GroupWaitBeats: c.groupWaitBeats.Load(), StaleReclaimed: c.staleReclaimed.Load(), ReceiptLost: c.receiptLost.Load(),
-		PayloadsRead: c.payloadsRead.Load(), PayloadsRetried: c.payloadsRetried.Load(), PayloadsRejected: c.payloadsRejected.Load(),
-		ObjectsDeleted: c.objectsDeleted.Load(), ObjectDeleteFailed: c.objectDeleteFailed.Load(),
+	var s Stats
+	out, c := reflect.ValueOf(&s).Elem(), reflect.ValueOf(&w.stats).Elem()
+	for i := range out.NumField() {
+		out.Field(i).SetInt((*atomic.Int64)(unsafe.Pointer(c.Field(i).UnsafeAddr())).Load())
 	}
+	return s
 }
 
+// wordStart finds the upper-case letters that start a word of a field
+// name but the first.
+var wordStart = regexp.MustCompile(`\B[A-Z]`)
+
+// logAttrs returns s as log attributes in the order of its fields, each
+// named as its field in snake case: "in_progress_elsewhere".
 func (s Stats) logAttrs() []any {
-	return []any{
-		"received", s.Received, "claimed", s.Claimed, "completed", s.Completed,
-		"duplicates", s.Duplicates, "redelivered_failed", s.RedeliveredFailed, "in_progress_elsewhere", s.InProgressElsewhere,
-		"retried", s.Retried, "failed_permanently", s.FailedPermanently,
-		"dead_lettered", s.DeadLettered, "keyless", s.Keyless, "conflicts", s.Conflicts, "unreadable", s.Unreadable,
-		"given_back", s.GivenBack, "takeovers", s.Takeovers, "lease_lost", s.LeaseLost,
-		"complete_failed", s.CompleteFailed, "deleted", s.Deleted, "delete_failed", s.DeleteFailed, "claim_failures", s.ClaimFailures,
-		"heartbeats", s.Heartbeats, "group_waited", s.GroupWaited, "group_wait_beats", s.GroupWaitBeats, "stale_reclaimed", s.StaleReclaimed, "receipt_lost", s.ReceiptLost,
-		"payloads_read", s.PayloadsRead, "payloads_retried", s.PayloadsRetried, "payloads_rejected", s.PayloadsRejected,
-		"objects_deleted", s.ObjectsDeleted, "object_delete_failed", s.ObjectDeleteFailed,
+	v := reflect.ValueOf(s)
+	attrs := make([]any, 0, 2*v.NumField())
+	for i := range v.NumField() {
+		attrs = append(attrs, strings.ToLower(wordStart.ReplaceAllString(v.Type().Field(i).Name, "_$0")), v.Field(i).Int())
 	}
+	return attrs
 }

@@ -41,20 +41,14 @@ type Worker struct {
 	claimN  atomic.Uint64
 
 	// slots bound the messages in hand: one token per message that may
-	// be received, Concurrency + Prefetch in all. A message holds its
-	// slot until its handler returns, or until it is settled when it
-	// does not run. handlers bound the handlers running: a message takes
-	// one (a send) when its handler starts and gives it back (a receive)
-	// when it returns.
-	slots    chan struct{}
-	handlers chan struct{}
-	// inHand counts the messages received and not yet settled. slotDebt
-	// counts slots that went back to the pool while their message was
-	// still in hand (a completion that the ledger did not take at once):
-	// the next slots to come free pay them back, so that the messages in
-	// hand never exceed the slots.
+	// be received, Concurrency + Prefetch in all, held from the receive
+	// until the message ends. handlers bound the messages at work: a
+	// message takes one (a send) when it is starting and gives it back (a
+	// receive) once it has ended, its completion durable: back-pressure is
+	// the handler count. inHand counts the messages in hand.
+	slots     chan struct{}
+	handlers  chan struct{}
 	inHand    atomic.Int64
-	slotDebt  atomic.Int64
 	completes chan completion
 	// completeLinger bounds how long a completion waits for its
 	// batch's other messages (see complete.go).
@@ -69,13 +63,13 @@ type Worker struct {
 	now            func() time.Time
 
 	// active holds the keys this process is claiming or working on, and
-	// the job that holds each. A delivery of one of them from another
-	// receive is not claimed here, even when the ledger would let it (its
-	// lease lapsed while the process was paused, or could not be
-	// extended): the work is running, here. And a record in progress
+	// the job that holds each until it ends. A delivery of one of them
+	// from another receive is not claimed here, even when the ledger would
+	// let it (its lease lapsed while the process was paused, or could not
+	// be extended): the work is running, here. And a record in progress
 	// under one of this process's owner tokens whose key is not active is
 	// a claim this process holds without working on it (its failure or
-	// release could not be recorded): it is released and claimed again.
+	// release could not be recorded): it is taken over at once.
 	activeMu sync.Mutex
 	active   map[string]*job
 
@@ -306,7 +300,7 @@ func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGr
 		w.inHand.Add(int64(len(msgs)))
 		if ctx.Err() != nil {
 			// Received as the stop came: give them back untouched.
-			w.makeVisible(msgs, 0)
+			w.makeVisible(msgs, sent, 0)
 			w.settled(len(msgs))
 			return nil
 		}
@@ -358,44 +352,17 @@ func (w *Worker) acquire(ctx context.Context, max int) int {
 // before it receives.
 const acquireLinger = 2 * time.Millisecond
 
-// freeSlots gives n slots back to the pool, paying the debt first.
+// freeSlots gives n slots back to the pool.
 func (w *Worker) freeSlots(n int) {
-	for n > 0 {
-		d := w.slotDebt.Load()
-		if d == 0 {
-			break
-		}
-		if w.slotDebt.CompareAndSwap(d, d-1) {
-			n--
-		}
-	}
 	for range n {
 		w.slots <- struct{}{}
 	}
 }
 
-// settled says that n messages are settled: out of hand, their slots free.
+// settled says that n messages ended: out of hand, their slots free.
 func (w *Worker) settled(n int) {
 	w.inHand.Add(-int64(n))
 	w.freeSlots(n)
-}
-
-// owe records that a message whose slot went back to the pool is still in
-// hand; repay, once it is settled, cancels the debt or, when a slot paid
-// it already, gives that slot back.
-func (w *Worker) owe() { w.slotDebt.Add(1) }
-
-func (w *Worker) repay() {
-	for {
-		d := w.slotDebt.Load()
-		if d == 0 {
-			w.slots <- struct{}{}
-			return
-		}
-		if w.slotDebt.CompareAndSwap(d, d-1) {
-			return
-		}
-	}
 }
 
 // systemAttributes are the system attributes the worker reads.
@@ -431,6 +398,7 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 }
 
 // job is one received message on its way through the worker.
+// job is one received message on its way through the worker.
 type job struct {
 	msg    types.Message
 	body   []byte // the body as received
@@ -443,12 +411,15 @@ type job struct {
 	keyErr     error
 	claim      ledger.Claim
 	owner      string
-	claimed    bool // the ledger holds a claim of ours for it
-	running    bool // this process is already working on the key, for another receive
-	holds      bool // the job holds its key in Worker.active
-	sib        *siblings
-	keep       *keeper // the keeper of its received batch
-	kept       kept    // guarded by keep.mu
+	here       bool   // its key is at work in this process, for another receive: not claimed
+	b          *batch // its received batch, which keeps it
+
+	// Guarded by b.mu; st is written only by the batch's transitions.
+	st           state
+	why          error     // why it was lost
+	leaseUntil   time.Time // its lease holds until then at least (monotonic)
+	visibleUntil time.Time // it stays out of sight until then at least (monotonic)
+	cancel       context.CancelCauseFunc
 }
 
 func (j *job) id() string { return aws.ToString(j.msg.MessageId) }
@@ -458,9 +429,9 @@ func (j *job) groupID() string {
 }
 
 // dispatch derives keys, claims the keyed messages in one ledger commit and
-// starts their handling. It does not wait for the work. The batch's keeper
-// keeps the messages out of sight from the receive (sent is when it was
-// sent) until each is settled.
+// starts their handling. It does not wait for the work. The batch keeps the
+// messages out of sight from the receive (sent is when it was sent) until
+// each has ended.
 func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []types.Message, jobs *sync.WaitGroup) {
 	all := make([]*job, len(msgs))
 	for i, m := range msgs {
@@ -468,7 +439,7 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 		all[i] = j
 		j.opened = w.keyer.open(j.body, m.MessageAttributes)
 	}
-	keep := w.keepBatch(sent, all)
+	b := w.keepBatch(sent, all)
 	// The key needs the payload: a pointer's is read from S3 first, and a
 	// message whose payload cannot be read is not claimed.
 	w.readPayloads(ctx, all)
@@ -483,34 +454,28 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 			continue
 		}
 		if !w.hold(j, all) {
-			j.running = true
+			j.here = true
 			continue
 		}
 		j.owner = w.newOwner()
-		reqs = append(reqs, ledger.ClaimRequest{
-			Key:         j.key.key,
-			Fingerprint: j.key.fingerprint,
-			Owner:       j.owner,
-			Lease:       w.cfg.VisibilityTimeout,
-			MessageID:   j.id(),
-		})
+		reqs = append(reqs, ledger.ClaimRequest{Key: j.key.key, Fingerprint: j.key.fingerprint, Owner: j.owner,
+			Lease: w.cfg.VisibilityTimeout, MessageID: j.id()})
 		keyed = append(keyed, j)
 	}
 	if err := w.claim(ctx, keyed, reqs); err != nil {
 		// Nothing was claimed, or the outcome is unknown: every keyed
 		// message comes back after a back-off, and the ledger may work
 		// again by then. A claim that was written after all is this
-		// process's, on no work: its redelivery releases it.
+		// process's, on no work: its redelivery takes it over. On a FIFO
+		// queue the whole batch comes back, so that no message of a group
+		// is dead-lettered before those ahead of it run.
 		w.log.Error("ledger claim failed: leaving the batch for redelivery", "error", err, "messages", len(keyed))
-		var retry []types.Message
-		for _, j := range keyed {
-			keep.leave(j, true)
-			retry = append(retry, j.msg)
+		if w.queue.fifo {
+			keyed = all
 		}
-		w.makeVisible(retry, w.cfg.MinBackoff)
-		w.settled(len(keyed))
+		b.giveBack(keyed, false, w.cfg.MinBackoff)
 		for _, j := range all {
-			if j.payloadErr != nil || j.keyErr != nil || j.running {
+			if st, _ := b.state(j); st == received {
 				jobs.Add(1)
 				go w.processAlone(ctx, workCtx, j, jobs)
 			}
@@ -520,12 +485,10 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 	if ctx.Err() != nil {
 		// The stop came while the claims were being written: none of
 		// this batch has started, so all of it goes back.
-		keep.giveBack(all, false, 0)
-		w.settled(len(all))
+		b.giveBack(all, false, 0)
 		return
 	}
 	if !w.queue.fifo {
-		newSiblings(all)
 		for _, j := range all {
 			jobs.Add(1)
 			go w.processAlone(ctx, workCtx, j, jobs)
@@ -533,7 +496,7 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 		return
 	}
 	// FIFO: the messages of one group run in order, one at a time; those
-	// behind the first wait, kept by the keeper, and go back at a stop.
+	// behind the first wait, kept by the batch, and go back at a stop.
 	var order []string
 	groups := map[string][]*job{}
 	for _, j := range all {
@@ -545,9 +508,6 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 	}
 	for _, g := range order {
 		group := groups[g]
-		for _, j := range group[1:] {
-			keep.setBehind(j, true)
-		}
 		w.stats.groupWaited.Add(int64(len(group) - 1))
 		jobs.Go(func() { w.processGroup(ctx, workCtx, group) })
 	}
@@ -574,22 +534,26 @@ func (w *Worker) claim(ctx context.Context, keyed []*job, reqs []ledger.ClaimReq
 	}
 	w.claimsRecorded()
 	for i, j := range keyed {
-		j.claim = claims[i]
-		j.claimed = claims[i].Outcome == ledger.Claimed
-		if j.claimed {
-			j.keep.claimed(j, start)
-		} else {
-			w.letGo(j)
-		}
+		w.claimed(j, claims[i], start)
 	}
 	return nil
 }
 
+// claimed records c, j's claim by a call that started at start.
+func (w *Worker) claimed(j *job, c ledger.Claim, start time.Time) {
+	j.claim = c
+	if c.Outcome == ledger.Claimed {
+		j.b.claimed(j, start)
+	} else {
+		w.letGo(j)
+	}
+}
+
 // claimTimeout bounds a claim call (and a release): half the visibility
-// timeout, at least five seconds. The keeper keeps the messages out of
+// timeout, at least five seconds. The batch keeps the messages out of
 // sight meanwhile; a claim that takes longer is taken as failed, its
-// outcome unknown (a claim written after all is released when its message
-// comes back).
+// outcome unknown (a claim written after all is taken over when its
+// message comes back).
 func (w *Worker) claimTimeout() time.Duration {
 	return max(w.cfg.VisibilityTimeout/2, 5*time.Second)
 }
@@ -605,126 +569,95 @@ func (w *Worker) ownedHere(owner string) bool {
 }
 
 // processGroup handles one FIFO group's messages in order. At the first
-// message that is left for a retry, or when the worker stops, the rest are
-// given back unstarted so they cannot run out of order. The messages
-// waiting behind the one running are kept by the batch's keeper, so that
-// none comes back (raising its receive count towards the dead-letter
-// queue) while it waits its turn; one whose claim is lost meanwhile never
-// starts.
+// message that does not end settled or dead-lettered, or when the worker
+// stops, the rest are given back unstarted so they cannot run out of
+// order. The messages waiting behind the one running are kept by their
+// batch, so that none comes back (raising its receive count towards the
+// dead-letter queue) while it waits its turn; one whose claim is lost
+// meanwhile never starts.
 func (w *Worker) processGroup(ctx, workCtx context.Context, group []*job) {
 	for i, j := range group {
 		if ctx.Err() != nil {
-			j.keep.giveBack(group[i:], true, 0)
-			w.settled(len(group) - i)
+			j.b.giveBack(group[i:], true, 0)
 			return
 		}
-		j.keep.setBehind(j, false)
-		ok := w.process(ctx, workCtx, j, nil)
-		w.settled(1)
-		if !ok {
-			j.keep.giveBack(group[i+1:], false, 0)
-			w.settled(len(group) - i - 1)
+		if st := w.process(ctx, workCtx, j); st != settled && st != deadLettered {
+			j.b.giveBack(group[i+1:], false, 0)
 			return
 		}
 	}
 }
 
-// giveBack gives back messages whose work never started: their claims are
-// released in the ledger, in one call, and they become visible after wait
-// (at once, mostly). Their slots are the caller's to free.
-func (w *Worker) giveBack(js []*job, wait time.Duration) {
-	if len(js) == 0 {
-		return
-	}
-	msgs := make([]types.Message, 0, len(js))
-	var refs []ledger.ClaimRef
-	var claimed []*job
-	for _, j := range js {
-		if j.claimed {
-			refs = append(refs, ledger.ClaimRef{Key: j.key.key, Owner: j.owner})
-			claimed = append(claimed, j)
-		}
-		if !j.keep.receiptGone(j) { // else the receipt no longer holds it
-			msgs = append(msgs, j.msg)
-		}
-	}
+// giveBack gives back messages that never started, whose claims are refs:
+// the claims are released in the ledger, in one call, and the messages
+// become visible after wait (at once, mostly).
+func (w *Worker) giveBack(js []*job, refs []ledger.ClaimRef, wait time.Duration) {
 	if len(refs) > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), w.claimTimeout())
 		errs := w.ledger.ReleaseBatch(ctx, refs)
 		cancel()
 		for i, err := range errs {
 			if err != nil {
-				w.log.Warn("release claim failed", "key", refs[i].Key, "message_id", claimed[i].id(), "error", err)
+				w.log.Warn("release claim failed", "key", refs[i].Key, "error", err)
 			}
 		}
-		for _, j := range claimed {
-			w.letGo(j)
-		}
+	}
+	if len(js) == 0 {
+		return
+	}
+	msgs := make([]types.Message, len(js))
+	for i, j := range js {
+		msgs[i] = j.msg
 	}
 	w.stats.givenBack.Add(int64(len(js)))
-	w.makeVisible(msgs, wait)
-}
-
-// slot is one message's hold on handler capacity, given back once. It is
-// used by one goroutine.
-type slot struct {
-	w    *Worker
-	done bool
-}
-
-func (s *slot) free() {
-	if s != nil && !s.done {
-		s.done = true
-		s.w.freeSlots(1)
-	}
+	w.makeVisible(msgs, js[0].b.received, wait)
 }
 
 // processAlone processes a message of a standard queue, then marks jobs
-// done. Its slot is given back as soon as its handler returns: recording the
-// completion and the delete do not hold handler capacity. It is started
-// with a go statement rather than jobs.Go, which would wrap it in another
-// closure for every message.
+// done. It is started with a go statement rather than jobs.Go, which would
+// wrap it in another closure for every message.
 func (w *Worker) processAlone(ctx, workCtx context.Context, j *job, jobs *sync.WaitGroup) {
 	defer jobs.Done()
-	defer w.inHand.Add(-1)
-	s := slot{w: w}
-	defer s.free()
-	w.process(ctx, workCtx, j, &s)
+	w.process(ctx, workCtx, j)
 }
 
-// process deals with one message according to its key and claim. It reports
-// whether the message is settled (deleted or dead-lettered) rather than left
-// for a retry, which is what a FIFO group needs to know to go on.
-// The slot, when not nil, is freed once the handler has returned; FIFO
-// groups pass nil and wait for the whole outcome.
-func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
+// process takes one message to its end according to its key and claim,
+// and returns that end.
+func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 	log := newJobLog(w.log, j.id())
-	defer w.leaveSiblings(j)
-	defer w.letGo(j)
-	defer j.keep.leave(j, true)
+	b := j.b
 	if j.claim.Err == nil && j.claim.Outcome == ledger.InProgress && w.ownedHere(j.claim.Record.Owner) && !w.isActive(j.key.key) {
 		w.reclaim(ctx, j, &log)
 	}
-	if !j.claimed {
-		// Settled here and now: no more keeping.
-		j.keep.leave(j, true)
+	if st, _ := b.state(j); st != received {
+		if st == waiting {
+			log = log.withKey(j.key.key, j.claim.Record.Attempts+1)
+			if j.claim.Takeover {
+				w.stats.takeovers.Add(1)
+				log.Warn("took over an operation whose lease had lapsed: its previous attempt may have been cut off, or may still be running on a host that stopped answering")
+			}
+			return w.run(ctx, workCtx, j, &log)
+		}
+		return w.notStarted(j, &log) // ended by a beat or a stop meanwhile
 	}
-	if j.running {
+	back := func(wait time.Duration, msg string, args ...any) state {
+		if !w.comeBack(j, givenBack, wait) {
+			return b.ended(j)
+		}
 		w.stats.inProgressElsewhere.Add(1)
-		wait := w.recheck()
-		log.Info("operation already running in this process: look again later", "key", j.key.key, "retry_in", wait)
-		w.makeVisible([]types.Message{j.msg}, wait)
-		return false
+		log.Info(msg, append(args, "retry_in", wait)...)
+		return givenBack
 	}
-	if j.payloadErr != nil {
+	switch {
+	case j.here:
+		return back(w.recheck(), "operation already running in this process: look again later", "key", j.key.key)
+	case j.payloadErr != nil:
 		return w.payloadFailed(j, &log)
-	}
-	if j.keyErr != nil {
+	case j.keyErr != nil:
 		w.stats.keyless.Add(1)
 		log.Warn("message has no usable operation key: rejected", "reason", j.keyErr)
 		return w.deadLetter(j, j.keyErr.Error(), &log) // it begins "no operation key: "
-	}
-	if j.claim.Err != nil {
+	case j.claim.Err != nil:
 		// The ledger cannot tell what became of the operation: running it
 		// might run it twice, leaving it would bring it back until SQS's
 		// redrive. It waits in the dead-letter queue for an operator.
@@ -733,21 +666,17 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 			"key", j.key.key, "error", j.claim.Err)
 		return w.deadLetter(j, "ledger record unreadable: "+j.claim.Err.Error(), &log)
 	}
-	log = log.withKey(j.key.key, j.claim.Record.Attempts)
+	log = log.withKey(j.key.key, j.claim.Record.Attempts+1)
 	switch j.claim.Outcome {
-	case ledger.Claimed:
-		if j.claim.Takeover {
-			w.stats.takeovers.Add(1)
-			log.Warn("took over an operation whose lease had lapsed: its previous attempt may have been cut off, or may still be running on a host that stopped answering")
-		}
-		return w.run(ctx, workCtx, j, s, &log)
 	case ledger.AlreadyComplete:
+		if !b.end(j, settled) {
+			return b.ended(j)
+		}
 		w.stats.duplicates.Add(1)
 		log.Debug("duplicate of a completed operation: deleted without running")
 		w.deleteThen(j.msg, w.afterDelete(j, &log))
-		return true
+		return settled
 	case ledger.InProgress:
-		w.stats.inProgressElsewhere.Add(1)
 		wait := w.untilLapsed(j.claim.LeaseLeft)
 		if w.ownedHere(j.claim.Record.Owner) {
 			// Our own claim, running here (a copy in the same batch, say):
@@ -755,9 +684,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 			// lease lapses.
 			wait = min(wait, w.recheck())
 		}
-		log.Info("operation in progress under another claim: retry when it is settled or its lease lapses", "retry_in", wait)
-		w.makeVisible([]types.Message{j.msg}, wait)
-		return false
+		return back(wait, "operation in progress under another claim: retry when it is settled or its lease lapses")
 	case ledger.Conflict:
 		w.stats.conflicts.Add(1)
 		log.Error("operation key seen before with a different payload: rejected", "state", j.claim.Record.State)
@@ -768,7 +695,8 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job, s *slot) bool {
 		return w.deadLetter(j, "failed permanently: "+j.claim.Record.LastError, &log)
 	}
 	log.Error("unknown claim outcome: leaving the message", "outcome", j.claim.Outcome)
-	return false
+	w.comeBack(j, givenBack, w.cfg.MaxBackoff)
+	return givenBack
 }
 
 // untilLapsed is the back-off of a delivery whose operation is in progress
@@ -788,10 +716,12 @@ func (w *Worker) untilLapsed(left time.Duration) time.Duration {
 // redelivery back until it lapsed, each raising the receive count towards
 // the dead-letter queue. Or it was the claim of another message of j's
 // receive (a copy of j's operation), settled since j's claim was answered.
-// reclaim releases that claim if it is still in progress and claims the
-// operation again for j, which then goes on with the new claim's outcome.
-// When the ledger cannot do it now, j keeps its InProgress answer and
-// waits out the lease.
+// reclaim claims the operation again for j in one conditional claim that
+// supersedes this process's own claims (ledger.ClaimRequest.Supersede): it
+// takes the stale claim over if it is still in progress, and otherwise
+// answers as any claim. j then goes on with the new claim's outcome. When
+// the ledger cannot do it now, j keeps its InProgress answer, to look
+// again soon.
 func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
 	prev := j.claim.Record.Owner
 	if !w.hold(j, nil) {
@@ -799,37 +729,25 @@ func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.claimTimeout())
 	defer cancel()
-	err := w.ledger.ReleaseBatch(cctx, []ledger.ClaimRef{{Key: j.key.key, Owner: prev}})[0]
-	if err != nil && !claimLost(err) {
-		w.letGo(j)
-		log.Warn("found this process's own stale claim of an operation it is not running, and could not release it: waiting for its lease to lapse",
-			"key", j.key.key, "stale_owner", prev, "error", err)
-		return
-	}
-	stale := err == nil // else that claim was settled (or taken over) since
 	owner := w.newOwner()
 	start := time.Now()
 	cs, err := w.ledger.ClaimBatch(cctx, []ledger.ClaimRequest{{Key: j.key.key, Fingerprint: j.key.fingerprint, Owner: owner,
-		Lease: w.cfg.VisibilityTimeout, MessageID: j.id()}})
+		Lease: w.cfg.VisibilityTimeout, MessageID: j.id(), Supersede: w.ownerID}})
 	if err != nil {
 		w.letGo(j)
 		w.claimFailed(err)
-		log.Warn("could not claim the operation again after this process's earlier claim of it: leaving the message", "key", j.key.key, "error", err)
+		log.Warn("could not claim the operation again over this process's earlier claim of it: leaving the message",
+			"key", j.key.key, "stale_owner", prev, "error", err)
 		j.claim.LeaseLeft = 0
 		return
 	}
 	w.claimsRecorded()
-	j.owner, j.claim = owner, cs[0]
-	j.claimed = cs[0].Outcome == ledger.Claimed
-	if j.claimed {
-		j.keep.claimed(j, start)
-	} else {
-		w.letGo(j)
-	}
-	if stale {
+	j.owner = owner
+	w.claimed(j, cs[0], start)
+	if cs[0].Reclaimed {
 		w.stats.staleReclaimed.Add(1)
-		log.Warn("released this process's own stale claim of an operation it was not running (its failure or release could not be recorded) and claimed it again",
-			"key", j.key.key, "stale_owner", prev, "outcome", cs[0].Outcome)
+		log.Warn("took over this process's own stale claim of an operation it was not running (its failure or release could not be recorded)",
+			"key", j.key.key, "stale_owner", prev)
 	} else {
 		log.Debug("this process's earlier claim of the operation was settled since: claimed it again", "key", j.key.key, "outcome", cs[0].Outcome)
 	}
@@ -847,21 +765,16 @@ func (w *Worker) hold(j *job, batch []*job) bool {
 		return h != j && slices.Contains(batch, h)
 	}
 	w.active[j.key.key] = j
-	j.holds = true
 	return true
 }
 
 // letGo gives up j's hold of its key, if it has one.
 func (w *Worker) letGo(j *job) {
-	if !j.holds {
-		return
-	}
 	w.activeMu.Lock()
 	defer w.activeMu.Unlock()
 	if w.active[j.key.key] == j {
 		delete(w.active, j.key.key)
 	}
-	j.holds = false
 }
 
 func (w *Worker) isActive(key string) bool {
@@ -878,23 +791,42 @@ func (w *Worker) recheck() time.Duration {
 	return min(max(w.cfg.MinBackoff, time.Second), w.cfg.VisibilityTimeout)
 }
 
-// Causes of a handler's cancellation: a heartbeat found that another claim
-// took the operation over; the handler ran out of time.
-var (
-	errLeaseLost      = errors.New("lease lost to another claim")
-	errHandlerTimeout = errors.New("handler timeout")
-)
+// errHandlerTimeout is the cause of a handler's cancellation when it ran
+// out of time.
+var errHandlerTimeout = errors.New("handler timeout")
 
-// run executes the handler for a claimed message and records the outcome.
-// When the worker is stopping, the handler is not started: the message is
-// given back, with the other messages of its batch that wait to start.
-// Nor does it start when its claim was lost, or its lease cannot be
-// confirmed (see keeper.startable).
-func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog) bool {
-	if ctx.Err() != nil {
-		j.keep.giveBack([]*job{j}, true, 0)
-		return false
+// run takes j, claimed and waiting, through its attempt: it waits until
+// the ledger records and a handler is free, starts, runs the handler and
+// records the outcome. It returns j's end.
+func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
+	b := j.b
+	// A beat that learns that the claim is lost cuts the attempt off.
+	leaseCtx, cancelLease := context.WithCancelCause(workCtx)
+	defer cancelLease(nil)
+	for {
+		if !w.await(ctx, j) {
+			if ctx.Err() != nil {
+				b.giveBack([]*job{j}, true, 0)
+			}
+			return w.notStarted(j, log)
+		}
+		err := b.start(leaseCtx, j, cancelLease)
+		if err == nil {
+			break
+		}
+		<-w.handlers
+		if errors.Is(err, errGateDown) {
+			continue
+		}
+		if st, _ := b.state(j); st == starting {
+			log.Warn("could not confirm the claim's lease before starting the work: giving the message back for later", "error", err, "retry_in", w.cfg.MinBackoff)
+			b.giveBack([]*job{j}, false, w.cfg.MinBackoff)
+		}
+		return w.notStarted(j, log)
 	}
+	// The handler's room is held until the message has ended: its
+	// completion durable, or its failure dealt with.
+	defer func() { <-w.handlers }()
 	body := j.opened.payload
 	if w.cfg.Body == BodyAsReceived {
 		body = j.body
@@ -904,7 +836,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		Body:            body,
 		MessageID:       j.id(),
 		QueueURL:        w.cfg.QueueURL,
-		Attempt:         j.claim.Record.Attempts,
+		Attempt:         j.claim.Record.Attempts + 1,
 		GroupID:         j.groupID(),
 		DeduplicationID: j.msg.Attributes[string(types.MessageSystemAttributeNameMessageDeduplicationId)],
 		Attributes:      stringAttributes(j.opened.attrs),
@@ -915,126 +847,77 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, s *slot, log *jobLog)
 		m.SentAt = time.UnixMilli(ms)
 	}
 	producer := producerContext(m, j.msg.Attributes, log)
-
-	// The keeper cuts the attempt off when the ledger says the claim is
-	// lost, also while it waits for a handler.
-	leaseCtx, cancelLease := context.WithCancelCause(workCtx)
-	defer cancelLease(nil)
-	lost := func(err error) bool {
-		w.stats.leaseLost.Add(1)
-		j.keep.leave(j, true)
-		log.Error("lost the operation's claim before its work started: another claim owns it now, or it is gone; leaving the message", "error", err)
-		return false
-	}
-	if !j.keep.attempt(j, cancelLease) {
-		return lost(errLeaseLost)
-	}
-	if !w.takeHandler(ctx, leaseCtx) {
-		if errors.Is(context.Cause(leaseCtx), errLeaseLost) {
-			return lost(errLeaseLost)
-		}
-		j.keep.giveBack([]*job{j}, true, 0)
-		return false
-	}
-	if !j.keep.starting(j) {
-		<-w.handlers // given back with its batch at a stop
-		return false
-	}
-	if ok, err := j.keep.startable(leaseCtx, j); !ok {
-		<-w.handlers
-		if errors.Is(err, errLeaseLost) || errors.Is(context.Cause(leaseCtx), errLeaseLost) {
-			return lost(errLeaseLost)
-		}
-		if errors.Is(err, errReceiptGone) {
-			// Its turn in the group has passed to whoever holds the
-			// message now (another receive, or the dead-letter queue):
-			// run here, it could follow messages of its group that ran
-			// there. Its claim is released for that holder.
-			w.stats.receiptLost.Add(1)
-			log.Warn("the message's visibility lapsed while it waited and SQS no longer takes its receipt handle (it was received again, or moved to the dead-letter queue): not starting it here, and releasing its claim", "error", err)
-			j.keep.giveBack([]*job{j}, false, 0)
-			return false
-		}
-		log.Warn("could not confirm the claim's lease before starting the work: giving the message back for later", "error", err, "retry_in", w.cfg.MinBackoff)
-		j.keep.giveBack([]*job{j}, false, w.cfg.MinBackoff)
-		return false
-	}
 	w.stats.claimed.Add(1)
 	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errHandlerTimeout)
 	defer cancel()
 	start := w.now()
 	hctx, span := w.traceAttempt(hctx, m, producer)
 	err := w.handle(hctx, m)
-	<-w.handlers
-	s.free()
-	if err != nil {
-		w.leaveSiblings(j)
-	}
 	elapsed := w.now().Sub(start)
 	w.metrics.handlerDuration(outcome(err, hctx)).Observe(elapsed.Seconds())
-	if err == nil {
-		// The keeper goes on until the completion is recorded: while
-		// the ledger cannot take it, the message stays out of sight.
-		done := log.withDuration(elapsed)
-		cerr := w.complete(workCtx, j, m, s != nil, &done)
-		j.keep.leave(j, false)
-		if cerr != nil {
-			span.end(spanCompleteFailed, cerr)
-			return false
-		}
-		span.end(spanComplete, nil)
-		return true
+	next := completing
+	if err != nil {
+		next = failed
 	}
-	j.keep.leave(j, true)
-	if errors.Is(context.Cause(hctx), errLeaseLost) {
+	if !b.move(j, next, running) {
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
 		span.end(spanLeaseLost, err)
-		return false
+		return lost
 	}
-	var perm *PermanentError
-	permanent := errors.As(err, &perm)
-	ferr := w.ledger.Fail(context.WithoutCancel(ctx), ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent})
-	if ferr != nil {
-		log.Error("could not record the failure in the ledger: the claim stays until this process sees the message again and releases it, or its lease lapses", "error", ferr)
+	done := log.withDuration(elapsed)
+	if err == nil {
+		return w.complete(workCtx, j, m, &done, span)
 	}
-	if permanent {
-		w.stats.failedPermanently.Add(1)
-		log.Error("work failed permanently", "error", err, "duration", elapsed)
-		moved := w.deadLetter(j, "failed permanently: "+err.Error(), log)
-		span.end(spanPermanent, err)
-		return moved
-	}
-	w.stats.retried.Add(1)
-	wait := backoff(m.Attempt, w.cfg.MinBackoff, w.cfg.MaxBackoff)
-	var re *RetryError
-	if errors.As(err, &re) {
-		wait = min(max(re.After, 0), MaxVisibility)
-	}
-	if workCtx.Err() != nil {
-		wait = 0 // cut off by shutdown: let another worker take it now
-	}
-	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "duration", elapsed)
-	w.makeVisible([]types.Message{j.msg}, wait)
-	span.end(spanRetry, err)
-	return false
+	return w.fail(ctx, workCtx, j, m, err, &done, span)
 }
 
-// takeHandler waits for a free handler. It reports false, having taken
-// none, when the worker stops first (ctx) or the lease is lost (leaseCtx).
-func (w *Worker) takeHandler(ctx, leaseCtx context.Context) bool {
-	select {
-	case w.handlers <- struct{}{}:
-	case <-ctx.Done():
-		return false
-	case <-leaseCtx.Done():
-		return false
+// await waits, with j waiting, until the ledger records and a handler is
+// free, takes the handler and moves j to starting. It reports false,
+// holding no handler, when j ended meanwhile (a beat found its claim lost,
+// a stop gave it back) or ctx ended.
+func (w *Worker) await(ctx context.Context, j *job) bool {
+	for {
+		st, kick := j.b.state(j)
+		if st != waiting || ctx.Err() != nil {
+			return false
+		}
+		if open := w.gateOpen(); open != nil {
+			select {
+			case <-open:
+			case <-kick:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		select {
+		case w.handlers <- struct{}{}:
+			if j.b.move(j, starting, waiting) {
+				return true
+			}
+			<-w.handlers
+		case <-kick:
+		case <-ctx.Done():
+		}
 	}
-	if ctx.Err() != nil || leaseCtx.Err() != nil {
-		<-w.handlers
-		return false
+}
+
+// notStarted returns the end of j, which did not start, saying why when
+// its claim or receipt was lost.
+func (w *Worker) notStarted(j *job, log *jobLog) state {
+	j.b.mu.Lock()
+	st, why := j.st, j.why
+	j.b.mu.Unlock()
+	switch {
+	case st != lost:
+	case errors.Is(why, errReceiptGone):
+		w.stats.receiptLost.Add(1)
+		log.Warn("the message's visibility lapsed while it waited and SQS no longer takes its receipt handle (it was received again, or moved to the dead-letter queue): not starting it here, and releasing its claim")
+	default:
+		w.stats.leaseLost.Add(1)
+		log.Error("lost the operation's claim before its work started: another claim owns it now, or it is gone; leaving the message", "error", why)
 	}
-	return true
+	return st
 }
 
 // outcome classes a handler result for the duration histogram.
@@ -1062,53 +945,122 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 	return w.handler.Handle(ctx, m)
 }
 
-// complete records the operation complete, durably, and only then deletes
-// the message. A completion that failed to commit (a shared store that is
-// away, a full disk) is tried again, with a back-off, for as long as the
-// worker runs: the caller's heartbeat keeps the message out of sight
-// meanwhile, so that no redelivery runs done work again. It gives up when
-// the worker stops (the end of the shutdown grace). An answer about the
-// record (another claim owns it, it is gone, it is in another state) cannot
-// change by asking again and is not retried. When the completion cannot be
-// recorded the message is left, and its redelivery may run the work again;
-// complete returns the ledger's error then.
-func (w *Worker) complete(workCtx context.Context, j *job, m *Message, slotFreed bool, log *jobLog) error {
+// complete records j's operation complete, durably, and only then queues
+// the delete of its message. A completion that failed to commit (a shared
+// store that is away, a full disk) is tried again while the worker runs,
+// the message out of sight and its handler's room held (see
+// recordOutcome). When it cannot be recorded the message is left, and its
+// redelivery may run the work again.
+func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobLog, span attemptSpan) state {
 	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
-	var err error
-	retried := false
-	for attempt := 1; ; attempt++ {
-		err = w.recordComplete(j, c)
-		if err == nil || !mayChange(err) || workCtx.Err() != nil {
-			break
-		}
-		if attempt == 1 {
-			// The message stays in hand while its completion is tried
-			// again: no new work starts meanwhile, and the message takes
-			// a slot back, so that no new work is received in its place.
-			retried = true
-			w.completionFailed(err)
-			if slotFreed {
-				w.owe()
-				defer w.repay()
-			}
-		}
-		if attempt == 4 {
-			log.Warn("work done, the completion not recorded yet: trying again while the message stays out of sight", "error", err)
-		}
-		sleep(workCtx, backoff(attempt, 100*time.Millisecond, 5*time.Second))
-	}
+	err := w.recordOutcome(workCtx, "completion", log, func() error { return w.recordComplete(j, c) })
 	if err != nil {
 		w.stats.completeFailed.Add(1)
 		log.Error("work done but not recorded complete: leaving the message; its redelivery may run the work again", "error", err)
-		return err
-	}
-	if retried {
-		w.claimsRecorded()
+		span.end(spanCompleteFailed, err)
+		if claimLost(err) {
+			j.b.move(j, lost, completing)
+			return lost
+		}
+		j.b.move(j, retrying, completing)
+		return retrying
 	}
 	w.stats.completed.Add(1)
 	log.Debug("operation complete")
 	w.deleteThen(j.msg, w.afterDelete(j, log))
-	return nil
+	j.b.move(j, settled, completing)
+	span.end(spanComplete, nil)
+	return settled
+}
+
+// fail records j's failed attempt (err) and lets the message come back
+// after its back-off, or moves it to the dead-letter queue when the
+// failure is permanent and recorded.
+func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err error, log *jobLog, span attemptSpan) state {
+	var perm *PermanentError
+	permanent := errors.As(err, &perm)
+	f := ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent}
+	record := func() error { return w.ledger.Fail(context.WithoutCancel(ctx), f) }
+	var ferr error
+	if permanent {
+		// Its dead-lettering waits for the record: tried again while the
+		// message stays out of sight. A retryable failure comes back
+		// anyway, and its redelivery settles a claim left in progress.
+		w.stats.failedPermanently.Add(1)
+		ferr = w.recordOutcome(workCtx, "failure", log, record)
+	} else {
+		w.stats.retried.Add(1)
+		ferr = record()
+	}
+	outcome := spanRetry
+	if permanent {
+		outcome = spanPermanent
+	}
+	span.end(outcome, err)
+	if ferr != nil {
+		log.Error("could not record the failure in the ledger: the claim stays until this process sees the message again and takes it over, or its lease lapses", "error", ferr)
+	}
+	if permanent && ferr == nil {
+		log.Error("work failed permanently", "error", err)
+		return w.deadLetter(j, "failed permanently: "+err.Error(), log)
+	}
+	// A permanent failure not recorded comes back too: dead-lettered now,
+	// it would leave a record in progress behind, which a later delivery
+	// or replay would run again once its lease lapsed.
+	wait := backoff(m.Attempt, w.cfg.MinBackoff, w.cfg.MaxBackoff)
+	var re *RetryError
+	if errors.As(err, &re) {
+		// Bounded below as a recheck is: neither an endpoint's clock nor
+		// a Retry-After of 0 makes the message come back at once.
+		wait = min(max(re.After, w.recheck()), MaxVisibility)
+	}
+	if workCtx.Err() != nil {
+		wait = 0 // cut off by shutdown: let another worker take it now
+	}
+	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "permanent", permanent)
+	w.comeBack(j, retrying, wait)
+	return retrying
+}
+
+// comeBack ends j in next (retrying, givenBack), then, once no beat that
+// covers it is in flight (its change could undo this one), makes it
+// visible after wait. It reports false, doing nothing, when j ended
+// otherwise meanwhile.
+func (w *Worker) comeBack(j *job, next state, wait time.Duration) bool {
+	if !j.b.end(j, next) {
+		return false
+	}
+	j.b.awaitBeat(context.Background(), j)
+	w.makeVisible([]types.Message{j.msg}, j.b.received, wait)
+	return true
+}
+
+// recordOutcome makes call, which records an attempt's outcome (what of
+// outcome: "completion", "failure"), until the ledger takes it, the answer
+// cannot change by asking again, or the worker stops (the end of the
+// shutdown grace), and returns the last error. The message stays out of
+// sight meanwhile, so that no redelivery runs the work again, and no new
+// work starts while the ledger cannot record (see gate).
+func (w *Worker) recordOutcome(workCtx context.Context, what string, log *jobLog, call func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := call()
+		if err == nil {
+			if attempt > 1 {
+				w.claimsRecorded()
+			}
+			return nil
+		}
+		if !mayChange(err) || workCtx.Err() != nil {
+			return err
+		}
+		if attempt == 1 {
+			w.outcomeFailed(what, err)
+		}
+		if attempt == 4 {
+			log.Warn("work ended, its "+what+" not recorded yet: trying again while the message stays out of sight", "error", err)
+		}
+		sleep(workCtx, backoff(attempt, 100*time.Millisecond, 5*time.Second))
+	}
 }
 
 // mayChange reports whether a ledger call that failed with err may succeed

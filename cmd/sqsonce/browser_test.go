@@ -319,6 +319,31 @@ echo "{\"receipt\":\"r-$key\"}"
 		t.Errorf("the console's log lacks the forget or the refusal:\n%s", consoleOut)
 	}
 
+	// A key with a right-to-left override is shown as stored, the
+	// control written as its code point.
+	run("a key with a bidirectional control", chromedp.Navigate(base+"/operation?"+url.Values{"key": {"refund-\u202efdp.exe"}}.Encode()),
+		chromedp.WaitVisible(chromedp.CSS("main p.error")))
+	if body = text("main"); !strings.Contains(body, "refund-U+202Efdp.exe") || strings.ContainsRune(body, '\u202e') {
+		t.Errorf("a key with U+202E is not shown as stored:\n%q", body)
+	}
+	shot("bidi-control-shown")
+
+	// Sign out: the browser's session ends, and a page asks for the
+	// token again.
+	run("sign out", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("section.tiles")),
+		chromedp.Click(chromedp.CSS(`form.inline button`)), chromedp.WaitVisible(chromedp.ID("token")))
+	run("a page after sign-out", chromedp.Navigate(base+"/operations"), chromedp.WaitVisible(chromedp.ID("token")))
+	if loc := location(); !strings.Contains(loc, "/sign-in?next=") {
+		t.Errorf("a page after sign-out: at %s, want the sign-in form", loc)
+	}
+	if body = text("body"); strings.Contains(body, e.queue.URL) || strings.Contains(body, "writes enabled") {
+		t.Errorf("the sign-in form after sign-out shows the installation:\n%s", body)
+	}
+	shot("signed-out")
+	if !strings.Contains(consoleOut.String(), "console: signed out") {
+		t.Errorf("the console's log lacks the sign-out:\n%s", consoleOut)
+	}
+
 	console.Process.Signal(os.Interrupt)
 	if code := wait(t, console, 30*time.Second); code != 0 {
 		t.Errorf("console exited %d:\n%s", code, consoleOut)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/sqsonce/sqsonce/console"
 	"github.com/sqsonce/sqsonce/ingest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/dynamodb"
@@ -351,6 +352,23 @@ type ConsoleConfig struct {
 	// credential, none without. Never the credential itself.
 	CredentialFile string `toml:"credential_file"`
 	CredentialEnv  string `toml:"credential_env"`
+	// SessionLifetime is how long a sign-in with the token lasts; the
+	// browser signs in again after it. Sign-out ends it sooner, and so
+	// does a restart of the console.
+	SessionLifetime Duration `toml:"session_lifetime"`
+	// SecureCookie marks the sign-in cookie Secure (HTTPS only) whatever
+	// the scheme of the request: for a console that browsers reach over
+	// HTTPS through a proxy not listed in TrustedProxies.
+	SecureCookie bool `toml:"secure_cookie"`
+	// TrustedProxies are the addresses (an IP or a CIDR prefix) of the
+	// reverse proxies whose X-Forwarded-Proto the console believes, to
+	// mark the cookie Secure when the browser used HTTPS.
+	TrustedProxies []string `toml:"trusted_proxies"`
+	// AllowedHosts are the names (name or name:port) browsers reach the
+	// console by, besides localhost, IP addresses and the host of
+	// Listen: a request for any other Host is refused, as a page of
+	// another site whose name was rebound to the console's address is.
+	AllowedHosts []string `toml:"allowed_hosts"`
 }
 
 // Duration is a time.Duration written as a Go duration string such as
@@ -455,8 +473,11 @@ func DefaultConfig() Config {
 			RetryAfter:     Duration{ingest.DefaultRetryAfter},
 		},
 		Console: ConsoleConfig{
-			Listen: "127.0.0.1:9465",
-			Auth:   ConsoleAuthNone,
+			Listen:          "127.0.0.1:9465",
+			Auth:            ConsoleAuthNone,
+			SessionLifetime: Duration{console.DefaultSessionLifetime},
+			TrustedProxies:  []string{},
+			AllowedHosts:    []string{},
 		},
 	}
 }
@@ -920,6 +941,14 @@ var rules = []rule{
 		}
 		return nil
 	}},
+	{key: "console.session_lifetime", check: func(c *Config) error {
+		return durationBetween(c.Console.SessionLifetime, time.Minute, maxSessionLifetime)
+	}},
+	{key: "console.trusted_proxies", check: func(c *Config) error {
+		_, err := prefixes(c.Console.TrustedProxies)
+		return err
+	}},
+	{key: "console.allowed_hosts", check: func(c *Config) error { return hostNames(c.Console.AllowedHosts) }},
 	{key: "console.credential_env", when: func(c *Config) bool { return c.Console.CredentialEnv != "" }, check: func(c *Config) error {
 		switch {
 		case c.Console.Auth == ConsoleAuthNone:

@@ -110,10 +110,14 @@ func fullConfig() Config {
 			},
 		},
 		Console: ConsoleConfig{
-			Listen:         "0.0.0.0:9465",
-			Writes:         true,
-			Auth:           "token",
-			CredentialFile: "/etc/sqsonce/console.token",
+			Listen:          "0.0.0.0:9465",
+			Writes:          true,
+			Auth:            "token",
+			CredentialFile:  "/etc/sqsonce/console.token",
+			SessionLifetime: Duration{8 * time.Hour},
+			SecureCookie:    true,
+			TrustedProxies:  []string{"127.0.0.1", "10.1.0.0/16"},
+			AllowedHosts:    []string{"console.example.com", "ops.example.com:8443"},
 		},
 	}
 }
@@ -185,7 +189,7 @@ func TestDefaultConfig(t *testing.T) {
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
 		Ingest: IngestConfig{Listen: "127.0.0.1:8080", MaxInFlight: 256,
 			RequestTimeout: Duration{8 * time.Second}, RetryAfter: Duration{5 * time.Second}},
-		Console: ConsoleConfig{Listen: "127.0.0.1:9465", Auth: "none"},
+		Console: ConsoleConfig{Listen: "127.0.0.1:9465", Auth: "none", SessionLifetime: Duration{12 * time.Hour}, TrustedProxies: []string{}, AllowedHosts: []string{}},
 	}
 	assertConfig(t, DefaultConfig(), want)
 
@@ -794,11 +798,15 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 			 "queue_url": "https://sqs.eu-west-1.amazonaws.com/123456789012/payments.fifo", "key_pointer": "/id", "group_pointer": "/data/object/customer", "on_missing": "reject"},
 			{"name": "partner", "path": "/hooks/partner", "verify": "hmac-sha256", "secret_file": "/etc/sqsonce/partner.secrets",
 			 "signature_header": "X-Partner-Signature", "key_pointer": "/event/id", "key_prefix": "partner/", "on_missing": "hash"}]`,
-		"SQSONCE_CONSOLE_LISTEN":          "0.0.0.0:9465",
-		"SQSONCE_CONSOLE_WRITES":          "true",
-		"SQSONCE_CONSOLE_AUTH":            "token",
-		"SQSONCE_CONSOLE_CREDENTIAL_FILE": "/etc/sqsonce/console.token",
-		"SQSONCE_CONSOLE_CREDENTIAL_ENV":  "",
+		"SQSONCE_CONSOLE_LISTEN":           "0.0.0.0:9465",
+		"SQSONCE_CONSOLE_WRITES":           "true",
+		"SQSONCE_CONSOLE_AUTH":             "token",
+		"SQSONCE_CONSOLE_CREDENTIAL_FILE":  "/etc/sqsonce/console.token",
+		"SQSONCE_CONSOLE_CREDENTIAL_ENV":   "",
+		"SQSONCE_CONSOLE_SESSION_LIFETIME": "8h",
+		"SQSONCE_CONSOLE_SECURE_COOKIE":    "true",
+		"SQSONCE_CONSOLE_TRUSTED_PROXIES":  "127.0.0.1 10.1.0.0/16",
+		"SQSONCE_CONSOLE_ALLOWED_HOSTS":    `["console.example.com", "ops.example.com:8443"]`,
 	}
 	if len(vars) != len(EnvVars()) {
 		t.Fatalf("test sets %d variables, EnvVars lists %d", len(vars), len(EnvVars()))
@@ -958,6 +966,10 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_CONSOLE_AUTH",
 		"SQSONCE_CONSOLE_CREDENTIAL_FILE",
 		"SQSONCE_CONSOLE_CREDENTIAL_ENV",
+		"SQSONCE_CONSOLE_SESSION_LIFETIME",
+		"SQSONCE_CONSOLE_SECURE_COOKIE",
+		"SQSONCE_CONSOLE_TRUSTED_PROXIES",
+		"SQSONCE_CONSOLE_ALLOWED_HOSTS",
 	}
 	got := EnvVars()
 	if !slices.Equal(got, want) {
@@ -978,7 +990,7 @@ func TestEnvVars(t *testing.T) {
 		ruled[key] = true
 	}
 	for _, s := range settings() {
-		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" && s.key != "payload.s3" && s.key != "console.writes" {
+		if !ruled[s.key] && s.key != "key.sns" && s.key != "admin.pprof" && s.key != "payload.s3" && s.key != "console.writes" && s.key != "console.secure_cookie" {
 			t.Errorf("no validation rule for %s", s.key)
 		}
 	}

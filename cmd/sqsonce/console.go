@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,9 +39,12 @@ hiding or deleting them). /metrics serves the console's own metrics.
 Safe by default: read-only, and on loopback only. console.writes = true
 enables replay (a dry run first), forget and export; it needs a credential
 (console.auth = "token" or "basic", read from console.credential_file or
-the variable named by console.credential_env), which then guards every page.
+the variable named by console.credential_env), which then guards every page
+and /metrics.
 Listening beyond loopback needs a credential too; serve it over TLS (a
-reverse proxy) when it leaves the host.
+reverse proxy) when it leaves the host. It answers only to localhost, IP
+addresses, the host of console.listen and the names of
+console.allowed_hosts.
 
 With bbolt, the console reads through the running worker's ledger socket,
 or opens the file for each page view while no worker holds it (so that a
@@ -83,11 +89,17 @@ func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeLedger()
+	proxies, err := prefixes(cfg.Console.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("console.trusted_proxies: %v: %w", err, ErrInvalidConfig)
+	}
 	reg := newRegistry()
 	h, err := console.New(console.Config{
 		Ledger: led, SQS: client, QueueURL: q.URL, QueueFIFO: q.FIFO, DLQURL: q.DLQURL, KeyOf: keyOf,
 		Writes: cfg.Console.Writes, Auth: auth, LedgerName: name, Shell: consoleShell(c.config),
-		Logger: log, Registerer: reg,
+		SessionLifetime: cfg.Console.SessionLifetime.Duration, SecureCookie: cfg.Console.SecureCookie, TrustedProxies: proxies,
+		AllowedHosts: consoleHosts(cfg.Console),
+		Logger:       log, Registerer: reg, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
 		return fmt.Errorf("console: %w", err)
@@ -97,10 +109,7 @@ func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("console.listen %s: %w", cfg.Console.Listen, err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 	mode := "read-only"
 	if cfg.Console.Writes {
 		mode = "writes enabled"
@@ -185,6 +194,78 @@ func consoleAuth(c ConsoleConfig, lookupEnv func(string) (string, bool)) (consol
 
 // minTokenLen is the shortest token or password the console takes.
 const minTokenLen = 16
+
+// maxSessionLifetime is the longest console.session_lifetime.
+const maxSessionLifetime = 30 * 24 * time.Hour
+
+// hostNames checks names of console.allowed_hosts: each a DNS name, with
+// a port or without.
+func hostNames(list []string) error {
+	var bad []string
+	for _, s := range list {
+		name, port := s, ""
+		if n, p, err := net.SplitHostPort(s); err == nil {
+			name, port = n, p
+		}
+		if n, err := strconv.Atoi(port); port != "" && (err != nil || n < 1 || n > 65535) || !dnsName(name) {
+			bad = append(bad, fmt.Sprintf("%q", s))
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("want names such as console.example.com or console.example.com:8443, got %s", strings.Join(bad, ", "))
+	}
+	return nil
+}
+
+// dnsName reports whether s is a DNS name: labels of letters, digits,
+// hyphens and underscores, separated by dots.
+func dnsName(s string) bool {
+	s = strings.TrimSuffix(s, ".")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 || strings.ContainsFunc(label, func(c rune) bool {
+			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_')
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// consoleHosts are the names the console answers to besides localhost and
+// IP addresses: the host of console.listen when it is a name, and
+// console.allowed_hosts.
+func consoleHosts(c ConsoleConfig) []string {
+	hosts := slices.Clone(c.AllowedHosts)
+	if host, _, err := net.SplitHostPort(c.Listen); err == nil && host != "" {
+		if _, err := netip.ParseAddr(host); err != nil {
+			hosts = append(hosts, host)
+		}
+	}
+	return hosts
+}
+
+// prefixes reads addresses written as an IP (one address) or a CIDR
+// prefix, and names each one that is neither.
+func prefixes(list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var bad []string
+	for _, s := range list {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		} else if a, err := netip.ParseAddr(s); err == nil && a.Zone() == "" {
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		} else {
+			bad = append(bad, fmt.Sprintf("%q", s))
+		}
+	}
+	if len(bad) > 0 {
+		return nil, fmt.Errorf("want IP addresses or CIDR prefixes such as 127.0.0.1 or 10.0.0.0/8, got %s", strings.Join(bad, ", "))
+	}
+	return out, nil
+}
 
 // loopbackListen reports whether a listen address reaches only this host.
 func loopbackListen(listen string) bool {

@@ -34,6 +34,17 @@ func TestConsoleConfig(t *testing.T) {
 		{"Both", func(c *ConsoleConfig) { c.Auth, c.CredentialFile, c.CredentialEnv = "basic", "/f", "V" }, "console.credential_env: set console.credential_file or console.credential_env, not both"},
 		{"CredentialWithoutAuth", func(c *ConsoleConfig) { c.CredentialEnv = "V" }, "console.credential_env: console.auth = \"none\" takes no credential"},
 		{"UnknownAuth", func(c *ConsoleConfig) { c.Auth = "oauth" }, "console.auth: must be one of none, token, basic"},
+		{"ShortSession", func(c *ConsoleConfig) { c.SessionLifetime = Duration{time.Second} }, "console.session_lifetime: must be between 1m and 720h"},
+		{"LongSession", func(c *ConsoleConfig) { c.SessionLifetime = Duration{1000 * time.Hour} }, "console.session_lifetime: must be between 1m and 720h"},
+		{"TrustedProxies", func(c *ConsoleConfig) { c.TrustedProxies = []string{"127.0.0.1", "::1", "10.0.0.0/8", "fd00::/8"} }, ""},
+		{"BadTrustedProxy", func(c *ConsoleConfig) { c.TrustedProxies = []string{"10.0.0.1", "proxy.internal", "10.0.0.0/33"} },
+			`console.trusted_proxies: want IP addresses or CIDR prefixes such as 127.0.0.1 or 10.0.0.0/8, got "proxy.internal", "10.0.0.0/33"`},
+		{"AllowedHosts", func(c *ConsoleConfig) {
+			c.AllowedHosts = []string{"console.example.com", "ops.example.com:8443", "box_1.lan."}
+		}, ""},
+		{"BadAllowedHosts", func(c *ConsoleConfig) {
+			c.AllowedHosts = []string{"ok.example", "https://console.example.com", "a.example:0", "*.example", "", "a b"}
+		}, `console.allowed_hosts: want names such as console.example.com or console.example.com:8443, got "https://console.example.com", "a.example:0", "*.example", "", "a b"`},
 		{"BeyondLoopbackWithToken", func(c *ConsoleConfig) {
 			c.Listen, c.Writes, c.Auth, c.CredentialEnv = "0.0.0.0:9465", true, "token", "T"
 		}, ""},
@@ -286,4 +297,189 @@ func TestConsole_BusyConsoleLetsWorkerStart(t *testing.T) {
 	if code := wait(t, worker, 30*time.Second); code != 0 {
 		t.Fatalf("worker exit %d:\n%s", code, workerOut)
 	}
+}
+
+// consoleToken is the token of the consoles the guard tests start.
+const consoleToken = "console-guard-token-0123456789"
+
+// startGuardedConsole starts `sqsonce console` with writes on and the given
+// credential settings, and returns its base URL and output.
+func startGuardedConsole(t *testing.T, e *procEnv, extra ...string) (string, *syncBuffer) {
+	t.Helper()
+	db, err := ledger.Open(filepath.Join(e.dir, "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	addr := freePort(t)
+	env := append([]string{"SQSONCE_CONSOLE_LISTEN=" + addr, "SQSONCE_CONSOLE_WRITES=true"}, extra...)
+	console, out := e.start("console", env...)
+	t.Cleanup(func() {
+		console.Process.Signal(syscall.SIGTERM)
+		wait(t, console, 30*time.Second)
+		if t.Failed() {
+			t.Logf("the console's output:\n%s", out)
+		}
+	})
+	base := "http://" + addr
+	e.waitFor("the console to listen", 30*time.Second, func() bool {
+		resp, err := http.Get(base + "/static/console.css")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	return base, out
+}
+
+// guardGet sends a GET to the console, adjusted by set, and returns the
+// status and body.
+func guardGet(t *testing.T, url string, set func(*http.Request)) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set != nil {
+		set(req)
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// consoleSessions signs in to a console whose proxy is 127.0.0.1 and
+// whose sessions last 90 minutes: each sign-in is a session of its own,
+// Secure behind an HTTPS proxy, and sign-out ends it.
+func consoleSessions(t *testing.T, base string) {
+	t.Helper()
+	post := func(path string, form url.Values, cookie *http.Cookie) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(form.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		req.Header.Set("X-Forwarded-Proto", "https")
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	signIn := func() *http.Cookie {
+		t.Helper()
+		resp := post("/sign-in", url.Values{"token": {consoleToken}, "next": {"/operations"}}, nil)
+		cs := resp.Cookies()
+		if resp.StatusCode != http.StatusSeeOther || len(cs) != 1 || !cs[0].Secure || cs[0].MaxAge != 90*60 {
+			t.Fatalf("sign-in through an HTTPS proxy: %d, cookies %v: want one Secure cookie for 90 minutes", resp.StatusCode, cs)
+		}
+		return cs[0]
+	}
+	a, b := signIn(), signIn()
+	if a.Value == b.Value {
+		t.Errorf("two sign-ins gave the same cookie")
+	}
+	withCookie := func(c *http.Cookie) func(*http.Request) { return func(r *http.Request) { r.AddCookie(c) } }
+	if code, _ := guardGet(t, base+"/operations", withCookie(a)); code != http.StatusOK {
+		t.Fatalf("a page with the sign-in cookie: %d", code)
+	}
+	if resp := post("/sign-out", nil, a); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", resp.StatusCode)
+	}
+	if code, _ := guardGet(t, base+"/operations", withCookie(a)); code != http.StatusUnauthorized {
+		t.Errorf("a page with the cookie of a session signed out: %d, want 401", code)
+	}
+	if code, _ := guardGet(t, base+"/operations", withCookie(b)); code != http.StatusOK {
+		t.Errorf("a page with the other session's cookie: %d, want 200", code)
+	}
+}
+
+// sqsonce console guards its /metrics like its pages, and the page that
+// asks for the credential tells nothing of the installation.
+func TestConsole_Guard(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		env  []string
+		cred func(*http.Request)
+	}{
+		{"Token", []string{"SQSONCE_CONSOLE_AUTH=token", "SQSONCE_CONSOLE_CREDENTIAL_ENV=CONSOLE_CRED", "CONSOLE_CRED=" + consoleToken,
+			"SQSONCE_CONSOLE_TRUSTED_PROXIES=127.0.0.1", "SQSONCE_CONSOLE_SESSION_LIFETIME=90m"},
+			func(r *http.Request) { r.Header.Set("Authorization", "Bearer "+consoleToken) }},
+		{"Basic", []string{"SQSONCE_CONSOLE_AUTH=basic", "SQSONCE_CONSOLE_CREDENTIAL_ENV=CONSOLE_CRED", "CONSOLE_CRED=ops:" + consoleToken},
+			func(r *http.Request) { r.SetBasicAuth("ops", consoleToken) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, false, "exit 0\n")
+			base, _ := startGuardedConsole(t, e, tc.env...)
+			secrets := []string{e.queue.URL, e.queue.DLQURL, e.dir, "writes enabled", ">Replay<"}
+			for _, path := range []string{"/metrics", "/", "/operations", "/sign-in"} {
+				code, body := guardGet(t, base+path, nil)
+				if path != "/sign-in" && code != http.StatusUnauthorized {
+					t.Errorf("GET %s without the credential: %d, want 401", path, code)
+				}
+				for _, s := range secrets {
+					if strings.Contains(body, s) {
+						t.Errorf("GET %s without the credential (%d) shows %q:\n%s", path, code, s, body)
+					}
+				}
+			}
+			code, body := guardGet(t, base+"/metrics", tc.cred)
+			if code != http.StatusOK || !strings.Contains(body, "go_goroutines") {
+				t.Errorf("GET /metrics with the credential: %d\n%s", code, body)
+			}
+			code, body = guardGet(t, base+"/", tc.cred)
+			if code != http.StatusOK || !strings.Contains(body, e.queue.URL) || !strings.Contains(body, "writes enabled") {
+				t.Errorf("GET / with the credential: %d\n%s", code, body)
+			}
+			if tc.name == "Token" {
+				consoleSessions(t, base)
+			}
+		})
+	}
+
+	// A page of another site whose name was rebound to 127.0.0.1 is
+	// refused, even on a console without a credential; the console's
+	// own names are answered.
+	t.Run("Host", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		base, _ := startGuardedConsole(t, e, "SQSONCE_CONSOLE_WRITES=false", "SQSONCE_CONSOLE_ALLOWED_HOSTS=console.example.com ops.example.com:8443")
+		_, port, _ := net.SplitHostPort(strings.TrimPrefix(base, "http://"))
+		for host, want := range map[string]int{
+			"attacker.example:" + port:    http.StatusMisdirectedRequest,
+			"attacker.example":            http.StatusMisdirectedRequest,
+			"ops.example.com:" + port:     http.StatusMisdirectedRequest,
+			"127.0.0.1:" + port:           http.StatusOK,
+			"localhost:" + port:           http.StatusOK,
+			"[::1]:" + port:               http.StatusOK,
+			"console.example.com":         http.StatusOK,
+			"console.example.com:" + port: http.StatusOK,
+			"ops.example.com:8443":        http.StatusOK,
+		} {
+			for _, path := range []string{"/", "/metrics", "/operations"} {
+				code, body := guardGet(t, base+path, func(r *http.Request) { r.Host = host })
+				if code != want {
+					t.Errorf("GET %s with Host %s: %d, want %d\n%s", path, host, code, want, body)
+				}
+				if code == http.StatusMisdirectedRequest && (strings.Contains(body, e.queue.URL) || !strings.Contains(body, "console.allowed_hosts")) {
+					t.Errorf("GET %s with Host %s: the refusal shows the queue or does not name console.allowed_hosts:\n%s", path, host, body)
+				}
+			}
+		}
+	})
 }

@@ -199,6 +199,9 @@ func (m *Main) ledgerSub(ctx context.Context, sub string, fs *flag.FlagSet, cfg 
 			return err
 		default:
 			was = fmt.Sprintf("%s after %d attempt(s)", rec.State, rec.Attempts)
+			if rec.State == ledger.StateInProgress {
+				was = fmt.Sprintf("%s, claimed after %d attempt(s)", rec.State, rec.Attempts)
+			}
 		}
 		if !yes {
 			if !isTerminal(m.Stdin) {
@@ -317,7 +320,11 @@ func printRecord(w io.Writer, r ledger.Record) {
 	}
 	row("key", r.Key)
 	row("state", state)
-	row("attempts", r.Attempts)
+	if r.State == ledger.StateInProgress {
+		row("attempts", fmt.Sprintf("%d before the current claim's (counted when it ends)", r.Attempts))
+	} else {
+		row("attempts", r.Attempts)
+	}
 	if r.State == ledger.StateInProgress {
 		row("owner", r.Owner)
 		row("lease expires", ts(r.LeaseExpiry))

@@ -74,9 +74,15 @@ func TestMain_Ledger(t *testing.T) {
 			if code != 0 || !strings.Contains(out, "complete") || !strings.Contains(out, "receipt pay-1") || !strings.Contains(out, "m-pay-1") {
 				t.Fatalf("get: exit %d:\n%s", code, out)
 			}
+			// A record in progress: its claim's attempt is not counted
+			// until it ends.
+			code, out = e.run("ledger get ord-1", "")
+			if code != 0 || !strings.Contains(out, "0 before the current claim's") {
+				t.Fatalf("get of a record in progress: exit %d:\n%s", code, out)
+			}
 			code, out = e.run("ledger get pay-4 --json", "")
 			var rec ledger.RecordJSON
-			if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec.State != "failed" || !rec.Permanent || rec.LastError != "card declined" {
+			if code != 0 || json.Unmarshal([]byte(out), &rec) != nil || rec.State != "failed" || !rec.Permanent || rec.LastError != "card declined" || rec.Attempts != 1 {
 				t.Fatalf("get --json: exit %d:\n%s", code, out)
 			}
 			if code, out := e.run("ledger get nope", ""); code != exitFailure || !strings.Contains(out, "no such operation") {

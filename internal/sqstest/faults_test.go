@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -308,4 +309,137 @@ func TestFaultsConcurrentSends(t *testing.T) {
 	// Successful sends and lost acknowledgements are exactly the messages
 	// that reached the queue.
 	wantCount(t, c, q.URL, ok+counts[sqstest.LostAck], 0)
+}
+
+// EntryFailure fails entries of a batch call on SQS's side: the call
+// succeeds, the failed entries are in Failed with SenderFault false, and
+// the server never saw them; the others took effect.
+func TestFaultsEntryFailure(t *testing.T) {
+	t.Parallel()
+
+	// wantFailedOnSQSSide fails unless each failed entry is SQS's own
+	// failure, and returns their ids.
+	wantFailedOnSQSSide := func(t *testing.T, failed []types.BatchResultErrorEntry) map[string]bool {
+		t.Helper()
+		ids := map[string]bool{}
+		for _, e := range failed {
+			if e.SenderFault || aws.ToString(e.Code) != "InternalError" || aws.ToString(e.Message) == "" {
+				t.Errorf("failed entry %s: sender fault %v, code %q, message %q; want SQS's fault, InternalError",
+					aws.ToString(e.Id), e.SenderFault, aws.ToString(e.Code), aws.ToString(e.Message))
+			}
+			ids[aws.ToString(e.Id)] = true
+		}
+		return ids
+	}
+
+	t.Run("SendMessageBatch", func(t *testing.T) {
+		t.Parallel()
+		f, c, q := faultyClient(t, 10, noRetries)
+		f.Set("SendMessageBatch", sqstest.Rates{EntryFailure: 0.5})
+		var entries []types.SendMessageBatchRequestEntry
+		for i := range 10 {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String(fmt.Sprint("m", i))})
+		}
+		out, err := c.SendMessageBatch(testContext(t), &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+		if err != nil {
+			t.Fatalf("SendMessageBatch: %v", err)
+		}
+		failed := wantFailedOnSQSSide(t, out.Failed)
+		if len(out.Successful)+len(failed) != 10 || len(failed) == 0 || len(out.Successful) == 0 {
+			t.Fatalf("%d successful, %d failed; want 10 in all, some of each", len(out.Successful), len(failed))
+		}
+		if n := f.Count("SendMessageBatch", sqstest.EntryFailure); n != len(failed) {
+			t.Errorf("Count(SendMessageBatch, EntryFailure) = %d, want %d", n, len(failed))
+		}
+		var want []string
+		for _, s := range out.Successful {
+			if failed[aws.ToString(s.Id)] || aws.ToString(s.MessageId) == "" {
+				t.Errorf("successful entry %s: message id %q", aws.ToString(s.Id), aws.ToString(s.MessageId))
+			}
+			want = append(want, "m"+aws.ToString(s.Id))
+		}
+		got := bodies(sqstest.Drain(t, c, q.URL, 0, 0))
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("the queue holds %q, want the successful entries only, %q", got, want)
+		}
+	})
+
+	t.Run("DeleteMessageBatch", func(t *testing.T) {
+		t.Parallel()
+		f, c, q := faultyClient(t, 11, noRetries)
+		for i := range 3 {
+			send(t, c, q.URL, fmt.Sprint("m", i), nil)
+		}
+		msgs := sqstest.Drain(t, c, q.URL, 3, 2*time.Second)
+		var entries []types.DeleteMessageBatchRequestEntry
+		for i, m := range msgs {
+			entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle})
+		}
+		f.Set("DeleteMessageBatch", sqstest.Rates{EntryFailure: 1})
+		out, err := c.DeleteMessageBatch(testContext(t), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+		if err != nil {
+			t.Fatalf("DeleteMessageBatch: %v", err)
+		}
+		if failed := wantFailedOnSQSSide(t, out.Failed); len(out.Successful) != 0 || len(failed) != 3 {
+			t.Fatalf("%d successful, %d failed; want every entry failed", len(out.Successful), len(failed))
+		}
+		wantCount(t, c, q.URL, 0, 3) // none reached the server
+
+		// Disabled, the same entries go through.
+		f.SetEnabled(false)
+		out, err = c.DeleteMessageBatch(testContext(t), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+		if err != nil || len(out.Successful) != 3 || len(out.Failed) != 0 {
+			t.Fatalf("faults disabled: DeleteMessageBatch: %v, %+v; want every entry successful", err, out)
+		}
+		wantCount(t, c, q.URL, 0, 0)
+		if n := f.Count("DeleteMessageBatch", sqstest.EntryFailure); n != 3 {
+			t.Errorf("Count(DeleteMessageBatch, EntryFailure) = %d, want 3", n)
+		}
+	})
+
+	t.Run("ChangeMessageVisibilityBatch", func(t *testing.T) {
+		t.Parallel()
+		f, c, q := faultyClient(t, 12, noRetries)
+		for i := range 10 {
+			send(t, c, q.URL, fmt.Sprint("m", i), nil)
+		}
+		msgs := sqstest.Drain(t, c, q.URL, 10, 2*time.Second)
+		var entries []types.ChangeMessageVisibilityBatchRequestEntry
+		for i, m := range msgs {
+			entries = append(entries, types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
+		}
+		f.Set("ChangeMessageVisibilityBatch", sqstest.Rates{EntryFailure: 0.5})
+		out, err := c.ChangeMessageVisibilityBatch(testContext(t), &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+		if err != nil {
+			t.Fatalf("ChangeMessageVisibilityBatch: %v", err)
+		}
+		failed := wantFailedOnSQSSide(t, out.Failed)
+		if len(out.Successful)+len(failed) != 10 || len(failed) == 0 || len(out.Successful) == 0 {
+			t.Fatalf("%d successful, %d failed; want 10 in all, some of each", len(out.Successful), len(failed))
+		}
+		// The changed messages are visible again; the others are in flight.
+		got := sqstest.Drain(t, c, q.URL, 0, 0)
+		if len(got) != len(out.Successful) {
+			t.Fatalf("%d messages visible again, want the %d changed", len(got), len(out.Successful))
+		}
+		for _, m := range got {
+			for i, sent := range msgs {
+				if aws.ToString(sent.MessageId) == aws.ToString(m.MessageId) && failed[fmt.Sprint(i)] {
+					t.Errorf("message %s is visible again, but its change failed", aws.ToString(m.Body))
+				}
+			}
+		}
+	})
+
+	t.Run("OnlyBatches", func(t *testing.T) {
+		t.Parallel()
+		defer func() {
+			if recover() == nil {
+				t.Error("Set(SendMessage, EntryFailure) did not panic")
+			}
+		}()
+		sqstest.NewFaults(1, nil).Set("SendMessage", sqstest.Rates{EntryFailure: 0.5})
+	})
 }

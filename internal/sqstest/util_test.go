@@ -1,13 +1,19 @@
 package sqstest_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 )
@@ -98,4 +104,36 @@ func bodies(msgs []types.Message) []string {
 		out[i] = aws.ToString(m.Body)
 	}
 	return out
+}
+
+// withField makes a call's JSON request carry the member name with value,
+// for a zero the SDK leaves out as "not set", such as ReceiveMessage's
+// VisibilityTimeout 0.
+func withField(name string, value any) func(*sqs.Options) {
+	return func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Build.Add(middleware.BuildMiddlewareFunc("sqstestWithField", func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
+				req, ok := in.Request.(*smithyhttp.Request)
+				if !ok {
+					return middleware.BuildOutput{}, middleware.Metadata{}, fmt.Errorf("withField: request is a %T", in.Request)
+				}
+				body, err := io.ReadAll(req.GetStream())
+				if err != nil {
+					return middleware.BuildOutput{}, middleware.Metadata{}, err
+				}
+				fields := map[string]any{}
+				if err := json.Unmarshal(body, &fields); err != nil {
+					return middleware.BuildOutput{}, middleware.Metadata{}, fmt.Errorf("withField: request body %q: %w", body, err)
+				}
+				fields[name] = value
+				if body, err = json.Marshal(fields); err != nil {
+					return middleware.BuildOutput{}, middleware.Metadata{}, err
+				}
+				if in.Request, err = req.SetStream(bytes.NewReader(body)); err != nil {
+					return middleware.BuildOutput{}, middleware.Metadata{}, err
+				}
+				return next.HandleBuild(ctx, in)
+			}), middleware.Before)
+		})
+	}
 }

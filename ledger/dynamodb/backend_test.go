@@ -137,7 +137,7 @@ func TestLedger_LostAnswers(t *testing.T) {
 		if got := s.faults.Count("UpdateItem", dynamotest.LostAck); got != 1 {
 			t.Fatalf("%d lost answers injected, want 1", got)
 		}
-		if c.Record.Owner != "a" || c.Record.Attempts != 1 {
+		if c.Record.Owner != "a" || c.Record.Attempts != 0 {
 			t.Fatalf("claim after a lost answer: %+v", c.Record)
 		}
 		mustClaim(t, s.other, "k", "b", ledger.InProgress)
@@ -153,8 +153,8 @@ func TestLedger_LostAnswers(t *testing.T) {
 		}
 		mustClaim(t, s.other, "k", "b", ledger.InProgress)
 		c := mustClaim(t, s.l, "k", "a", ledger.Claimed)
-		if c.Record.Owner != "a" || c.Record.Attempts != 1 {
-			t.Fatalf("the caller's retry: %+v, want its own claim, one attempt", c.Record)
+		if c.Record.Owner != "a" || c.Record.Attempts != 0 {
+			t.Fatalf("the caller's retry: %+v, want its own claim, no attempt counted", c.Record)
 		}
 	})
 
@@ -165,8 +165,8 @@ func TestLedger_LostAnswers(t *testing.T) {
 		s.clock.Advance(lease)
 		s.faults.Next("UpdateItem", dynamotest.LostAck)
 		c := mustClaim(t, s.l, "k", "b", ledger.Claimed)
-		if c.Record.Owner != "b" || c.Record.Attempts != 2 {
-			t.Fatalf("takeover after a lost answer: %+v, want owner b, two attempts", c.Record)
+		if c.Record.Owner != "b" || c.Record.Attempts != 1 {
+			t.Fatalf("takeover after a lost answer: %+v, want owner b, one attempt (a's)", c.Record)
 		}
 		if err := s.other.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}); !errors.Is(err, ledger.ErrNotOwner) {
 			t.Fatalf("complete by the previous owner: err %v, want ErrNotOwner", err)
@@ -377,13 +377,13 @@ func TestLedger_ExpiredIsAbsent(t *testing.T) {
 	other.Fingerprint = []byte("another")
 	got, err := l.Claim(ctx, other)
 	must(t, err)
-	if got.Outcome != ledger.Claimed || got.Takeover || got.Record.Attempts != 1 || !got.Record.FirstSeen.Equal(clock.Now()) ||
+	if got.Outcome != ledger.Claimed || got.Takeover || got.Record.Attempts != 0 || !got.Record.FirstSeen.Equal(clock.Now()) ||
 		len(got.Record.Result) != 0 || !got.Record.Completed.IsZero() {
 		t.Fatalf("claim over an expired record: %s %+v, want a new record", got.Outcome, got.Record)
 	}
 	rec, err := l.Get(ctx, "done")
 	must(t, err)
-	if rec.Attempts != 1 || rec.Owner != "b" || len(rec.Result) != 0 || string(rec.Fingerprint) != "another" {
+	if rec.Attempts != 0 || rec.Owner != "b" || len(rec.Result) != 0 || string(rec.Fingerprint) != "another" {
 		t.Fatalf("stored after the claim over an expired record: %+v", rec)
 	}
 	mustClaim(t, l, "done", "c", ledger.Conflict)

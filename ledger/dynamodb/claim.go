@@ -184,7 +184,8 @@ func (l *Ledger) claim(ctx context.Context, req *ledger.ClaimRequest) (ledger.Cl
 
 // claimWrite is the claim's conditional write: it takes the item if there
 // is none, or if it is live, claimable (failed retryably, or in progress
-// with a lapsed lease) and has no other fingerprint. The old item comes
+// with a lapsed lease or under a token that the request supersedes) and
+// has no other fingerprint. The old item comes
 // back, and the claim's record is derived from it as decide does.
 func (l *Ledger) claimWrite(ctx context.Context, req *ledger.ClaimRequest, now time.Time, writeID string) (ledger.Claim, error) {
 	e := newExpr()
@@ -207,9 +208,14 @@ func (l *Ledger) claimWrite(ctx context.Context, req *ledger.ClaimRequest, now t
 		u.set = append(u.set, e.n(attrMessageID)+" = "+e.v("mid", strAV(textcut.Cut(req.MessageID, ledger.MaxMessageIDLen))))
 	}
 	l.stampSet(e, u, now, writeID)
+	inProgress := e.n(attrLease) + " <= " + nowV
+	if req.Supersede != "" {
+		// A claim of the caller's own that the request supersedes.
+		inProgress = "(" + inProgress + " OR begins_with(" + e.n(attrOwner) + ", " + e.v("sup", strAV(req.Supersede+"/")) + "))"
+	}
 	cond := "attribute_not_exists(" + e.n(attrPK) + ") OR (" + e.n(attrExpires) + " > " + nowV +
 		" AND ((" + e.n(attrState) + " = " + e.v("failed", strAV(stateFailed)) + " AND " + e.n(attrPermanent) + " = :false)" +
-		" OR (" + e.n(attrState) + " = :inprog AND " + e.n(attrLease) + " <= " + nowV + "))"
+		" OR (" + e.n(attrState) + " = :inprog AND " + inProgress + "))"
 	if len(req.Fingerprint) > 0 {
 		cond += " AND (attribute_not_exists(" + e.n(attrFingerprint) + ") OR " + e.n(attrFingerprint) + " = :fp)"
 	}

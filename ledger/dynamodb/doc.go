@@ -23,7 +23,11 @@
 // ("in_progress", "complete", "failed"), permanent, fingerprint, attempts,
 // owner, lease_expiry, first_seen, claimed, updated, completed, expires,
 // last_error, message_id and result; times are Unix nanoseconds (numbers),
-// so they compare exactly. Two more attributes: ttl, the expiry in Unix
+// so they compare exactly. attempts counts, beside the attempts that
+// started (ledger.Record.Attempts), the claim's own while the item is in
+// progress, so that a claim adds one to it whatever it takes over, in one
+// conditional write, and a release takes that one back; the record read
+// has it taken off. Two more attributes: ttl, the expiry in Unix
 // seconds rounded up, for DynamoDB's TTL deletion, and write_id, a token of
 // the call that wrote the item last (see Lost answers). An item is at most
 // about 6 KiB (a 4 KiB result, a 1 KiB error text and a 512-byte key at
@@ -38,11 +42,14 @@
 //	  AND ((state = "failed" AND permanent = false) OR (state = "in_progress" AND lease_expiry <= :now))
 //	  AND (attribute_not_exists(fingerprint) OR fingerprint = :fp))
 //
-// (the fingerprint clause only when the request has one). The update sets
+// (the fingerprint clause only when the request has one; a request that
+// supersedes its caller's own claims, ClaimRequest.Supersede, adds "OR
+// begins_with(owner, :supersede_slash)" to the lease's). The update sets
 // the claim (attempts = if_not_exists(attempts, 0) + 1, first_seen and
 // fingerprint if_not_exists, owner, lease, claimed, updated, expires, ttl)
 // and returns the old item, from which the answer is derived (Takeover
-// when it was in progress). When the condition fails, a strongly consistent
+// when it was in progress with a lapsed lease, Reclaimed when under a
+// superseded token). When the condition fails, a strongly consistent
 // read of the item answers InProgress, AlreadyComplete, Conflict or
 // FailedPermanently with the record found; DynamoDB could return the item
 // with the failure, but DynamoDB-compatible servers such as dynalite do
@@ -98,8 +105,8 @@
 //
 //   - a claim whose retry finds the item in progress under its own owner
 //     token (unique to the claim) with a live lease knows the write as its
-//     own and answers Claimed with the record (Takeover is then false even
-//     if the lost write was a takeover);
+//     own and answers Claimed with the record (Takeover and Reclaimed are
+//     then false even if the lost write took a claim over);
 //   - a completion whose retry finds the record complete under its owner
 //     succeeds, as a second Complete by the same owner does;
 //   - a failure or release whose retry finds the item last written by the

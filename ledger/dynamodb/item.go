@@ -84,6 +84,21 @@ func keyAttrs(key string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrPK: strAV(pkOf(key))}
 }
 
+// storedAttempts is the attempts attribute of an item of rec: the attempts
+// that started (Record.Attempts) and, while the item is in progress, its
+// claim's. Counted so, a claim adds one to it whatever it takes (a new
+// item, a failed one, one in progress whose attempt may have started), a
+// completion and a failure leave it as it is, and a release takes one
+// back: each is one update of the same form whatever the item held, so
+// that a claim stays one conditional write. recordOf takes the claim's off
+// again.
+func storedAttempts(rec *ledger.Record) int {
+	if rec.State == ledger.StateInProgress {
+		return rec.Attempts + 1
+	}
+	return rec.Attempts
+}
+
 // itemOf is the whole item of rec, for a PutItem. rec.Updated and
 // rec.Expires must be set.
 func itemOf(rec *ledger.Record, writeID string) map[string]types.AttributeValue {
@@ -92,7 +107,7 @@ func itemOf(rec *ledger.Record, writeID string) map[string]types.AttributeValue 
 		attrVersion:   intAV(itemVersion),
 		attrState:     strAV(rec.State.String()),
 		attrPermanent: boolAV(rec.Permanent),
-		attrAttempts:  intAV(int64(rec.Attempts)),
+		attrAttempts:  intAV(int64(storedAttempts(rec))),
 		attrExpires:   timeAV(rec.Expires),
 		attrTTL:       intAV(ttlSeconds(rec.Expires)),
 		attrWriteID:   strAV(writeID),
@@ -167,6 +182,9 @@ func recordOf(item map[string]types.AttributeValue) (ledger.Record, error) {
 	}
 	r.Permanent = d.bool(attrPermanent)
 	r.Attempts = int(d.int(attrAttempts, true, 1<<31))
+	if r.State == ledger.StateInProgress && r.Attempts > 0 {
+		r.Attempts-- // the claim's own (see storedAttempts)
+	}
 	r.Fingerprint = d.bin(attrFingerprint, ledger.MaxFingerprintLen)
 	r.Owner = d.str(attrOwner, false, ledger.MaxOwnerLen)
 	r.LeaseExpiry = d.time(attrLease, false)

@@ -148,8 +148,10 @@ func ownerAnswer(op, key, owner string, cur *ledger.Record) error {
 	return nil
 }
 
-// Complete records the claim's work as done, with one conditional write.
-// It returns only after DynamoDB has acknowledged the write; only then may
+// Complete records the claim's work as done, with one conditional write,
+// which ends its attempt: it is counted in Record.Attempts (see
+// storedAttempts). It returns only after DynamoDB has acknowledged the
+// write; only then may
 // the message be acknowledged. The record must be in progress under
 // c.Owner: Complete fails with ErrNotOwner when another claim took the
 // operation over and with ErrState when the record is failed. Once
@@ -201,7 +203,8 @@ func (l *Ledger) complete(ctx context.Context, c *ledger.Completion) error {
 	})
 }
 
-// Fail records that the claim's work failed, with one conditional write. A
+// Fail records that the claim's work failed, with one conditional write,
+// which ends its attempt: it is counted in Record.Attempts. A
 // retryable failure lets the next Claim take the operation again; a
 // permanent one makes it answer FailedPermanently. It fails with
 // ErrNotOwner after a takeover and with ErrState when the record is not in
@@ -251,8 +254,9 @@ func (l *Ledger) fail(ctx context.Context, f *ledger.Failure) error {
 }
 
 // Release gives back a claim whose work never started, without counting an
-// attempt: the operation becomes claimable at once. A key claimed for the
-// first time is forgotten again (its item deleted). A release whose answer
+// attempt: the operation becomes claimable at once. A key that no attempt
+// has started yet (Record.Attempts is 0) is forgotten again (its item
+// deleted). A release whose answer
 // was lost and that is retried succeeds when it finds its own write, but a
 // retried release of a first claim finds no item and answers ErrNotFound:
 // the item is gone, as asked.
@@ -269,10 +273,12 @@ func (l *Ledger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) []err
 }
 
 func (l *Ledger) release(ctx context.Context, key, owner string) error {
-	first := true // the last read saw a first claim (or none yet): delete it
+	first := true // the last read saw a record that no attempt started (or none yet): delete it
 	return l.transition(ctx, "release", key, func(now time.Time, writeID string) *write {
 		e := newExpr()
 		w := &write{e: e, cond: ownedCond(e, owner, now)}
+		// The attribute counts this claim's attempt (see
+		// storedAttempts): 1 when no attempt started before it.
 		one := e.v("one", intAV(1))
 		if first {
 			w.cond += " AND " + e.n(attrAttempts) + " <= " + one
@@ -297,7 +303,7 @@ func (l *Ledger) release(ctx context.Context, key, owner string) error {
 		case cur.State != ledger.StateInProgress:
 			return fmt.Errorf("release %q: record is %s: %w", key, cur.State, ledger.ErrState)
 		}
-		first = cur.Attempts <= 1
+		first = cur.Attempts == 0
 		return nil
 	})
 }

@@ -98,15 +98,15 @@ func Run(t *testing.T, open Open) {
 			takeover bool
 			attempts int
 		}{
-			{"New", func(*testing.T, Ledger, *Clock) {}, fp1, ledger.Claimed, false, 1},
+			{"New", func(*testing.T, Ledger, *Clock) {}, fp1, ledger.Claimed, false, 0},
 			{"InProgressLiveLease", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				c.Advance(lease - time.Second)
-			}, fp1, ledger.InProgress, false, 1},
+			}, fp1, ledger.InProgress, false, 0},
 			{"InProgressLapsedLeaseTakeover", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				c.Advance(lease)
-			}, fp1, ledger.Claimed, true, 2},
+			}, fp1, ledger.Claimed, true, 1},
 			{"Complete", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a", Result: []byte("receipt-42")}))
@@ -114,7 +114,7 @@ func Run(t *testing.T, open Open) {
 			{"FailedRetryable", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "timeout"}))
-			}, fp1, ledger.Claimed, false, 2},
+			}, fp1, ledger.Claimed, false, 1},
 			{"FailedPermanently", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "bad card", Permanent: true}))
@@ -125,7 +125,7 @@ func Run(t *testing.T, open Open) {
 			}, fp2, ledger.Conflict, false, 1},
 			{"ConflictWhileInProgress", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
-			}, fp2, ledger.Conflict, false, 1},
+			}, fp2, ledger.Conflict, false, 0},
 			{"NoFingerprintIsNoConflict", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
@@ -133,22 +133,22 @@ func Run(t *testing.T, open Open) {
 			{"Released", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Release(ctx, "k", "a"))
-			}, fp1, ledger.Claimed, false, 1},
+			}, fp1, ledger.Claimed, false, 0},
 			{"ResetAfterPermanent", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "bad", Permanent: true}))
 				must(t, l.Reset(ctx, "k"))
-			}, fp1, ledger.Claimed, false, 2},
+			}, fp1, ledger.Claimed, false, 1},
 			{"ForgottenComplete", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
 				must(t, l.Forget(ctx, "k"))
-			}, fp2, ledger.Claimed, false, 1},
+			}, fp2, ledger.Claimed, false, 0},
 			{"ExpiredCompleteIsAbsent", func(t *testing.T, l Ledger, c *Clock) {
 				mustClaim(t, l, req("k", "a"), ledger.Claimed)
 				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "a"}))
 				c.Advance(Retention)
-			}, fp2, ledger.Claimed, false, 1},
+			}, fp2, ledger.Claimed, false, 0},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -190,6 +190,192 @@ func Run(t *testing.T, open Open) {
 					}
 				}
 			})
+		}
+	})
+
+	// A claim that names its caller's own earlier claims (Supersede)
+	// takes over a record in progress under one of them, live lease or
+	// not, in one conditional write; a token of another caller, even one
+	// that merely starts with the same characters, keeps its live lease,
+	// and no other outcome changes. Each case brings "k" into a state,
+	// then claims it as "host-1/9" superseding "host-1".
+	t.Run("Supersede", func(t *testing.T) {
+		t.Parallel()
+		claimAs := func(owner string) func(*testing.T, Ledger, *Clock) {
+			return func(t *testing.T, l Ledger, _ *Clock) { mustClaim(t, l, req("k", owner), ledger.Claimed) }
+		}
+		cases := []struct {
+			name                string
+			prepare             func(t *testing.T, l Ledger, c *Clock)
+			fp                  []byte
+			want                ledger.Outcome
+			takeover, reclaimed bool
+		}{
+			{"New", func(*testing.T, Ledger, *Clock) {}, fp1, ledger.Claimed, false, false},
+			{"OwnLiveLease", claimAs("host-1/7"), fp1, ledger.Claimed, false, true},
+			{"OwnLapsedLease", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				c.Advance(lease)
+			}, fp1, ledger.Claimed, true, true},
+			{"OwnLiveLeaseNoFingerprint", claimAs("host-1/7"), nil, ledger.Claimed, false, true},
+			{"OtherLiveLease", claimAs("host-2/7"), fp1, ledger.InProgress, false, false},
+			{"OtherSharingAPrefix", claimAs("host-10/7"), fp1, ledger.InProgress, false, false},
+			{"OtherWithoutSlash", claimAs("host-1"), fp1, ledger.InProgress, false, false},
+			{"OtherLonger", claimAs("host-1x/7"), fp1, ledger.InProgress, false, false},
+			{"OtherLapsedLease", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-2/7"), ledger.Claimed)
+				c.Advance(lease)
+			}, fp1, ledger.Claimed, true, false},
+			{"OwnConflict", claimAs("host-1/7"), fp2, ledger.Conflict, false, false},
+			{"OwnComplete", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "host-1/7"}))
+			}, fp1, ledger.AlreadyComplete, false, false},
+			{"OwnFailedRetryable", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "host-1/7", Err: "timeout"}))
+			}, fp1, ledger.Claimed, false, false},
+			{"OwnFailedPermanently", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "host-1/7", Err: "bad card", Permanent: true}))
+			}, fp1, ledger.FailedPermanently, false, false},
+			{"OwnReleased", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				must(t, l.Release(ctx, "k", "host-1/7"))
+			}, fp1, ledger.Claimed, false, false},
+			{"OwnExpired", func(t *testing.T, l Ledger, c *Clock) {
+				mustClaim(t, l, req("k", "host-1/7"), ledger.Claimed)
+				c.Advance(Retention)
+			}, fp1, ledger.Claimed, false, false},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				l, clock := setup(t)
+				tc.prepare(t, l, clock)
+				before, _ := l.Get(ctx, "k")
+				r := req("k", "host-1/9")
+				r.Fingerprint = tc.fp
+				r.Supersede = "host-1"
+				got, err := l.Claim(ctx, r)
+				must(t, err)
+				if got.Outcome != tc.want || got.Takeover != tc.takeover || got.Reclaimed != tc.reclaimed {
+					t.Fatalf("claim: got %s takeover=%v reclaimed=%v, want %s takeover=%v reclaimed=%v",
+						got.Outcome, got.Takeover, got.Reclaimed, tc.want, tc.takeover, tc.reclaimed)
+				}
+				rec, err := l.Get(ctx, "k")
+				switch {
+				case tc.want == ledger.Claimed:
+					must(t, err)
+					if rec.Owner != "host-1/9" || rec.State != ledger.StateInProgress || !rec.LeaseExpiry.Equal(clock.Now().Add(lease)) ||
+						got.Record.Owner != "host-1/9" || got.LeaseLeft != lease {
+						t.Fatalf("claimed: %+v, stored %+v", got, rec)
+					}
+					// The superseded claim can no longer change anything.
+					if tc.reclaimed {
+						if err := l.Complete(ctx, ledger.Completion{Key: "k", Owner: before.Owner}); !errors.Is(err, ledger.ErrNotOwner) {
+							t.Fatalf("completion by the superseded claim: %v, want ErrNotOwner", err)
+						}
+					}
+				case tc.want == ledger.InProgress:
+					must(t, err)
+					if rec.Owner != before.Owner || got.Record.Owner != before.Owner || got.LeaseLeft != lease {
+						t.Fatalf("in progress: %+v, stored %+v; want the record of %q untouched", got, rec, before.Owner)
+					}
+				default:
+					if err == nil && rec.Owner == "host-1/9" {
+						t.Fatalf("outcome %s changed the owner: %+v", tc.want, rec)
+					}
+				}
+			})
+		}
+
+		// The owner must be one of the tokens Supersede names.
+		l, _ := setup(t)
+		for _, owner := range []string{"host-2/1", "host-10/1", "host-1", "host-1x/1"} {
+			r := req("k", owner)
+			r.Supersede = "host-1"
+			if _, err := l.Claim(ctx, r); !errors.Is(err, ledger.ErrInvalidArgument) {
+				t.Errorf("claim by %q superseding host-1: %v, want ErrInvalidArgument", owner, err)
+			}
+		}
+		if _, err := l.Get(ctx, "k"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("a refused claim wrote: %v", err)
+		}
+	})
+
+	// Record.Attempts counts the attempts that started: an attempt is
+	// counted when it ends (Complete, Fail) or when a claim takes the
+	// operation over from one that may have started (a lapsed lease, a
+	// superseded claim); a claim alone counts none, and a release takes
+	// none back.
+	t.Run("Attempts", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		attempts := func(step string, want int) {
+			t.Helper()
+			rec, err := l.Get(ctx, "k")
+			must(t, err)
+			if rec.Attempts != want {
+				t.Fatalf("after %s: %d attempts, want %d (record %+v)", step, rec.Attempts, want, rec)
+			}
+		}
+		if c := mustClaim(t, l, req("k", "a"), ledger.Claimed); c.Record.Attempts != 0 {
+			t.Fatalf("a first claim answers %d attempts, want 0", c.Record.Attempts)
+		}
+		attempts("a first claim", 0)
+		_, err := l.Extend(ctx, "k", "a", lease)
+		must(t, err)
+		attempts("an extension", 0)
+		must(t, l.Release(ctx, "k", "a"))
+		if _, err := l.Get(ctx, "k"); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("a released claim that no attempt started before: %v, want it forgotten", err)
+		}
+		mustClaim(t, l, req("k", "b"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "b", Err: "first"}))
+		attempts("a failure", 1)
+		if c := mustClaim(t, l, req("k", "c"), ledger.Claimed); c.Record.Attempts != 1 {
+			t.Fatalf("a claim after one failure answers %d attempts, want 1", c.Record.Attempts)
+		}
+		attempts("a claim after a failure", 1)
+		must(t, l.Release(ctx, "k", "c"))
+		attempts("a release", 1)
+		mustClaim(t, l, req("k", "d"), ledger.Claimed)
+		clock.Advance(lease)
+		if c := mustClaim(t, l, req("k", "host-1/1"), ledger.Claimed); !c.Takeover || c.Record.Attempts != 2 {
+			t.Fatalf("a takeover after a lapsed lease: %+v, want 2 attempts", c)
+		}
+		attempts("a takeover", 2)
+		r := req("k", "host-1/2")
+		r.Supersede = "host-1"
+		if c := mustClaim(t, l, r, ledger.Claimed); !c.Reclaimed || c.Record.Attempts != 3 {
+			t.Fatalf("a superseding claim: %+v, want 3 attempts", c)
+		}
+		attempts("a superseding claim", 3)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "host-1/2"}))
+		attempts("a completion", 4)
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "host-1/2"}))
+		attempts("a second completion by the same owner", 4)
+		if err := l.Fail(ctx, ledger.Failure{Key: "k", Owner: "host-1/2", Err: "late"}); !errors.Is(err, ledger.ErrState) {
+			t.Fatalf("a failure after the completion: %v, want ErrState", err)
+		}
+		attempts("a refused failure", 4)
+
+		// The batches count as the single calls do.
+		mustClaim(t, l, req("x", "a"), ledger.Claimed)
+		mustClaim(t, l, req("y", "a"), ledger.Claimed)
+		for _, err := range l.CompleteBatch(ctx, []ledger.Completion{{Key: "x", Owner: "a"}}) {
+			must(t, err)
+		}
+		for _, err := range l.FailBatch(ctx, []ledger.Failure{{Key: "y", Owner: "a", Err: "e"}}) {
+			must(t, err)
+		}
+		for _, key := range []string{"x", "y"} {
+			rec, err := l.Get(ctx, key)
+			must(t, err)
+			if rec.Attempts != 1 {
+				t.Fatalf("%s after its batch: %d attempts, want 1", key, rec.Attempts)
+			}
 		}
 	})
 

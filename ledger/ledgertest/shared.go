@@ -154,7 +154,7 @@ func RunShared(t *testing.T, open OpenShared) {
 		clock.Advance(lease - time.Second)
 		mustClaim(t, b, req("k", "b"), ledger.InProgress)
 		clock.Advance(2 * time.Second)
-		if c := mustClaim(t, b, req("k", "b"), ledger.Claimed); !c.Takeover || c.Record.Attempts != 2 {
+		if c := mustClaim(t, b, req("k", "b"), ledger.Claimed); !c.Takeover || c.Record.Attempts != 1 {
 			t.Fatalf("takeover: %+v", c)
 		}
 		for name, err := range map[string]error{

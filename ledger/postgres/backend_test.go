@@ -92,6 +92,40 @@ func TestInit(t *testing.T) {
 		}
 	})
 
+	// A ledger set up by an older sqsonce, without the function that
+	// raises sqsonce's own SQLSTATEs: Open says to run Init, which adds
+	// it and keeps the records and the version.
+	t.Run("UpgradesAnOlderLedger", func(t *testing.T) {
+		t.Parallel()
+		opts := setup(t, nil)
+		l := open(t, opts)
+		mustClaim(t, l, claimReq("k", "a"), ledger.Claimed)
+		l.Close()
+		conn := pgtest.Connect(t, opts.URL)
+		_, err := conn.Exec(ctx, `DROP FUNCTION sqsonce_operations_refuse(text, text, text)`)
+		must(t, err)
+		if _, err := postgres.Open(ctx, opts); !errors.Is(err, ledger.ErrNoSchema) || !strings.Contains(err.Error(), "sqsonce ledger init") {
+			t.Fatalf("Open of a ledger without the function: %v, want ErrNoSchema naming `sqsonce ledger init`", err)
+		}
+		must(t, postgres.Init(ctx, opts))
+		l = open(t, opts)
+		if rec, err := l.Get(ctx, "k"); err != nil || rec.Owner != "a" {
+			t.Fatalf("the record after the upgrade: %+v, %v", rec, err)
+		}
+		var version int
+		must(t, conn.QueryRow(ctx, `SELECT version FROM sqsonce_operations_version`).Scan(&version))
+		if version != postgres.SchemaVersion {
+			t.Fatalf("version %d after the upgrade, want %d", version, postgres.SchemaVersion)
+		}
+		// The completion's refusals work: a completion by another owner
+		// commits nothing and says why.
+		op, err := l.BeginOp(ctx)
+		must(t, err)
+		if err := op.CommitComplete(ctx, ledger.Completion{Key: "k", Owner: "b"}); !errors.Is(err, ledger.ErrNotOwner) {
+			t.Fatalf("CommitComplete by another owner: %v, want ErrNotOwner", err)
+		}
+	})
+
 	t.Run("NewerSchema", func(t *testing.T) {
 		t.Parallel()
 		opts := setup(t, nil)

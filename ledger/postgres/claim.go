@@ -84,8 +84,13 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 		b := &pgx.Batch{}
 		for p, i := range order {
 			r := &reqs[i]
-			b.Queue(l.q.claim, now, micros(l.cfg.retention), []byte(r.Key), nonEmpty(r.Fingerprint),
-				[]byte(r.Owner), micros(r.Lease), bytesOrNil(textcut.Cut(r.MessageID, ledger.MaxMessageIDLen)))
+			args := []any{now, micros(l.cfg.retention), []byte(r.Key), nonEmpty(r.Fingerprint),
+				[]byte(r.Owner), micros(r.Lease), bytesOrNil(textcut.Cut(r.MessageID, ledger.MaxMessageIDLen))}
+			if r.Supersede == "" {
+				b.Queue(l.q.claim, args...)
+			} else {
+				b.Queue(l.q.claimSupersede, append(args, []byte(r.Supersede+"/"))...)
+			}
 			if p+1 < len(order) && reqs[order[p+1]].Key == r.Key {
 				// The next request writes the same record: read what
 				// decided this one first.
@@ -99,7 +104,9 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 		taken := make([]*row, len(reqs))
 		found := make([]*row, len(reqs))
 		for p, i := range order {
-			rw, _, err := scanRecord(br.QueryRow())
+			var reclaimed bool
+			rw, _, err := scanRecord(br.QueryRow(), &reclaimed)
+			rw.reclaimed = reclaimed
 			switch {
 			case errors.Is(err, pgx.ErrNoRows):
 			case err != nil:
@@ -164,7 +171,7 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 // claim.
 func decide(req *ledger.ClaimRequest, taken, found *row, again bool) (ledger.Claim, error) {
 	if taken != nil {
-		return ledger.Claim{Outcome: ledger.Claimed, Record: taken.rec, Takeover: taken.takeover, LeaseLeft: req.Lease}, nil
+		return ledger.Claim{Outcome: ledger.Claimed, Record: taken.rec, Takeover: taken.takeover, Reclaimed: taken.reclaimed, LeaseLeft: req.Lease}, nil
 	}
 	if found == nil {
 		return ledger.Claim{}, fmt.Errorf("claim %q: the statement neither took the record nor found it", req.Key)

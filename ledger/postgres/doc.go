@@ -5,18 +5,24 @@
 //
 // # Setting up
 //
-// Init creates the table, its indexes and a one-row table that records the
-// schema version; `sqsonce ledger init` calls it. Open connects and checks
-// that schema: it does not create anything, so that a worker pointed at the
-// wrong database fails at once (ErrNoSchema) instead of starting a ledger of
-// its own. The connecting role needs SELECT, INSERT, UPDATE and DELETE on the
-// table; Init needs the right to create tables in the schema.
+// Init creates the table, its indexes, a one-row table that records the
+// schema version and a PL/pgSQL function, Table+"_refuse", by which the
+// statements that end an operation's transaction refuse to go on with
+// SQLSTATEs of sqsonce's own (SQ001, SQ002); `sqsonce ledger init` calls it,
+// and adds what is missing to a ledger set up by an older sqsonce. Open
+// connects and checks that schema: it does not create anything, so that a
+// worker pointed at the wrong database fails at once (ErrNoSchema) instead
+// of starting a ledger of its own. The connecting role needs SELECT,
+// INSERT, UPDATE and DELETE on the table and EXECUTE on the function
+// (every role has it unless revoked); Init needs the right to create
+// tables and functions in the schema.
 //
 // # How a claim is decided
 //
 // Each claim is one conditional write, INSERT … ON CONFLICT (key) DO UPDATE …
 // WHERE the record may be taken (there is none, it expired, it failed
-// retryably, or its lease lapsed, and the fingerprints do not differ). The
+// retryably, or its lease lapsed or its owner is one that the request
+// supersedes, and the fingerprints do not differ). The
 // database decides it atomically: of several hosts claiming one key at once,
 // exactly one statement writes. A statement that does not write still locks
 // the record until its transaction ends, so the read that follows it in the
@@ -56,7 +62,8 @@
 // take another that the same failure cut),
 // in a way that recognises its own earlier write: a claim that finds the
 // record in progress under its own owner token was the first attempt's, and
-// answers Claimed; a completion is idempotent for its owner; a failure that
+// answers Claimed (Reclaimed is then false even if that attempt superseded
+// a claim); a completion is idempotent for its owner; a failure that
 // finds the record failed by its owner with its error, and a release that
 // finds the record released, succeed. When the second attempt fails too, or
 // a call runs out of time, the error wraps ledger.ErrUnavailable and the

@@ -71,12 +71,12 @@ func TestLostAnswers(t *testing.T) {
 			l, p, _ := viaProxy(t)
 			drop(t, p)
 			c := mustClaim(t, l, claimReq("k", "a"), ledger.Claimed)
-			if c.Record.Owner != "a" || c.Record.Attempts != 1 || c.Takeover {
+			if c.Record.Owner != "a" || c.Record.Attempts != 0 || c.Takeover {
 				t.Fatalf("claim after a lost %s: %+v", lose, c)
 			}
 			rec, err := l.Get(ctx, "k")
 			must(t, err)
-			if rec.Owner != "a" || rec.Attempts != 1 || rec.State != ledger.StateInProgress {
+			if rec.Owner != "a" || rec.Attempts != 0 || rec.State != ledger.StateInProgress {
 				t.Fatalf("record after a lost %s: %+v", lose, rec)
 			}
 			// Another owner still finds it in progress.

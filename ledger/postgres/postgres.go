@@ -19,6 +19,13 @@ import (
 // SchemaVersion is the layout of the table this code writes, recorded by Init
 // in the version table. Open refuses a table whose recorded version is higher
 // with ledger.ErrSchema.
+//
+// What Init adds beside the table without changing its layout, which an
+// older sqsonce neither uses nor minds, does not change the version, so that
+// an older sqsonce still opens a ledger that a newer Init upgraded: the
+// function that raises sqsonce's own SQLSTATEs (Table+"_refuse"), added
+// after version 1. Open checks that it is there and, when it is not,
+// fails with ledger.ErrNoSchema: `sqsonce ledger init` adds it.
 const SchemaVersion = 1
 
 // Defaults for Options.
@@ -29,7 +36,7 @@ const (
 )
 
 // maxTableLen leaves room in PostgreSQL's 63-byte names for the suffixes of
-// the version table and the indexes.
+// the version table, the indexes and the function.
 const maxTableLen = 63 - len("_version")
 
 // tableName is a table name: lower-case letters, digits and underscores,
@@ -73,6 +80,7 @@ type Options struct {
 type config struct {
 	table      pgx.Identifier
 	version    pgx.Identifier // the schema version table
+	refuse     pgx.Identifier // the function that raises sqsonce's own SQLSTATEs (see refuseFunction)
 	indexes    [3]string      // names of the expiry index and the two indexes of the open records
 	retention  time.Duration
 	chunk      int
@@ -111,6 +119,7 @@ func (o Options) config() (*config, error) {
 	c.tableLabel = o.Table
 	c.table = qualified(schema, name)
 	c.version = qualified(schema, name+"_version")
+	c.refuse = qualified(schema, name+"_refuse")
 	c.indexes = [3]string{name + "_expires", name + "_open", name + "_openkey"}
 	switch {
 	case c.retention == 0:
@@ -279,6 +288,9 @@ func ddl(c *config) []string {
 	version integer NOT NULL
 )`, c.version.Sanitize()),
 		fmt.Sprintf(`INSERT INTO %s (version) VALUES (%d) ON CONFLICT (one) DO NOTHING`, c.version.Sanitize(), SchemaVersion),
+		// Added after the table's first layout, without changing it:
+		// see SchemaVersion.
+		refuseFunction(c.refuse.Sanitize()),
 	}
 }
 
@@ -323,9 +335,9 @@ func Open(ctx context.Context, opts Options) (*Ledger, error) {
 func (l *Ledger) checkSchema(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, l.cfg.timeout)
 	defer cancel()
-	var table, version *string
-	err := l.pool.QueryRow(cctx, `SELECT to_regclass($1)::text, to_regclass($2)::text`,
-		l.cfg.table.Sanitize(), l.cfg.version.Sanitize()).Scan(&table, &version)
+	var table, version, refuse *string
+	err := l.pool.QueryRow(cctx, `SELECT to_regclass($1)::text, to_regclass($2)::text, to_regprocedure($3)::text`,
+		l.cfg.table.Sanitize(), l.cfg.version.Sanitize(), l.cfg.refuse.Sanitize()+refuseArgs).Scan(&table, &version, &refuse)
 	if err != nil {
 		return fmt.Errorf("check schema: %w", classify(ctx, err))
 	}
@@ -335,6 +347,10 @@ func (l *Ledger) checkSchema(ctx context.Context) error {
 			missing += "_version"
 		}
 		return fmt.Errorf("table %s does not exist: run `sqsonce ledger init` to create it: %w", missing, ledger.ErrNoSchema)
+	}
+	if refuse == nil {
+		return fmt.Errorf("function %s_refuse%s does not exist (the ledger was set up by an older sqsonce): run `sqsonce ledger init` to add it: %w",
+			l.cfg.tableLabel, refuseArgs, ledger.ErrNoSchema)
 	}
 	var got int
 	err = l.pool.QueryRow(cctx, fmt.Sprintf(`SELECT version FROM %s`, l.cfg.version.Sanitize())).Scan(&got)

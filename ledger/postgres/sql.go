@@ -25,72 +25,73 @@ const columns = `key, state, permanent, fingerprint, attempts, owner, lease_expi
 // (Options.Now), or else the server's now(). The parameter is always $1.
 const nowExpr = `coalesce($1::timestamptz, now())`
 
-// notCompletedMark is in the error of completeOrAbort when the operation
-// was not in progress under the owner.
-const notCompletedMark = "sqsonce: the completion found no claim of its owner in progress: "
+// The SQLSTATEs of sqsonce's own with which the statements that end an
+// operation's transaction refuse to go on, so that the COMMIT sent behind
+// them in the same round trip is skipped and the transaction rolled back.
+// They are raised by the ledger's function (see refuseFunction), with
+// what the caller needs in the error's DETAIL field: the outcome is read
+// from these fields, never from the message's text.
+const (
+	// codeNotCompleted: the completion found no claim of its owner in
+	// progress. DETAIL is the number of records it completed.
+	codeNotCompleted = "SQ001"
+	// codeIsolation: the transaction does not run at READ COMMITTED.
+	// DETAIL is the level it runs at.
+	codeIsolation = "SQ002"
+)
 
-// isolationMark is in the error of checkIsolation when the transaction of
-// an OpTx does not run at READ COMMITTED; the level follows it.
-const isolationMark = "sqsonce: the transaction of the completion runs at "
+// refuseFunction is the statement that creates the function that raises
+// an error of SQLSTATE code, with message and detail: PostgreSQL raises
+// errors of one's own only from PL/pgSQL. It returns an integer so that it
+// can stand in a CASE of integers, and is volatile, so that it runs only
+// where its branch is taken. Init creates it beside the table (see ddl);
+// name is its name, quoted.
+func refuseFunction(name string) string {
+	return `CREATE OR REPLACE FUNCTION ` + name + `(code text, message text, detail text) RETURNS integer
+LANGUAGE plpgsql VOLATILE AS $body$
+BEGIN
+	RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message, DETAIL = detail;
+END
+$body$`
+}
 
-// checkIsolation fails, with isolationMark and the level in its message,
-// when the transaction runs at another isolation level than READ COMMITTED
-// (which READ UNCOMMITTED is, in PostgreSQL). BeginOp starts it at READ
-// COMMITTED; the caller's statements may have changed it (SET TRANSACTION)
-// before their first query.
-const checkIsolation = `SELECT CASE WHEN current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN 0
-	ELSE ('` + isolationMark + `' || current_setting('transaction_isolation'))::int END`
+// refuseArgs are the argument types of the function that refuseFunction
+// creates, as to_regprocedure reads them.
+const refuseArgs = "(text, text, text)"
 
 // queries are the statements, with the table's name filled in. Those that
 // read the clock take it as $1 (see nowExpr), and those that write a record
 // the retention in microseconds as $2.
 type queries struct {
-	claim, readOne, readMany string
-	complete, fail, explain  string
-	completeOrAbort          string
-	release, releaseLast     string
-	extend, reset, forget    string
-	get, page, stats, sweep  string
-	list, listOpen           string
-	overviewInProgress       string
-	overviewOwners           string
-	overviewFailures         string
-	overviewActivity         string
+	claim, claimSupersede   string
+	checkIsolation          string
+	readOne, readMany       string
+	complete, fail, explain string
+	completeOrAbort         string
+	release, releaseLast    string
+	extend, reset, forget   string
+	get, page, stats, sweep string
+	list, listOpen          string
+	overviewInProgress      string
+	overviewOwners          string
+	overviewFailures        string
+	overviewActivity        string
 }
 
 func newQueries(c *config) queries {
 	t := c.table.Sanitize()
+	refuse := c.refuse.Sanitize()
 	q := queries{
-		// A claim: insert a new record, or take the existing one over
-		// when it may be taken. The new values are the excluded row's:
-		// excluded.claimed is the statement's clock. An expired record
-		// is taken as if it were absent: its history starts again.
-		claim: `
-INSERT INTO ` + t + ` AS o (key, state, permanent, fingerprint, attempts, owner, lease_expiry,
-	first_seen, claimed, updated, completed, expires, last_error, message_id, result, takeover)
-SELECT $3::bytea, 1, false, $4::bytea, 1, $5::bytea, c.now + $6::bigint * interval '1 microsecond',
-	c.now, c.now, c.now, NULL, c.now + $2::bigint * interval '1 microsecond', NULL, $7::bytea, NULL, false
-FROM (SELECT ` + nowExpr + ` AS now) c
-ON CONFLICT (key) DO UPDATE SET
-	state = 1,
-	permanent = false,
-	fingerprint = CASE WHEN o.expires <= excluded.claimed OR o.fingerprint IS NULL THEN excluded.fingerprint ELSE o.fingerprint END,
-	attempts = CASE WHEN o.expires <= excluded.claimed THEN 1 ELSE o.attempts + 1 END,
-	owner = excluded.owner,
-	lease_expiry = excluded.lease_expiry,
-	first_seen = CASE WHEN o.expires <= excluded.claimed THEN excluded.first_seen ELSE o.first_seen END,
-	claimed = excluded.claimed,
-	updated = excluded.updated,
-	completed = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.completed END,
-	expires = excluded.expires,
-	last_error = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.last_error END,
-	message_id = CASE WHEN o.expires <= excluded.claimed OR excluded.message_id IS NOT NULL THEN excluded.message_id ELSE o.message_id END,
-	result = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.result END,
-	takeover = o.expires > excluded.claimed AND o.state = 1
-WHERE o.expires <= excluded.claimed
-	OR ((o.fingerprint IS NULL OR excluded.fingerprint IS NULL OR o.fingerprint = excluded.fingerprint)
-		AND ((o.state = 3 AND NOT o.permanent) OR (o.state = 1 AND o.lease_expiry <= excluded.claimed)))
-RETURNING ` + columns,
+		// The check that the transaction of an OpTx runs at READ
+		// COMMITTED (which READ UNCOMMITTED is, in PostgreSQL): BeginOp
+		// starts it so, and the caller's statements may have changed it
+		// (SET TRANSACTION) before their first query. It refuses with
+		// codeIsolation.
+		checkIsolation: `SELECT CASE WHEN current_setting('transaction_isolation') IN ('read committed', 'read uncommitted') THEN 0
+	ELSE ` + refuse + `('` + codeIsolation + `', 'sqsonce: the transaction of the completion runs at ' || current_setting('transaction_isolation') || ', not read committed', current_setting('transaction_isolation')) END`,
+
+		claim:          claimStatement(t, false),
+		claimSupersede: claimStatement(t, true),
 
 		// The records claims did not take: each is locked by the claim's
 		// statement, so this reads the version that decided it. The
@@ -99,7 +100,8 @@ RETURNING ` + columns,
 		readOne:  `SELECT ` + columns + `, ` + nowExpr + ` FROM ` + t + ` WHERE key = $2::bytea`,
 		readMany: `SELECT ` + columns + `, ` + nowExpr + ` FROM ` + t + ` WHERE key = ANY($2::bytea[])`,
 
-		// Completions and failures of a batch, in one statement each.
+		// Completions and failures of a batch, in one statement each;
+		// each ends its claim's attempt, and counts it.
 		// The records are first locked in key order, as claims lock them
 		// (see ClaimBatch), so that a completion and a claim batch never
 		// wait for each other in a cycle; they are found through the
@@ -108,7 +110,7 @@ RETURNING ` + columns,
 		complete: `
 WITH locked AS MATERIALIZED (
 	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
-UPDATE ` + t + ` AS o SET state = 2, completed = c.now, lease_expiry = NULL, last_error = NULL,
+UPDATE ` + t + ` AS o SET state = 2, attempts = o.attempts + 1, completed = c.now, lease_expiry = NULL, last_error = NULL,
 	result = u.result, updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
 FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[]) AS u(key, owner, result),
 	(SELECT ` + nowExpr + ` AS now) c
@@ -118,7 +120,7 @@ RETURNING o.key, o.owner`,
 		fail: `
 WITH locked AS MATERIALIZED (
 	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
-UPDATE ` + t + ` AS o SET state = 3, permanent = u.permanent, lease_expiry = NULL, last_error = u.err,
+UPDATE ` + t + ` AS o SET state = 3, attempts = o.attempts + 1, permanent = u.permanent, lease_expiry = NULL, last_error = u.err,
 	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
 FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[]) AS u(key, owner, err, permanent),
 	(SELECT ` + nowExpr + ` AS now) c
@@ -129,16 +131,16 @@ RETURNING o.key, o.owner`,
 		explain: `SELECT key, state, permanent, owner, last_error FROM ` + t + `
 WHERE key = ANY($2::bytea[]) AND expires > ` + nowExpr,
 
-		// Release: a first claim is deleted, a later one becomes a
-		// retryable failure with one attempt less.
+		// Release, which counts no attempt: a record that no attempt
+		// has started is deleted, another becomes a retryable failure.
 		releaseLast: `
-DELETE FROM ` + t + ` WHERE key = $2::bytea AND owner = $3::bytea AND state = 1 AND attempts <= 1
+DELETE FROM ` + t + ` WHERE key = $2::bytea AND owner = $3::bytea AND state = 1 AND attempts = 0
 	AND expires > ` + nowExpr + ` RETURNING key`,
 		release: `
-UPDATE ` + t + ` AS o SET attempts = o.attempts - 1, state = 3, permanent = false, lease_expiry = NULL,
+UPDATE ` + t + ` AS o SET state = 3, permanent = false, lease_expiry = NULL,
 	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
 FROM (SELECT ` + nowExpr + ` AS now) c
-WHERE o.key = $3::bytea AND o.owner = $4::bytea AND o.state = 1 AND o.attempts > 1 AND o.expires > c.now
+WHERE o.key = $3::bytea AND o.owner = $4::bytea AND o.state = 1 AND o.attempts > 0 AND o.expires > c.now
 RETURNING o.key`,
 		extend: `
 UPDATE ` + t + ` AS o SET lease_expiry = c.now + $5::bigint * interval '1 microsecond',
@@ -215,14 +217,71 @@ DELETE FROM ` + t + ` WHERE key = ANY(ARRAY(
 	ORDER BY expires LIMIT $2::int FOR UPDATE SKIP LOCKED))`,
 	}
 	// The completion of one operation that ends an OpTx: the completion
-	// statement, made to fail when it completed nothing, so that the COMMIT
-	// sent behind it in the same round trip is skipped and the
-	// transaction, the handler's writes included, is rolled back. The
-	// cast of text to int is evaluated only then: it raises
-	// invalid_text_representation with notCompletedMark in its message.
+	// statement, made to refuse with codeNotCompleted when it completed
+	// nothing, so that the COMMIT sent behind it in the same round trip is
+	// skipped and the transaction, the handler's writes included, is
+	// rolled back.
 	q.completeOrAbort = strings.Replace(q.complete, "\nUPDATE ", ",\ndone AS (\nUPDATE ", 1) + `)
-SELECT CASE WHEN count(*) = 1 THEN 0 ELSE ('` + notCompletedMark + `' || count(*))::int END FROM done`
+SELECT CASE WHEN count(*) = 1 THEN 0
+	ELSE ` + refuse + `('` + codeNotCompleted + `', 'sqsonce: the completion found no claim of its owner in progress', count(*)::text) END FROM done`
 	return q
+}
+
+// claimStatement is the statement of a claim: insert a new record, or
+// take the existing one over when it may be taken. The new values are the
+// excluded row's: excluded.claimed is the statement's clock. An expired
+// record is taken as if it were absent: its history starts again. A claim
+// counts no attempt, except when it takes over a claim in progress, whose
+// attempt may have started (see ledger.Record.Attempts). The row written
+// comes back, with whether it took over a claim that the request
+// superseded.
+//
+// With supersede, $8 is ClaimRequest.Supersede and a slash: a record in
+// progress under an owner token that begins with it is taken too, live
+// lease or not. It is read first and locked (prev), as the write would
+// lock it, so that the write takes the very version read and the answer
+// can tell what it took over (the write's own version is not visible to a
+// read after it); a record inserted by another claim after that read is
+// not superseded.
+func claimStatement(t string, supersede bool) string {
+	with, join, inProgress, reclaimed := "", "", "o.lease_expiry <= excluded.claimed", "false"
+	if supersede {
+		// Joined to the row to insert, so that it is read before the
+		// write, whatever else reads it.
+		join = " LEFT JOIN prev ON true"
+		with = `WITH prev AS MATERIALIZED (
+	SELECT owner, expires FROM ` + t + ` WHERE key = $3::bytea AND state = 1
+		AND substring(owner FROM 1 FOR octet_length($8::bytea)) = $8::bytea FOR UPDATE)
+`
+		inProgress = "(o.lease_expiry <= excluded.claimed OR o.owner IN (SELECT owner FROM prev))"
+		reclaimed = "EXISTS (SELECT 1 FROM prev WHERE prev.expires > o.claimed)"
+	}
+	return `
+` + with + `INSERT INTO ` + t + ` AS o (key, state, permanent, fingerprint, attempts, owner, lease_expiry,
+	first_seen, claimed, updated, completed, expires, last_error, message_id, result, takeover)
+SELECT $3::bytea, 1, false, $4::bytea, 0, $5::bytea, c.now + $6::bigint * interval '1 microsecond',
+	c.now, c.now, c.now, NULL, c.now + $2::bigint * interval '1 microsecond', NULL, $7::bytea, NULL, false
+FROM (SELECT ` + nowExpr + ` AS now) c` + join + `
+ON CONFLICT (key) DO UPDATE SET
+	state = 1,
+	permanent = false,
+	fingerprint = CASE WHEN o.expires <= excluded.claimed OR o.fingerprint IS NULL THEN excluded.fingerprint ELSE o.fingerprint END,
+	attempts = CASE WHEN o.expires <= excluded.claimed THEN 0 WHEN o.state = 1 THEN o.attempts + 1 ELSE o.attempts END,
+	owner = excluded.owner,
+	lease_expiry = excluded.lease_expiry,
+	first_seen = CASE WHEN o.expires <= excluded.claimed THEN excluded.first_seen ELSE o.first_seen END,
+	claimed = excluded.claimed,
+	updated = excluded.updated,
+	completed = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.completed END,
+	expires = excluded.expires,
+	last_error = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.last_error END,
+	message_id = CASE WHEN o.expires <= excluded.claimed OR excluded.message_id IS NOT NULL THEN excluded.message_id ELSE o.message_id END,
+	result = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.result END,
+	takeover = o.expires > excluded.claimed AND o.state = 1 AND o.lease_expiry <= excluded.claimed
+WHERE o.expires <= excluded.claimed
+	OR ((o.fingerprint IS NULL OR excluded.fingerprint IS NULL OR o.fingerprint = excluded.fingerprint)
+		AND ((o.state = 3 AND NOT o.permanent) OR (o.state = 1 AND ` + inProgress + `)))
+RETURNING ` + columns + `, ` + reclaimed
 }
 
 // listStatement is the statement of a chunk of List: at most $5 records after
@@ -260,9 +319,10 @@ func prefixed(p, list string) string {
 
 // row is a record as scanned, with the columns a Record does not hold.
 type row struct {
-	rec      ledger.Record
-	takeover bool
-	at       time.Time // the clock of the statement that read it, when it reads one
+	rec       ledger.Record
+	takeover  bool
+	reclaimed bool      // a claim's: it took over a claim that its request superseded
+	at        time.Time // the clock of the statement that read it, when it reads one
 }
 
 // scanRecord reads the columns of a record (see columns) and then extra.

@@ -15,8 +15,9 @@ import (
 	"github.com/sqsonce/sqsonce/ledger"
 )
 
-// Complete records the claim's work as done. It returns after the commit;
-// only then may the message be acknowledged. The record must be in progress
+// Complete records the claim's work as done, which ends its attempt: it is
+// counted in Record.Attempts. It returns after the commit; only then may
+// the message be acknowledged. The record must be in progress
 // under c.Owner: Complete fails with ledger.ErrNotOwner when another claim
 // took the operation over, ledger.ErrState when the record is failed, and
 // ledger.ErrNotFound when there is no live record. Once complete, it
@@ -51,9 +52,9 @@ func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []er
 	})
 }
 
-// Fail records that the claim's work failed. A retryable failure lets the
-// next Claim take the operation again; a permanent one makes it answer
-// FailedPermanently. It fails with ledger.ErrNotOwner after a takeover and
+// Fail records that the claim's work failed, which ends its attempt: it is
+// counted in Record.Attempts. A retryable failure lets the next Claim take
+// the operation again; a permanent one makes it answer FailedPermanently. It fails with ledger.ErrNotOwner after a takeover and
 // ledger.ErrState when the record is not in progress.
 func (l *Ledger) Fail(ctx context.Context, f ledger.Failure) error {
 	return l.FailBatch(ctx, []ledger.Failure{f})[0]
@@ -239,9 +240,10 @@ func readFound(r pgx.Row) (*found, error) {
 }
 
 // Release gives back a claim whose work never started, without counting an
-// attempt: the operation becomes claimable at once. A key claimed for the
-// first time is forgotten again. It fails with ledger.ErrNotOwner after a
-// takeover and ledger.ErrState when the record is not in progress.
+// attempt: the operation becomes claimable at once. A key that no attempt
+// has started yet (Record.Attempts is 0) is forgotten again. It fails with
+// ledger.ErrNotOwner after a takeover and ledger.ErrState when the record
+// is not in progress.
 func (l *Ledger) Release(ctx context.Context, key, owner string) error {
 	return l.ReleaseBatch(ctx, []ledger.ClaimRef{{Key: key, Owner: owner}})[0]
 }

@@ -10,8 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/sqsonce/sqsonce/internal/textcut"
 	"github.com/sqsonce/sqsonce/ledger"
 )
+
+// maxQuoted bounds how much of a statement's SQL an error quotes.
+const maxQuoted = 120
 
 // Begin starts a plain transaction on a connection of the ledger's pool,
 // on the database that holds the ledger's table, for writes that belong to
@@ -96,12 +100,44 @@ func (l *Ledger) BeginOp(ctx context.Context) (op *OpTx, err error) {
 // of an OpTx.
 const beginOpSQL = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
+// resetSession undoes what the caller's statements may have changed in the
+// session and what outlives their transaction, before the connection goes
+// back to the pool to serve the ledger's own statements: settings made
+// with SET (without LOCAL) or set_config, which a committed transaction
+// keeps (a search_path that hides the ledger's table, a
+// default_transaction_read_only, a statement_timeout), and advisory locks
+// of the session, which even a rolled back one keeps. Settings return to
+// their values for the session: those of the connection string, the
+// role, the database and the server's configuration. (DISCARD ALL would
+// also drop the prepared statements that pgx relies on, and cannot run
+// where these run: behind the COMMIT, in the same round trip.)
+var resetSession = []string{"RESET ALL", "SELECT pg_advisory_unlock_all()"}
+
+// rollbackSQL ends a transaction that did not commit and resets the
+// session, in one round trip of the simple protocol.
+var rollbackSQL = "ROLLBACK; " + strings.Join(resetSession, "; ")
+
+// rollback ends the transaction on conn, which did not commit, and resets
+// its session (see resetSession), in one round trip within
+// Options.Timeout. A connection on which that fails (a result still being
+// read, the connection broken, the server not answering in time) is
+// closed, and the server then ends the transaction; the pool takes back
+// only a connection that is idle and out of every transaction, and closes
+// any other.
+func (l *Ledger) rollback(ctx context.Context, conn *pgx.Conn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+	defer cancel()
+	if _, err := conn.Exec(rctx, rollbackSQL); err != nil {
+		conn.Close(rctx)
+	}
+}
+
 // prepareOp prepares on conn the statements that end an operation's
-// transaction, once per connection (under their text as name, which a
-// batch finds them by), so that they then go with the commit in a single
-// round trip.
+// transaction and reset its session, once per connection (under their
+// text as name, which a batch finds them by), so that they then go with
+// the commit in a single round trip.
 func (l *Ledger) prepareOp(ctx context.Context, conn *pgxpool.Conn) error {
-	for _, sql := range []string{beginOpSQL, checkIsolation, l.q.completeOrAbort, "COMMIT"} {
+	for _, sql := range append([]string{beginOpSQL, l.q.checkIsolation, l.q.completeOrAbort, "COMMIT"}, resetSession...) {
 		if _, err := conn.Conn().Prepare(ctx, sql, sql); err != nil {
 			return fmt.Errorf("prepare the completion: %w", classify(ctx, err))
 		}
@@ -114,8 +150,9 @@ func (l *Ledger) prepareOp(ctx context.Context, conn *pgxpool.Conn) error {
 // the OpTx has ended.
 func (t *OpTx) Tx() pgx.Tx { return t.tx }
 
-// CommitComplete records c complete and commits the transaction, in one
-// round trip, and ends the OpTx, whatever happens (a panic included). The
+// CommitComplete records c complete (which counts its attempt, as Complete
+// does) and commits the transaction, in one round trip, and ends the OpTx,
+// whatever happens (a panic included). The
 // record must be in progress under c.Owner. When it is not (another claim
 // took the operation over, the record is gone or in another state),
 // nothing is committed: the transaction is rolled back, and the error
@@ -161,8 +198,15 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 // statements' results are read by CommitOp and dropped: a callback set on
 // one (QueuedQuery.Exec, Query or QueryRow) is refused, with
 // ErrInvalidArgument, since it would run after the commit and could not
-// stop it. The errors are those of CommitComplete, and a *WriteError when
-// a statement of writes failed.
+// stop it. So is a statement that controls the transaction (BEGIN, START
+// TRANSACTION, COMMIT, END, ROLLBACK, ABORT, SAVEPOINT, RELEASE, PREPARE
+// TRANSACTION, COMMIT PREPARED, SET TRANSACTION, SET SESSION
+// CHARACTERISTICS, SET transaction_isolation…), found in each statement's
+// SQL past comments, whatever its case and wherever it stands in a string
+// of several statements: a COMMIT among the writes would commit them
+// without the completion. Both are refused before anything is sent. The
+// errors are those of CommitComplete, and a *WriteError when a statement of
+// writes failed.
 func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Completion) error {
 	if l.closed.Load() {
 		return ledger.ErrClosed
@@ -176,6 +220,10 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 		for i, q := range writes.QueuedQueries {
 			if q.Fn != nil {
 				return fmt.Errorf("complete %q: statement %d of the writes has a callback (QueuedQuery.Exec, Query or QueryRow), which would run after the commit and could not stop it: put the condition in the statement's SQL: %w", c.Key, i+1, ledger.ErrInvalidArgument)
+			}
+			if words, ok := transactionControl(q.SQL); ok {
+				return fmt.Errorf("complete %q: statement %d of the writes (%q) is transaction control (%s): the transaction is CommitOp's to begin and end, with the completion: %w",
+					c.Key, i+1, textcut.Mark(q.SQL, maxQuoted, "…"), words, ledger.ErrInvalidArgument)
 			}
 		}
 		pre = append(pre, writes.QueuedQueries...)
@@ -193,13 +241,8 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 		defer conn.Release()
 		if !committed {
 			// A transaction that may be open ends before the connection
-			// goes back: the pool takes back only a connection out of
-			// every transaction, and closes one whose rollback failed.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
-			defer cancel()
-			if _, err := conn.Exec(rctx, "ROLLBACK"); err != nil {
-				conn.Conn().Close(rctx)
-			}
+			// goes back, and the session is reset.
+			l.rollback(ctx, conn.Conn())
 		}
 	}
 	defer end(false) // a panic included
@@ -218,25 +261,32 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 
 // sendCommit sends, in one round trip on conn, the statements of pre
 // (none, or a BEGIN and the caller's writes), then the isolation check,
-// c's completion and COMMIT, and reads every answer. committed reports
-// that the server answered the COMMIT. Otherwise err is the first error
-// met: a *WriteError when the server refused one of pre's statements or
-// pgx refused to send them (nothing of the transaction commits then), an
+// c's completion, COMMIT and the session's reset (see resetSession), and
+// reads every answer. committed reports that the server answered the
+// COMMIT; a connection whose reset then fails is closed, so that the pool
+// does not take it back. Otherwise err is the first error met: a
+// *WriteError when the server refused one of pre's statements or pgx
+// refused to send them (nothing of the transaction commits then), an
 // error that commitError explains when the completion or the commit was
 // refused, and any other error (the connection lost, say) when it is not
-// known whether the commit took effect.
+// known whether the commit took effect. When it did not commit, the
+// statements behind the failure did not run: the caller rolls back.
 func (l *Ledger) sendCommit(ctx context.Context, conn *pgxpool.Conn, pre []*pgx.QueuedQuery, c ledger.Completion) (committed bool, err error) {
 	result := c.Result
 	if len(result) > ledger.MaxResultLen {
 		result = result[:ledger.MaxResultLen]
 	}
-	b := &pgx.Batch{QueuedQueries: append(make([]*pgx.QueuedQuery, 0, len(pre)+3), pre...)}
-	b.Queue(checkIsolation)
+	b := &pgx.Batch{QueuedQueries: append(make([]*pgx.QueuedQuery, 0, len(pre)+3+len(resetSession)), pre...)}
+	b.Queue(l.q.checkIsolation)
 	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
 	b.Queue("COMMIT")
+	through := len(b.QueuedQueries) // the statements up to the COMMIT
+	for _, sql := range resetSession {
+		b.Queue(sql)
+	}
 	br := conn.SendBatch(ctx, b)
 	var commit pgconn.CommandTag
-	for i := range b.QueuedQueries {
+	for i := range through {
 		tag, err := br.Exec()
 		if err != nil && i < len(pre) && refused(err) {
 			br.Close()
@@ -249,11 +299,25 @@ func (l *Ledger) sendCommit(ctx context.Context, conn *pgxpool.Conn, pre []*pgx.
 		}
 		commit = tag
 	}
-	if err := br.Close(); err != nil {
-		return false, err
-	}
 	if commit.String() != "COMMIT" {
+		br.Close()
 		return false, fmt.Errorf("the server answered %q to the commit", commit.String())
+	}
+	var rerr error
+	for range resetSession {
+		if _, rerr = br.Exec(); rerr != nil {
+			break
+		}
+	}
+	if err := br.Close(); rerr == nil {
+		rerr = err
+	}
+	if rerr != nil {
+		// Committed, but the session may keep what the caller's
+		// statements changed in it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.cfg.timeout)
+		defer cancel()
+		conn.Conn().Close(cctx)
 	}
 	return true, nil
 }
@@ -287,10 +351,11 @@ func (l *Ledger) commitError(ctx context.Context, c ledger.Completion, err error
 	if errors.As(err, &we) {
 		return fmt.Errorf("complete %q: %w", c.Key, err)
 	}
-	if level, ok := marked(err, isolationMark); ok {
-		return fmt.Errorf("complete %q: the transaction runs at %s, rolled back: %w", c.Key, level, ErrIsolation)
-	}
-	if _, ok := marked(err, notCompletedMark); !ok {
+	switch code, detail := refusal(err); code {
+	case codeIsolation:
+		return fmt.Errorf("complete %q: the transaction runs at %s, rolled back: %w", c.Key, detail, ErrIsolation)
+	case codeNotCompleted:
+	default:
 		return fmt.Errorf("complete %q and commit: %w", c.Key, classify(ctx, err))
 	}
 	// Not committed: say why, from the record as it is now.
@@ -308,16 +373,15 @@ func (l *Ledger) commitError(ctx context.Context, c ledger.Completion, err error
 	})
 }
 
-// marked reports whether err is the failed cast by which one of the
-// statements of CommitComplete refuses to go on (see notCompletedMark and
-// isolationMark), and returns what follows mark in its message.
-func marked(err error, mark string) (string, bool) {
+// refusal returns the SQLSTATE and the DETAIL of err when it is the
+// refusal of one of the statements that end an operation's transaction
+// (codeNotCompleted, codeIsolation), and empty strings otherwise.
+func refusal(err error) (code, detail string) {
 	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "22P02" {
-		return "", false
+	if !errors.As(err, &pgErr) || pgErr.Code != codeNotCompleted && pgErr.Code != codeIsolation {
+		return "", ""
 	}
-	_, rest, ok := strings.Cut(pgErr.Message, mark)
-	return strings.TrimSuffix(rest, `"`), ok
+	return pgErr.Code, pgErr.Detail
 }
 
 // Rollback rolls the transaction back and ends the OpTx. It does nothing
@@ -327,12 +391,8 @@ func (t *OpTx) Rollback(ctx context.Context) {
 }
 
 // end ends the OpTx once: a transaction that did not commit is rolled
-// back, within Options.Timeout, and the connection is given back. A
-// connection whose rollback fails (a result still being read, the
-// connection broken, the server not answering in time) is closed by pgx,
-// and the server then ends the transaction; the pool takes back only a
-// connection that is idle and out of every transaction, and closes any
-// other.
+// back and its session reset (see rollback), and the connection is given
+// back. (A committed one was reset with its COMMIT.)
 func (t *OpTx) end(ctx context.Context) {
 	if t.done {
 		return
@@ -340,8 +400,6 @@ func (t *OpTx) end(ctx context.Context) {
 	t.done = true
 	defer t.conn.Release()
 	if !t.committed {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.l.cfg.timeout)
-		defer cancel()
-		t.tx.Rollback(rctx)
+		t.l.rollback(ctx, t.conn.Conn())
 	}
 }

@@ -560,11 +560,12 @@ FROM generate_series(1, $1::int) i`, b.o.pgPrefill)
 	return nil
 }
 
-// dropPGTable removes a run's table and its version table.
+// dropPGTable removes a run's table, its version table and its function.
 func (b *bench) dropPGTable(ctx context.Context, table string) {
 	t := pgx.Identifier{table}.Sanitize()
 	v := pgx.Identifier{table + "_version"}.Sanitize()
-	if err := b.pgExec(ctx, `DROP TABLE IF EXISTS `+t+`, `+v); err != nil {
+	f := pgx.Identifier{table + "_refuse"}.Sanitize()
+	if err := b.pgExec(ctx, `DROP TABLE IF EXISTS `+t+`, `+v+`; DROP FUNCTION IF EXISTS `+f+`(text, text, text)`); err != nil {
 		fmt.Fprintf(b.log, "bench: drop %s: %v\n", table, err)
 	}
 }

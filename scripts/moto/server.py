@@ -34,25 +34,27 @@ that property, so that the tests neither rely on the difference nor are
 weakened for it. SQS, SNS and S3 requests run concurrently as before (an
 SQS long poll would otherwise hold up every other request).
 
-A FIFO group's messages come back in order when their visibility timeouts
-end together (a receiver killed with several of them in hand): moto keeps
-a message "pending" until a receive finds it visible again, and counts a
-group as held while any of its messages is pending, so the receive that
-walks the group in order skips each message while its successors still
-hold the group, and delivers the last one first.
-fifo_groups_held_by_messages_in_flight counts only the messages still in
-flight, as SQS does (SQS Developer Guide, "FIFO queue delivery logic":
-within a message group messages are received in strict order, and a
-group's received messages hold it until they are deleted or visible
-again).
+A FIFO receive takes messages as AWS does (fifo_receive_up_to_first_in_flight):
+group by group ("When receiving messages from a FIFO queue with multiple
+message group IDs, Amazon SQS first attempts to return as many messages
+with the same message group ID as possible", SQS Developer Guide, FIFO
+queue delivery logic), each group's visible messages in order up to its
+first message still in flight (recorded by localstack's AWS-validated
+tests: foo, bar and baz received together and only bar extended, a
+receive returns [foo]; only baz extended, [foo, bar]; the head given back
+while the second is in flight, the head again). moto walks the visible
+messages in the order sent, skipping every group with a message pending
+(received and not yet seen visible again by a receive), which holds a
+whole group while any of its messages is in flight, and also while one
+whose visibility timeout has passed has not been received again.
 
-A FIFO group held by a message in flight is held for every receive. moto
-decides which groups a ReceiveMessage must skip once, when it begins, and
+A message in flight holds its group's later messages for every receive.
+moto decides what a ReceiveMessage may take once, when it begins, and
 runs receives side by side with nothing between them: a long poll that
 began while a group was free takes the group's next message although
 another receive took the one before it in the meantime, and two receives
-can take one group's messages at the same moment; SQS delivers no more of
-a group's messages while some are in flight (same page).
+can take one group's messages at the same moment; SQS delivers no
+message of a group behind one in flight (same page).
 receive_passes_one_at_a_time makes a receive a loop
 of single passes over the queue (moto's own receive without waiting), each
 pass deciding afresh and none running beside another, and waits between
@@ -66,6 +68,38 @@ message has been received and deleted"); moto compares only with the
 messages the queue still holds. fifo_dedup_outlives_delete keeps every
 accepted id for the five minutes. (The answer to a dropped send keeps
 moto's new MessageId: SQS documents none.)
+
+A FIFO queue's receipt handle expires when its message's visibility
+timeout lapses, whether or not the message was received again: deleting
+with it, or changing the visibility with it, is refused with
+InvalidParameterValue, "Value <receipt-handle:1> for parameter
+ReceiptHandle is invalid. Reason: The receipt handle has expired."
+(recorded by localstack's AWS-validated
+test_fifo_delete_after_visibility_timeout); moto honours every handle a
+message ever had. fifo_receipt_handles_expire refuses them. A standard
+queue takes a lapsed handle (recorded).
+
+On a standard queue a receipt handle from an earlier receive of a
+message received again since deletes nothing and succeeds ("If you use an
+old ReceiptHandle, the request will succeed, but the message might not be
+deleted", API Reference, DeleteMessage); moto deletes the message.
+stale_handle_deletes_nothing keeps it, as fauxqs does: the case a consumer
+must survive.
+
+A message's visibility can be extended to at most 12 hours from the
+receive that took it ("The maximum visibility timeout is 12 hours from the
+time that Amazon SQS receives the ReceiveMessage request. Extending the
+visibility timeout does not reset the 12 hour maximum", SQS Developer
+Guide, "Processing messages in a timely manner"); moto counts the 12 hours
+from the send. visibility_at_most_twelve_hours_from_receive counts them
+from the latest receive.
+
+A batch call fails per entry: SQS answers an entry refused for its
+parameters in the entry's result, as moto does for an invalid receipt
+handle, but moto fails the whole DeleteMessageBatch or
+ChangeMessageVisibilityBatch call for any other refusal (such as the
+expired handle above). batches_fail_per_entry makes every refusal of an
+entry fail that entry alone.
 
 moto's SQS reads the clock through datetime arithmetic, twice for every
 message of a queue each time it counts the queue's messages, which it does
@@ -135,19 +169,38 @@ def sqs_clock_from_time(models):
         setattr(models, name, read)
 
 
-def fifo_groups_held_by_messages_in_flight(queue_class):
-    """Replaces moto's Queue.pending_message_groups (the FIFO groups a
-    receive must skip) by the groups of the pending messages that are still
-    in flight, leaving out those whose visibility timeout has passed."""
-    name = "pending_message_groups"
-    if not isinstance(getattr(queue_class, name, None), property):
-        raise SystemExit(f"{NAME}: moto's SQS Queue has no property {name}: the FIFO patch does not fit this version")
+def fifo_receive_up_to_first_in_flight(queue_class):
+    """Makes what moto's receive walks for a FIFO queue (Queue.messages,
+    otherwise the messages visible now, in the order sent) its messages
+    group by group, in the order of each group's first message, each
+    group's visible messages in order up to its first message in flight;
+    and leaves no group for the receive to skip as a whole
+    (pending_message_groups). ApproximateNumberOfMessages still counts
+    every visible message."""
+    for name in ("messages", "pending_message_groups", "approximate_number_of_messages"):
+        if not isinstance(getattr(queue_class, name, None), property):
+            raise SystemExit(f"{NAME}: moto's SQS Queue has no property {name}: the FIFO patch does not fit this version")
+    visible_now = queue_class.messages.fget
 
-    def held(self):
-        # list() copies the set at once: another request may change it.
-        return {m.group_id for m in list(self.pending_messages) if m.group_id is not None and not m.visible}
+    def receivable(self):
+        if not self.fifo_queue:
+            return visible_now(self)
+        groups = {}  # a group's receivable messages; dicts keep the order of insertion
+        held = set()
+        # list() copies the list at once: another request may change it.
+        for m in list(self._messages):
+            if not m.visible:
+                held.add(m.group_id)
+            elif not m.delayed and m.group_id not in held:
+                groups.setdefault(m.group_id, []).append(m)
+        return [m for msgs in groups.values() for m in msgs]
 
-    setattr(queue_class, name, property(held))
+    def visible_count(self):
+        return sum(1 for m in list(self._messages) if m.visible and not m.delayed)
+
+    setattr(queue_class, "messages", property(receivable))
+    setattr(queue_class, "pending_message_groups", property(lambda self: set()))
+    setattr(queue_class, "approximate_number_of_messages", property(visible_count))
 
 
 def receive_passes_one_at_a_time(backend_class):
@@ -176,6 +229,128 @@ def receive_passes_one_at_a_time(backend_class):
                 arrived.wait(timeout=min(left, 0.1))
 
     setattr(backend_class, "receive_message", receive_message)
+
+
+def visibility_at_most_twelve_hours_from_receive(models):
+    """Replaces SQSBackend.change_message_visibility by moto's own with the
+    12-hour limit counted from the message's latest receive (which
+    Message.mark_received now records) instead of its send."""
+    from moto.sqs.exceptions import InvalidParameterValue, ReceiptHandleIsInvalid
+
+    backend_class, message_class = models.SQSBackend, models.Message
+    for cls, name in ((backend_class, "change_message_visibility"), (message_class, "mark_received"), (message_class, "change_visibility")):
+        if not callable(getattr(cls, name, None)):
+            raise SystemExit(f"{NAME}: moto's SQS has no {cls.__name__}.{name}: the visibility limit patch does not fit this version")
+    mark_received = message_class.mark_received
+    limit_ms = models.MAXIMUM_VISIBILITY_TIMEOUT * 1000
+
+    def received(self, *args, **kwargs):
+        self.sqsonce_received_at = models.unix_time_millis()
+        return mark_received(self, *args, **kwargs)
+
+    def change_message_visibility(self, queue_name, receipt_handle, visibility_timeout):
+        queue = self.get_queue(queue_name)
+        # list() copies the list at once: another request may change it.
+        for message in list(queue._messages):
+            if not message.had_receipt_handle(receipt_handle):
+                continue
+            received_at = getattr(message, "sqsonce_received_at", message.sent_timestamp)
+            if models.unix_time_millis() + int(visibility_timeout) * 1000 - received_at > limit_ms:
+                raise InvalidParameterValue(
+                    f"Value {visibility_timeout} for parameter VisibilityTimeout is invalid. Reason: Total "
+                    f"VisibilityTimeout for the message is beyond the limit [{models.MAXIMUM_VISIBILITY_TIMEOUT} seconds]"
+                )
+            message.change_visibility(visibility_timeout)
+            if message.visible and message in queue.pending_messages:
+                queue.pending_messages.discard(message)
+            return
+        raise ReceiptHandleIsInvalid()
+
+    setattr(message_class, "mark_received", received)
+    setattr(backend_class, "change_message_visibility", change_message_visibility)
+
+
+def fifo_receipt_handles_expire(models):
+    """Makes SQSBackend.delete_message and change_message_visibility (which
+    their batch forms call) refuse a FIFO queue's receipt handle that is
+    not its message's newest, or whose visibility timeout has ended."""
+    from moto.sqs.exceptions import InvalidParameterValue
+
+    backend_class = models.SQSBackend
+    for name in ("delete_message", "change_message_visibility"):
+        if not callable(getattr(backend_class, name, None)):
+            raise SystemExit(f"{NAME}: moto's SQSBackend has no {name}: the receipt handle patch does not fit this version")
+
+    def expired(queue, receipt_handle):
+        if not queue.fifo_queue:
+            return False
+        # list() copies the list at once: another request may change it.
+        for m in list(queue._messages):
+            if m.had_receipt_handle(receipt_handle):
+                return receipt_handle != m.receipt_handle or models.unix_time_millis() >= m.visible_at
+        return False
+
+    for name in ("delete_message", "change_message_visibility"):
+        original = getattr(backend_class, name)
+
+        def checked(self, queue_name, receipt_handle, *args, original=original, **kwargs):
+            if expired(self.get_queue(queue_name), receipt_handle):
+                raise InvalidParameterValue(
+                    f"Value {receipt_handle} for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired."
+                )
+            return original(self, queue_name, receipt_handle, *args, **kwargs)
+
+        setattr(backend_class, name, checked)
+
+
+def stale_handle_deletes_nothing(models):
+    """Makes SQSBackend.delete_message (which DeleteMessageBatch calls)
+    answer a standard queue's receipt handle that is not its message's
+    newest with success, deleting nothing."""
+    backend_class = models.SQSBackend
+    original = getattr(backend_class, "delete_message", None)
+    if not callable(original):
+        raise SystemExit(f"{NAME}: moto's SQSBackend has no delete_message: the stale handle patch does not fit this version")
+
+    def delete_message(self, queue_name, receipt_handle):
+        queue = self.get_queue(queue_name)
+        if not queue.fifo_queue:
+            # list() copies the list at once: another request may change it.
+            for m in list(queue._messages):
+                if m.had_receipt_handle(receipt_handle) and receipt_handle != m.receipt_handle:
+                    return None
+        return original(self, queue_name, receipt_handle)
+
+    setattr(backend_class, "delete_message", delete_message)
+
+
+def batches_fail_per_entry(models):
+    """Makes SQSBackend.delete_message_batch and
+    change_message_visibility_batch answer an entry that moto refuses with
+    an SQS error (other than the queue's absence) by failing that entry
+    alone, with the error's code and message, SenderFault true."""
+    from moto.sqs.exceptions import SQSException
+
+    backend_class = models.SQSBackend
+    for name in ("delete_message_batch", "change_message_visibility_batch"):
+        original = getattr(backend_class, name, None)
+        if not callable(original):
+            raise SystemExit(f"{NAME}: moto's SQSBackend has no {name}: the batch patch does not fit this version")
+
+        def per_entry(self, queue_name, entries, original=original):
+            self.get_queue(queue_name)  # a missing queue fails the call
+            successful, failed = [], []
+            for entry in entries:
+                try:
+                    done, refused = original(self, queue_name, [entry])
+                except SQSException as err:
+                    failed.append({"Id": entry["Id"], "SenderFault": True, "Code": err.code, "Message": err.message})
+                    continue
+                successful += done
+                failed += refused
+            return successful, failed
+
+        setattr(backend_class, name, per_entry)
 
 
 def fifo_dedup_outlives_delete(backend_class, queue_class, window):
@@ -239,9 +414,14 @@ def main():
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
 
     sqs_clock_from_time(moto.sqs.models)
-    fifo_groups_held_by_messages_in_flight(moto.sqs.models.Queue)
+    fifo_receive_up_to_first_in_flight(moto.sqs.models.Queue)
     receive_passes_one_at_a_time(moto.sqs.models.SQSBackend)
     fifo_dedup_outlives_delete(moto.sqs.models.SQSBackend, moto.sqs.models.Queue, moto.sqs.models.DEDUPLICATION_TIME_IN_SECONDS)
+    # Before the patches that wrap change_message_visibility, which it replaces.
+    visibility_at_most_twelve_hours_from_receive(moto.sqs.models)
+    fifo_receipt_handles_expire(moto.sqs.models)
+    stale_handle_deletes_nothing(moto.sqs.models)
+    batches_fail_per_entry(moto.sqs.models)
     app = one_dynamodb_request_at_a_time(DomainDispatcherApplication(create_backend_app))
     server = make_server(HOST, port, app, threaded=True)
     bound = server.server_address[1]
