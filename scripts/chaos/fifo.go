@@ -14,7 +14,9 @@ import "time"
 // together, the first and one in the middle slow, half of them with a copy
 // of one operation in another group, so that one receive brings several
 // messages of a group and those behind a slow one wait in the worker's
-// hands for several beats of its keeper. The worker is killed and drained;
+// hands for several beats of its keeper. Entries of the worker's batches
+// (deletes, visibility changes) fail on SQS's side among the faults of its
+// SQS calls. The worker is killed and drained;
 // its pauses wait until it keeps such waiting messages; the records of
 // operations that wait so are forgotten; between runs the dead-letter
 // queue is replayed. Every message is accounted for, and every group's
@@ -26,7 +28,7 @@ func FIFO(short bool) *Campaign {
 		Title:  "one worker on a bbolt ledger, a FIFO queue (maxReceiveCount 4) and a FIFO dead-letter queue, replayed between runs",
 		After:  "standard/phases",
 		Load:   fifoLoad(pick(short, 1500, 150), pick(short, 12, 4), pick(short, 60, 3)),
-		System: System{FIFO: true, MaxReceive: 4, Workers: 1, Concurrency: pick(short, 32, 16), Rates: sqsRates(short), SendLost: pick(short, 0.03, 0.05), Quiesce: 3 * time.Minute},
+		System: System{FIFO: true, MaxReceive: 4, Workers: 1, Concurrency: pick(short, 32, 16), Rates: sqsRates(short, true), SendLost: pick(short, 0.03, 0.05), Quiesce: 3 * time.Minute},
 		Runs: Runs{Duration: pick(short, 160*time.Second, 16*time.Second), Ends: pick(short,
 			map[string]int{endWindowA: 4, endWindowB: 4, endKill: 4, endTerm: 3},
 			map[string]int{endWindowA: 1, endWindowB: 1, endKill: 1, endTerm: 1})},

@@ -23,7 +23,7 @@ func FIFOShared(short bool) *Campaign {
 		Title: "several workers on one FIFO queue (maxReceiveCount 4) and one PostgreSQL table, through a TCP proxy",
 		After: "tx",
 		Load:  fifoLoad(pick(short, 600, 50), pick(short, 6, 3), pick(short, 30, 2)),
-		System: System{FIFO: true, MaxReceive: 4, Postgres: true, Workers: pick(short, 3, 2), Concurrency: 8, Rates: sqsRates(short),
+		System: System{FIFO: true, MaxReceive: 4, Postgres: true, Workers: pick(short, 3, 2), Concurrency: 8, Rates: sqsRates(short, false),
 			SendLost: pick(short, 0.03, 0.05), Quiesce: 3 * time.Minute},
 		Runs: Runs{Duration: pick(short, 75*time.Second, 10*time.Second), Ends: pick(short,
 			map[string]int{endWindowA: 2, endWindowB: 2, endKill: 2, endTerm: 3},

@@ -82,18 +82,11 @@ func main() {
 	flag.BoolVar(&cfg.Race, "race", false, "build the chaos worker with the race detector")
 	flag.StringVar(&cfg.Broken, "broken", "", "run a chaos worker that breaks the promise on purpose (delete-first, skip-claim): the audit must fail")
 	flag.Parse()
-	campaigns := Campaigns(*short)
-	if *only != "" {
-		var chosen []*Campaign
-		for _, name := range strings.Split(*only, ",") {
-			i := slices.IndexFunc(campaigns, func(c *Campaign) bool { return c.Name == name })
-			if i < 0 {
-				fmt.Fprintf(os.Stderr, "chaos: -only: no campaign %q\n", name)
-				os.Exit(2)
-			}
-			chosen = append(chosen, campaigns[i])
-		}
-		campaigns = chosen
+	names := strings.Split(*only, ",")
+	campaigns := slices.DeleteFunc(Campaigns(*short), func(c *Campaign) bool { return *only != "" && !slices.Contains(names, c.Name) })
+	if len(campaigns) == 0 || *only != "" && len(campaigns) != len(names) {
+		fmt.Fprintf(os.Stderr, "chaos: -only %s: not campaigns of %s\n", *only, "standard, fifo, shared, tx, fifo-shared")
+		os.Exit(2)
 	}
 	cfg.Endpoint = os.Getenv(sqstest.EndpointEnv)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -108,12 +108,13 @@ func (c *pgCluster) run(ctx context.Context, name string, args ...string) (strin
 func (c *pgCluster) start(ctx context.Context) error {
 	var last string
 	for attempt := 0; attempt < 5; attempt++ {
-		if c.port == 0 || attempt > 0 {
-			port, err := freePort()
+		if c.port == 0 || attempt > 0 { // a port of 127.0.0.1 that nothing listens on now
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				return err
 			}
-			c.port = port
+			c.port = ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
 		}
 		logf, err := os.OpenFile(filepath.Join(c.dir, "server.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
@@ -206,14 +207,4 @@ func pgPing(ctx context.Context, url string, d time.Duration) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	var one int
 	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
-
-// freePort returns a TCP port of 127.0.0.1 that nothing listens on now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

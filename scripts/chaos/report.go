@@ -225,7 +225,7 @@ func (e *env) figures(h *history, s *section) {
 func kinds(m map[string]int) string {
 	var parts []string
 	total := 0
-	for _, k := range []string{"Throttle", "ServerError", "Timeout", "Reset", "LostAck"} {
+	for _, k := range []string{"Throttle", "ServerError", "Timeout", "Reset", "LostAck", "EntryFailure"} {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 		total += m[k]
 	}

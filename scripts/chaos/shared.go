@@ -22,7 +22,7 @@ func Shared(short bool) *Campaign {
 		Name:  "shared",
 		Title: "three workers at once on one standard queue (maxReceiveCount 5) and one PostgreSQL table, through a TCP proxy",
 		Load:  standardLoad(pick(short, 3000, 300), pick(short, 9000, 900), pick(short, 12500*time.Millisecond, 4*time.Second)),
-		System: System{MaxReceive: 5, Postgres: true, Workers: 3, Concurrency: pick(short, 16, 8), Rates: sqsRates(short),
+		System: System{MaxReceive: 5, Postgres: true, Workers: 3, Concurrency: pick(short, 16, 8), Rates: sqsRates(short, false),
 			SendLost: pick(short, 0.03, 0.05), Quiesce: pick(short, 3*time.Minute, 90*time.Second)},
 		Runs: Runs{Duration: pick(short, 150*time.Second, 24*time.Second), Ends: pick(short,
 			map[string]int{endWindowA: 6, endWindowB: 6, endInHandler: 6, endKill: 6, endTerm: 6},

@@ -12,7 +12,7 @@ import (
 // transient and permanent failures, slow ones, conflicting payloads and
 // keyless bodies, some operations sent again once done) through a client
 // that loses acknowledgements, with faults on every SQS call of the
-// worker. Its runs are killed (SIGKILL) at random, in its handler (while
+// worker, entries of its batches failing on SQS's side among them. Its runs are killed (SIGKILL) at random, in its handler (while
 // the downstream serves its request) and in the two windows around a
 // completion, drained (SIGTERM, some twice), and paused (SIGSTOP) past
 // their leases; a third of the way in, the ledger goes through a second
@@ -24,7 +24,7 @@ func Standard(short bool) *Campaign {
 		Name:  "standard",
 		Title: "one worker on a bbolt ledger, one standard queue (maxReceiveCount 5) and a dead-letter queue",
 		Load:  standardLoad(pick(short, 10000, 500), pick(short, 30000, 1500), pick(short, 20*time.Second, 4*time.Second)),
-		System: System{MaxReceive: 5, Workers: 1, Concurrency: pick(short, 32, 16), Rates: sqsRates(short),
+		System: System{MaxReceive: 5, Workers: 1, Concurrency: pick(short, 32, 16), Rates: sqsRates(short, true),
 			SendLost: pick(short, 0.03, 0.05), Quiesce: pick(short, 3*time.Minute, 90*time.Second)},
 		Runs: Runs{Duration: pick(short, 188*time.Second, 4*time.Second), Ends: pick(short,
 			map[string]int{endWindowA: 8, endWindowB: 8, endInHandler: 8, endKill: 8, endTerm: 6},
@@ -56,10 +56,15 @@ func pick[T any](short bool, full, small T) T {
 	return full
 }
 
-// sqsRates are the faults injected into the workers' SQS calls.
-func sqsRates(short bool) sqstest.Rates {
+// sqsRates are the faults injected into the workers' SQS calls; with
+// entries, entries of their batches fail on SQS's side too.
+func sqsRates(short, entries bool) sqstest.Rates {
+	r := sqstest.Rates{Throttle: 0.02, ServerError: 0.02, Timeout: 0.003, Reset: 0.02, LostAck: 0.02}
 	if short {
-		return sqstest.Rates{Throttle: 0.03, ServerError: 0.03, Timeout: 0.005, Reset: 0.03, LostAck: 0.03}
+		r = sqstest.Rates{Throttle: 0.03, ServerError: 0.03, Timeout: 0.005, Reset: 0.03, LostAck: 0.03}
 	}
-	return sqstest.Rates{Throttle: 0.02, ServerError: 0.02, Timeout: 0.003, Reset: 0.02, LostAck: 0.02}
+	if entries {
+		r.EntryFailure = r.Reset
+	}
+	return r
 }

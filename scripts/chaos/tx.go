@@ -29,7 +29,7 @@ func Tx(short bool) *Campaign {
 		Title: "three workers at once with transactional handlers (pgtx) whose effect is a row inserted with the completion; one standard queue (maxReceiveCount 5) and one PostgreSQL database, through a TCP proxy",
 		After: "shared",
 		Load:  standardLoad(pick(short, 2000, 200), pick(short, 6000, 600), pick(short, 7500*time.Millisecond, 4*time.Second)),
-		System: System{MaxReceive: 5, Postgres: true, Workers: 3, Concurrency: 8, Rates: sqsRates(short), SendLost: pick(short, 0.03, 0.05),
+		System: System{MaxReceive: 5, Postgres: true, Workers: 3, Concurrency: 8, Rates: sqsRates(short, false), SendLost: pick(short, 0.03, 0.05),
 			Quiesce: pick(short, 3*time.Minute, 90*time.Second), Tx: &event.TxConfig{HoldShare: pick(short, 0.08, 0.1), Hold: 200 * time.Millisecond,
 				PanicShare: pick(short, 0.03, 0.05), WritesShare: 0.4}},
 		Runs: Runs{Duration: pick(short, 90*time.Second, 20*time.Second), Ends: pick(short,

@@ -6,7 +6,8 @@
 // around them:
 //
 //   - the SQS client's transport injects faults (throttling, server
-//     errors, timeouts, connection resets, lost acknowledgements) into
+//     errors, timeouts, connection resets, lost acknowledgements, and
+//     entries of a batch that fail on SQS's side) into
 //     ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibility(Batch)
 //     and SendMessage, seeded, at the rates it is given; under the
 //     faults it logs every copy SQS accepted from a SendMessage (the
@@ -224,7 +225,11 @@ func run(o event.WorkerConfig) (code int) {
 	rec.events = events
 	faults := sqstest.NewFaults(o.Seed, rec)
 	for _, op := range faultOps {
-		faults.Set(op, o.Rates)
+		r := o.Rates
+		if !strings.HasSuffix(op, "Batch") {
+			r.EntryFailure = 0 // only a batch has entries
+		}
+		faults.Set(op, r)
 	}
 	client := sqs.New(sqs.Options{
 		Region:       sqstest.Region,
