@@ -355,12 +355,12 @@ func (e *env) outage(ctx context.Context, o Outage) error {
 		if err := e.pg.start(ctx); err != nil {
 			return err
 		}
-		e.proxy.setTarget(e.pg.addr())
+		e.proxy.locked(func() { e.proxy.target = e.pg.addr() })
 	case outageRefuse:
-		e.proxy.setRefuse(true)
+		e.proxy.locked(func() { e.proxy.refuse = true })
 		out.cut = e.proxy.cutAll()
 		sleepCtx(ctx, o.For)
-		e.proxy.setRefuse(false)
+		e.proxy.locked(func() { e.proxy.refuse = false })
 	case outageCut:
 		out.cut = e.proxy.cutAll()
 	case outageStall:

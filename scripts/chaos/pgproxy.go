@@ -95,11 +95,13 @@ func newTCPProxy(target string) (*tcpProxy, error) {
 // addr is the proxy's address, host:port.
 func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
 
-// setTarget points new connections at the server at target (host:port).
-func (p *tcpProxy) setTarget(target string) {
+// locked calls f with the proxy's settings locked: to point new
+// connections at another server (target), or make it close new
+// connections at once (refuse).
+func (p *tcpProxy) locked(f func()) {
 	p.mu.Lock()
-	p.target = target
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	f()
 }
 
 // targetAddr is the address of the server that new connections go to.
@@ -107,14 +109,6 @@ func (p *tcpProxy) targetAddr() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.target
-}
-
-// setRefuse makes the proxy close new connections at once (on), or carry
-// them again (off).
-func (p *tcpProxy) setRefuse(on bool) {
-	p.mu.Lock()
-	p.refuse = on
-	p.mu.Unlock()
 }
 
 // setStall makes the proxy stop carrying messages (on) or carry them again

@@ -138,7 +138,7 @@ func (w *world) op(rw http.ResponseWriter, r *http.Request) {
 	}
 	_ = json.Unmarshal(body, &b)
 	h := r.Header.Get
-	e := event.Execution{T: time.Now().UnixNano(), Key: h("Idempotency-Key"), BodyID: idOf(string(body)), BodyHash: event.Hash(body),
+	e := event.Execution{Key: h("Idempotency-Key"), BodyID: idOf(string(body)), BodyHash: event.Hash(body),
 		Attempt: h("X-Sqsonce-Attempt"), MessageID: h("X-Sqsonce-Message-Id"), Group: h("X-Sqsonce-Group-Id"), Send: h("X-Chaos-Send"), Owner: h("X-Chaos-Owner")}
 	e.Run, _ = strconv.Atoi(h("X-Chaos-Run"))
 	e.SentAt, _ = strconv.ParseInt(h("X-Chaos-Sent-At"), 10, 64)
@@ -155,7 +155,7 @@ func (w *world) op(rw http.ResponseWriter, r *http.Request) {
 			// The worker gave up (timeout, shutdown, death): the work is
 			// abandoned, not done.
 			t.Stop()
-			e.Status = 499
+			e.Status, e.T = 499, time.Now().UnixNano()
 			w.mu.Lock()
 			w.record(e)
 			w.mu.Unlock()
@@ -163,6 +163,7 @@ func (w *world) op(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.mu.Lock()
+	e.T = time.Now().UnixNano() // when it is done (a slow one's work took its time)
 	var status int
 	switch st, ok := w.stored[e.Key]; {
 	case e.Key == "":

@@ -896,7 +896,8 @@ func (t runHeader) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // recorder sits under the fault injection and counts every request. It
-// logs every copy that SQS
+// logs every message that a receive handed out (EvReceive: Seq numbers the
+// receive), every copy that SQS
 // accepted from a SendMessage (EvSent: the id SQS gave the copy, and the
 // message it copies), also when the answer is then lost on its way to the
 // worker, and every entry of a DeleteMessageBatch as it goes (EvDelete:
@@ -906,6 +907,7 @@ type recorder struct {
 	base     http.RoundTripper
 	events   *event.Appender
 	requests atomic.Int64 // every request
+	receives int64        // answers of ReceiveMessage so far
 	mu       sync.Mutex
 	receipts map[string][2]string // receipt handle -> message id, key
 	last     map[string]string    // message id -> its last receipt handle
@@ -947,7 +949,11 @@ func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var answer struct {
 		MessageId string
-		Messages  []struct{ MessageId, ReceiptHandle, Body string }
+		Messages  []struct {
+			MessageId, ReceiptHandle, Body string
+			Attributes                     map[string]string
+			MessageAttributes              map[string]struct{ StringValue string }
+		}
 	}
 	_ = json.Unmarshal(out, &answer)
 	if op == "SendMessage" {
@@ -956,6 +962,7 @@ func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.receives++
 	for _, m := range answer.Messages {
 		var b struct {
 			ID any `json:"id"`
@@ -964,6 +971,8 @@ func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		key, _ := b.ID.(string)
 		t.receipts[m.ReceiptHandle] = [2]string{m.MessageId, key}
 		t.last[m.MessageId] = m.ReceiptHandle
+		t.events.Log(event.WorkerEvent{Ev: event.EvReceive, MessageID: m.MessageId, Key: key, Seq: t.receives, Group: m.Attributes["MessageGroupId"],
+			Send: m.MessageAttributes[event.AttrSend].StringValue})
 	}
 	return resp, nil
 }

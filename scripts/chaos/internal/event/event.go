@@ -88,6 +88,7 @@ const AttrSend = "ChaosSend"
 
 // Worker event kinds.
 const (
+	EvReceive  = "receive"  // a receive (Seq) handed out MessageID of operation Key, in Group, tagged Send
 	EvClaim    = "claim"    // Ledger.ClaimBatch claimed the operation for Owner (Takeover: over a lapsed lease)
 	EvDone     = "done"     // Ledger.ClaimBatch answered that Key's operation is complete
 	EvRelease  = "release"  // Ledger.ReleaseBatch released Owner's claim
@@ -142,6 +143,9 @@ type WorkerEvent struct {
 	// Takeover: EvClaim, the claim took the operation over from another
 	// whose lease had lapsed.
 	Takeover bool `json:"takeover,omitempty"`
+	// EvReceive: the message's group and its AttrSend.
+	Group string `json:"group,omitempty"`
+	Send  string `json:"send,omitempty"`
 	// EvInsert: the row's sequence number in its run, the Hash of the
 	// payload, and the local address of the
 	// transaction's connection (what the campaign's proxy sees as its
@@ -173,7 +177,7 @@ const (
 // Execution is a line of the downstream's log: one POST it served.
 type Execution struct {
 	Seq       int64  `json:"seq"`
-	T         int64  `json:"t"` // Unix nanoseconds
+	T         int64  `json:"t"` // when it was done or abandoned, Unix nanoseconds
 	Run       int    `json:"run"`
 	Key       string `json:"key"`     // the Idempotency-Key header
 	BodyID    string `json:"body_id"` // the body's "id" field, "" when it has none
