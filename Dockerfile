@@ -28,12 +28,16 @@ COPY --from=build /out/sqsonce /usr/local/bin/sqsonce
 COPY --from=build --chown=65532:65532 /out/ledger /var/lib/sqsonce
 VOLUME ["/var/lib/sqsonce"]
 USER 65532:65532
+# The admin listeners: the worker's (run) and the receiver's (ingest).
 ENV SQSONCE_LEDGER_PATH=/var/lib/sqsonce/ledger.db \
-    SQSONCE_ADMIN_LISTEN=:9464
-EXPOSE 9464
+    SQSONCE_ADMIN_LISTEN=:9464 \
+    SQSONCE_INGEST_ADMIN_LISTEN=:9466
+EXPOSE 9464 9466
 # SIGTERM drains: running work finishes within SQSONCE_SHUTDOWN_GRACE (25s),
 # under the 30s that Docker, ECS and Kubernetes wait before SIGKILL.
 STOPSIGNAL SIGTERM
+# The worker's health; a container that runs `ingest` asks the receiver's:
+# docker run --health-cmd '/usr/local/bin/sqsonce health --ingest' ... ingest
 HEALTHCHECK --interval=15s --timeout=3s --start-period=30s \
   CMD ["/usr/local/bin/sqsonce", "health"]
 ENTRYPOINT ["/usr/local/bin/sqsonce"]

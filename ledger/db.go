@@ -109,6 +109,8 @@ type DB struct {
 	loopDone chan struct{}
 	commits  uint64 // commits made; read with Commits
 	commitMu sync.Mutex
+
+	mem flowMem // rate buckets and slots (see flowdb.go)
 }
 
 // request is one write waiting for a commit. apply runs inside the write
@@ -316,7 +318,7 @@ func (db *DB) init() error {
 					return err
 				}
 			}
-			return nil
+			return initFlow(tx, meta)
 		})
 	})
 	if err != nil {

@@ -25,4 +25,60 @@
 // this package are backend-neutral so that a shared backend (PostgreSQL,
 // DynamoDB) can implement the same contract; the behaviour suite in
 // ledger/ledgertest runs against any of them.
+//
+// # Flow control
+//
+// The ledger also keeps what the worker's flow control needs, the same on
+// every backend and held by the same suite:
+//
+//   - failure classes: Fail counts a failure in Record.OwnFailures or, with
+//     Failure.Outage, in Record.OutageFailures (an outage of what the work
+//     calls), so that back-off and dead-lettering can look at the
+//     operation's own failures only;
+//   - dead-letter marks: MarkDeadLettered records on a record that its
+//     message is being, or was, sent to the dead-letter queue (reason,
+//     time, the copy's id); a later Claim that takes the operation clears
+//     the mark, Forget removes it with the record; DeadLetterCounts counts
+//     marks by ReasonGroup;
+//   - flow documents (FlowDoc): small documents per scope, opaque to the
+//     ledger, written with a compare-and-set on their version (PutFlow,
+//     DeleteFlow; ErrConflict), for the worker's pause, probe and ramp;
+//   - rate buckets (Reserve): the generic cell rate algorithm, a batch of
+//     tokens of several buckets per call, answered as start offsets;
+//   - concurrency slots (TakeSlots, ExtendSlots, ReleaseSlots): at most a
+//     pool's limit held at once, by leases;
+//   - a process registry (PutProcess, RemoveProcess, Processes).
+//
+// Every time-based decision uses the ledger's clock: the database server's
+// on PostgreSQL, the host's on the embedded ledger and on DynamoDB. Calls
+// answer with offsets from the ledger's now (Grant.Starts, Process.BeatAge)
+// or with that now (FlowRead.Now), never with a time the caller must
+// compare with its own clock. On DynamoDB each host's clock decides for its
+// own requests: a rate bucket shared by hosts whose clocks differ by s may
+// give about rate·s more starts in a window than its rate.
+//
+// On the embedded ledger, flow documents and the registry are buckets of
+// the file, written durably like records; rate buckets and slots are kept
+// in memory (the process is the whole fleet, and a restart begins with
+// full buckets and free slots). Sweep removes flow state that has no more
+// use: idle buckets (BucketIdle), tombstones of flow documents (FlowKeep),
+// lapsed registrations (ProcessKeep), free slots (SlotIdle).
+//
+// # Upgrades
+//
+// Flow control came after the first ledger schema, and a ledger of that
+// schema is upgraded in place: the embedded file at Open (new buckets, a
+// flow_schema mark in the meta bucket), a shared ledger by its Init
+// (`sqsonce ledger init`). An older sqsonce keeps working on an upgraded
+// ledger, so that a rolling deploy or a rollback needs no stop: the core
+// schema version and the records' encoding are unchanged, and everything
+// new lives where it does not look (the embedded ledger keeps a record's
+// flow fields in a bucket of their own, tied to the record by its
+// FirstSeen; PostgreSQL adds columns with defaults, which its statements do
+// not name, and tables of their own; DynamoDB adds attributes its decoder
+// does not read and items its scans leave out). What an older worker does
+// is not classified: its failures count in neither class and its claims
+// leave a dead-letter mark in place. FlowSchema reports the flow schema a
+// ledger was given (FlowSchemaVersion, 0 before), so that `check` can tell
+// a ledger without flow control, or one made by a newer sqsonce.
 package ledger

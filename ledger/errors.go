@@ -57,4 +57,10 @@ var (
 
 	// ErrClosed is returned by calls on a closed ledger.
 	ErrClosed = errors.New("ledger closed")
+
+	// ErrConflict is returned by a compare-and-set of a flow document
+	// (PutFlow, DeleteFlow) whose expected version is not the stored
+	// one: another writer came first. The answer holds the current
+	// document.
+	ErrConflict = errors.New("flow document changed by another writer")
 )

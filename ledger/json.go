@@ -29,6 +29,12 @@ type RecordJSON struct {
 	MessageID    string     `json:"message_id,omitempty"`
 	Result       string     `json:"result,omitempty"`        // when valid UTF-8
 	ResultBase64 string     `json:"result_base64,omitempty"` // otherwise
+
+	OwnFailures      int        `json:"own_failures,omitempty"`
+	OutageFailures   int        `json:"outage_failures,omitempty"`
+	DeadLettered     *time.Time `json:"dead_lettered,omitempty"`
+	DeadLetterReason string     `json:"dead_letter_reason,omitempty"`
+	DeadLetterCopyID string     `json:"dead_letter_copy_id,omitempty"`
 }
 
 // ToJSON is r in its JSON form.
@@ -44,6 +50,8 @@ func ToJSON(r Record) RecordJSON {
 		Key: r.Key, State: r.State.String(), Permanent: r.Permanent, Attempts: r.Attempts, Owner: r.Owner,
 		LeaseExpiry: t(r.LeaseExpiry), FirstSeen: t(r.FirstSeen), Claimed: t(r.Claimed), Updated: t(r.Updated),
 		Completed: t(r.Completed), Expires: t(r.Expires), LastError: r.LastError, MessageID: r.MessageID,
+		OwnFailures: r.OwnFailures, OutageFailures: r.OutageFailures, DeadLettered: t(r.DeadLettered),
+		DeadLetterReason: r.DeadLetterReason, DeadLetterCopyID: r.DeadLetterCopyID,
 	}
 	if len(r.Fingerprint) > 0 {
 		j.Fingerprint = hex.EncodeToString(r.Fingerprint)
@@ -72,6 +80,8 @@ func FromJSON(j RecordJSON) (Record, error) {
 		Key: j.Key, State: state, Permanent: j.Permanent, Attempts: j.Attempts, Owner: j.Owner,
 		LeaseExpiry: t(j.LeaseExpiry), FirstSeen: t(j.FirstSeen), Claimed: t(j.Claimed), Updated: t(j.Updated),
 		Completed: t(j.Completed), Expires: t(j.Expires), LastError: j.LastError, MessageID: j.MessageID,
+		OwnFailures: j.OwnFailures, OutageFailures: j.OutageFailures, DeadLettered: t(j.DeadLettered),
+		DeadLetterReason: j.DeadLetterReason, DeadLetterCopyID: j.DeadLetterCopyID,
 	}
 	if r.Fingerprint, err = hex.DecodeString(j.Fingerprint); err != nil {
 		return Record{}, fmt.Errorf("fingerprint: %w", err)

@@ -170,6 +170,7 @@ func (db *DB) List(ctx context.Context, f Filter, after string, limit int) (Page
 					continue
 				}
 				if r.Expires.After(now) && f.Match(r) {
+					attachFlow(tx, &r)
 					page.Records = append(page.Records, r)
 				}
 			}

@@ -263,6 +263,7 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 	if req.MessageID != "" {
 		rec.MessageID = textcut.Cut(req.MessageID, MaxMessageIDLen)
 	}
+	ClearDeadLetter(&rec)
 	return Claim{Outcome: Claimed, Record: rec, Takeover: takeover, Reclaimed: reclaimed, LeaseLeft: req.Lease}, &rec
 }
 
@@ -279,6 +280,10 @@ type Failure struct {
 	Owner     string
 	Err       string // cut to MaxErrorLen bytes
 	Permanent bool   // later claims answer FailedPermanently until Reset
+	// Outage says the failure is an outage of what the work calls, not
+	// the operation's own: it counts in Record.OutageFailures instead of
+	// Record.OwnFailures.
+	Outage bool
 }
 
 // Complete records the claim's work as done, which ends its attempt: it is
@@ -341,6 +346,7 @@ func (db *DB) FailBatch(ctx context.Context, fs []Failure) []error {
 			rec.Permanent = f.Permanent
 			rec.LeaseExpiry = time.Time{}
 			rec.LastError = textcut.Cut(f.Err, MaxErrorLen)
+			CountFailure(rec, f)
 			return true, nil
 		})
 	})

@@ -28,6 +28,7 @@ func (db *DB) Get(ctx context.Context, key string) (Record, error) {
 		if !r.Expires.After(db.now()) {
 			return ErrNotFound
 		}
+		attachFlow(tx, &r)
 		rec = r
 		return nil
 	})
@@ -102,6 +103,7 @@ func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) erro
 				if !r.Expires.After(now) || !f.Match(r) {
 					continue
 				}
+				attachFlow(tx, &r)
 				page = append(page, r)
 			}
 			return nil
@@ -180,6 +182,9 @@ func (db *DB) Stats(ctx context.Context) (Stats, error) {
 // record. When many records have expired (more than one in sixteen), Sweep
 // walks the records in key order instead, which removes neighbours together;
 // the expiry index then only holds the few that expired meanwhile.
+//
+// It then removes the flow state that has no more use (see the package
+// documentation), which it does not count.
 func (db *DB) Sweep(ctx context.Context) (int, error) {
 	many, err := db.manyExpired()
 	if err != nil {
@@ -197,6 +202,9 @@ func (db *DB) Sweep(ctx context.Context) (int, error) {
 	total += n
 	if err != nil {
 		return total, fmt.Errorf("sweep: %w", err)
+	}
+	if err := db.sweepFlow(ctx); err != nil {
+		return total, fmt.Errorf("sweep flow state: %w", err)
 	}
 	return total, nil
 }

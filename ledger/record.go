@@ -85,6 +85,20 @@ type Record struct {
 	LastError   string
 	MessageID   string // the last SQS message id that touched the record, for support
 	Result      []byte // stored result of the completed work, at most MaxResultLen bytes
+
+	// OwnFailures and OutageFailures count the failures Fail recorded,
+	// by Failure.Outage: the operation's own, and those of an outage of
+	// what its work calls. A completion does not reset them.
+	OwnFailures    int
+	OutageFailures int
+	// DeadLettered is when MarkDeadLettered last recorded that the
+	// message is being, or was, sent to the dead-letter queue, with
+	// DeadLetterReason and, once the queue accepted it, the copy's
+	// message id; zero when not. A later Claim that takes the operation
+	// clears the three.
+	DeadLettered     time.Time
+	DeadLetterReason string
+	DeadLetterCopyID string
 }
 
 // ValidateKey reports whether key can be stored, wrapping ErrInvalidKey.

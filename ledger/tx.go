@@ -40,6 +40,8 @@ type store struct {
 	// read is the record get returned last, next the one transition
 	// writes: a request's read and write, one at a time.
 	read, next Record
+	// flow is the view of the records' flow fields (see recflow.go).
+	flow recFlowState
 }
 
 // slabSize is the size of one allocation of encoded values: a few dozen
@@ -146,6 +148,7 @@ func (s *store) get(key string) (*Record, error) {
 	if err != nil {
 		return nil, &unreadableError{err: err}
 	}
+	s.readFlow(&r)
 	s.read = r
 	return &s.read, nil
 }
@@ -201,12 +204,18 @@ func (s *store) put(old *Record, rec *Record) error {
 			return err
 		}
 	}
+	if err := s.putFlow(rec); err != nil {
+		return err
+	}
 	return s.count(rec, 1)
 }
 
 // remove deletes old and its index entries.
 func (s *store) remove(old *Record) error {
 	if err := s.unindex(old); err != nil {
+		return err
+	}
+	if err := s.removeFlow(old.Key); err != nil {
 		return err
 	}
 	return del(s.recordsCursor(), s.recordKey(old.Key))
@@ -218,6 +227,9 @@ func (s *store) remove(old *Record) error {
 // entry without a record. The per-state counters still count the record,
 // whose state is unknown.
 func (s *store) removeUnreadable(key string) error {
+	if err := s.removeFlow(key); err != nil {
+		return err
+	}
 	if err := del(s.recordsCursor(), s.recordKey(key)); err != nil {
 		return err
 	}

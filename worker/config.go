@@ -200,6 +200,13 @@ type Config struct {
 	// was deleted is dead-lettered with a reason saying the object is
 	// gone. It needs S3.
 	DeleteObjects bool
+	// Flow protects what the handlers call: it pauses the intake during
+	// an outage (on by default) and limits the rate and concurrency of
+	// operations, fleet-wide on a shared ledger. See FlowConfig.
+	Flow FlowConfig
+	// Version names the program in the ledger's registry of processes.
+	Version string
+
 	// Buckets are the S3 buckets that payloads are read from (and, with
 	// DeleteObjects, deleted from): whoever may send to the queue names
 	// the bucket in the pointer, and the worker reads it with its own
@@ -270,6 +277,10 @@ func (c *Config) setDefaults() {
 	c.MaxPayload = cmp.Or(c.MaxPayload, DefaultMaxPayload)
 	c.StallAfter = cmp.Or(c.StallAfter, c.WaitTime+time.Minute)
 	c.Logger = cmp.Or(c.Logger, slog.Default())
+	if c.Flow.Scope == "" {
+		c.Flow.Scope = QueueName(c.QueueURL)
+	}
+	c.Flow.setDefaults()
 }
 
 // validate checks c after setDefaults.
@@ -336,6 +347,7 @@ func (c *Config) validate() error {
 	if err := CheckBuckets(c.Buckets); err != nil {
 		bad("Buckets", "", "%v", err)
 	}
+	c.Flow.validate(bad)
 	return errors.Join(errs...)
 }
 

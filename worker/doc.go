@@ -58,21 +58,22 @@
 //	   │            │          │  ▲         │            │             │
 //	   │            │          │  └─────────┤            └──▶ failed ──┴──▶ retrying
 //	   │            │          │            │                   │
-//	   └────────────┴──────────┴────────────┴──▶ given back │ lost │ dead-lettered
+//	   └────────────┴──────────┴────────────┴──▶ given back │ lost │ dead-lettered │ deferred
 //
 // Every transition, by the state it leaves:
 //
 //	received   → claimed, settled, given back, dead-lettered
 //	claimed    → waiting, given back, lost
-//	waiting    → starting, given back, lost
+//	waiting    → starting, given back, lost, deferred
 //	starting   → running, waiting, given back, lost
 //	running    → completing, failed, lost
 //	completing → settled, retrying, lost
-//	failed     → retrying, dead-lettered
+//	failed     → retrying, dead-lettered, deferred
 //
 // A message is received by a poller, which holds one of the worker's room
 // for messages in hand (Config.Concurrency + Config.Prefetch) until the
-// message ends. Its claim moves it to waiting: for its turn in its FIFO
+// message ends or its handler succeeded (a receive may then bring the next
+// while the completion commits). Its claim moves it to waiting: for its turn in its FIFO
 // group, for a free handler, or for a ledger that records again. Starting
 // is the one place that looks at the ledger's gate, the claim's lease and
 // the (FIFO) message's receipt before the handler runs, and where the

@@ -12,7 +12,12 @@ import (
 // Pinger is implemented by a ledger that can say whether it would take a
 // write, without writing: a shared store that answers and lets this host
 // write. While its claims fail, the worker pings such a ledger instead of
-// receiving messages only to give them back.
+// receiving messages only to give them back; and whenever ledgerPingEvery
+// passes without a write or a ping that succeeded (an idle worker), it
+// pings it too, so that Health.Ready and sqsonce_ledger_up follow the
+// store whether or not messages arrive. A ledger that is not a Pinger (the
+// embedded bbolt file, which this process holds open and locked) counts as
+// up until a write to it fails, which only a write can tell.
 type Pinger interface {
 	Ping(ctx context.Context) error
 }
@@ -23,17 +28,26 @@ const (
 	gateMaxWait = 5 * time.Second
 )
 
+// ledgerPingEvery is how long the worker goes without a sign of a Pinger
+// ledger (a write or a ping that succeeded) before it pings it: an idle
+// worker finds a store gone within about this and a ping's timeout
+// (gateMaxWait), and back within about this. On DynamoDB a ping is a
+// conditional write that writes nothing (one write unit): about 520,000 a
+// month for a worker that stays idle.
+const ledgerPingEvery = 5 * time.Second
+
 // gate holds back new work while the ledger cannot record claims (a shared
 // store that is down, a full disk under the embedded one): no message is
 // received only to be given back, so none climbs towards the dead-letter
 // queue while the ledger is away, and the worker resumes by itself when it
 // answers again. Work already running goes on.
 type gate struct {
-	mu    sync.Mutex
-	down  bool
-	since time.Time
-	open  chan struct{} // while down: closed when the ledger records again
-	fatal error         // a ledger that will not come back (its table gone): Run ends
+	mu     sync.Mutex
+	down   bool
+	since  time.Time
+	open   chan struct{} // while down: closed when the ledger records again
+	fatal  error         // a ledger that will not come back (its table gone): Run ends
+	lastOK time.Time     // when the ledger last took a write or answered a ping
 }
 
 // gateOpen returns nil while the ledger records, and otherwise a channel
@@ -95,11 +109,58 @@ func (w *Worker) claimsRecorded() {
 	g := &w.gate
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	now := w.now()
 	if g.down {
-		w.log.Info("the ledger records claims again: new work starts", "down_for", w.now().Sub(g.since).Round(time.Millisecond))
+		w.log.Info("the ledger records claims again: new work starts", "down_for", now.Sub(g.since).Round(time.Millisecond))
 		close(g.open)
 	}
-	g.down = false
+	g.down, g.lastOK = false, now
+}
+
+// watchLedger pings a ledger that is a Pinger whenever ledgerPingEvery
+// has passed without a sign of it (see Pinger), until ctx ends: a ping
+// that fails holds new work back as a failed claim does, one that succeeds
+// lets it start again. It returns a func that stops the pings and waits for
+// one under way. Without a Pinger it does nothing.
+func (w *Worker) watchLedger(ctx context.Context) (stop func()) {
+	pinger, ok := w.ledger.(Pinger)
+	if !ok {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var pings sync.WaitGroup
+	pings.Go(func() {
+		tick := time.NewTicker(ledgerPingEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			w.gate.mu.Lock()
+			quiet := w.now().Sub(w.gate.lastOK) >= ledgerPingEvery
+			w.gate.mu.Unlock()
+			if !quiet {
+				continue
+			}
+			pctx, done := context.WithTimeout(ctx, gateMaxWait)
+			err := pinger.Ping(pctx)
+			done()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err == nil:
+				w.claimsRecorded()
+			default:
+				w.ledgerFailed(err, "the ledger does not answer: no new work starts until it does; running work goes on")
+			}
+		}
+	})
+	return func() {
+		cancel()
+		pings.Wait()
+	}
 }
 
 // ledgerState returns whether the ledger is down, and a fatal error.

@@ -306,8 +306,10 @@ func (l *contendedLedger) Ping(ctx context.Context) error {
 
 // A claim batch that the store rolled back because of a concurrent
 // transaction is no outage: the store answered. The batch comes back for
-// another claim, and the worker neither holds new work back nor pings the
-// ledger nor logs it as unable to record claims.
+// another claim, and the worker neither holds new work back nor logs it as
+// unable to record claims (which it does when it holds work back). (It may
+// ping the ledger: it does whenever a few seconds pass without a claim
+// recorded.)
 func TestWorker_ClaimContention(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{maxReceive: 5})
@@ -339,8 +341,8 @@ func TestWorker_ClaimContention(t *testing.T) {
 	s := w.Stats()
 	logMu.Lock()
 	defer logMu.Unlock()
-	if s.ClaimFailures != 2 || l.pings.Load() != 0 || strings.Contains(logs.String(), "cannot record claims") {
-		t.Errorf("%d claim batches failed, %d pings; the log:\n%s\nwant 2 failed, no ping, the ledger not reported down", s.ClaimFailures, l.pings.Load(), logs.String())
+	if s.ClaimFailures != 2 || strings.Contains(logs.String(), "cannot record claims") {
+		t.Errorf("%d claim batches failed; the log:\n%s\nwant 2 failed, the ledger not reported down", s.ClaimFailures, logs.String())
 	}
 }
 

@@ -58,10 +58,14 @@ const (
 	// longer this worker's: another claim took the operation over, its
 	// record is gone, or SQS took the message back.
 	lost
+	// deferred: held for a limit or an outage longer than it could be
+	// kept, it was sent again with a delay under its key, and deleted
+	// once SQS took the copy; its claim is released.
+	deferred
 )
 
 var stateNames = [...]string{"received", "claimed", "waiting", "starting", "running", "completing", "failed",
-	"settled", "retrying", "given back", "dead-lettered", "lost"}
+	"settled", "retrying", "given back", "dead-lettered", "lost", "deferred"}
 
 func (s state) String() string {
 	if int(s) < len(stateNames) {
@@ -80,11 +84,11 @@ func (s state) holdsClaim() bool { return s >= claimed && s <= failed }
 var transitions = map[state][]state{
 	received:   {claimed, settled, givenBack, deadLettered},
 	claimed:    {waiting, givenBack, lost},
-	waiting:    {starting, givenBack, lost},
+	waiting:    {starting, givenBack, lost, deferred},
 	starting:   {running, waiting, givenBack, lost},
 	running:    {completing, failed, lost},
 	completing: {settled, retrying, lost},
-	failed:     {retrying, deadLettered},
+	failed:     {retrying, deadLettered, deferred},
 }
 
 // batch keeps the messages of one receive until each has ended: it holds
@@ -163,16 +167,24 @@ func (b *batch) moveLocked(j *job, next state, from ...state) bool {
 	case j.st == starting && next != running, j.st == running:
 		b.active--
 	}
+	if next == completing {
+		// Its room for a message in hand goes back at once: a receive
+		// may bring the next ones while the completion commits. Its
+		// handler's room is held until it ends, so nothing starts
+		// while completions cannot be recorded.
+		b.w.freeSlots(1)
+	}
+	old := j.st
 	j.st = next
 	if next.ended() {
-		b.drop(j)
+		b.drop(j, old != completing)
 	}
 	return true
 }
 
 // drop stops keeping j, which has ended: no more beats for it, its key
-// and its room in hand free for others.
-func (b *batch) drop(j *job) {
+// and, when room is true, its room in hand free for others.
+func (b *batch) drop(j *job, room bool) {
 	if i := slices.Index(b.jobs, j); i >= 0 {
 		b.jobs = slices.Delete(b.jobs, i, i+1)
 	}
@@ -180,7 +192,11 @@ func (b *batch) drop(j *job) {
 		b.t.Stop()
 	}
 	b.w.letGo(j)
-	b.w.settled(1)
+	b.w.flow.forget(j)
+	b.w.inHand.Add(-1)
+	if room {
+		b.w.freeSlots(1)
+	}
 }
 
 // end moves j into next, an end, from a state that may lead there, and
@@ -253,7 +269,9 @@ func (b *batch) giveBack(js []*job, all bool, wait time.Duration) {
 	}
 	if all {
 		for _, j := range slices.Clone(b.jobs) {
-			take(j)
+			if !b.w.deferAtStop(j) {
+				take(j)
+			}
 		}
 	}
 	var inFlight chan struct{}
@@ -295,7 +313,13 @@ var (
 	errLeaseLost   = errors.New("lease lost to another claim")
 	errReceiptGone = errors.New("the message's receipt handle no longer holds it: its visibility lapsed, and it was received again or moved to the dead-letter queue")
 	errGateDown    = errors.New("the ledger cannot record: waiting for it")
+	errNoSlot      = errors.New("no concurrency slot free: waiting for one")
+	errTokenLate   = errors.New("its rate token lapsed before it could start: taking another")
 )
+
+// slotRetry is how soon a message that found no concurrency slot free
+// asks again.
+const slotRetry = 200 * time.Millisecond
 
 // start decides whether j, in starting, may run now, and moves it to
 // running when it may, registering cancel, which cuts the attempt off
@@ -314,6 +338,16 @@ func (b *batch) start(ctx context.Context, j *job, cancel context.CancelCauseFun
 	if down, _ := w.ledgerState(); down {
 		b.move(j, waiting, starting)
 		return errGateDown
+	}
+	if w.flow.late(j) {
+		b.move(j, waiting, starting)
+		return errTokenLate
+	}
+	if ok, err := w.flow.takeSlots(ctx, j); err != nil {
+		return err
+	} else if !ok {
+		b.move(j, waiting, starting)
+		return errNoSlot
 	}
 	b.mu.Lock()
 	st, lease, visible := j.st, time.Until(j.leaseUntil), time.Until(j.visibleUntil)
@@ -404,6 +438,7 @@ func (b *batch) fire() {
 	kept := slices.Clone(b.jobs) // the job of each of msgs
 	var leased []*job
 	var refs []ledger.ClaimRef
+	var slots []ledger.Slot
 	behind := false
 	for _, j := range kept {
 		run.jobs[j] = true
@@ -412,6 +447,9 @@ func (b *batch) fire() {
 		if j.st.holdsClaim() {
 			leased = append(leased, j)
 			refs = append(refs, ledger.ClaimRef{Key: j.key.key, Owner: j.owner})
+		}
+		if j.st == running || j.st == completing || j.st == failed {
+			slots = append(slots, j.slots...)
 		}
 	}
 	b.beat = run
@@ -428,6 +466,9 @@ func (b *batch) fire() {
 	calls.Go(func() { unchanged, refused = w.changeVisibilityOf(bctx, msgs, b.received, w.cfg.VisibilityTimeout) })
 	if len(refs) > 0 {
 		calls.Go(func() { errs = w.ledger.ExtendBatch(bctx, refs, w.cfg.VisibilityTimeout) })
+	}
+	if len(slots) > 0 {
+		calls.Go(func() { w.flow.l.ExtendSlots(bctx, slots, w.cfg.VisibilityTimeout) })
 	}
 	calls.Wait()
 	cancel()

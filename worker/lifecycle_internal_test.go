@@ -21,7 +21,7 @@ func TestLifecycle_MatchesPackageDoc(t *testing.T) {
 		t.Fatal(err)
 	}
 	byName := map[string]state{}
-	for s := received; s <= lost; s++ {
+	for s := received; s <= deferred; s++ {
 		byName[s.String()] = s
 	}
 	documented := map[state][]state{}
@@ -50,7 +50,7 @@ func TestLifecycle_MatchesPackageDoc(t *testing.T) {
 			t.Errorf("from %s: the doc draws %v, the code makes %v", s, documented[s], next)
 		}
 	}
-	for s := received; s <= lost; s++ {
+	for s := received; s <= deferred; s++ {
 		if _, ok := transitions[s]; ok == s.ended() {
 			t.Errorf("%s: an end has no transitions, every other state has some", s)
 		}
@@ -91,7 +91,8 @@ func TestBatch_StartAfterBeatLostTheClaim(t *testing.T) {
 		b.loseLocked(j, errLeaseLost) // the beat's answer lands meanwhile
 		b.mu.Unlock()
 	}}
-	w := &Worker{ledger: l, slots: make(chan struct{}, 1), active: map[string]*job{}, cfg: Config{VisibilityTimeout: time.Minute}}
+	w := &Worker{ledger: l, slots: make(chan struct{}, 1), active: map[string]*job{}, cfg: Config{VisibilityTimeout: time.Minute, Flow: FlowConfig{Mode: FlowOff}}}
+	w.flow = newFlowCtl(w, l)
 	b = &batch{w: w, every: time.Second, kick: make(chan struct{}), t: time.NewTimer(time.Hour)}
 	j = &job{key: derived{key: "k"}, owner: "o", b: b, st: waiting, leaseUntil: time.Now()} // its lease may lapse: extended first
 	b.jobs = []*job{j}

@@ -171,6 +171,20 @@ func (w *Worker) register(r prometheus.Registerer) error {
 			return 1
 		}),
 		counter("ledger_claim_failures_total", "Batches of claims the ledger could not record (the messages were given back).", c.claimFailures.Load, nil),
+		gauge("flow_paused", "1 while flow control holds the intake of the handler's scope (its downstream is down, or an operator paused it), on this worker or any sharing the ledger; 0 otherwise.", func() float64 {
+			if w.flow.pausedNow() {
+				return 1
+			}
+			return 0
+		}),
+		gauge("flow_held", "Messages held for a pause or a rate or concurrency limit (claimed, kept out of sight, no attempt counted).", func() float64 { return float64(w.flow.heldCount()) }),
+		counter("flow_pauses_total", "Pauses of the intake this worker found: an outage of the handlers' downstream.", c.flowPauses.Load, nil),
+		counter("flow_probes_total", "Probes run while paused, by outcome.", func() int64 { return c.probes.Load() - c.probesFailed.Load() }, prometheus.Labels{"outcome": "answered"}),
+		counter("flow_probes_total", "Probes run while paused, by outcome.", c.probesFailed.Load, prometheus.Labels{"outcome": "down"}),
+		counter("flow_throttled_total", "Messages held for a rate or concurrency limit (no attempt counted; never dead-lettered for it).", c.throttled.Load, nil),
+		counter("flow_deferred_total", "Messages sent again with a delay (the original deleted once SQS took the copy) rather than held past what can be kept, or dead-lettered because of an outage.", c.deferred.Load, nil),
+		counter("flow_observed_total", "What observe mode found and did not do, by action.", c.flowWouldPause.Load, prometheus.Labels{"action": "pause"}),
+		counter("flow_observed_total", "What observe mode found and did not do, by action.", c.flowWouldHold.Load, prometheus.Labels{"action": "hold"}),
 	}
 	for _, col := range collectors {
 		if err := r.Register(col); err != nil {
@@ -255,12 +269,16 @@ type Health struct {
 	// receive that never returns).
 	Alive bool
 	// Ready: a receive succeeded recently (or the loops are waiting for
-	// capacity after one did), and the ledger records claims. False
-	// before the first successful receive.
+	// capacity after one did), and the ledger records claims (a ledger
+	// that is a Pinger is pinged while the worker is idle: see Pinger).
+	// False before the first successful receive.
 	Ready bool
 	// LedgerDown: the ledger's last claims could not be recorded: no new
 	// work starts until it can.
-	LedgerDown  bool
+	LedgerDown bool
+	// Paused: flow control holds the intake (the handlers' downstream is
+	// down, or an operator paused it); it receives nothing on purpose.
+	Paused      bool
 	Draining    bool      // shutdown has begun
 	LastReceive time.Time // last successful receive; zero before the first
 	InFlight    int       // messages being handled now
@@ -295,7 +313,9 @@ func (w *Worker) Health() Health {
 	recent := !w.lastReceive.IsZero() && (allWaiting || now.Sub(w.lastReceive) <= w.cfg.StallAfter)
 	down, _ := w.ledgerState()
 	h.LedgerDown = down
-	h.Ready = h.Alive && !w.draining && recent && !down
+	h.Paused = w.flow != nil && w.flow.pausedNow()
+	// A paused intake receives nothing on purpose: it is ready.
+	h.Ready = h.Alive && !w.draining && (recent || h.Paused) && !down
 	return h
 }
 

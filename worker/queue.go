@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/internal/textcut"
+	"github.com/sqsonce/sqsonce/ledger"
 )
 
 // queueInfo is what the worker learns about its queue at start.
@@ -417,11 +418,23 @@ func (w *Worker) deadLetter(j *job, reason string, log *jobLog) state {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
 	defer cancel()
-	if _, err := w.sqs.SendMessage(ctx, in); err != nil {
+	// The ledger records the intent before the send and the copy after
+	// it, on the record of an operation this worker failed or found
+	// failed permanently: a count of dead letters by reason needs no read
+	// of the dead-letter queue.
+	mark := func(copyID string) {
+		if j.claim.Err == nil && (j.claim.Outcome == ledger.Claimed || j.claim.Outcome == ledger.FailedPermanently) {
+			w.flow.l.MarkDeadLettered(ctx, []ledger.DeadLetter{{Key: j.key.key, Owner: j.owner, Reason: reason, CopyID: copyID}})
+		}
+	}
+	mark("")
+	out, err := w.sqs.SendMessage(ctx, in)
+	if err != nil {
 		log.Error("could not move the message to the dead-letter queue: leaving it for SQS's redrive", "error", err)
 		w.comeBack(j, left, w.cfg.MaxBackoff)
 		return left
 	}
+	mark(aws.ToString(out.MessageId))
 	w.stats.deadLettered.Add(1)
 	log.Warn("moved to the dead-letter queue", "reason", reason, "dead_letter_queue", w.queue.dlqURL)
 	w.delete(j.msg)

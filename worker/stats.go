@@ -39,6 +39,13 @@ type Stats struct {
 	PayloadsRejected    int64 // pointer messages whose payload cannot be read (malformed pointer, object gone, access denied, too large): dead-lettered
 	ObjectsDeleted      int64 // payload objects deleted after their message (Config.DeleteObjects)
 	ObjectDeleteFailed  int64 // payload objects whose delete failed: left in S3
+	FlowPauses          int64 // pauses of the intake this worker found (an outage of the handlers' downstream)
+	Probes              int64 // probes run while paused
+	ProbesFailed        int64 // probes that found the downstream still down
+	Throttled           int64 // messages held for a rate or concurrency limit (no attempt counted)
+	Deferred            int64 // messages sent again with a delay, the original deleted, rather than held or dead-lettered
+	FlowWouldPause      int64 // pauses that observe mode found and did not make
+	FlowWouldHold       int64 // messages that observe mode would have held
 }
 
 // counters are the atomics behind Stats: one for each field of Stats, in
@@ -47,7 +54,8 @@ type counters struct {
 	received, claimed, completed, duplicates, redeliveredFailed, inProgressElsewhere, retried,
 	failedPermanently, deadLettered, keyless, conflicts, unreadable, givenBack, takeovers,
 	leaseLost, completeFailed, deleted, deleteFailed, heartbeats, groupWaited, groupWaitBeats, staleReclaimed, receiptLost,
-	claimFailures, payloadsRead, payloadsRetried, payloadsRejected, objectsDeleted, objectDeleteFailed atomic.Int64
+	claimFailures, payloadsRead, payloadsRetried, payloadsRejected, objectsDeleted, objectDeleteFailed,
+	flowPauses, probes, probesFailed, throttled, deferred, flowWouldPause, flowWouldHold atomic.Int64
 }
 
 // Stats returns the worker's counters. Safe to call at any time.

@@ -58,7 +58,8 @@ func TestWorker_StatsReadsEachCounter(t *testing.T) {
 		"in_progress_elsewhere", "retried", "failed_permanently", "dead_lettered", "keyless", "conflicts",
 		"unreadable", "given_back", "takeovers", "lease_lost", "complete_failed", "deleted", "delete_failed",
 		"heartbeats", "group_waited", "group_wait_beats", "stale_reclaimed", "receipt_lost", "claim_failures",
-		"payloads_read", "payloads_retried", "payloads_rejected", "objects_deleted", "object_delete_failed"}
+		"payloads_read", "payloads_retried", "payloads_rejected", "objects_deleted", "object_delete_failed",
+		"flow_pauses", "probes", "probes_failed", "throttled", "deferred", "flow_would_pause", "flow_would_hold"}
 	attrs := s.logAttrs()
 	var keys []string
 	for i := 0; i < len(attrs); i += 2 {

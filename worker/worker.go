@@ -39,6 +39,8 @@ type Worker struct {
 	queue   queueInfo // read from SQS when Run starts
 	ownerID string    // this process, for owner tokens
 	claimN  atomic.Uint64
+	started time.Time
+	flow    *flowCtl
 
 	// slots bound the messages in hand: one token per message that may
 	// be received, Concurrency + Prefetch in all, held from the receive
@@ -121,6 +123,7 @@ func New(cfg Config, client SQSClient, l Ledger, h Handler) (*Worker, error) {
 		queueName:      QueueName(cfg.QueueURL),
 	}
 	w.spanName = spanNameOf(w.queueName)
+	w.flow = newFlowCtl(w, l)
 	if cfg.TracerProvider != nil {
 		w.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -176,8 +179,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.queue = info
 	w.warnRetention()
 	defer w.watchQueue(ctx)()
+	defer w.watchLedger(ctx)()
 	w.healthMu.Lock()
-	w.running = true
+	w.running, w.started = true, w.now()
 	for i := range w.pollers {
 		w.pollers[i] = pollerState{turned: w.now()}
 	}
@@ -204,6 +208,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopSweep()
 	if w.cfg.SweepInterval > 0 {
 		sweeper.Go(func() { w.sweepLoop(sweepCtx) })
+	}
+	if !w.flow.off() {
+		w.flow.start(ctx)
+		sweeper.Go(func() { w.flow.loop(sweepCtx) })
 	}
 	pollers, pollCtx := errgroup.WithContext(ctx)
 	for i := range w.cfg.Pollers {
@@ -254,7 +262,18 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) pollLoop(ctx, workCtx context.Context, i int, jobs *sync.WaitGroup) error {
 	failures := 0
 	for ctx.Err() == nil {
-		most := w.cfg.MaxMessages
+		most := w.flow.intake(w.cfg.MaxMessages)
+		if most == 0 {
+			// Paused, or ramping at its cap: nothing to receive until
+			// that changes (the pause's own loop reads it every second).
+			w.turn(i, true)
+			select {
+			case <-w.flow.changedCh():
+			case <-time.After(time.Second):
+			case <-ctx.Done():
+			}
+			continue
+		}
 		if down, fatal := w.ledgerState(); fatal != nil {
 			return fatal
 		} else if down {
@@ -414,6 +433,18 @@ type job struct {
 	here       bool   // its key is at work in this process, for another receive: not claimed
 	b          *batch // its received batch, which keeps it
 
+	// Flow control's, set before it waits: its pause scopes (the handler's
+	// and its partition values'), when its rate tokens are due, how long a
+	// message held beyond what can be kept must be deferred for, and the
+	// concurrency slots it holds while it runs.
+	scopes    []string
+	notBefore time.Time
+	interval  time.Duration // of the tightest of its rate buckets; 0 with no rate
+	tokens    bool          // it holds its rate tokens, due at notBefore
+	slack     time.Duration // how long its reservation took
+	deferFor  time.Duration
+	slots     []ledger.Slot
+
 	// Guarded by b.mu; st is written only by the batch's transitions.
 	st           state
 	why          error     // why it was lost
@@ -487,6 +518,16 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 		// this batch has started, so all of it goes back.
 		b.giveBack(all, false, 0)
 		return
+	}
+	var claimed []*job
+	for _, j := range keyed {
+		if st, _ := b.state(j); st == waiting {
+			claimed = append(claimed, j)
+		}
+	}
+	excess, waits := w.flow.reserve(ctx, claimed, true)
+	for i, j := range excess {
+		j.deferFor = waits[i]
 	}
 	if !w.queue.fifo {
 		for _, j := range all {
@@ -803,8 +844,16 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 	// A beat that learns that the claim is lost cuts the attempt off.
 	leaseCtx, cancelLease := context.WithCancelCause(workCtx)
 	defer cancelLease(nil)
+	defer w.flow.releaseSlots(j)
+	if j.deferFor > 0 {
+		return w.deferHeld(ctx, j, "the rate limit cannot start it within half the visibility timeout")
+	}
 	for {
 		if !w.await(ctx, j) {
+			if ctx.Err() != nil && w.deferAtStop(j) {
+				j.deferFor = w.cfg.Flow.ProbeMax
+				return w.deferHeld(ctx, j, "held for flow control at a stop, near the redrive's receive count")
+			}
 			if ctx.Err() != nil {
 				b.giveBack([]*job{j}, true, 0)
 			}
@@ -816,6 +865,14 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 		}
 		<-w.handlers
 		if errors.Is(err, errGateDown) {
+			continue
+		}
+		if errors.Is(err, errNoSlot) {
+			j.notBefore = time.Now().Add(slotRetry) // held for the limit: no attempt counted
+			continue
+		}
+		if errors.Is(err, errTokenLate) {
+			w.flow.reserve(ctx, []*job{j}, false)
 			continue
 		}
 		if st, _ := b.state(j); st == starting {
@@ -848,6 +905,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 	}
 	producer := producerContext(m, j.msg.Attributes, log)
 	w.stats.claimed.Add(1)
+	w.flow.began(j)
 	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errHandlerTimeout)
 	defer cancel()
 	start := w.now()
@@ -860,22 +918,24 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 		next = failed
 	}
 	if !b.move(j, next, running) {
+		w.flow.ended(ctx, j, true, errLeaseLost)
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
 		span.end(spanLeaseLost, err)
 		return lost
 	}
 	done := log.withDuration(elapsed)
+	outage := w.flow.ended(ctx, j, true, err)
 	if err == nil {
 		return w.complete(workCtx, j, m, &done, span)
 	}
-	return w.fail(ctx, workCtx, j, m, err, &done, span)
+	return w.fail(ctx, workCtx, j, m, err, outage, &done, span)
 }
 
-// await waits, with j waiting, until the ledger records and a handler is
-// free, takes the handler and moves j to starting. It reports false,
-// holding no handler, when j ended meanwhile (a beat found its claim lost,
-// a stop gave it back) or ctx ended.
+// await waits, with j waiting, until the ledger records, flow control lets
+// it start and a handler is free, takes the handler and moves j to
+// starting. It reports false, holding no handler, when j ended meanwhile
+// (a beat found its claim lost, a stop gave it back) or ctx ended.
 func (w *Worker) await(ctx context.Context, j *job) bool {
 	for {
 		st, kick := j.b.state(j)
@@ -890,6 +950,21 @@ func (w *Worker) await(ctx context.Context, j *job) bool {
 			}
 			continue
 		}
+		if ok, changed, due := w.flow.admit(j); !ok {
+			var timer <-chan time.Time
+			if !due.IsZero() {
+				t := time.NewTimer(time.Until(due))
+				timer = t.C
+				defer t.Stop()
+			}
+			select {
+			case <-changed:
+			case <-timer:
+			case <-kick:
+			case <-ctx.Done():
+			}
+			continue
+		}
 		select {
 		case w.handlers <- struct{}{}:
 			if j.b.move(j, starting, waiting) {
@@ -898,6 +973,33 @@ func (w *Worker) await(ctx context.Context, j *job) bool {
 			<-w.handlers
 		case <-kick:
 		case <-ctx.Done():
+		}
+	}
+}
+
+// deferAtStop reports whether j, waiting when the worker stops, is
+// deferred rather than given back: on a standard queue, when flow control
+// holds it or the intake is paused, and its receive count nears the
+// redrive's, so that a stop during an outage sends nothing to the
+// dead-letter queue.
+func (w *Worker) deferAtStop(j *job) bool {
+	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	r := w.queue.maxReceiveCount
+	return !w.queue.fifo && r > 0 && n >= r-1 && w.flow.act && (w.flow.holds(j) || w.flow.pausedNow())
+}
+
+// deferHeld defers j, held, trying again while the worker runs when SQS
+// does not take the copy (on AccessDenied, say: the message stays held,
+// never deleted); at a stop it is given back.
+func (w *Worker) deferHeld(ctx context.Context, j *job, why string) state {
+	until := time.Now().Add(j.deferFor)
+	for attempt := 1; ; attempt++ {
+		if w.deferMsg(j, time.Until(until), why) {
+			return j.b.ended(j)
+		}
+		if sleep(ctx, backoff(attempt, time.Second, 30*time.Second)); ctx.Err() != nil {
+			j.b.giveBack([]*job{j}, false, 0)
+			return j.b.ended(j)
 		}
 	}
 }
@@ -973,13 +1075,19 @@ func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobL
 	return settled
 }
 
-// fail records j's failed attempt (err) and lets the message come back
-// after its back-off, or moves it to the dead-letter queue when the
-// failure is permanent and recorded.
-func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err error, log *jobLog, span attemptSpan) state {
+// fail records j's failed attempt (err; outage when it is the outage's
+// of the downstream rather than the operation's own, see flowCtl.ended)
+// and lets the message come back after its back-off, which counts its own
+// failures only. It moves the message to the dead-letter queue when the
+// failure is permanent, or when it is the operation's own on the message's
+// last receive before SQS's redrive, once the ledger recorded the failure;
+// and on a standard queue it defers the message instead when the failure
+// is the outage's and its receive count nears the redrive's: nothing
+// reaches the dead-letter queue because of an outage.
+func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err error, outage bool, log *jobLog, span attemptSpan) state {
 	var perm *PermanentError
 	permanent := errors.As(err, &perm)
-	f := ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent}
+	f := ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent, Outage: outage}
 	record := func() error { return w.ledger.Fail(context.WithoutCancel(ctx), f) }
 	var ferr error
 	if permanent {
@@ -1000,14 +1108,29 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 	if ferr != nil {
 		log.Error("could not record the failure in the ledger: the claim stays until this process sees the message again and takes it over, or its lease lapses", "error", ferr)
 	}
-	if permanent && ferr == nil {
+	redrive := w.queue.maxReceiveCount
+	switch {
+	case ferr != nil:
+		// A permanent failure not recorded comes back too: dead-lettered
+		// now, it would leave a record in progress behind, which a later
+		// delivery or replay would run again once its lease lapsed.
+	case permanent:
 		log.Error("work failed permanently", "error", err)
 		return w.deadLetter(j, "failed permanently: "+err.Error(), log)
+	case outage && redrive > 0 && m.ReceiveCount >= redrive-1 && !w.queue.fifo && w.flow.act:
+		j.deferFor = w.cfg.Flow.ProbeMax
+		if w.deferMsg(j, j.deferFor, "failed during an outage near the redrive's receive count") {
+			return deferred
+		}
+	case !outage && redrive > 0 && m.ReceiveCount >= redrive && w.queue.dlqURL != "":
+		log.Warn("work failed on the message's last receive before the redrive: dead-lettering it", "error", err, "receive_count", m.ReceiveCount)
+		return w.deadLetter(j, fmt.Sprintf("failed on receive %d of %d: %v", m.ReceiveCount, redrive, err), log)
 	}
-	// A permanent failure not recorded comes back too: dead-lettered now,
-	// it would leave a record in progress behind, which a later delivery
-	// or replay would run again once its lease lapsed.
-	wait := backoff(m.Attempt, w.cfg.MinBackoff, w.cfg.MaxBackoff)
+	own := j.claim.Record.OwnFailures
+	if !outage {
+		own++
+	}
+	wait := backoff(max(own, 1), w.cfg.MinBackoff, w.cfg.MaxBackoff)
 	var re *RetryError
 	if errors.As(err, &re) {
 		// Bounded below as a recheck is: neither an endpoint's clock nor
@@ -1017,7 +1140,7 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 	if workCtx.Err() != nil {
 		wait = 0 // cut off by shutdown: let another worker take it now
 	}
-	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "permanent", permanent)
+	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "permanent", permanent, "outage", outage)
 	w.comeBack(j, retrying, wait)
 	return retrying
 }

@@ -200,9 +200,6 @@ type adminServer struct {
 	done chan error
 }
 
-// startAdmin listens on cfg.Listen and serves /metrics, /healthz, /readyz
-// and, when enabled, /debug/pprof/. It returns nil when the listener is
-// disabled.
 // healthState is what the admin listener and systemd hear of a running
 // command: alive (its loops turn), ready (it does its job now) and the
 // fields of /healthz's and /readyz's JSON body.
@@ -219,13 +216,34 @@ func workerHealth(h worker.Health) healthState {
 	}}
 }
 
-func startAdmin(cfg AdminConfig, reg *prometheus.Registry, health func() healthState, log *slog.Logger) (*adminServer, error) {
-	if cfg.Listen == "" {
+// adminListener is where one command serves its admin listener.
+type adminListener struct {
+	key    string // the setting of the address, for errors
+	listen string // host:port; empty: no listener
+	pprof  bool
+}
+
+// runAdmin is where `sqsonce run` serves its admin listener: admin.listen.
+func (c Config) runAdmin() adminListener {
+	return adminListener{key: "admin.listen", listen: c.Admin.Listen, pprof: c.Admin.PProf}
+}
+
+// ingestAdmin is where `sqsonce ingest` serves its admin listener:
+// ingest.admin_listen, apart from the worker's.
+func (c Config) ingestAdmin() adminListener {
+	return adminListener{key: "ingest.admin_listen", listen: c.Ingest.AdminListen, pprof: c.Admin.PProf}
+}
+
+// startAdmin listens on a.listen and serves /metrics, /healthz, /readyz
+// and, when enabled, /debug/pprof/. It returns nil when the listener is
+// disabled.
+func startAdmin(a adminListener, reg *prometheus.Registry, health func() healthState, log *slog.Logger) (*adminServer, error) {
+	if a.listen == "" {
 		return nil, nil
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := net.Listen("tcp", a.listen)
 	if err != nil {
-		return nil, fmt.Errorf("admin.listen %s: %w", cfg.Listen, err)
+		return nil, fmt.Errorf("%s %s: %w", a.key, a.listen, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -237,21 +255,21 @@ func startAdmin(cfg AdminConfig, reg *prometheus.Registry, health func() healthS
 		h := health()
 		writeHealth(w, h.Ready, h)
 	})
-	if cfg.PProf {
+	if a.pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	a := &adminServer{
+	srv := &adminServer{
 		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second},
 		ln:   ln,
 		done: make(chan error, 1),
 	}
-	go func() { a.done <- a.srv.Serve(ln) }()
-	log.Info("admin listener started", "address", ln.Addr().String(), "pprof", cfg.PProf)
-	return a, nil
+	go func() { srv.done <- srv.srv.Serve(ln) }()
+	log.Info("admin listener started", "address", ln.Addr().String(), "pprof", a.pprof, "setting", a.key)
+	return srv, nil
 }
 
 // Addr is the address the listener is bound to.

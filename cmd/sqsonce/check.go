@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -43,7 +44,7 @@ func (c *checker) line(level, what, format string, args ...any) {
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, the console's exposure (its address, writes and\ncredential), and with [[ingest.source]] tables each source's secrets,\nkeys and queue. Prints one line per check (ok, warn or fail) and exits 1 if any\ncheck fails.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, where run and ingest serve their admin listeners\n(admin.listen, ingest.admin_listen), the console's exposure (its address,\nwrites and credential), files of secrets open to other users, and with\n[[ingest.source]] tables each source's secrets, keys and queue. Prints one line per check (ok, warn or fail) and exits 1 if any\ncheck fails.", &cf)
 	c := &checker{tw: tabwriter.NewWriter(m.Stdout, 0, 0, 2, ' ', 0)}
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
@@ -98,12 +99,17 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		checkSharedLedger(ctx, c, cfg)
 	}
 
+	checkAdmin(c, cfg)
+
 	level, exposure := consoleExposure(cfg.Console)
 	c.line(level, "console", "%s", exposure)
 	if cfg.Console.Auth != ConsoleAuthNone {
 		if _, err := consoleAuth(cfg.Console, m.LookupEnv); err != nil {
 			c.line("fail", "console", "%v", err)
 		}
+	}
+	for _, e := range exposedSecrets(slices.Concat(consoleSecretFiles(cfg), ingestSecretFiles(cfg))) {
+		c.line("warn", "secret file", "%s", e)
 	}
 
 	switch cfg.Handler.Type {
@@ -140,6 +146,44 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 		return errors.New("some checks failed")
 	}
 	return nil
+}
+
+// checkAdmin says where `sqsonce run` and `sqsonce ingest` serve their
+// admin listeners, and warns when both would take one address, where the
+// second to start would fail.
+func checkAdmin(c *checker, cfg Config) {
+	run, ing := cfg.runAdmin(), cfg.ingestAdmin()
+	if sameAddress(run.listen, ing.listen) {
+		c.line("warn", "admin", "%s %s and %s %s take one address: sqsonce run and sqsonce ingest cannot both run with this configuration; give each its own port",
+			run.key, run.listen, ing.key, ing.listen)
+		return
+	}
+	where := func(a adminListener) string {
+		if a.listen == "" {
+			return "nowhere (" + a.key + " is empty)"
+		}
+		return a.listen + " (" + a.key + ")"
+	}
+	c.line("ok", "admin", "sqsonce run serves /metrics, /healthz and /readyz on %s, sqsonce ingest on %s", where(run), where(ing))
+}
+
+// sameAddress reports whether listeners on a and b (host:port) would take
+// one address: the same port, not 0, and the same host or a host of all
+// interfaces on either side.
+func sameAddress(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	wildcard := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	local := func(h string) string {
+		if h == "localhost" {
+			return "127.0.0.1"
+		}
+		return h
+	}
+	return wildcard(ha) || wildcard(hb) || local(ha) == local(hb)
 }
 
 // checkHandlerEnv says which of sqsonce's own secrets that are set the

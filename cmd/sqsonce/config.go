@@ -268,13 +268,15 @@ type ShutdownConfig struct {
 	Grace Duration `toml:"grace"`
 }
 
-// AdminConfig says where sqsonce serves its metrics and health checks.
+// AdminConfig says where `sqsonce run` serves its metrics and health
+// checks. (`sqsonce ingest` serves its own on IngestConfig.AdminListen.)
 type AdminConfig struct {
-	// Listen is the host:port of the admin HTTP listener; empty disables it.
-	// Keep it on a loopback or private address (with pprof on, it exposes
-	// profiles of the process).
+	// Listen is the host:port of the worker's admin HTTP listener; empty
+	// disables it. Keep it on a loopback or private address (with pprof
+	// on, it exposes profiles of the process).
 	Listen string `toml:"listen"`
-	// PProf serves the Go profiler under /debug/pprof/ on the listener.
+	// PProf serves the Go profiler under /debug/pprof/ on the admin
+	// listeners, the worker's and the receiver's.
 	PProf bool `toml:"pprof"`
 }
 
@@ -282,6 +284,11 @@ type AdminConfig struct {
 type IngestConfig struct {
 	// Listen is the host:port the receiver serves.
 	Listen string `toml:"listen"`
+	// AdminListen is the host:port of the receiver's admin HTTP listener
+	// (/metrics, /healthz, /readyz); empty disables it. It is not
+	// admin.listen, so that `sqsonce run` and `sqsonce ingest` run side by
+	// side on one configuration.
+	AdminListen string `toml:"admin_listen"`
 	// MaxBody is the largest request body taken, in bytes; 0 means what
 	// each source's queue takes (its MaximumMessageSize less the
 	// attributes). It may only lower that.
@@ -468,6 +475,7 @@ func DefaultConfig() Config {
 		},
 		Ingest: IngestConfig{
 			Listen:         "127.0.0.1:8080",
+			AdminListen:    "127.0.0.1:9466",
 			MaxInFlight:    ingest.DefaultMaxInFlight,
 			RequestTimeout: Duration{ingest.DefaultRequestTimeout},
 			RetryAfter:     Duration{ingest.DefaultRetryAfter},
@@ -910,6 +918,11 @@ var rules = []rule{
 	},
 
 	{key: "ingest.listen", check: func(c *Config) error { return hostPort(c.Ingest.Listen) }},
+	{
+		key:   "ingest.admin_listen",
+		when:  func(c *Config) bool { return c.Ingest.AdminListen != "" },
+		check: func(c *Config) error { return hostPort(c.Ingest.AdminListen) },
+	},
 	{key: "ingest.max_body", check: func(c *Config) error { return between(c.Ingest.MaxBody, 0, 1<<30) }},
 	{key: "ingest.max_in_flight", check: func(c *Config) error { return between(c.Ingest.MaxInFlight, 1, 100000) }},
 	{key: "ingest.request_timeout", check: func(c *Config) error { return durationBetween(c.Ingest.RequestTimeout, time.Second, time.Minute) }},

@@ -96,6 +96,7 @@ func fullConfig() Config {
 		},
 		Ingest: IngestConfig{
 			Listen:         "0.0.0.0:8443",
+			AdminListen:    "10.0.0.5:9101",
 			MaxBody:        100000,
 			MaxInFlight:    64,
 			RequestTimeout: Duration{9 * time.Second},
@@ -187,7 +188,7 @@ func TestDefaultConfig(t *testing.T) {
 		},
 		Shutdown: ShutdownConfig{Grace: Duration{25 * time.Second}},
 		Admin:    AdminConfig{Listen: "127.0.0.1:9464"},
-		Ingest: IngestConfig{Listen: "127.0.0.1:8080", MaxInFlight: 256,
+		Ingest: IngestConfig{Listen: "127.0.0.1:8080", AdminListen: "127.0.0.1:9466", MaxInFlight: 256,
 			RequestTimeout: Duration{8 * time.Second}, RetryAfter: Duration{5 * time.Second}},
 		Console: ConsoleConfig{Listen: "127.0.0.1:9465", Auth: "none", SessionLifetime: Duration{12 * time.Hour}, TrustedProxies: []string{}, AllowedHosts: []string{}},
 	}
@@ -789,6 +790,7 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_ADMIN_LISTEN":             "10.0.0.5:9100",
 		"SQSONCE_ADMIN_PPROF":              "true",
 		"SQSONCE_INGEST_LISTEN":            "0.0.0.0:8443",
+		"SQSONCE_INGEST_ADMIN_LISTEN":      "10.0.0.5:9101",
 		"SQSONCE_INGEST_MAX_BODY":          "100000",
 		"SQSONCE_INGEST_MAX_IN_FLIGHT":     "64",
 		"SQSONCE_INGEST_REQUEST_TIMEOUT":   "9s",
@@ -956,6 +958,7 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_ADMIN_LISTEN",
 		"SQSONCE_ADMIN_PPROF",
 		"SQSONCE_INGEST_LISTEN",
+		"SQSONCE_INGEST_ADMIN_LISTEN",
 		"SQSONCE_INGEST_MAX_BODY",
 		"SQSONCE_INGEST_MAX_IN_FLIGHT",
 		"SQSONCE_INGEST_REQUEST_TIMEOUT",

@@ -66,6 +66,7 @@ func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	warnExposedSecrets(log, consoleSecretFiles(cfg))
 	client, err := newSQSClient(ctx, cfg.Queue)
 	if err != nil {
 		return err

@@ -17,9 +17,10 @@ import (
 func (m *Main) healthCommand(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("health", flag.ContinueOnError)
 	fs.SetOutput(m.Stderr)
-	addr := fs.String("addr", "", "admin listener address (default: $SQSONCE_ADMIN_LISTEN, else 127.0.0.1:9464)")
+	addr := fs.String("addr", "", "admin listener address (default: $SQSONCE_ADMIN_LISTEN, else 127.0.0.1:9464; with --ingest, $SQSONCE_INGEST_ADMIN_LISTEN, else 127.0.0.1:9466)")
+	ingest := fs.Bool("ingest", false, "ask the webhook receiver (sqsonce ingest), whose admin listener is ingest.admin_listen, not the worker")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: sqsonce health [--addr HOST:PORT]\n\nAsk the running worker's admin listener whether it is alive (/healthz).\nExits 0 when alive, 1 otherwise.\n\nFlags:\n")
+		fmt.Fprintf(fs.Output(), "Usage: sqsonce health [--addr HOST:PORT] [--ingest]\n\nAsk the running worker's admin listener (or with --ingest the webhook\nreceiver's) whether it is alive (/healthz). Exits 0 when alive, 1 otherwise.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -32,11 +33,15 @@ func (m *Main) healthCommand(ctx context.Context, args []string) error {
 		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
 	}
 	target := *addr
-	if target == "" {
-		target, _ = m.LookupEnv("SQSONCE_ADMIN_LISTEN")
+	variable, fallback := envPrefix+"ADMIN_LISTEN", DefaultConfig().Admin.Listen
+	if *ingest {
+		variable, fallback = envPrefix+"INGEST_ADMIN_LISTEN", DefaultConfig().Ingest.AdminListen
 	}
 	if target == "" {
-		target = "127.0.0.1:9464"
+		target, _ = m.LookupEnv(variable)
+	}
+	if target == "" {
+		target = fallback
 	}
 	host, port, err := net.SplitHostPort(target)
 	if err != nil {

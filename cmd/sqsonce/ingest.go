@@ -17,7 +17,7 @@ import (
 // SIGINT.
 func (m *Main) ingestCommand(ctx context.Context, args []string) error {
 	var c commonFlags
-	fs := m.flagSet("ingest", "Usage: sqsonce ingest [--config FILE]\n\nReceive webhooks on ingest.listen, one [[ingest.source]] per sender: verify\neach request's signature, key the event by what the signature covers (the\nsender's event id, or for GitHub a SHA-256 of the body) after the source's\nname, send the event to SQS, and answer 200 only once SQS holds it (503\nwith Retry-After when it could not be sent, so that the sender tries\nagain). SIGTERM or SIGINT stops taking requests, finishes those in flight,\nand exits 0.", &c)
+	fs := m.flagSet("ingest", "Usage: sqsonce ingest [--config FILE]\n\nReceive webhooks on ingest.listen, one [[ingest.source]] per sender: verify\neach request's signature, key the event by what the signature covers (the\nsender's event id, or for GitHub a SHA-256 of the body) after the source's\nname, send the event to SQS, and answer 200 only once SQS holds it (503\nwith Retry-After when it could not be sent, so that the sender tries\nagain). SIGTERM or SIGINT stops taking requests, finishes those in flight,\nand exits 0. Metrics and health checks are served on ingest.admin_listen\n(default 127.0.0.1:9466), apart from the worker's admin.listen.", &c)
 	cfg, log, err := m.parse(fs, &c, args)
 	if err != nil {
 		return err
@@ -29,6 +29,7 @@ func (m *Main) ingestCommand(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	warnExposedSecrets(log, ingestSecretFiles(cfg))
 	tp, flush, err := m.newTracing(ctx, log)
 	if err != nil {
 		return err
@@ -54,7 +55,7 @@ func (m *Main) ingestCommand(ctx context.Context, args []string) error {
 		status:   func() string { return ingestStatus(srv) },
 		stopping: "stopping",
 		stopMsg:  "stop signal: finishing the requests in flight",
-	}, cfg.Admin, reg, log)
+	}, cfg.ingestAdmin(), reg, log)
 	if err != nil {
 		ln.Close()
 		return err

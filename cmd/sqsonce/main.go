@@ -76,7 +76,7 @@ Commands:
   console   serve the web console of the ledger and the dead-letter queue (read-only by default)
   check     check configuration, credentials, queues, ledger and handler before deploying
   ledger    inspect and manage the ledger: get, list, stats, forget, export, compact
-  health    ask a running worker whether it is alive (for container health checks)
+  health    ask a running worker (or receiver) whether it is alive (for container health checks)
   version   print the version
 
 Run 'sqsonce <command> --help' for a command's flags.

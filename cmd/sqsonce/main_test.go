@@ -68,6 +68,7 @@ func newEnv(t *testing.T, fifo bool, handler string) *procEnv {
 		"SQSONCE_RETRY_MAX_BACKOFF=1s",
 		"SQSONCE_SHUTDOWN_GRACE=15s",
 		"SQSONCE_ADMIN_LISTEN=127.0.0.1:0",
+		"SQSONCE_INGEST_ADMIN_LISTEN=127.0.0.1:0",
 		"STATE=" + dir,
 		// Under the race detector a process that exits 0 sleeps a second
 		// first, for races of goroutines still running (the detector's

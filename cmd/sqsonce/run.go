@@ -80,7 +80,7 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 		stopping: "draining",
 		stopMsg:  "stop signal: draining",
 		hurry:    w.StopNow,
-	}, cfg.Admin, reg, log)
+	}, cfg.runAdmin(), reg, log)
 	if err != nil {
 		return err
 	}

@@ -13,31 +13,59 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
-// The secrets sqsonce itself uses (AWS credentials, the ledger's password,
-// webhook secrets, OTLP headers) do not reach an exec handler unless
-// handler.env names them; everything else still does, and check says
-// which secrets the command gets and which it does not.
+// The secrets sqsonce itself uses (AWS credentials and what yields them,
+// PostgreSQL's password, key passphrase and the files that hold them,
+// webhook secrets, the console's credential, OTLP headers) do not reach an
+// exec handler unless handler.env names them; everything else still does,
+// and check says which secrets the command gets and which it does not.
 func TestMain_HandlerSecrets(t *testing.T) {
 	t.Parallel()
+	// The AWS SDK reads its shared files at start: they exist, empty.
+	dir := t.TempDir()
+	for _, name := range []string{"aws-credentials", "aws-config"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	secrets := map[string]string{
-		"AWS_SECRET_ACCESS_KEY":             "aws-secret-key",
-		"AWS_SESSION_TOKEN":                 "aws-session-token",
-		"AWS_CONTAINER_AUTHORIZATION_TOKEN": "aws-container-token",
-		"PGPASSWORD":                        "pg-password",
-		"PGPASSFILE":                        "/etc/sqsonce/pgpass",
-		"GITHUB_WEBHOOK_SECRET":             "webhook-secret",
-		"OTEL_EXPORTER_OTLP_HEADERS":        "Authorization=Bearer otlp-token",
-		"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Authorization=Bearer otlp-traces-token",
-		"SQSONCE_LEDGER_URL":                "postgres://sqsonce:ledger-password@db.internal/orders",
+		"AWS_ACCESS_KEY":                         "legacy-access-key",
+		"AWS_SECRET_ACCESS_KEY":                  "aws-secret-key",
+		"AWS_SECRET_KEY":                         "legacy-secret",
+		"AWS_SESSION_TOKEN":                      "aws-session-token",
+		"AWS_SECURITY_TOKEN":                     "aws-security-token",
+		"AWS_CONTAINER_AUTHORIZATION_TOKEN":      "aws-container-token",
+		"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE": filepath.Join(dir, "container-token"),
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI":     "http://127.0.0.1:1/creds-full",
+		"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/creds-relative",
+		"AWS_WEB_IDENTITY_TOKEN_FILE":            filepath.Join(dir, "web-identity-token"),
+		"AWS_SHARED_CREDENTIALS_FILE":            filepath.Join(dir, "aws-credentials"),
+		"AWS_CONFIG_FILE":                        filepath.Join(dir, "aws-config"),
+		"AWS_LOGIN_CACHE_DIRECTORY":              filepath.Join(dir, "login-cache"),
+		"PGPASSWORD":                             "pg-password",
+		"PGPASSFILE":                             "/etc/sqsonce/pgpass",
+		"PGSSLPASSWORD":                          "pg-ssl-key-passphrase",
+		"PGSSLKEY":                               "/etc/sqsonce/pg-client.key",
+		"PGSERVICEFILE":                          "/etc/sqsonce/pg_service.conf",
+		"GITHUB_WEBHOOK_SECRET":                  "webhook-secret",
+		"CONSOLE_TOKEN":                          "console-token",
+		"OTEL_EXPORTER_OTLP_HEADERS":             "Authorization=Bearer otlp-token",
+		"OTEL_EXPORTER_OTLP_TRACES_HEADERS":      "Authorization=Bearer otlp-traces-token",
+		"SQSONCE_LEDGER_URL":                     "postgres://sqsonce@db.internal/orders?sslmode=verify-full&sslpassword=ledger-url-key-passphrase",
 	}
 	extra := []string{
 		"APP_SETTING=visible",
 		`SQSONCE_INGEST_SOURCE=[{"name":"github","path":"/hooks/github","verify":"github","secret_env":"GITHUB_WEBHOOK_SECRET"}]`,
+		"SQSONCE_CONSOLE_AUTH=token", "SQSONCE_CONSOLE_CREDENTIAL_ENV=CONSOLE_TOKEN",
 		"OTEL_TRACES_EXPORTER=none", // the headers are set, spans go nowhere
 	}
 	for name, v := range secrets {
 		extra = append(extra, name+"="+v)
 	}
+	var all []string
+	for name := range secrets {
+		all = append(all, name)
+	}
+	slices.Sort(all)
 
 	for _, tc := range []struct {
 		name   string
@@ -45,7 +73,8 @@ func TestMain_HandlerSecrets(t *testing.T) {
 		passed []string // of the secrets, what the command gets
 	}{
 		{"Default", `["*"]`, nil},
-		{"Named", `["*", "PGPASSWORD", "AWS_*"]`, []string{"PGPASSWORD"}},
+		{"OneNamed", `["*", "PGPASSWORD", "AWS_*", "PG*"]`, []string{"PGPASSWORD"}},
+		{"AllNamed", `["*", "` + strings.Join(all, `", "`) + `"]`, all},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -96,8 +125,15 @@ func TestMain_HandlerSecrets(t *testing.T) {
 				if strings.Contains(report, "warn handler env") {
 					t.Errorf("check: exit %d, a warning about handler.env with nothing passed:\n%s", code, report)
 				}
-			} else if want := "warn handler env the command gets sqsonce's own secrets PGPASSWORD"; !strings.Contains(report, want) {
-				t.Errorf("check: exit %d, no %q in:\n%s", code, want, report)
+			} else {
+				const want = "warn handler env the command gets sqsonce's own secrets "
+				_, warned, _ := strings.Cut(report, want)
+				warned, _, _ = strings.Cut(warned, "\n")
+				for _, name := range tc.passed {
+					if !slices.Contains(strings.Split(strings.Split(warned, ", which")[0], ", "), name) {
+						t.Errorf("check: exit %d, %s not named after %q in:\n%s", code, name, want, report)
+					}
+				}
 			}
 			for name := range secrets {
 				if !slices.Contains(tc.passed, name) && !strings.Contains(report, name) {
@@ -108,7 +144,7 @@ func TestMain_HandlerSecrets(t *testing.T) {
 	}
 }
 
-func TestHasPassword(t *testing.T) {
+func TestLedgerURLSecret(t *testing.T) {
 	t.Parallel()
 	for conn, want := range map[string]bool{
 		"":                                     false,
@@ -117,13 +153,23 @@ func TestHasPassword(t *testing.T) {
 		"postgresql://sqsonce:@db/orders":      true,
 		"postgres://db/orders?password=pw":     true,
 		"postgres://db/orders?sslmode=require": false,
-		"host=db dbname=orders":                false,
-		"host=db password=pw":                  true,
-		"password = pw host=db":                true,
-		"host=db passwordfile=x":               false,
+		"postgres://db/orders?sslmode=verify-full&sslpassword=k": true,
+		"postgres://db/orders?passfile=/etc/pgpass":              true,
+		"postgres://db/orders?sslkey=/etc/client.key":            true,
+		"postgres://db/orders?sslcert=/etc/client.crt":           false,
+		"postgres://db/orders?service=orders&servicefile=/s":     true,
+		"host=db dbname=orders":                                  false,
+		"host=db password=pw":                                    true,
+		"password = pw host=db":                                  true,
+		"host=db passwordfile=x":                                 false,
+		"host=db sslpassword=k":                                  true,
+		"host=db sslkey=/etc/client.key sslcert=/etc/client.crt": true,
+		"host=db passfile=/etc/pgpass":                           true,
+		"host=db servicefile=/s service=orders":                  true,
+		"host=db sslcert=/etc/client.crt service=orders":         false,
 	} {
-		if got := hasPassword(conn); got != want {
-			t.Errorf("hasPassword(%q) = %v, want %v", conn, got, want)
+		if got := ledgerURLSecret(conn); got != want {
+			t.Errorf("ledgerURLSecret(%q) = %v, want %v", conn, got, want)
 		}
 	}
 }

@@ -28,8 +28,8 @@ type service struct {
 // a context that ends at the first stop signal, and a function that ends
 // them all (it may be called more than once). A second signal calls
 // s.hurry.
-func (m *Main) serve(ctx context.Context, s service, cfg AdminConfig, reg *prometheus.Registry, log *slog.Logger) (context.Context, func(), error) {
-	admin, err := startAdmin(cfg, reg, s.health, log)
+func (m *Main) serve(ctx context.Context, s service, a adminListener, reg *prometheus.Registry, log *slog.Logger) (context.Context, func(), error) {
+	admin, err := startAdmin(a, reg, s.health, log)
 	if err != nil {
 		return nil, nil, err
 	}

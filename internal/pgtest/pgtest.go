@@ -15,6 +15,8 @@
 //   - [Proxy]: a TCP proxy on loopback in front of the server that counts
 //     round trips and can cut every connection or lose the server's next
 //     answer, to test what a client does when a connection fails.
+//   - [Cluster]: a server of one test's own, which the test stops and
+//     starts again, to test what a client does while the server is down.
 //
 // Tests import it; the binary never does.
 package pgtest

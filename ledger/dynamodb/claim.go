@@ -207,6 +207,8 @@ func (l *Ledger) claimWrite(ctx context.Context, req *ledger.ClaimRequest, now t
 	if req.MessageID != "" {
 		u.set = append(u.set, e.n(attrMessageID)+" = "+e.v("mid", strAV(textcut.Cut(req.MessageID, ledger.MaxMessageIDLen))))
 	}
+	// A claim clears the dead-letter mark (ledger.ClearDeadLetter).
+	u.remove = append(u.remove, e.n(attrDeadLettered), e.n(attrDeadLetterReason), e.n(attrDeadLetterCopyID))
 	l.stampSet(e, u, now, writeID)
 	inProgress := e.n(attrLease) + " <= " + nowV
 	if req.Supersede != "" {

@@ -134,4 +134,35 @@
 // keeping them exactly would need a transaction on every write, and TTL
 // deletion does not report what it removes. Call it seldom on a large
 // table.
+//
+// # Flow control
+//
+// A record's flow fields are attributes of its item (own_failures,
+// outage_failures, dead_lettered, dead_letter_reason, dead_letter_copy_id),
+// absent when zero. DeadLetterCounts scans the table, as Stats does. The
+// rest is items under keys that start with "flow#", which the scans of
+// records leave out: a flow document, a rate bucket, a slot (one per pool
+// and index) and a process each have one, and an index item lists the
+// scopes of documents and the ids of processes, so that ListFlows and
+// Processes read those items and not the table.
+//
+// Reserve is one conditional UpdateItem per bucket, every bucket at once;
+// a bucket that another host moved since this one saw it costs no more,
+// unless it went idle or past the reservation's Within (then a read and a
+// second write). TakeSlots tries as many slots as it asks for at once (one
+// PutItem each, conditioned on the slot being free), and only when some
+// were held reads the others to find the free ones: one round of requests
+// when slots are free, at most three. The hosts' clocks decide: a bucket
+// shared by hosts whose clocks differ by s may give about rate·s more
+// starts in a window than its rate (s = 10 ms at 40 per second: 0.4), and
+// a lease lapses s early on the host that runs ahead.
+//
+// # Upgrading
+//
+// Init records the flow schema on the schema item (flow_schema), whose
+// schema_version stays 1: nothing else changes in the table, and an older
+// sqsonce keeps working on it (its decoder reads the attributes it knows,
+// its scans look at "op#" items only). Open refuses a table without
+// flow_schema with ledger.ErrNoSchema, naming `sqsonce ledger init`: run it
+// with the new version before starting its workers.
 package dynamodb

@@ -139,6 +139,8 @@ type Ledger struct {
 	mu     sync.RWMutex // guards closed and calls.Add
 	closed bool
 	calls  sync.WaitGroup
+
+	flow flowState // see flow.go
 }
 
 // Open opens the ledger on the table that opts name, which Init must have
@@ -165,6 +167,9 @@ func Open(ctx context.Context, client Client, opts Options) (*Ledger, error) {
 		timeout:     opts.Timeout,
 	}
 	if err := l.check(ctx); err != nil {
+		return nil, fmt.Errorf("open dynamodb ledger: %w", err)
+	}
+	if err := l.checkFlowSchema(ctx); err != nil {
 		return nil, fmt.Errorf("open dynamodb ledger: %w", err)
 	}
 	return l, nil

@@ -74,6 +74,9 @@ func Init(ctx context.Context, client Client, opts Options) (InitReport, error) 
 	if err := l.writeSchema(ctx); err != nil {
 		return fail(err)
 	}
+	if err := l.writeFlowSchema(ctx); err != nil {
+		return fail(err)
+	}
 	return report, nil
 }
 

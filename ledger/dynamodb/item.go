@@ -44,6 +44,13 @@ const (
 	attrResult      = "result"       // B; absent when empty
 	attrWriteID     = "write_id"     // S: the call that wrote the item last
 
+	// The flow fields of a record, absent when zero (see flow.go).
+	attrOwnFailures      = "own_failures"        // N
+	attrOutageFailures   = "outage_failures"     // N
+	attrDeadLettered     = "dead_lettered"       // N: Unix nanoseconds
+	attrDeadLetterReason = "dead_letter_reason"  // S
+	attrDeadLetterCopyID = "dead_letter_copy_id" // S
+
 	attrSchemaVersion = "schema_version" // N, on the schema item
 	attrSchemaWritten = "written"        // N: Unix nanoseconds, on the schema item
 )
@@ -114,13 +121,19 @@ func itemOf(rec *ledger.Record, writeID string) map[string]types.AttributeValue 
 	}
 	for name, t := range map[string]time.Time{
 		attrLease: rec.LeaseExpiry, attrFirstSeen: rec.FirstSeen, attrClaimed: rec.Claimed,
-		attrUpdated: rec.Updated, attrCompleted: rec.Completed,
+		attrUpdated: rec.Updated, attrCompleted: rec.Completed, attrDeadLettered: rec.DeadLettered,
 	} {
 		if !t.IsZero() {
 			item[name] = timeAV(t)
 		}
 	}
-	for name, s := range map[string]string{attrOwner: rec.Owner, attrLastError: rec.LastError, attrMessageID: rec.MessageID} {
+	for name, n := range map[string]int{attrOwnFailures: rec.OwnFailures, attrOutageFailures: rec.OutageFailures} {
+		if n != 0 {
+			item[name] = intAV(int64(n))
+		}
+	}
+	for name, s := range map[string]string{attrOwner: rec.Owner, attrLastError: rec.LastError, attrMessageID: rec.MessageID,
+		attrDeadLetterReason: rec.DeadLetterReason, attrDeadLetterCopyID: rec.DeadLetterCopyID} {
 		if s != "" {
 			item[name] = strAV(s)
 		}
@@ -196,6 +209,11 @@ func recordOf(item map[string]types.AttributeValue) (ledger.Record, error) {
 	r.LastError = d.str(attrLastError, false, ledger.MaxErrorLen)
 	r.MessageID = d.str(attrMessageID, false, ledger.MaxMessageIDLen)
 	r.Result = d.bin(attrResult, ledger.MaxResultLen)
+	r.OwnFailures = int(d.int(attrOwnFailures, false, 1<<31))
+	r.OutageFailures = int(d.int(attrOutageFailures, false, 1<<31))
+	r.DeadLettered = d.time(attrDeadLettered, false)
+	r.DeadLetterReason = d.str(attrDeadLetterReason, false, ledger.MaxErrorLen)
+	r.DeadLetterCopyID = d.str(attrDeadLetterCopyID, false, ledger.MaxMessageIDLen)
 	if d.err != "" {
 		if key == "" {
 			key = pk

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -245,10 +246,17 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 // run it rarely (daily at most) or not at all. Without TTL (dynalite, or a
 // table where it could not be enabled) it is what keeps the table bounded:
 // run it about once per tenth of the retention.
+//
+// The same scan finds the flow items that expired (idle rate buckets, free
+// slots, tombstones of flow documents, lapsed registrations) and deletes
+// them the same way; they are not counted.
 func (l *Ledger) Sweep(ctx context.Context) (int, error) {
 	now := l.now()
 	e := newExpr()
-	filter := "begins_with(" + e.n(attrPK) + ", " + e.v("op", strAV(opPrefix)) + ") AND " + e.n(attrExpires) + " <= " + e.v("now", timeAV(now))
+	// Flow items (flowPrefix) expire too, and go in the same scan; they
+	// are not counted.
+	filter := "(begins_with(" + e.n(attrPK) + ", " + e.v("op", strAV(opPrefix)) + ") OR begins_with(" + e.n(attrPK) + ", " +
+		e.v("flow", strAV(flowPrefix)) + ")) AND " + e.n(attrExpires) + " <= " + e.v("now", timeAV(now))
 	var mu sync.Mutex
 	removed := 0
 	err := l.scanPages(ctx, sweepPage, ddb.ScanInput{
@@ -262,7 +270,7 @@ func (l *Ledger) Sweep(ctx context.Context) (int, error) {
 			if err != nil {
 				return err
 			}
-			if ok {
+			if pk, _ := item[attrPK].(*types.AttributeValueMemberS); ok && pk != nil && strings.HasPrefix(pk.Value, opPrefix) {
 				mu.Lock()
 				removed++
 				mu.Unlock()

@@ -237,6 +237,7 @@ func (l *Ledger) fail(ctx context.Context, f *ledger.Failure) error {
 		} else {
 			w.u.remove = append(w.u.remove, e.n(attrLastError))
 		}
+		w.u.set = append(w.u.set, countFailure(e, f))
 		l.stampSet(e, &w.u, now, writeID)
 		return w
 	}, func(cur *ledger.Record, own bool) error {

@@ -37,6 +37,7 @@ type Ledger interface {
 	Overview(ctx context.Context, since time.Time) (ledger.Overview, error)
 	Stats(ctx context.Context) (ledger.Stats, error)
 	Sweep(ctx context.Context) (int, error)
+	Flow
 }
 
 // Clock is a manual clock for tests, safe for concurrent use.
@@ -398,7 +399,7 @@ func Run(t *testing.T, open Open) {
 			Key: "k", State: ledger.StateComplete, Fingerprint: fp1, Attempts: 2, Owner: "b",
 			FirstSeen: start, Claimed: start.Add(2 * time.Second), Updated: start.Add(3 * time.Second),
 			Completed: start.Add(3 * time.Second), Expires: start.Add(3*time.Second + Retention),
-			MessageID: "m-2", Result: []byte("ok"),
+			MessageID: "m-2", Result: []byte("ok"), OwnFailures: 1,
 		}
 		if err := equalRecord(rec, want); err != nil {
 			t.Fatal(err)
@@ -1056,6 +1057,8 @@ func Run(t *testing.T, open Open) {
 			t.Fatalf("failed with prefix k1: %v", failed)
 		}
 	})
+
+	runFlow(t, setup)
 }
 
 // listAll reads every page of a List of f, limit records at a time, and
@@ -1123,7 +1126,7 @@ func equalRecord(got, want ledger.Record) error {
 
 // norm puts times in UTC so that records compare by instant.
 func norm(r ledger.Record) ledger.Record {
-	for _, p := range []*time.Time{&r.LeaseExpiry, &r.FirstSeen, &r.Claimed, &r.Updated, &r.Completed, &r.Expires} {
+	for _, p := range []*time.Time{&r.LeaseExpiry, &r.FirstSeen, &r.Claimed, &r.Updated, &r.Completed, &r.Expires, &r.DeadLettered} {
 		if !p.IsZero() {
 			*p = p.UTC()
 		}

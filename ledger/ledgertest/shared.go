@@ -258,4 +258,6 @@ func RunShared(t *testing.T, open OpenShared) {
 			t.Errorf("the live record: %v", err)
 		}
 	})
+
+	runFlowShared(t, open)
 }

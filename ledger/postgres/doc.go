@@ -71,4 +71,35 @@
 // and a later delivery takes it over; no two owners hold a live lease), a
 // completion may have been recorded (the next delivery then answers
 // AlreadyComplete). Either way the caller must not acknowledge the message.
+//
+// # Flow control
+//
+// The records' flow fields (ledger.Record.OwnFailures, OutageFailures and
+// the dead-letter mark) are columns of the table; a partial index on the
+// group of the dead-letter reason, over the marked records only, makes
+// DeadLetterCounts a scan of those. Flow documents, rate buckets,
+// concurrency slots and the process registry have tables of their own,
+// named after the table: _flow, _rate, _slots and _procs. Every flow call
+// is one round trip (after its statements are prepared on the connection):
+// Reserve takes the tokens of every bucket of the call in one INSERT … ON
+// CONFLICT DO UPDATE … RETURNING, from the server's clock; TakeSlots takes
+// free rows of each pool with UPDATE … FOR UPDATE SKIP LOCKED, a pool's
+// rows 0..limit-1 being made on first use in the same round trip. A call
+// whose connection was lost after it was sent is tried once more: a
+// reservation's first tokens, if it took effect, are then lost to everyone
+// (a rate is undershot, never exceeded), and a PutFlow may answer
+// ErrConflict with its own earlier write as the current document.
+//
+// # Upgrading
+//
+// Init upgrades a table made before flow control: it adds the flow columns
+// (with defaults: the statements of an older sqsonce name their columns and
+// do not see them, and adding them rewrites no row), the index (built in
+// Init's transaction: writes to the table wait for one scan of it), the
+// flow tables, and flow_version in the version table, whose version stays
+// 1 so that older workers keep working on it. Init looks before it alters:
+// on an upgraded table it adds no column and builds no index again. Open
+// refuses a table without flow_version with ledger.ErrNoSchema, naming
+// `sqsonce ledger init`: run it with the new version before starting its
+// workers.
 package postgres

@@ -235,6 +235,9 @@ func Init(ctx context.Context, opts Options) error {
 				return err
 			}
 		}
+		if err := initFlow(cctx, tx, c); err != nil {
+			return err
+		}
 		return tx.QueryRow(cctx, fmt.Sprintf(`SELECT version FROM %s`, c.version.Sanitize())).Scan(&got)
 	})
 	if err != nil {
@@ -306,6 +309,7 @@ type Ledger struct {
 	cfg    *config
 	closed atomic.Bool
 	q      queries
+	flow   flowState // see flow.go
 }
 
 // Open connects to the server and checks the ledger's table. It fails with
@@ -323,8 +327,12 @@ func Open(ctx context.Context, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", c.where, classify(ctx, err))
 	}
-	l := &Ledger{pool: pool, cfg: c, q: newQueries(c)}
+	l := &Ledger{pool: pool, cfg: c, q: newQueries(c), flow: newFlowState(c)}
 	if err := l.checkSchema(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", c.where, err)
+	}
+	if err := l.checkFlowSchema(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", c.where, err)
 	}

@@ -170,7 +170,8 @@ func (l *Ledger) Stats(ctx context.Context) (ledger.Stats, error) {
 // records than it may delete: the rest, if any, are held by others.
 //
 // A chunk whose answer was lost with its connection is tried again, and the
-// records it deleted are not counted.
+// records it deleted are not counted. Sweep then removes the flow state
+// that has no more use (see sweepFlow), which it does not count.
 func (l *Ledger) Sweep(ctx context.Context) (int, error) {
 	total := 0
 	for {
@@ -188,6 +189,9 @@ func (l *Ledger) Sweep(ctx context.Context) (int, error) {
 		}
 		total += int(n)
 		if n < int64(l.cfg.chunk) {
+			if err := l.sweepFlow(ctx); err != nil {
+				return total, fmt.Errorf("sweep flow state: %w", err)
+			}
 			return total, nil
 		}
 	}

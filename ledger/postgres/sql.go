@@ -19,7 +19,7 @@ const (
 
 // columns are the columns of a record, in the order scanRecord reads them.
 const columns = `key, state, permanent, fingerprint, attempts, owner, lease_expiry, first_seen,
-	claimed, updated, completed, expires, last_error, message_id, result, takeover`
+	claimed, updated, completed, expires, last_error, message_id, result, takeover` + flowColumns
 
 // nowExpr is the clock of a statement: the parameter, set only by tests
 // (Options.Now), or else the server's now(). The parameter is always $1.
@@ -121,8 +121,8 @@ RETURNING o.key, o.owner`,
 WITH locked AS MATERIALIZED (
 	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
 UPDATE ` + t + ` AS o SET state = 3, attempts = o.attempts + 1, permanent = u.permanent, lease_expiry = NULL, last_error = u.err,
-	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
-FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[]) AS u(key, owner, err, permanent),
+	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond', ` + failFlowSet + `
+FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[], $7::boolean[]) AS u(key, owner, err, permanent, outage),
 	(SELECT ` + nowExpr + ` AS now) c
 WHERE o.key = ANY($3::bytea[]) AND o.key = locked.key AND o.key = u.key AND o.owner = u.owner
 	AND o.state = 1 AND o.expires > c.now
@@ -277,7 +277,8 @@ ON CONFLICT (key) DO UPDATE SET
 	last_error = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.last_error END,
 	message_id = CASE WHEN o.expires <= excluded.claimed OR excluded.message_id IS NOT NULL THEN excluded.message_id ELSE o.message_id END,
 	result = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.result END,
-	takeover = o.expires > excluded.claimed AND o.state = 1 AND o.lease_expiry <= excluded.claimed
+	takeover = o.expires > excluded.claimed AND o.state = 1 AND o.lease_expiry <= excluded.claimed,
+	` + claimFlowSet + `
 WHERE o.expires <= excluded.claimed
 	OR ((o.fingerprint IS NULL OR excluded.fingerprint IS NULL OR o.fingerprint = excluded.fingerprint)
 		AND ((o.state = 3 AND NOT o.permanent) OR (o.state = 1 AND ` + inProgress + `)))
@@ -336,15 +337,17 @@ func scanRecord(r pgx.Row, extra ...any) (rw row, ok bool, err error) {
 		permanent, takeover                                   pgtype.Bool
 		lease, firstSeen, claimed, updated, completed, expiry pgtype.Timestamptz
 	)
+	var fl flowCols
 	dest := append([]any{&key, &state, &permanent, &fp, &attempts, &owner, &lease, &firstSeen,
-		&claimed, &updated, &completed, &expiry, &lastErr, &msgID, &result, &takeover}, extra...)
+		&claimed, &updated, &completed, &expiry, &lastErr, &msgID, &result, &takeover}, fl.dest()...)
+	dest = append(dest, extra...)
 	if err := r.Scan(dest...); err != nil {
 		return row{}, false, err
 	}
 	if key == nil {
 		return row{}, false, nil
 	}
-	return row{
+	rw = row{
 		rec: ledger.Record{
 			Key:         string(key),
 			State:       ledger.State(state.Int16),
@@ -363,7 +366,9 @@ func scanRecord(r pgx.Row, extra ...any) (rw row, ok bool, err error) {
 			Result:      nonEmpty(result),
 		},
 		takeover: takeover.Bool,
-	}, true, nil
+	}
+	fl.apply(&rw.rec)
+	return rw, true, nil
 }
 
 func nonEmpty(b []byte) []byte {

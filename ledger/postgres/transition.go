@@ -65,7 +65,7 @@ func (l *Ledger) Fail(ctx context.Context, f ledger.Failure) error {
 func (l *Ledger) FailBatch(ctx context.Context, fs []ledger.Failure) []error {
 	items := make([]item, len(fs))
 	var keys, owners, errs [][]byte
-	var permanent []bool
+	var permanent, outage []bool
 	texts := make([]string, len(fs))
 	for i, f := range fs {
 		items[i] = item{key: f.Key, owner: f.Owner}
@@ -73,10 +73,11 @@ func (l *Ledger) FailBatch(ctx context.Context, fs []ledger.Failure) []error {
 		if items[i].valid("fail") {
 			keys, owners = append(keys, []byte(f.Key)), append(owners, []byte(f.Owner))
 			errs, permanent = append(errs, bytesOrNil(texts[i])), append(permanent, f.Permanent)
+			outage = append(outage, f.Outage)
 		}
 	}
 	return l.transitionBatch(ctx, "fail", items, func(b *pgx.Batch) {
-		b.Queue(l.q.fail, l.clock(), micros(l.cfg.retention), keys, owners, errs, permanent)
+		b.Queue(l.q.fail, l.clock(), micros(l.cfg.retention), keys, owners, errs, permanent, outage)
 	}, func(it *item, f *found, again bool) error {
 		i := it.index
 		if again && f.state == stateFailed && f.permanent == fs[i].Permanent && f.lastError == texts[i] {

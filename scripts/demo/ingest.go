@@ -73,6 +73,7 @@ listen = ""
 
 [ingest]
 listen = "127.0.0.1:0"
+admin_listen = ""
 
 [[ingest.source]]
 name = "github"

@@ -1,0 +1,815 @@
+package ledgertest
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// Flow is the part of the contract that flow control uses: the failure
+// classes and dead-letter marks of records, flow documents, rate buckets,
+// concurrency slots and the process registry.
+type Flow interface {
+	MarkDeadLettered(ctx context.Context, ds []ledger.DeadLetter) []error
+	DeadLetterCounts(ctx context.Context) (map[string]int, error)
+	GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error)
+	PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error)
+	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
+	ListFlows(ctx context.Context) ([]ledger.FlowDoc, error)
+	Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error)
+	TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error)
+	ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error
+	ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error
+	PutProcess(ctx context.Context, p ledger.Process) error
+	RemoveProcess(ctx context.Context, id string) error
+	Processes(ctx context.Context) ([]ledger.Process, error)
+	FlowSchema(ctx context.Context) (int, error)
+}
+
+// runFlow is the part of Run that holds the flow contract on one handle.
+func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
+	ctx := context.Background()
+
+	t.Run("FailureClasses", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		mustClaim(t, l, req("k", "a"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "bad input"}))
+		for _, owner := range []string{"b", "c"} {
+			mustClaim(t, l, req("k", owner), ledger.Claimed)
+			must(t, l.Fail(ctx, ledger.Failure{Key: "k", Owner: owner, Err: "503", Outage: true}))
+		}
+		c := mustClaim(t, l, req("k", "d"), ledger.Claimed)
+		if c.Record.OwnFailures != 1 || c.Record.OutageFailures != 2 {
+			t.Fatalf("the claim's record: own %d, outage %d; want 1 and 2", c.Record.OwnFailures, c.Record.OutageFailures)
+		}
+		must(t, l.Complete(ctx, ledger.Completion{Key: "k", Owner: "d"}))
+		// A permanent failure counts as the operation's own.
+		mustClaim(t, l, req("p", "a"), ledger.Claimed)
+		must(t, l.Fail(ctx, ledger.Failure{Key: "p", Owner: "a", Err: "bad card", Permanent: true}))
+		for _, want := range []struct {
+			key               string
+			own, outage, atts int
+		}{{"k", 1, 2, 4}, {"p", 1, 0, 1}} {
+			check := func(how string, r ledger.Record) {
+				t.Helper()
+				if r.OwnFailures != want.own || r.OutageFailures != want.outage || r.Attempts != want.atts {
+					t.Fatalf("%s %q: own %d, outage %d, attempts %d; want %d, %d, %d",
+						how, want.key, r.OwnFailures, r.OutageFailures, r.Attempts, want.own, want.outage, want.atts)
+				}
+			}
+			r, err := l.Get(ctx, want.key)
+			must(t, err)
+			check("get", r) // a completion does not reset them
+			must(t, l.ForEach(ctx, ledger.Filter{Prefix: want.key}, func(r ledger.Record) error {
+				check("for each", r)
+				return nil
+			}))
+			p, err := l.List(ctx, ledger.Filter{Prefix: want.key}, "", 10)
+			must(t, err)
+			if len(p.Records) != 1 {
+				t.Fatalf("list %q: %d records", want.key, len(p.Records))
+			}
+			check("list", p.Records[0])
+		}
+		// A forgotten key starts again; so does an expired one.
+		must(t, l.Forget(ctx, "k"))
+		if c := mustClaim(t, l, req("k", "e"), ledger.Claimed); c.Record.OwnFailures != 0 || c.Record.OutageFailures != 0 {
+			t.Fatalf("a forgotten key claimed again: %+v", c.Record)
+		}
+		clock.Advance(Retention)
+		if c := mustClaim(t, l, req("p", "e"), ledger.Claimed); c.Record.OwnFailures != 0 {
+			t.Fatalf("an expired key claimed again: %+v", c.Record)
+		}
+	})
+
+	t.Run("DeadLetterMarks", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		for i, key := range []string{"d1", "d2", "d3"} {
+			mustClaim(t, l, req(key, "a"), ledger.Claimed)
+			must(t, l.Fail(ctx, ledger.Failure{Key: key, Owner: "a", Err: "boom", Permanent: i == 2}))
+		}
+		clock.Advance(time.Second)
+		marked := clock.Now()
+		errs := l.MarkDeadLettered(ctx, []ledger.DeadLetter{
+			{Key: "d1", Owner: "a", Reason: "GET /orders/8812: 503 from 10.0.0.7"},
+			{Key: "d2", Owner: "z", Reason: "GET /orders/17: 503 from 10.0.0.9"},
+			{Key: "d3", Owner: "a", Reason: "invalid card 4242", CopyID: "copy-3"},
+			{Key: "absent", Owner: "a", Reason: "x"},
+			{Key: "", Owner: "a"},
+			{Key: "d1", Owner: ""},
+		})
+		for i, want := range []error{nil, nil, nil, ledger.ErrNotFound, ledger.ErrInvalidKey, ledger.ErrInvalidArgument} {
+			if !errors.Is(errs[i], want) || (want == nil) != (errs[i] == nil) {
+				t.Fatalf("mark %d: %v, want %v", i, errs[i], want)
+			}
+		}
+		r, err := l.Get(ctx, "d1")
+		must(t, err)
+		if !r.DeadLettered.Equal(marked) || r.DeadLetterReason != "GET /orders/8812: 503 from 10.0.0.7" || r.DeadLetterCopyID != "" ||
+			r.State != ledger.StateFailed || r.Attempts != 1 || r.LastError != "boom" || !r.Updated.Equal(marked) {
+			t.Fatalf("marked (intent): %+v", r)
+		}
+		// The copy was sent: its id is recorded, the reason kept.
+		clock.Advance(time.Second)
+		must(t, l.MarkDeadLettered(ctx, []ledger.DeadLetter{{Key: "d1", Owner: "a", CopyID: "copy-1"}})[0])
+		r, err = l.Get(ctx, "d1")
+		must(t, err)
+		if r.DeadLetterCopyID != "copy-1" || r.DeadLetterReason != "GET /orders/8812: 503 from 10.0.0.7" || !r.DeadLettered.Equal(clock.Now()) {
+			t.Fatalf("marked (sent): %+v", r)
+		}
+		if r3, err := l.Get(ctx, "d3"); err != nil || r3.State != ledger.StateFailed || !r3.Permanent || r3.DeadLetterCopyID != "copy-3" {
+			t.Fatalf("marked permanent failure: %+v, %v", r3, err)
+		}
+		wantCounts(t, l, map[string]int{"GET /orders/#: # from #": 2, "invalid card #": 1})
+
+		// A record held by another owner's live lease is not marked; one
+		// held by the caller's own claim, or a lapsed one, is.
+		mustClaim(t, l, req("live", "a"), ledger.Claimed)
+		errs = l.MarkDeadLettered(ctx, []ledger.DeadLetter{{Key: "live", Owner: "b", Reason: "r"}, {Key: "live", Owner: "a", Reason: "mine"}})
+		if !errors.Is(errs[0], ledger.ErrNotOwner) || errs[1] != nil {
+			t.Fatalf("marks of a record in progress: %v", errs)
+		}
+		clock.Advance(lease)
+		must(t, l.MarkDeadLettered(ctx, []ledger.DeadLetter{{Key: "live", Owner: "b", Reason: "lapsed"}})[0])
+		if r, err := l.Get(ctx, "live"); err != nil || r.State != ledger.StateInProgress || r.Owner != "a" || r.DeadLetterReason != "lapsed" {
+			t.Fatalf("a lapsed claim marked: %+v, %v", r, err)
+		}
+		wantCounts(t, l, map[string]int{"GET /orders/#: # from #": 2, "invalid card #": 1, "lapsed": 1})
+
+		// A replayed message's claim clears the mark; forgetting a record
+		// removes it with the mark.
+		c := mustClaim(t, l, req("d1", "b"), ledger.Claimed)
+		if !c.Record.DeadLettered.IsZero() || c.Record.DeadLetterReason != "" || c.Record.DeadLetterCopyID != "" || c.Record.OwnFailures != 1 {
+			t.Fatalf("a claim after the mark: %+v", c.Record)
+		}
+		if r, err := l.Get(ctx, "d1"); err != nil || !r.DeadLettered.IsZero() {
+			t.Fatalf("read after the claim: %+v, %v", r, err)
+		}
+		must(t, l.Forget(ctx, "d2"))
+		must(t, l.Reset(ctx, "d3")) // what replay does: the mark stays until the claim
+		wantCounts(t, l, map[string]int{"invalid card #": 1, "lapsed": 1})
+		mustClaim(t, l, req("d3", "b"), ledger.Claimed)
+		wantCounts(t, l, map[string]int{"lapsed": 1})
+		// An expired record swept takes its mark along.
+		clock.Advance(Retention)
+		_, err = l.Sweep(ctx)
+		must(t, err)
+		wantCounts(t, l, map[string]int{})
+	})
+
+	t.Run("FlowDocs", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		r, err := l.GetFlow(ctx, "q/a")
+		must(t, err)
+		if r.Found || r.Doc.Version != 0 || r.Doc.Scope != "q/a" || !r.Now.Equal(clock.Now()) {
+			t.Fatalf("an absent document: %+v", r)
+		}
+		data := []byte{0, 1, 2, 0xff, '{', '}'}
+		w, err := l.PutFlow(ctx, ledger.FlowDoc{Scope: "q/a", Data: data}, 0)
+		must(t, err)
+		if !w.Found || w.Doc.Version != 1 || !w.Doc.Updated.Equal(clock.Now()) || !w.Doc.Expires.IsZero() || string(w.Doc.Data) != string(data) {
+			t.Fatalf("written: %+v", w)
+		}
+		clock.Advance(time.Second)
+		// A second creation conflicts and is told what is there.
+		r, err = l.PutFlow(ctx, ledger.FlowDoc{Scope: "q/a", Data: []byte("other")}, 0)
+		if !errors.Is(err, ledger.ErrConflict) || !r.Found || r.Doc.Version != 1 || string(r.Doc.Data) != string(data) || !r.Now.Equal(clock.Now()) {
+			t.Fatalf("a conflicting creation: %+v, %v", r, err)
+		}
+		w, err = l.PutFlow(ctx, ledger.FlowDoc{Scope: "q/a", Data: []byte("v2"), TTL: time.Minute}, 1)
+		must(t, err)
+		if w.Doc.Version != 2 || !w.Doc.Expires.Equal(clock.Now().Add(time.Minute)) || w.Doc.TTL != 0 {
+			t.Fatalf("second version: %+v", w)
+		}
+		if _, err := l.PutFlow(ctx, ledger.FlowDoc{Scope: "q/a"}, 1); !errors.Is(err, ledger.ErrConflict) {
+			t.Fatalf("a stale write: %v", err)
+		}
+		r, err = l.GetFlow(ctx, "q/a")
+		must(t, err)
+		if !r.Found || r.Doc.Version != 2 || string(r.Doc.Data) != "v2" {
+			t.Fatalf("read: %+v", r)
+		}
+		// Expired: absent, its version kept so that no stale writer takes
+		// the scope with version 0 or an older one.
+		clock.Advance(time.Minute)
+		r, err = l.GetFlow(ctx, "q/a")
+		must(t, err)
+		if r.Found || r.Doc.Version != 2 || r.Doc.Data != nil {
+			t.Fatalf("expired: %+v", r)
+		}
+		if r, err := l.PutFlow(ctx, ledger.FlowDoc{Scope: "q/a"}, 0); !errors.Is(err, ledger.ErrConflict) || r.Found || r.Doc.Version != 2 {
+			t.Fatalf("a creation over an expired document: %+v, %v", r, err)
+		}
+		expires := clock.Now().Add(time.Hour)
+		w, err = l.PutFlow(ctx, ledger.FlowDoc{Scope: "q/a", Data: []byte("v3"), Expires: expires}, 2)
+		must(t, err)
+		if w.Doc.Version != 3 || !w.Doc.Expires.Equal(expires) {
+			t.Fatalf("written over an expired document: %+v", w)
+		}
+		// Deleted: a tombstone one version on.
+		if err := l.DeleteFlow(ctx, "q/a", 2); !errors.Is(err, ledger.ErrConflict) {
+			t.Fatalf("a delete of another version: %v", err)
+		}
+		must(t, l.DeleteFlow(ctx, "q/a", 3))
+		if err := l.DeleteFlow(ctx, "q/a", 4); !errors.Is(err, ledger.ErrNotFound) {
+			t.Fatalf("a delete of a deleted document: %v", err)
+		}
+		if _, err := l.PutFlow(ctx, ledger.FlowDoc{Scope: "q/a"}, 3); !errors.Is(err, ledger.ErrConflict) {
+			t.Fatalf("a write by a writer that read the deleted version: %v", err)
+		}
+		r, err = l.GetFlow(ctx, "q/a")
+		must(t, err)
+		if r.Found || r.Doc.Version != 4 {
+			t.Fatalf("deleted: %+v", r)
+		}
+		// Listing: live documents only, by scope.
+		for _, scope := range []string{"q/c", "q/b", "q/d"} {
+			d := ledger.FlowDoc{Scope: scope, Data: []byte(scope)}
+			if scope == "q/d" {
+				d.TTL = time.Second
+			}
+			_, err := l.PutFlow(ctx, d, 0)
+			must(t, err)
+		}
+		clock.Advance(time.Second)
+		docs, err := l.ListFlows(ctx)
+		must(t, err)
+		var scopes []string
+		for _, d := range docs {
+			scopes = append(scopes, d.Scope)
+			if string(d.Data) != d.Scope || d.Version != 1 {
+				t.Fatalf("listed: %+v", d)
+			}
+		}
+		if fmt.Sprint(scopes) != "[q/b q/c]" {
+			t.Fatalf("listed scopes %v, want [q/b q/c]", scopes)
+		}
+		// Tombstones go after FlowKeep: the scope starts again.
+		clock.Advance(ledger.FlowKeep)
+		_, err = l.Sweep(ctx)
+		must(t, err)
+		r, err = l.GetFlow(ctx, "q/a")
+		must(t, err)
+		if r.Found || r.Doc.Version != 0 {
+			t.Fatalf("a tombstone after its keep: %+v", r)
+		}
+		if r, err := l.GetFlow(ctx, "q/b"); err != nil || !r.Found {
+			t.Fatalf("a live document after a sweep: %+v, %v", r, err)
+		}
+		// Bounds.
+		for _, d := range []ledger.FlowDoc{{Scope: ""}, {Scope: "x", Data: make([]byte, ledger.MaxFlowData+1)}, {Scope: "x", TTL: -1}} {
+			if _, err := l.PutFlow(ctx, d, 0); !errors.Is(err, ledger.ErrInvalidArgument) {
+				t.Fatalf("put %q with %d bytes, ttl %v: %v", d.Scope, len(d.Data), d.TTL, err)
+			}
+		}
+		if _, err := l.PutFlow(ctx, ledger.FlowDoc{Scope: "x", Data: make([]byte, ledger.MaxFlowData)}, 0); err != nil {
+			t.Fatalf("a document of MaxFlowData bytes: %v", err)
+		}
+	})
+
+	t.Run("FlowCompareAndSet", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		casCounter(t, []Ledger{l, l, l, l}, 15)
+	})
+
+	t.Run("ReserveGCRA", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		ms := func(n ...int) []time.Duration {
+			ds := make([]time.Duration, len(n))
+			for i, v := range n {
+				ds[i] = time.Duration(v) * time.Millisecond
+			}
+			return ds
+		}
+		gs, err := l.Reserve(ctx, []ledger.Reservation{
+			{Bucket: "b1", Rate: 10, Burst: 1, N: 5},
+			{Bucket: "b3", Rate: 10, Burst: 3, N: 4},
+			{Bucket: "w", Rate: 10, Burst: 1, N: 10, Within: 250 * time.Millisecond},
+		})
+		must(t, err)
+		wantGrant(t, "burst 1", gs[0], ms(0, 100, 200, 300, 400), 500*time.Millisecond, 10, 1)
+		wantGrant(t, "burst 3", gs[1], ms(0, 0, 0, 100), 200*time.Millisecond, 10, 3)
+		wantGrant(t, "within 250ms", gs[2], ms(0, 100, 200), 300*time.Millisecond, 10, 1)
+		// The same instant: the tokens go on where the last ones ended.
+		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b1", Rate: 10, Burst: 1, N: 1}, {Bucket: "w", Rate: 10, Burst: 1, N: 3, Within: 50 * time.Millisecond}})
+		must(t, err)
+		wantGrant(t, "burst 1 again", gs[0], ms(500), 600*time.Millisecond, 10, 1)
+		wantGrant(t, "nothing within 50ms", gs[1], nil, 300*time.Millisecond, 10, 1)
+		// Later: offsets from the new now; an idle bucket has its burst.
+		clock.Advance(250 * time.Millisecond)
+		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b1", Rate: 10, Burst: 1, N: 2}, {Bucket: "b3", Rate: 10, Burst: 3, N: 1}})
+		must(t, err)
+		wantGrant(t, "burst 1 later", gs[0], ms(350, 450), 550*time.Millisecond, 10, 1)
+		wantGrant(t, "burst 3 later", gs[1], ms(0), 50*time.Millisecond, 10, 3)
+		clock.Advance(10 * time.Second)
+		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b3", Rate: 10, Burst: 3, N: 4}})
+		must(t, err)
+		wantGrant(t, "burst 3 idle", gs[0], ms(0, 0, 0, 100), 200*time.Millisecond, 10, 3)
+		// A reserver with other limits is told the bucket's; its
+		// reservation follows its own (no tolerance with burst 1).
+		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b3", Rate: 20, Burst: 1, N: 1}})
+		must(t, err)
+		wantGrant(t, "other limits", gs[0], ms(400), 450*time.Millisecond, 10, 3)
+		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b3", Rate: 20, Burst: 1, N: 1}})
+		must(t, err)
+		if gs[0].Rate != 20 || gs[0].Burst != 1 {
+			t.Fatalf("the bucket's limits after another reserver's: %v/%d", gs[0].Rate, gs[0].Burst)
+		}
+		// An idle bucket is swept; it then starts with the next
+		// reserver's limits.
+		clock.Advance(ledger.BucketIdle + time.Minute)
+		_, err = l.Sweep(ctx)
+		must(t, err)
+		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b3", Rate: 5, Burst: 2, N: 1}})
+		must(t, err)
+		wantGrant(t, "swept", gs[0], ms(0), 0, 5, 2)
+		// Bounds.
+		for _, r := range [][]ledger.Reservation{
+			{{Bucket: "x", Rate: 0, Burst: 1, N: 1}},
+			{{Bucket: "x", Rate: math.NaN(), Burst: 1, N: 1}},
+			{{Bucket: "x", Rate: 1, Burst: 0, N: 1}},
+			{{Bucket: "x", Rate: 1, Burst: 1, N: 0}},
+			{{Bucket: "x", Rate: 1, Burst: 1, N: 1, Within: -1}},
+			{{Bucket: "", Rate: 1, Burst: 1, N: 1}},
+			{{Bucket: "x", Rate: 1, Burst: 1, N: 1}, {Bucket: "x", Rate: 1, Burst: 1, N: 1}},
+		} {
+			if _, err := l.Reserve(ctx, r); !errors.Is(err, ledger.ErrInvalidArgument) {
+				t.Fatalf("reserve %+v: %v", r, err)
+			}
+		}
+	})
+
+	t.Run("ReserveInterleaved", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		reserveInterleaved(t, []Ledger{l, l}, clock)
+	})
+
+	t.Run("ReserveConcurrent", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		reserveConcurrent(t, []Ledger{l, l, l}, clock)
+	})
+
+	t.Run("Slots", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		take := func(pool string, limit, n int, owner string) []int {
+			t.Helper()
+			out, err := l.TakeSlots(ctx, []ledger.SlotRequest{{Pool: pool, Limit: limit, N: n, Owner: owner, Lease: lease}})
+			must(t, err)
+			var idx []int
+			for _, s := range out[0] {
+				if s.Pool != pool || s.Owner != owner {
+					t.Fatalf("took %+v for %s/%s", s, pool, owner)
+				}
+				idx = append(idx, s.Index)
+			}
+			slices.Sort(idx)
+			return idx
+		}
+		wantIdx := func(what string, got []int, want ...int) {
+			t.Helper()
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: slots %v, want %v", what, got, want)
+			}
+		}
+		wantIdx("a takes 2 of 3", take("p", 3, 2, "a"), 0, 1)
+		wantIdx("b asks 2, 1 is free", take("p", 3, 2, "b"), 2)
+		wantIdx("c finds none", take("p", 3, 1, "c"))
+		errs := l.ReleaseSlots(ctx, []ledger.Slot{{Pool: "p", Index: 0, Owner: "a"}, {Pool: "p", Index: 2, Owner: "a"}})
+		if errs[0] != nil || !errors.Is(errs[1], ledger.ErrNotOwner) {
+			t.Fatalf("releases: %v", errs)
+		}
+		wantIdx("c takes the released one", take("p", 3, 5, "c"), 0)
+		clock.Advance(lease / 2)
+		errs = l.ExtendSlots(ctx, []ledger.Slot{{Pool: "p", Index: 1, Owner: "a"}, {Pool: "p", Index: 1, Owner: "c"}}, lease)
+		if errs[0] != nil || !errors.Is(errs[1], ledger.ErrNotOwner) {
+			t.Fatalf("extensions: %v", errs)
+		}
+		// b's and c's leases lapse (b's slot 2, c's slot 0), a's
+		// extended one holds. A lapsed slot still held by its owner can
+		// be extended until another takes it.
+		clock.Advance(lease / 2)
+		must(t, l.ExtendSlots(ctx, []ledger.Slot{{Pool: "p", Index: 0, Owner: "c"}}, lease)[0])
+		wantIdx("d takes the lapsed one", take("p", 3, 3, "d"), 2)
+		if err := l.ExtendSlots(ctx, []ledger.Slot{{Pool: "p", Index: 2, Owner: "b"}}, lease)[0]; !errors.Is(err, ledger.ErrNotOwner) {
+			t.Fatalf("an extension of a slot taken over: %v", err)
+		}
+		// A lower limit: slots from the new limit up are never handed
+		// out; those held stay held.
+		must(t, errors.Join(l.ReleaseSlots(ctx, []ledger.Slot{{Pool: "p", Index: 0, Owner: "c"}, {Pool: "p", Index: 1, Owner: "a"}})...))
+		if err := l.ReleaseSlots(ctx, []ledger.Slot{{Pool: "p", Index: 1, Owner: "a"}})[0]; !errors.Is(err, ledger.ErrNotOwner) {
+			t.Fatalf("a second release: %v", err)
+		}
+		wantIdx("limit 2", take("p", 2, 5, "e"), 0, 1)
+		wantIdx("limit 2 again", take("p", 2, 5, "f"))
+		// A higher one adds slots.
+		wantIdx("limit 5", take("p", 5, 5, "g"), 3, 4)
+		// Several pools in one call, each at most its limit.
+		out, err := l.TakeSlots(ctx, []ledger.SlotRequest{
+			{Pool: "x", Limit: 2, N: 3, Owner: "h", Lease: lease},
+			{Pool: "y", Limit: 1, N: 1, Owner: "h", Lease: lease},
+		})
+		must(t, err)
+		if len(out) != 2 || len(out[0]) != 2 || len(out[1]) != 1 || out[1][0].Pool != "y" {
+			t.Fatalf("two pools: %+v", out)
+		}
+		for _, r := range [][]ledger.SlotRequest{
+			{{Pool: "x", Limit: 0, N: 1, Owner: "o", Lease: lease}},
+			{{Pool: "x", Limit: 1, N: 0, Owner: "o", Lease: lease}},
+			{{Pool: "x", Limit: 1, N: 1, Owner: "", Lease: lease}},
+			{{Pool: "x", Limit: 1, N: 1, Owner: "o", Lease: 0}},
+			{{Pool: "x", Limit: ledger.MaxSlotLimit + 1, N: 1, Owner: "o", Lease: lease}},
+			{{Pool: "x", Limit: 1, N: 1, Owner: "o", Lease: lease}, {Pool: "x", Limit: 1, N: 1, Owner: "p", Lease: lease}},
+		} {
+			if _, err := l.TakeSlots(ctx, r); !errors.Is(err, ledger.ErrInvalidArgument) {
+				t.Fatalf("take %+v: %v", r, err)
+			}
+		}
+		if err := l.ExtendSlots(ctx, []ledger.Slot{{Pool: "x", Index: 0, Owner: "h"}}, 0)[0]; !errors.Is(err, ledger.ErrInvalidArgument) {
+			t.Fatalf("an extension by 0: %v", err)
+		}
+	})
+
+	t.Run("SlotsConcurrent", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		slotsConcurrent(t, []Ledger{l, l, l, l})
+	})
+
+	t.Run("Processes", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		started := clock.Now().Add(-time.Minute)
+		p := ledger.Process{ID: "host-a/42/x1", Host: "host-a", PID: 42, Version: "v1.2.3", Queue: "https://sqs/q",
+			Started: started, InHand: 7, TTL: 15 * time.Second}
+		must(t, l.PutProcess(ctx, p))
+		q := p
+		q.ID, q.Paused, q.PausedWhy, q.InHand = "host-b/7/y2", true, "outage of http://svc", 0
+		q.TTL, q.Expires = 0, clock.Now().Add(time.Minute)
+		must(t, l.PutProcess(ctx, q))
+		clock.Advance(5 * time.Second)
+		ps, err := l.Processes(ctx)
+		must(t, err)
+		if len(ps) != 2 {
+			t.Fatalf("processes: %+v", ps)
+		}
+		a, b := ps[0], ps[1]
+		beat := clock.Now().Add(-5 * time.Second)
+		if a.ID != p.ID || a.Host != "host-a" || a.PID != 42 || a.Version != "v1.2.3" || a.Queue != "https://sqs/q" ||
+			!a.Started.Equal(started) || !a.Beat.Equal(beat) || a.BeatAge != 5*time.Second || a.InHand != 7 || a.Paused ||
+			!a.Expires.Equal(beat.Add(15*time.Second)) || a.TTL != 0 {
+			t.Fatalf("process a: %+v", a)
+		}
+		if b.ID != q.ID || !b.Paused || b.PausedWhy != "outage of http://svc" || !b.Expires.Equal(q.Expires) {
+			t.Fatalf("process b: %+v", b)
+		}
+		// A beat renews; a stop removes.
+		p.InHand = 3
+		must(t, l.PutProcess(ctx, p))
+		must(t, l.RemoveProcess(ctx, q.ID))
+		must(t, l.RemoveProcess(ctx, "never-there"))
+		ps, err = l.Processes(ctx)
+		must(t, err)
+		if len(ps) != 1 || ps[0].InHand != 3 || ps[0].BeatAge != 0 || !ps[0].Expires.Equal(clock.Now().Add(15*time.Second)) {
+			t.Fatalf("after a beat and a stop: %+v", ps)
+		}
+		// A process that stopped beating is listed, lapsed, for
+		// ProcessKeep, then swept.
+		clock.Advance(ledger.ProcessKeep)
+		ps, err = l.Processes(ctx)
+		must(t, err)
+		if len(ps) != 1 || ps[0].BeatAge != ledger.ProcessKeep {
+			t.Fatalf("a lapsed process: %+v", ps)
+		}
+		clock.Advance(15 * time.Second)
+		_, err = l.Sweep(ctx)
+		must(t, err)
+		ps, err = l.Processes(ctx)
+		must(t, err)
+		if len(ps) != 0 {
+			t.Fatalf("after its keep: %+v", ps)
+		}
+		for _, p := range []ledger.Process{{ID: "", TTL: time.Second}, {ID: "x"}, {ID: "x", TTL: -1}, {ID: "x", TTL: time.Second, PID: -1}} {
+			if err := l.PutProcess(ctx, p); !errors.Is(err, ledger.ErrInvalidArgument) {
+				t.Fatalf("put %+v: %v", p, err)
+			}
+		}
+	})
+
+	t.Run("FlowSchema", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		v, err := l.FlowSchema(ctx)
+		must(t, err)
+		if v != ledger.FlowSchemaVersion {
+			t.Fatalf("flow schema %d, want %d", v, ledger.FlowSchemaVersion)
+		}
+	})
+}
+
+// runFlowShared is the part of RunShared that holds the flow contract across
+// hosts.
+func runFlowShared(t *testing.T, open OpenShared) {
+	ctx := context.Background()
+
+	t.Run("FlowAcrossHosts", func(t *testing.T) {
+		t.Parallel()
+		ls := open(t, NewClock(), 2)
+		_, err := ls[0].PutFlow(ctx, ledger.FlowDoc{Scope: "s", Data: []byte("a")}, 0)
+		must(t, err)
+		if _, err := ls[1].PutFlow(ctx, ledger.FlowDoc{Scope: "s", Data: []byte("b")}, 0); !errors.Is(err, ledger.ErrConflict) {
+			t.Fatalf("a second creation from another host: %v", err)
+		}
+		docs, err := ls[1].ListFlows(ctx)
+		must(t, err)
+		if len(docs) != 1 || string(docs[0].Data) != "a" {
+			t.Fatalf("listed on the other host: %+v", docs)
+		}
+		casCounter(t, ls, 10)
+		must(t, ls[0].PutProcess(ctx, ledger.Process{ID: "p0", TTL: time.Minute}))
+		must(t, ls[1].PutProcess(ctx, ledger.Process{ID: "p1", TTL: time.Minute}))
+		for _, l := range ls {
+			ps, err := l.Processes(ctx)
+			must(t, err)
+			if len(ps) != 2 || ps[0].ID != "p0" || ps[1].ID != "p1" {
+				t.Fatalf("processes: %+v", ps)
+			}
+		}
+	})
+
+	t.Run("MarksAcrossHosts", func(t *testing.T) {
+		t.Parallel()
+		ls := open(t, NewClock(), 2)
+		mustClaim(t, ls[0], req("k", "a"), ledger.Claimed)
+		must(t, ls[0].Fail(ctx, ledger.Failure{Key: "k", Owner: "a", Err: "503", Outage: true}))
+		must(t, ls[1].MarkDeadLettered(ctx, []ledger.DeadLetter{{Key: "k", Owner: "b", Reason: "outage 503"}})[0])
+		r, err := ls[0].Get(ctx, "k")
+		must(t, err)
+		if r.OutageFailures != 1 || r.DeadLetterReason != "outage 503" {
+			t.Fatalf("read on the first host: %+v", r)
+		}
+		wantCounts(t, ls[0], map[string]int{"outage #": 1})
+	})
+
+	t.Run("ReserveAcrossHosts", func(t *testing.T) {
+		t.Parallel()
+		clock := NewClock()
+		reserveInterleaved(t, open(t, clock, 2), clock)
+	})
+
+	t.Run("ReserveConcurrentHosts", func(t *testing.T) {
+		t.Parallel()
+		clock := NewClock()
+		reserveConcurrent(t, open(t, clock, 3), clock)
+	})
+
+	t.Run("SlotsAcrossHosts", func(t *testing.T) {
+		t.Parallel()
+		ls := open(t, NewClock(), 4)
+		slotsConcurrent(t, ls)
+	})
+}
+
+func wantCounts(t *testing.T, l Ledger, want map[string]int) {
+	t.Helper()
+	got, err := l.DeadLetterCounts(context.Background())
+	must(t, err)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("dead-letter counts %v, want %v", got, want)
+	}
+}
+
+func wantGrant(t *testing.T, what string, g ledger.Grant, starts []time.Duration, next time.Duration, rate float64, burst int) {
+	t.Helper()
+	if len(starts) == 0 {
+		starts = []time.Duration{}
+	}
+	if len(g.Starts) == 0 {
+		g.Starts = []time.Duration{}
+	}
+	if fmt.Sprint(g.Starts) != fmt.Sprint(starts) || g.Next != next || g.Rate != rate || g.Burst != burst {
+		t.Fatalf("%s: starts %v next %v limits %v/%d; want %v, %v, %v/%d", what, g.Starts, g.Next, g.Rate, g.Burst, starts, next, rate, burst)
+	}
+}
+
+// casCounter has each of ls add rounds to a counter in one flow document,
+// each add a read and a compare-and-set tried until it holds: no add is
+// lost, and no version is written twice.
+func casCounter(t *testing.T, ls []Ledger, rounds int) {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ls))
+	for _, l := range ls {
+		wg.Go(func() {
+			for range rounds {
+				for tries := 0; ; tries++ {
+					if tries > 100*len(ls) {
+						errs <- fmt.Errorf("no add after %d tries", tries)
+						return
+					}
+					r, err := l.GetFlow(ctx, "counter")
+					if err != nil {
+						errs <- err
+						return
+					}
+					n := uint64(0)
+					if r.Found {
+						n = binary.BigEndian.Uint64(r.Doc.Data)
+					}
+					_, err = l.PutFlow(ctx, ledger.FlowDoc{Scope: "counter", Data: binary.BigEndian.AppendUint64(nil, n+1)}, r.Doc.Version)
+					if errors.Is(err, ledger.ErrConflict) {
+						continue
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					break
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	r, err := ls[0].GetFlow(ctx, "counter")
+	must(t, err)
+	want := uint64(len(ls) * rounds)
+	if !r.Found || binary.BigEndian.Uint64(r.Doc.Data) != want || r.Doc.Version != int64(want) {
+		t.Fatalf("counter %d at version %d, want %d", binary.BigEndian.Uint64(r.Doc.Data), r.Doc.Version, want)
+	}
+}
+
+// reserveInterleaved has two reservers take tokens of one bucket in turn,
+// with the clock moving: their tokens never start closer than the bucket's
+// interval (burst 1).
+func reserveInterleaved(t *testing.T, ls []Ledger, clock *Clock) {
+	t.Helper()
+	ctx := context.Background()
+	var starts []time.Time
+	for i := range 30 {
+		l := ls[i%len(ls)]
+		gs, err := l.Reserve(ctx, []ledger.Reservation{{Bucket: "shared", Rate: 20, Burst: 1, N: 1 + i%3}})
+		must(t, err)
+		now := clock.Now()
+		for _, s := range gs[0].Starts {
+			starts = append(starts, now.Add(s))
+		}
+		clock.Advance(time.Duration(i%4) * 30 * time.Millisecond)
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	for i := 1; i < len(starts); i++ {
+		if d := starts[i].Sub(starts[i-1]); d < 50*time.Millisecond {
+			t.Fatalf("tokens %d and %d start %v apart, closer than the interval 50ms", i-1, i, d)
+		}
+	}
+	if len(starts) != 60 {
+		t.Fatalf("%d tokens, want 60", len(starts))
+	}
+}
+
+// reserveConcurrent has reservers take tokens of one bucket at rate 40,
+// burst 1, one at a time, all at once, while the clock moves: no window of
+// one second holds more than ceil(40·1s)+burst starts.
+func reserveConcurrent(t *testing.T, ls []Ledger, clock *Clock) {
+	t.Helper()
+	ctx := context.Background()
+	const each, rate, burst = 40, 40, 1
+	var mu sync.Mutex
+	// The clock moves only between reservations (step holds it), so that
+	// the now a reserver reads is the one the ledger used.
+	var step sync.RWMutex
+	var starts []time.Time
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ls))
+	for g, l := range ls {
+		wg.Go(func() {
+			for i := range each {
+				step.RLock()
+				gs, err := l.Reserve(ctx, []ledger.Reservation{{Bucket: "hot", Rate: rate, Burst: burst, N: 1}})
+				now := clock.Now()
+				step.RUnlock()
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for _, s := range gs[0].Starts {
+					starts = append(starts, now.Add(s))
+				}
+				mu.Unlock()
+				if g == 0 && i%4 == 3 {
+					step.Lock()
+					clock.Advance(100 * time.Millisecond)
+					step.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(starts) != each*len(ls) {
+		t.Fatalf("%d tokens, want %d", len(starts), each*len(ls))
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	limit := int(math.Ceil(rate*1.0)) + burst
+	for i := range starts {
+		j := i
+		for j < len(starts) && starts[j].Sub(starts[i]) < time.Second {
+			j++
+		}
+		if j-i > limit {
+			t.Fatalf("%d starts within one second from %v, more than %d", j-i, starts[i], limit)
+		}
+	}
+}
+
+// slotsConcurrent has owners on ls take, hold and release slots of one pool
+// at once: no slot is ever held by two owners, and never more than the
+// limit are held.
+func slotsConcurrent(t *testing.T, ls []Ledger) {
+	t.Helper()
+	ctx := context.Background()
+	const limit, rounds = 3, 15
+	var mu sync.Mutex
+	held := map[int]string{}
+	most := 0
+	// hold records slots as held by who, failing when one is held already.
+	hold := func(ss []ledger.Slot, who string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range ss {
+			if other, ok := held[s.Index]; ok {
+				return fmt.Errorf("slot %d taken by %s while %s holds it", s.Index, who, other)
+			}
+			held[s.Index] = who
+		}
+		most = max(most, len(held))
+		return nil
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*len(ls))
+	for g, l := range ls {
+		for o := range 2 {
+			owner := fmt.Sprintf("o%d-%d", g, o)
+			wg.Go(func() {
+				for range rounds {
+					var mine []ledger.Slot
+					// Two requests, the slots of the first held while
+					// the second is made and while the others try.
+					for _, n := range []int{2, limit} {
+						out, err := l.TakeSlots(ctx, []ledger.SlotRequest{{Pool: "pool", Limit: limit, N: n, Owner: owner, Lease: time.Hour}})
+						if err == nil {
+							err = hold(out[0], owner)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						mine = append(mine, out[0]...)
+					}
+					mu.Lock()
+					for _, s := range mine {
+						delete(held, s.Index)
+					}
+					mu.Unlock()
+					for _, err := range l.ReleaseSlots(ctx, mine) {
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if most > limit || most == 0 {
+		t.Fatalf("at most %d slots held at once, want 1 to %d", most, limit)
+	}
+}

@@ -1,0 +1,964 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sqsonce/sqsonce/internal/textcut"
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// Flow control on PostgreSQL. The records' flow fields are columns of the
+// ledger's table, added by Init as columns an older sqsonce does not name
+// (it lists the columns it reads and writes). Everything else has tables of
+// its own, named after the ledger's table: _flow (flow documents), _rate
+// (rate buckets), _slots (concurrency slots) and _procs (the process
+// registry). The version table's flow_version column records
+// ledger.FlowSchemaVersion; Open refuses a table without it (ErrNoSchema:
+// run `sqsonce ledger init`), since this code's statements name the new
+// columns.
+
+// flowColumns are the record's flow columns, after the others of columns.
+const flowColumns = `, own_failures, outage_failures, dead_lettered, dead_letter_reason, dead_letter_copy_id`
+
+// claimFlowSet is what a claim sets of the flow columns: an expired record
+// starts its counts again, and a claim clears the dead-letter mark.
+const claimFlowSet = `own_failures = CASE WHEN o.expires <= excluded.claimed THEN 0 ELSE o.own_failures END,
+	outage_failures = CASE WHEN o.expires <= excluded.claimed THEN 0 ELSE o.outage_failures END,
+	dead_lettered = NULL, dead_letter_reason = NULL, dead_letter_group = NULL, dead_letter_copy_id = NULL`
+
+// failFlowSet is what a failure sets of the flow columns: the count of its
+// class (u.outage) goes up.
+const failFlowSet = `own_failures = o.own_failures + CASE WHEN u.outage THEN 0 ELSE 1 END,
+	outage_failures = o.outage_failures + CASE WHEN u.outage THEN 1 ELSE 0 END`
+
+// flowCols scans the flow columns of a record.
+type flowCols struct {
+	own, outage    pgtype.Int4
+	deadLettered   pgtype.Timestamptz
+	reason, copyID []byte
+}
+
+func (f *flowCols) dest() []any {
+	return []any{&f.own, &f.outage, &f.deadLettered, &f.reason, &f.copyID}
+}
+
+func (f *flowCols) apply(r *ledger.Record) {
+	r.OwnFailures, r.OutageFailures = int(f.own.Int32), int(f.outage.Int32)
+	r.DeadLettered = timeOf(f.deadLettered)
+	r.DeadLetterReason, r.DeadLetterCopyID = string(f.reason), string(f.copyID)
+}
+
+// flowState is the flow statements and what a Ledger remembers between
+// calls.
+type flowState struct {
+	q flowQueries
+	// verified remembers, per slot pool, up to which limit its rows were
+	// made (or touched) and when, by this host's clock: see TakeSlots.
+	mu       sync.Mutex
+	verified map[string]slotRows
+}
+
+type slotRows struct {
+	limit int
+	at    time.Time
+}
+
+// slotVerify is how long a pool's rows are taken to exist after this host
+// made or touched them: well within ledger.SlotIdle, after which Sweep may
+// remove rows untouched and free.
+const slotVerify = time.Minute
+
+type flowQueries struct {
+	putFlowNew, putFlowOver, readFlow, deleteFlow, listFlows string
+	putProc, removeProc, procs                               string
+	reserve                                                  string
+	ensureSlots, takeSlots, extendSlots, releaseSlots        string
+	mark, explainMark, deadCounts                            string
+	flowSchema                                               string
+	sweep                                                    []string
+}
+
+// flowTables are the names of the flow tables and of the dead-letter index.
+func flowTables(c *config) (docs, rate, slots, procs pgx.Identifier, deadIndex string) {
+	suffixed := func(s string) pgx.Identifier {
+		id := slices.Clone(c.table)
+		id[len(id)-1] += s
+		return id
+	}
+	return suffixed("_flow"), suffixed("_rate"), suffixed("_slots"), suffixed("_procs"), c.table[len(c.table)-1] + "_dlgroup"
+}
+
+func newFlowState(c *config) flowState {
+	return flowState{q: newFlowQueries(c), verified: map[string]slotRows{}}
+}
+
+// nowNanos is the statement's clock (see nowExpr) in Unix nanoseconds.
+const nowNanos = `(extract(epoch FROM ` + nowExpr + `) * 1000000)::bigint * 1000`
+
+func newFlowQueries(c *config) flowQueries {
+	t := c.table.Sanitize()
+	docsID, rateID, slotsID, procsID, _ := flowTables(c)
+	docs, rate, slots, procs := docsID.Sanitize(), rateID.Sanitize(), slotsID.Sanitize(), procsID.Sanitize()
+	// fit is ledger.Reservation.Fit in SQL, for a bucket's TAT raised to
+	// now (from), with the request's columns named by p (r. for the new
+	// row, excluded. for the one in conflict).
+	fit := func(from, p, now string) string {
+		tau := `(` + p + `burst - 1)::bigint * ` + p + `emission`
+		return `(CASE WHEN ` + from + ` - ` + now + ` > ` + fmt.Sprint(int64(ledger.MaxRetention)) + ` THEN 0
+		WHEN ` + p + `within_ns = 0 THEN ` + p + `asked
+		ELSE least(` + p + `asked, greatest(0, floor((` + p + `within_ns + ` + tau + ` + ` + now + ` - ` + from + `)::numeric / ` + p + `emission)::bigint + 1)) END)`
+	}
+	from := `greatest(b.tat, excluded.at_ns)`
+	return flowQueries{
+		// A creation ($5 the expiry, $6 a TTL in microseconds) writes
+		// only where the scope has no row; a write over version $7 only
+		// where the row has it. The read behind either (readFlow) tells
+		// the answer.
+		putFlowNew: `
+INSERT INTO ` + docs + ` (scope, version, data, updated, expires)
+SELECT $2::bytea, 1, $3::bytea, c.now, CASE WHEN $5::bigint > 0 THEN c.now + $5::bigint * interval '1 microsecond' ELSE $4::timestamptz END
+FROM (SELECT ` + nowExpr + ` AS now) c
+ON CONFLICT (scope) DO NOTHING`,
+		putFlowOver: `
+UPDATE ` + docs + ` AS d SET version = d.version + 1, data = $3::bytea, updated = c.now,
+	expires = CASE WHEN $5::bigint > 0 THEN c.now + $5::bigint * interval '1 microsecond' ELSE $4::timestamptz END
+FROM (SELECT ` + nowExpr + ` AS now) c
+WHERE d.scope = $2::bytea AND d.version = $6::bigint`,
+		readFlow: `SELECT d.version, d.data, d.updated, d.expires, c.now
+FROM (SELECT ` + nowExpr + ` AS now) c LEFT JOIN ` + docs + ` d ON d.scope = $2::bytea`,
+		deleteFlow: `
+UPDATE ` + docs + ` AS d SET version = d.version + 1, data = NULL, updated = c.now, expires = c.now
+FROM (SELECT ` + nowExpr + ` AS now) c
+WHERE d.scope = $2::bytea AND d.version = $3::bigint AND (d.expires IS NULL OR d.expires > c.now)`,
+		listFlows: `SELECT d.scope, d.version, d.data, d.updated, d.expires FROM ` + docs + ` d, (SELECT ` + nowExpr + ` AS now) c
+WHERE d.expires IS NULL OR d.expires > c.now ORDER BY d.scope`,
+
+		putProc: `
+INSERT INTO ` + procs + ` AS p (id, host, pid, version, queue, started, beat, in_hand, paused, paused_why, expires)
+SELECT $2::bytea, $3::bytea, $4::int, $5::bytea, $6::bytea, $7::timestamptz, c.now, $8::int, $9::boolean, $10::bytea,
+	CASE WHEN $12::bigint > 0 THEN c.now + $12::bigint * interval '1 microsecond' ELSE $11::timestamptz END
+FROM (SELECT ` + nowExpr + ` AS now) c
+ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, version = excluded.version, queue = excluded.queue,
+	started = excluded.started, beat = excluded.beat, in_hand = excluded.in_hand, paused = excluded.paused,
+	paused_why = excluded.paused_why, expires = excluded.expires`,
+		removeProc: `DELETE FROM ` + procs + ` WHERE id = $1::bytea`,
+		procs: `SELECT p.id, p.host, p.pid, p.version, p.queue, p.started, p.beat, p.in_hand, p.paused, p.paused_why, p.expires, c.now
+FROM ` + procs + ` p, (SELECT ` + nowExpr + ` AS now) c
+WHERE p.expires + $2::bigint * interval '1 microsecond' > c.now ORDER BY p.id`,
+
+		// Every bucket of a call in one statement: a new bucket is
+		// inserted with its first tokens, an existing one takes them
+		// from its TAT raised to now. took and at_ns tell the caller
+		// where its tokens began; prev_ the limits the bucket held.
+		// Buckets are locked in their order, as claims lock records.
+		reserve: `
+INSERT INTO ` + rate + ` AS b (bucket, tat, emission, rate, burst, asked, within_ns, at_ns, took, prev_rate, prev_burst)
+SELECT r.bucket, c.now + ` + fit("c.now", "r.", "c.now") + ` * r.emission, r.emission, r.rate, r.burst, r.asked, r.within_ns,
+	c.now, ` + fit("c.now", "r.", "c.now") + `, r.rate, r.burst
+FROM unnest($2::bytea[], $3::float8[], $4::int[], $5::bigint[], $6::int[], $7::bigint[]) AS r(bucket, rate, burst, emission, asked, within_ns),
+	(SELECT ` + nowNanos + ` AS now) c
+ORDER BY r.bucket
+ON CONFLICT (bucket) DO UPDATE SET
+	tat = ` + from + ` + ` + fit(from, "excluded.", "excluded.at_ns") + ` * excluded.emission,
+	took = ` + fit(from, "excluded.", "excluded.at_ns") + `,
+	emission = excluded.emission, rate = excluded.rate, burst = excluded.burst, asked = excluded.asked,
+	within_ns = excluded.within_ns, at_ns = excluded.at_ns, prev_rate = b.rate, prev_burst = b.burst
+RETURNING b.bucket, b.tat, b.took, b.at_ns, b.emission, b.prev_rate, b.prev_burst`,
+
+		// The rows 0..limit-1 of pools, made where missing and touched
+		// where present, so that Sweep leaves them for a while.
+		ensureSlots: `
+INSERT INTO ` + slots + ` AS s (pool, idx, touched)
+SELECT r.pool, g.idx, c.now
+FROM unnest($2::bytea[], $3::int[]) AS r(pool, lim), generate_series(0, r.lim - 1) AS g(idx), (SELECT ` + nowExpr + ` AS now) c
+ORDER BY r.pool, g.idx
+ON CONFLICT (pool, idx) DO UPDATE SET touched = excluded.touched`,
+		// Up to n free rows of each pool below its limit, skipping those
+		// another transaction holds, taken by the request's owner.
+		takeSlots: `
+WITH r AS (SELECT * FROM unnest($2::bytea[], $3::int[], $4::int[], $5::bytea[], $6::bigint[])
+		WITH ORDINALITY AS r(pool, lim, n, owner, lease, ord)),
+	pick AS (SELECT r.ord, f.pool, f.idx, r.owner, r.lease FROM r CROSS JOIN LATERAL (
+		SELECT s.pool, s.idx FROM ` + slots + ` s
+		WHERE s.pool = r.pool AND s.idx < r.lim AND (s.owner IS NULL OR s.lease_expiry <= ` + nowExpr + `)
+		ORDER BY s.idx LIMIT r.n FOR UPDATE OF s SKIP LOCKED) f)
+UPDATE ` + slots + ` AS s SET owner = p.owner, lease_expiry = c.now + p.lease * interval '1 microsecond', touched = c.now
+FROM pick p, (SELECT ` + nowExpr + ` AS now) c
+WHERE s.pool = p.pool AND s.idx = p.idx
+RETURNING p.ord, s.idx`,
+		extendSlots:  slotUpdate(slots, `lease_expiry = c.now + $5::bigint * interval '1 microsecond', touched = c.now`),
+		releaseSlots: slotUpdate(slots, `owner = NULL, lease_expiry = NULL, touched = c.now`),
+
+		// Dead-letter marks, locked in key order as completions are.
+		mark: `
+WITH locked AS MATERIALIZED (
+	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
+UPDATE ` + t + ` AS o SET dead_lettered = c.now,
+	dead_letter_reason = coalesce(u.reason, o.dead_letter_reason), dead_letter_group = coalesce(u.grp, o.dead_letter_group),
+	dead_letter_copy_id = coalesce(u.copy, o.dead_letter_copy_id),
+	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
+FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::bytea[]) AS u(key, owner, reason, grp, copy),
+	(SELECT ` + nowExpr + ` AS now) c
+WHERE o.key = ANY($3::bytea[]) AND o.key = locked.key AND o.key = u.key AND o.expires > c.now
+	AND NOT (o.state = 1 AND o.owner <> u.owner AND o.lease_expiry > c.now)
+RETURNING o.key`,
+		explainMark: `SELECT key, owner FROM ` + t + ` WHERE key = ANY($2::bytea[]) AND expires > ` + nowExpr,
+		// Through the partial index of dead-lettered records, which
+		// carries the expiry: an index-only scan of those records.
+		deadCounts: `SELECT dead_letter_group, count(*) FROM ` + t + `
+WHERE dead_lettered IS NOT NULL AND expires > ` + nowExpr + ` GROUP BY dead_letter_group`,
+		flowSchema: fmt.Sprintf(`SELECT coalesce(flow_version, 0) FROM %s`, c.version.Sanitize()),
+
+		// What Sweep removes beyond records (see sweepFlow), each
+		// statement with the clock and how long the state is kept, in
+		// microseconds.
+		sweep: []string{
+			`DELETE FROM ` + docs + ` WHERE expires + $2::bigint * interval '1 microsecond' <= ` + nowExpr,
+			`DELETE FROM ` + procs + ` WHERE expires + $2::bigint * interval '1 microsecond' <= ` + nowExpr,
+			`DELETE FROM ` + rate + ` WHERE tat + $2::bigint * 1000 <= ` + nowNanos,
+			`DELETE FROM ` + slots + ` WHERE (pool, idx) IN (SELECT pool, idx FROM ` + slots + `
+	WHERE touched + $2::bigint * interval '1 microsecond' <= ` + nowExpr + ` AND (owner IS NULL OR lease_expiry <= ` + nowExpr + `)
+	FOR UPDATE SKIP LOCKED)`,
+		},
+	}
+}
+
+// slotUpdate is the statement that sets set on the slots ($2 pools, $3
+// indexes) that their owners ($4) hold, and returns those it set. The rows
+// are locked in their order first, as ensureSlots locks them, so that the
+// two never wait for each other in a cycle.
+func slotUpdate(slots, set string) string {
+	return `
+WITH u AS (SELECT * FROM unnest($2::bytea[], $3::int[], $4::bytea[]) AS u(pool, idx, owner)),
+	locked AS MATERIALIZED (
+		SELECT s.pool, s.idx FROM ` + slots + ` s, u WHERE s.pool = u.pool AND s.idx = u.idx AND s.owner = u.owner
+		ORDER BY s.pool, s.idx FOR UPDATE OF s)
+UPDATE ` + slots + ` AS s SET ` + set + `
+FROM locked, u, (SELECT ` + nowExpr + ` AS now) c
+WHERE s.pool = locked.pool AND s.idx = locked.idx AND u.pool = s.pool AND u.idx = s.idx AND s.owner = u.owner
+RETURNING u.pool, u.idx, u.owner`
+}
+
+// initFlow creates what flow control needs, in Init's transaction: the
+// records' flow columns and their index, the flow tables, and the flow
+// version. It leaves the ledger's table alone when it has them, so that
+// running Init again takes no lock on it; and it does nothing on a table of
+// a newer schema, which Init then refuses.
+func initFlow(ctx context.Context, tx pgx.Tx, c *config) error {
+	var version int
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`SELECT version FROM %s`, c.version.Sanitize())).Scan(&version); err != nil {
+		return err
+	}
+	if version > SchemaVersion {
+		return nil
+	}
+	t := c.table.Sanitize()
+	docs, rate, slots, procs, deadIndex := flowTables(c)
+	has := func(table pgx.Identifier, column string) (bool, error) {
+		var n int
+		err := tx.QueryRow(ctx, `SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = $2 AND NOT attisdropped`,
+			table.Sanitize(), column).Scan(&n)
+		return n > 0, err
+	}
+	var stmts []string
+	if ok, err := has(c.table, "dead_letter_copy_id"); err != nil {
+		return err
+	} else if !ok {
+		// New columns that an older sqsonce's statements do not name:
+		// its inserts take their defaults. Adding them rewrites nothing.
+		stmts = append(stmts, `ALTER TABLE `+t+`
+	ADD COLUMN IF NOT EXISTS own_failures integer NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS outage_failures integer NOT NULL DEFAULT 0,
+	ADD COLUMN IF NOT EXISTS dead_lettered timestamptz,
+	ADD COLUMN IF NOT EXISTS dead_letter_reason bytea,
+	ADD COLUMN IF NOT EXISTS dead_letter_group bytea,
+	ADD COLUMN IF NOT EXISTS dead_letter_copy_id bytea`)
+	}
+	var index *string
+	if err := tx.QueryRow(ctx, `SELECT to_regclass($1)::text`, append(slices.Clone(c.table[:len(c.table)-1]), deadIndex).Sanitize()).Scan(&index); err != nil {
+		return err
+	}
+	if index == nil {
+		// DeadLetterCounts reads this index alone: the dead-lettered
+		// records are few, and it carries their expiry.
+		stmts = append(stmts, fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %s ON %s (dead_letter_group) INCLUDE (expires) WHERE dead_lettered IS NOT NULL`,
+			pgx.Identifier{deadIndex}.Sanitize(), t))
+	}
+	stmts = append(stmts,
+		`CREATE TABLE IF NOT EXISTS `+docs.Sanitize()+` (
+	scope   bytea PRIMARY KEY,
+	version bigint NOT NULL,
+	data    bytea,
+	updated timestamptz NOT NULL,
+	expires timestamptz -- NULL: never; a tombstone's is its deletion
+)`,
+		`CREATE TABLE IF NOT EXISTS `+rate.Sanitize()+` (
+	bucket     bytea PRIMARY KEY,
+	tat        bigint NOT NULL, -- theoretical arrival time, Unix nanoseconds
+	emission   bigint NOT NULL, -- the last reservation's interval T, nanoseconds
+	rate       double precision NOT NULL,
+	burst      integer NOT NULL,
+	asked      integer NOT NULL, -- the last reservation's n
+	within_ns  bigint NOT NULL,  -- the last reservation's bound
+	at_ns      bigint NOT NULL,  -- the last reservation's clock
+	took       integer NOT NULL, -- the tokens it took
+	prev_rate  double precision NOT NULL, -- the limits before it
+	prev_burst integer NOT NULL
+)`,
+		`CREATE TABLE IF NOT EXISTS `+slots.Sanitize()+` (
+	pool         bytea NOT NULL,
+	idx          integer NOT NULL,
+	owner        bytea,
+	lease_expiry timestamptz,
+	touched      timestamptz NOT NULL,
+	PRIMARY KEY (pool, idx)
+)`,
+		`CREATE TABLE IF NOT EXISTS `+procs.Sanitize()+` (
+	id         bytea PRIMARY KEY,
+	host       bytea,
+	pid        integer NOT NULL,
+	version    bytea,
+	queue      bytea,
+	started    timestamptz,
+	beat       timestamptz NOT NULL,
+	in_hand    integer NOT NULL,
+	paused     boolean NOT NULL,
+	paused_why bytea,
+	expires    timestamptz NOT NULL
+)`,
+		fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS flow_version integer`, c.version.Sanitize()),
+		fmt.Sprintf(`UPDATE %s SET flow_version = %d WHERE flow_version IS NULL OR flow_version < %d`,
+			c.version.Sanitize(), ledger.FlowSchemaVersion, ledger.FlowSchemaVersion),
+	)
+	for _, stmt := range stmts {
+		if _, err := tx.Exec(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkFlowSchema refuses a table that Init has not given flow control
+// yet: this code's statements name its columns.
+func (l *Ledger) checkFlowSchema(ctx context.Context) error {
+	v, err := l.readFlowSchema(ctx)
+	if err != nil {
+		return fmt.Errorf("check schema: %w", err)
+	}
+	if v < 1 {
+		return fmt.Errorf("table %s was set up by an older sqsonce, without flow control: run `sqsonce ledger init` with this version to upgrade it (older workers keep working on the upgraded table): %w",
+			l.cfg.tableLabel, ledger.ErrNoSchema)
+	}
+	return nil
+}
+
+func (l *Ledger) readFlowSchema(ctx context.Context) (int, error) {
+	var v int
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		err := l.pool.QueryRow(ctx, l.flow.q.flowSchema).Scan(&v)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42703" { // undefined_column: made before flow control
+			v, err = 0, nil
+		}
+		return err
+	})
+	return v, err
+}
+
+// FlowSchema returns the flow schema version recorded in the version table
+// by the newest sqsonce whose Init ran on it (0: none that knew flow
+// control).
+func (l *Ledger) FlowSchema(ctx context.Context) (int, error) {
+	v, err := l.readFlowSchema(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("flow schema: %w", err)
+	}
+	return v, nil
+}
+
+// MarkDeadLettered records dead-letter marks (see ledger.DeadLetter) in one
+// statement and one round trip, one error per mark: nil once committed,
+// ErrNotFound without a live record, ErrNotOwner when another owner's live
+// lease holds the record. Marks of one key in a call are applied in their
+// order, one round trip each. The mark does not change the record's state;
+// it renews its retention.
+func (l *Ledger) MarkDeadLettered(ctx context.Context, ds []ledger.DeadLetter) []error {
+	errs := make([]error, len(ds))
+	// Rounds of distinct keys: the n-th mark of each key in the n-th.
+	var rounds [][]int
+	seen := map[string]int{}
+	for i := range ds {
+		if err := ds[i].Validate(); err != nil {
+			errs[i] = err
+			continue
+		}
+		n := seen[ds[i].Key]
+		seen[ds[i].Key] = n + 1
+		if n == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[n] = append(rounds[n], i)
+	}
+	for _, round := range rounds {
+		l.markRound(ctx, ds, round, errs)
+	}
+	return errs
+}
+
+// markRound records the marks ds[i] for i in items, whose keys differ.
+func (l *Ledger) markRound(ctx context.Context, ds []ledger.DeadLetter, items []int, errs []error) {
+	var keys, owners, reasons, groups, copies [][]byte
+	for _, i := range items {
+		d := &ds[i]
+		reason := textcut.Cut(d.Reason, ledger.MaxErrorLen)
+		keys, owners = append(keys, []byte(d.Key)), append(owners, []byte(d.Owner))
+		reasons, copies = append(reasons, bytesOrNil(reason)), append(copies, bytesOrNil(textcut.Cut(d.CopyID, ledger.MaxMessageIDLen)))
+		if reason != "" {
+			groups = append(groups, []byte(ledger.ReasonGroup(reason)))
+		} else {
+			groups = append(groups, nil)
+		}
+	}
+	done := map[string]bool{}
+	live := map[string]string{}
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		clear(done)
+		clear(live)
+		b := &pgx.Batch{}
+		b.Queue(l.flow.q.mark, l.clock(), micros(l.cfg.retention), keys, owners, reasons, groups, copies)
+		b.Queue(l.flow.q.explainMark, l.clock(), keys)
+		br := l.pool.SendBatch(ctx, b)
+		defer br.Close()
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var key []byte
+			if err := rows.Scan(&key); err != nil {
+				rows.Close()
+				return err
+			}
+			done[string(key)] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var key, owner []byte
+			if err := rows.Scan(&key, &owner); err != nil {
+				rows.Close()
+				return err
+			}
+			live[string(key)] = string(owner)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	for _, i := range items {
+		d := &ds[i]
+		owner, ok := live[d.Key]
+		switch {
+		case err != nil:
+			errs[i] = fmt.Errorf("mark dead-lettered %q: %w", d.Key, err)
+		case done[d.Key]:
+			errs[i] = nil
+		case !ok:
+			errs[i] = fmt.Errorf("mark dead-lettered %q: %w", d.Key, ledger.ErrNotFound)
+		default:
+			errs[i] = fmt.Errorf("mark dead-lettered %q: in progress under claim %q, not %q: %w", d.Key, owner, d.Owner, ledger.ErrNotOwner)
+		}
+	}
+}
+
+// DeadLetterCounts counts the live records marked dead-lettered by the
+// group of their reason (ledger.ReasonGroup), reading the partial index of
+// those records only.
+func (l *Ledger) DeadLetterCounts(ctx context.Context) (map[string]int, error) {
+	counts := map[string]int{}
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		clear(counts)
+		rows, err := l.pool.Query(ctx, l.flow.q.deadCounts, l.clock())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var group []byte
+			var n int64
+			if err := rows.Scan(&group, &n); err != nil {
+				return err
+			}
+			counts[string(group)] += int(n)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dead-letter counts: %w", err)
+	}
+	return counts, nil
+}
+
+// scanFlowRead reads a row of readFlow or getFlow.
+func scanFlowRead(r pgx.Row, scope string) (ledger.FlowRead, error) {
+	var version pgtype.Int8
+	var data []byte
+	var updated, expires pgtype.Timestamptz
+	var now time.Time
+	if err := r.Scan(&version, &data, &updated, &expires, &now); err != nil {
+		return ledger.FlowRead{}, err
+	}
+	if !version.Valid {
+		return ledger.FlowRead{Doc: ledger.FlowDoc{Scope: scope}, Now: now}, nil
+	}
+	d := ledger.FlowDoc{Scope: scope, Version: version.Int64, Data: nonEmpty(data), Updated: timeOf(updated), Expires: timeOf(expires)}
+	if !d.Live(now) {
+		return ledger.FlowRead{Doc: ledger.FlowDoc{Scope: scope, Version: d.Version}, Now: now}, nil
+	}
+	return ledger.FlowRead{Doc: d, Found: true, Now: now}, nil
+}
+
+// GetFlow reads the document of scope, with the server's clock. A document
+// that expired or was deleted is not Found; Doc.Version is then its last
+// version.
+func (l *Ledger) GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error) {
+	if err := ledger.ValidateScope(scope); err != nil {
+		return ledger.FlowRead{}, fmt.Errorf("get flow: %w", err)
+	}
+	var r ledger.FlowRead
+	err := l.do(ctx, func(ctx context.Context, _ bool) (err error) {
+		r, err = scanFlowRead(l.pool.QueryRow(ctx, l.flow.q.readFlow, l.clock(), []byte(scope)), scope)
+		return err
+	})
+	if err != nil {
+		return ledger.FlowRead{}, fmt.Errorf("get flow %q: %w", scope, err)
+	}
+	return r, nil
+}
+
+// PutFlow writes doc as version ifVersion+1 if the scope's stored version
+// is ifVersion (see ledger.DB.PutFlow), in one round trip: the write, and
+// the read of what it left. A write whose answer was lost with its
+// connection is tried again and may then answer ErrConflict with its own
+// earlier write as the current document.
+func (l *Ledger) PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error) {
+	if err := doc.Validate(); err != nil {
+		return ledger.FlowRead{}, fmt.Errorf("put flow: %w", err)
+	}
+	if ifVersion < 0 {
+		return ledger.FlowRead{}, fmt.Errorf("put flow %q: negative version %d: %w", doc.Scope, ifVersion, ledger.ErrInvalidArgument)
+	}
+	var expires any
+	if !doc.Expires.IsZero() {
+		expires = doc.Expires
+	}
+	var r ledger.FlowRead
+	var wrote bool
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		b := &pgx.Batch{}
+		args := []any{l.clock(), []byte(doc.Scope), nonEmpty(doc.Data), expires, micros(doc.TTL)}
+		if ifVersion == 0 {
+			b.Queue(l.flow.q.putFlowNew, args...)
+		} else {
+			b.Queue(l.flow.q.putFlowOver, append(args, ifVersion)...)
+		}
+		b.Queue(l.flow.q.readFlow, l.clock(), []byte(doc.Scope))
+		br := l.pool.SendBatch(ctx, b)
+		defer br.Close()
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		wrote = tag.RowsAffected() == 1
+		if r, err = scanFlowRead(br.QueryRow(), doc.Scope); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return ledger.FlowRead{}, fmt.Errorf("put flow %q: %w", doc.Scope, err)
+	}
+	if !wrote {
+		return r, fmt.Errorf("put flow %q: stored version %d, not %d: %w", doc.Scope, r.Doc.Version, ifVersion, ledger.ErrConflict)
+	}
+	return r, nil
+}
+
+// DeleteFlow deletes the live document of scope if its version is ifVersion
+// (see ledger.DB.DeleteFlow), in one round trip.
+func (l *Ledger) DeleteFlow(ctx context.Context, scope string, ifVersion int64) error {
+	if err := ledger.ValidateScope(scope); err != nil {
+		return fmt.Errorf("delete flow: %w", err)
+	}
+	var answer error
+	err := l.do(ctx, func(ctx context.Context, again bool) error {
+		b := &pgx.Batch{}
+		b.Queue(l.flow.q.deleteFlow, l.clock(), []byte(scope), ifVersion)
+		b.Queue(l.flow.q.readFlow, l.clock(), []byte(scope))
+		br := l.pool.SendBatch(ctx, b)
+		defer br.Close()
+		tag, err := br.Exec()
+		if err != nil {
+			return err
+		}
+		r, err := scanFlowRead(br.QueryRow(), scope)
+		if err != nil {
+			return err
+		}
+		switch {
+		case tag.RowsAffected() == 1:
+			answer = nil
+		case again && !r.Found && r.Doc.Version == ifVersion+1:
+			answer = nil // the earlier attempt's tombstone
+		case r.Found && r.Doc.Version != ifVersion:
+			answer = fmt.Errorf("delete flow %q: stored version %d, not %d: %w", scope, r.Doc.Version, ifVersion, ledger.ErrConflict)
+		default:
+			answer = fmt.Errorf("delete flow %q: %w", scope, ledger.ErrNotFound)
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("delete flow %q: %w", scope, err)
+	}
+	return answer
+}
+
+// ListFlows returns the live flow documents, by scope.
+func (l *Ledger) ListFlows(ctx context.Context) ([]ledger.FlowDoc, error) {
+	var docs []ledger.FlowDoc
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		docs = docs[:0]
+		rows, err := l.pool.Query(ctx, l.flow.q.listFlows, l.clock())
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var scope, data []byte
+			var d ledger.FlowDoc
+			var expires pgtype.Timestamptz
+			if err := rows.Scan(&scope, &d.Version, &data, &d.Updated, &expires); err != nil {
+				return err
+			}
+			d.Scope, d.Data, d.Expires = string(scope), nonEmpty(data), timeOf(expires)
+			docs = append(docs, d)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list flows: %w", err)
+	}
+	return docs, nil
+}
+
+// PutProcess registers p or renews its registration (see
+// ledger.DB.PutProcess), with the server's clock.
+func (l *Ledger) PutProcess(ctx context.Context, p ledger.Process) error {
+	if err := p.Validate(); err != nil {
+		return fmt.Errorf("put process: %w", err)
+	}
+	var started, expires any
+	if !p.Started.IsZero() {
+		started = p.Started
+	}
+	if !p.Expires.IsZero() {
+		expires = p.Expires
+	}
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		_, err := l.pool.Exec(ctx, l.flow.q.putProc, l.clock(), []byte(p.ID), bytesOrNil(p.Host), p.PID, bytesOrNil(p.Version),
+			bytesOrNil(p.Queue), started, p.InHand, p.Paused, bytesOrNil(p.PausedWhy), expires, micros(p.TTL))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("put process %q: %w", p.ID, err)
+	}
+	return nil
+}
+
+// RemoveProcess removes the registration of id; an absent id is not an
+// error.
+func (l *Ledger) RemoveProcess(ctx context.Context, id string) error {
+	if err := ledger.ValidateScope(id); err != nil {
+		return fmt.Errorf("remove process: %w", err)
+	}
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		_, err := l.pool.Exec(ctx, l.flow.q.removeProc, []byte(id))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("remove process %q: %w", id, err)
+	}
+	return nil
+}
+
+// Processes returns the registered processes, by ID (see
+// ledger.DB.Processes); BeatAge is measured with the server's clock.
+func (l *Ledger) Processes(ctx context.Context) ([]ledger.Process, error) {
+	var ps []ledger.Process
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		ps = ps[:0]
+		rows, err := l.pool.Query(ctx, l.flow.q.procs, l.clock(), micros(ledger.ProcessKeep))
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id, host, version, queue, why []byte
+			var started pgtype.Timestamptz
+			var now time.Time
+			var p ledger.Process
+			if err := rows.Scan(&id, &host, &p.PID, &version, &queue, &started, &p.Beat, &p.InHand, &p.Paused, &why, &p.Expires, &now); err != nil {
+				return err
+			}
+			p.ID, p.Host, p.Version, p.Queue, p.PausedWhy = string(id), string(host), string(version), string(queue), string(why)
+			p.Started, p.BeatAge = timeOf(started), now.Sub(p.Beat)
+			ps = append(ps, p)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("processes: %w", err)
+	}
+	return ps, nil
+}
+
+// Reserve takes tokens of rate buckets (see ledger.Reservation), every
+// bucket of the call in one statement and one round trip, with the
+// server's clock. A call whose answer was lost with its connection is
+// tried once more: the tokens of the first attempt, if it committed, are
+// then lost to everyone (the rate is undershot, never exceeded).
+func (l *Ledger) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
+	if err := ledger.ValidateReservations(rs); err != nil {
+		return nil, err
+	}
+	buckets, rates, emissions, withins := make([][]byte, len(rs)), make([]float64, len(rs)), make([]int64, len(rs)), make([]int64, len(rs))
+	bursts, ns := make([]int32, len(rs)), make([]int32, len(rs))
+	index := make(map[string]int, len(rs))
+	for i := range rs {
+		r := &rs[i]
+		buckets[i], rates[i], emissions[i], withins[i] = []byte(r.Bucket), r.Rate, int64(r.Interval()), int64(r.Within)
+		bursts[i], ns[i] = int32(r.Burst), int32(r.N)
+		index[r.Bucket] = i
+	}
+	gs := make([]ledger.Grant, len(rs))
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		rows, err := l.pool.Query(ctx, l.flow.q.reserve, l.clock(), buckets, rates, bursts, emissions, ns, withins)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		got := 0
+		for rows.Next() {
+			var bucket []byte
+			var tat, at, emission int64
+			var took, prevBurst int32
+			var prevRate float64
+			if err := rows.Scan(&bucket, &tat, &took, &at, &emission, &prevRate, &prevBurst); err != nil {
+				return err
+			}
+			i, ok := index[string(bucket)]
+			if !ok {
+				return fmt.Errorf("reserve: a row for bucket %q, not asked for", bucket)
+			}
+			gs[i] = rs[i].Granted(tat-int64(took)*emission, int(took), at, prevRate, int(prevBurst))
+			got++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if got != len(rs) {
+			return fmt.Errorf("reserve: %d rows for %d buckets", got, len(rs))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reserve: %w", err)
+	}
+	return gs, nil
+}
+
+// TakeSlots takes free slots for each request (see ledger.SlotRequest), in
+// one round trip, with the server's clock: one statement takes up to n
+// free rows of each pool below its limit, skipping rows another
+// transaction holds. A pool's rows 0..limit-1 are made on first use, in
+// the same round trip (and again once a minute, touching them so that
+// Sweep leaves them).
+func (l *Ledger) TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error) {
+	if err := ledger.ValidateSlotRequests(rs); err != nil {
+		return nil, err
+	}
+	var pools, owners [][]byte
+	var limits, ns []int32
+	var leases []int64
+	var ensurePools [][]byte
+	var ensureLimits []int32
+	now := time.Now()
+	l.flow.mu.Lock()
+	for i := range rs {
+		r := &rs[i]
+		pools, owners = append(pools, []byte(r.Pool)), append(owners, []byte(r.Owner))
+		limits, ns, leases = append(limits, int32(r.Limit)), append(ns, int32(r.N)), append(leases, micros(r.Lease))
+		if v, ok := l.flow.verified[r.Pool]; !ok || v.limit < r.Limit || now.Sub(v.at) > slotVerify {
+			ensurePools, ensureLimits = append(ensurePools, []byte(r.Pool)), append(ensureLimits, int32(r.Limit))
+		}
+	}
+	l.flow.mu.Unlock()
+	out := make([][]ledger.Slot, len(rs))
+	err := l.do(ctx, func(ctx context.Context, _ bool) error {
+		for i := range out {
+			out[i] = []ledger.Slot{}
+		}
+		b := &pgx.Batch{}
+		if len(ensurePools) > 0 {
+			b.Queue(l.flow.q.ensureSlots, l.clock(), ensurePools, ensureLimits)
+		}
+		b.Queue(l.flow.q.takeSlots, l.clock(), pools, limits, ns, owners, leases)
+		br := l.pool.SendBatch(ctx, b)
+		defer br.Close()
+		if len(ensurePools) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var ord int64
+			var idx int32
+			if err := rows.Scan(&ord, &idx); err != nil {
+				rows.Close()
+				return err
+			}
+			r := &rs[ord-1]
+			out[ord-1] = append(out[ord-1], ledger.Slot{Pool: r.Pool, Index: int(idx), Owner: r.Owner})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return br.Close()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("take slots: %w", err)
+	}
+	if len(ensurePools) > 0 {
+		l.flow.mu.Lock()
+		for i, p := range ensurePools {
+			if v := l.flow.verified[string(p)]; v.limit <= int(ensureLimits[i]) || now.Sub(v.at) > slotVerify {
+				l.flow.verified[string(p)] = slotRows{limit: int(ensureLimits[i]), at: now}
+			}
+		}
+		l.flow.mu.Unlock()
+	}
+	for i := range out {
+		slices.SortFunc(out[i], func(a, b ledger.Slot) int { return a.Index - b.Index })
+	}
+	return out, nil
+}
+
+// ExtendSlots renews the leases of slots to now+lease (the server's clock),
+// in one statement, one error per slot: ErrNotOwner for a slot its owner no
+// longer holds.
+func (l *Ledger) ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error {
+	if err := ledger.ValidateSlotLease(lease); err != nil {
+		errs := make([]error, len(ss))
+		for i := range errs {
+			errs[i] = fmt.Errorf("extend slots: %w", err)
+		}
+		return errs
+	}
+	return l.eachSlot(ctx, "extend slot", l.flow.q.extendSlots, ss, micros(lease))
+}
+
+// ReleaseSlots gives slots back, in one statement, one error per slot:
+// ErrNotOwner for a slot its owner no longer holds.
+func (l *Ledger) ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error {
+	return l.eachSlot(ctx, "release slot", l.flow.q.releaseSlots, ss)
+}
+
+func (l *Ledger) eachSlot(ctx context.Context, op, stmt string, ss []ledger.Slot, extra ...any) []error {
+	errs := make([]error, len(ss))
+	var pools, owners [][]byte
+	var idxs []int32
+	for i, s := range ss {
+		if err := ledger.ValidateSlot(s); err != nil {
+			errs[i] = fmt.Errorf("%s: %w", op, err)
+			continue
+		}
+		pools, owners, idxs = append(pools, []byte(s.Pool)), append(owners, []byte(s.Owner)), append(idxs, int32(s.Index))
+	}
+	if len(pools) == 0 {
+		return errs
+	}
+	type slotKey struct {
+		pool, owner string
+		idx         int32
+	}
+	done := map[slotKey]bool{}
+	err := l.do(ctx, func(ctx context.Context, again bool) error {
+		if !again {
+			clear(done)
+		}
+		rows, err := l.pool.Query(ctx, stmt, append([]any{l.clock(), pools, idxs, owners}, extra...)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var pool, owner []byte
+			var idx int32
+			if err := rows.Scan(&pool, &idx, &owner); err != nil {
+				return err
+			}
+			done[slotKey{string(pool), string(owner), idx}] = true
+		}
+		return rows.Err()
+	})
+	for i, s := range ss {
+		switch {
+		case errs[i] != nil:
+		case err != nil:
+			errs[i] = fmt.Errorf("%s %s#%d: %w", op, s.Pool, s.Index, err)
+		case !done[slotKey{s.Pool, s.Owner, int32(s.Index)}]:
+			errs[i] = fmt.Errorf("%s %s#%d: not held by %q: %w", op, s.Pool, s.Index, s.Owner, ledger.ErrNotOwner)
+		}
+	}
+	return errs
+}
+
+// sweepFlow removes the flow state that has no more use: tombstones of flow
+// documents older than ledger.FlowKeep, registrations lapsed more than
+// ledger.ProcessKeep ago, idle rate buckets, and slot rows free and
+// untouched for ledger.SlotIdle.
+func (l *Ledger) sweepFlow(ctx context.Context) error {
+	keeps := []time.Duration{ledger.FlowKeep, ledger.ProcessKeep, ledger.BucketIdle, ledger.SlotIdle}
+	for i, stmt := range l.flow.q.sweep {
+		err := l.do(ctx, func(ctx context.Context, _ bool) error {
+			_, err := l.pool.Exec(ctx, stmt, l.clock(), micros(keeps[i]))
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,412 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/internal/dynamotest"
+	"github.com/sqsonce/sqsonce/internal/pgtest"
+	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/dynamodb"
+	"github.com/sqsonce/sqsonce/ledger/postgres"
+	"github.com/sqsonce/sqsonce/worker"
+)
+
+// downstream is an http endpoint that answers 503 while down, 200 (once
+// per operation key, counted) otherwise, and records every call.
+type downstream struct {
+	down  atomic.Bool
+	mu    sync.Mutex
+	calls []call
+	done  map[string]int
+}
+
+type call struct {
+	at   time.Time
+	key  string
+	down bool
+}
+
+func newDownstream(t *testing.T) (*downstream, string) {
+	d := &downstream{done: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		down := d.down.Load()
+		d.mu.Lock()
+		d.calls = append(d.calls, call{time.Now(), key, down})
+		if !down {
+			d.done[key]++
+		}
+		d.mu.Unlock()
+		if down {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return d, srv.URL
+}
+
+// callsWhileDown counts the calls answered 503.
+func (d *downstream) callsWhileDown() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, c := range d.calls {
+		if c.down {
+			n++
+		}
+	}
+	return n
+}
+
+func (d *downstream) doneCount() (keys, most int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, n := range d.done {
+		most = max(most, n)
+	}
+	return len(d.done), most
+}
+
+// sendMany sends n messages {"id": prefix-i, "tenant": tenant(i)} in batches of ten.
+func (b *bundle) sendMany(n int, body func(i int) string) {
+	b.t.Helper()
+	for start := 0; start < n; start += 10 {
+		var entries []types.SendMessageBatchRequestEntry
+		for i := start; i < min(start+10, n); i++ {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String(body(i))})
+		}
+		out, err := b.client.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: &b.queue.URL, Entries: entries})
+		if err != nil || len(out.Failed) > 0 {
+			b.t.Fatalf("send: %v %+v", err, out)
+		}
+	}
+}
+
+// An outage of the handlers' downstream pauses the intake instead of
+// burning the backlog's receives: 300 operations waiting, an http endpoint
+// that answers 503 for 45 s, the redrive after 4 receives, back-off 1–8 s.
+// Nothing reaches the dead-letter queue, the endpoint sees few calls while
+// it is down (the first failures, then one probe at a time), and the
+// backlog drains soon after it is back.
+func TestWorker_OutagePausesIntake(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 4})
+	d, url := newDownstream(t)
+	d.down.Store(true)
+	b.sendMany(300, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.VisibilityTimeout = 10 * time.Second
+	cfg.MinBackoff, cfg.MaxBackoff = time.Second, 8*time.Second
+	_, stop := b.startOn(cfg, b.client, b.db, h)
+	time.Sleep(45 * time.Second)
+	d.down.Store(false)
+	back := time.Now()
+	whileDown := d.callsWhileDown()
+	waitUntil(t, "every operation to complete", 120*time.Second, func() bool { n, _ := d.doneCount(); return n == 300 })
+	drained := time.Since(back)
+	b.waitEmpty(60 * time.Second)
+	s := stop()
+	keys, most := d.doneCount()
+	t.Logf("calls while down %d; drained %v after the endpoint came back; stats %+v", whileDown, drained.Round(100*time.Millisecond), s)
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue after a 45 s outage", n)
+	}
+	if keys != 300 || most != 1 {
+		t.Errorf("%d operations done, one of them %d times", keys, most)
+	}
+	if whileDown > 60 {
+		t.Errorf("%d calls to the endpoint while it was down, want at most 60", whileDown)
+	}
+	if drained > 30*time.Second {
+		t.Errorf("the backlog drained %v after the endpoint came back, want within 30s", drained)
+	}
+	if s.FlowPauses < 1 || s.Probes < 1 {
+		t.Errorf("no pause or no probe: %+v", s)
+	}
+}
+
+// A key that fails while others succeed is its own message's problem: it
+// pauses nothing and follows its back-off to the dead-letter queue.
+func TestWorker_PoisonKeyPausesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 3})
+	var mu sync.Mutex
+	ok := 0
+	cfg := b.config()
+	cfg.MinBackoff, cfg.MaxBackoff = 500*time.Millisecond, time.Second
+	_, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		if m.Key == "poison" {
+			return worker.Unavailable(0, fmt.Errorf("503 for this one"))
+		}
+		mu.Lock()
+		ok++
+		mu.Unlock()
+		return nil
+	}))
+	b.send(`{"id":"poison"}`)
+	b.sendMany(60, func(i int) string { return fmt.Sprintf(`{"id":"ok-%d"}`, i) })
+	waitUntil(t, "the poison message in the dead-letter queue", 30*time.Second, func() bool { return b.dlqCount() == 1 })
+	b.waitEmpty(30 * time.Second)
+	s := stop()
+	if s.FlowPauses != 0 || ok != 60 {
+		t.Fatalf("%d others done; stats %+v", ok, s)
+	}
+}
+
+// starts records when each operation started, by key.
+type starts struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (s *starts) add(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.at == nil {
+		s.at = map[string][]time.Time{}
+	}
+	s.at[key] = append(s.at[key], time.Now())
+}
+
+// mostInASecond is the most starts of the given keys in any whole second
+// (a window of one second starting at any start).
+func (s *starts) mostInASecond(keep func(key string) bool) (most int, first, last time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var all []time.Time
+	for k, ts := range s.at {
+		if keep(k) {
+			all = append(all, ts...)
+		}
+	}
+	slices.SortFunc(all, func(a, b time.Time) int { return a.Compare(b) })
+	for i := range all {
+		n := 0
+		for j := i; j < len(all) && all[j].Sub(all[i]) < time.Second; j++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	if len(all) > 0 {
+		first, last = all[0], all[len(all)-1]
+	}
+	return most, first, last
+}
+
+// timedReserves is a ledger whose reservations are timed: the longest is
+// how far late a worker lets a token run before it takes another, and so
+// how far the starts of a second may exceed the rate.
+type timedReserves struct {
+	worker.Ledger
+	worker.FlowLedger
+	longest *atomic.Int64
+}
+
+func (l timedReserves) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
+	start := time.Now()
+	defer func() {
+		for d := int64(time.Since(start)); ; {
+			if old := l.longest.Load(); d <= old || l.longest.CompareAndSwap(old, d) {
+				return
+			}
+		}
+	}()
+	return l.FlowLedger.Reserve(ctx, rs)
+}
+
+// sharedLedgers opens n ledgers on one store of the backend named: the
+// same bbolt file (one process), or n clients of one PostgreSQL table or
+// one DynamoDB table, as n hosts have.
+func sharedLedgers(t *testing.T, b *bundle, backend string, n int) []worker.Ledger {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out := make([]worker.Ledger, n)
+	switch backend {
+	case "bbolt":
+		for i := range out {
+			out[i] = b.db
+		}
+	case "postgres":
+		raw, _ := pgtest.Schema(t)
+		opts := postgres.Options{URL: raw, Table: "ops"}
+		if err := postgres.Init(ctx, opts); err != nil {
+			t.Fatal(err)
+		}
+		for i := range out {
+			l, err := postgres.Open(ctx, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			out[i] = l
+		}
+	case "dynamodb":
+		client := dynamotest.NewClient(t, nil)
+		opts := dynamodb.Options{Table: dynamotest.Table(t, client)}
+		if _, err := dynamodb.Init(ctx, client, opts); err != nil {
+			t.Fatal(err)
+		}
+		for i := range out {
+			l, err := dynamodb.Open(ctx, dynamotest.NewClient(t, nil), opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+			out[i] = l
+		}
+	}
+	return out
+}
+
+// Three workers on one ledger with a rate of 40 per second start at most
+// 44 operations in any whole second, and finish 600 in about 15 s: on the
+// embedded ledger (three workers of one process), on PostgreSQL (the
+// server's clock), and on DynamoDB (the hosts' clocks: here one host's, so
+// no skew).
+func TestWorker_RateHeldAcrossWorkers(t *testing.T) {
+	t.Parallel()
+	for _, backend := range []string{"bbolt", "postgres", "dynamodb"} {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{maxReceive: 5})
+			var st starts
+			b.sendMany(600, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+			cfg := b.config()
+			cfg.VisibilityTimeout = 30 * time.Second
+			cfg.Flow.Rate, cfg.Flow.Burst = 40, 1
+			var stops []func() worker.Stats
+			var longest atomic.Int64
+			for _, l := range sharedLedgers(t, b, backend, 3) {
+				l = timedReserves{Ledger: l, FlowLedger: l.(worker.FlowLedger), longest: &longest}
+				_, stop := b.startOn(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+					st.add(m.Key)
+					return nil
+				}))
+				stops = append(stops, stop)
+			}
+			waitUntil(t, "every operation to start", 60*time.Second, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.at) == 600 })
+			b.waitEmpty(30 * time.Second)
+			var deferred int64
+			for _, stop := range stops {
+				deferred += stop().Deferred
+			}
+			most, first, last := st.mostInASecond(func(string) bool { return true })
+			// A token lapses once its message is late by more than an
+			// interval, 50 ms or the longest reservation, whichever is
+			// longest: the starts of a second are the tokens of a second
+			// and that slack, and the burst. With a store that answers
+			// within 100 ms that is the rate's 40 and 4.
+			slack := max(time.Duration(longest.Load()), 50*time.Millisecond)
+			bound := max(44, int(math.Ceil(40*(1+slack.Seconds())))+1)
+			t.Logf("%s: 600 operations in %v, at most %d in a second (bound %d: longest reservation %v); %d deferred",
+				backend, last.Sub(first).Round(100*time.Millisecond), most, bound, time.Duration(longest.Load()).Round(time.Millisecond), deferred)
+			if most > bound {
+				t.Errorf("%d operations started within one second, above the rate of 40 (burst 1) and its slack: at most %d", most, bound)
+			}
+			if d := last.Sub(first); d < 14*time.Second || d > 18*time.Second {
+				t.Errorf("600 operations at 40 per second took %v, want 14–18s", d)
+			}
+		})
+	}
+}
+
+// A hot partition is held to its own rate while quiet ones flow: a tenant
+// of 150 operations at 5 per second takes about 30 s, and 20 tenants of 4
+// operations each are done within 15 s; nothing is dead-lettered although
+// the redrive comes after 3 receives and the visibility timeout is 5 s.
+func TestWorker_PartitionRate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 3})
+	var st starts
+	var bodies []string
+	for i := range 150 {
+		bodies = append(bodies, fmt.Sprintf(`{"id":"hot-%d","tenant":"hot"}`, i))
+	}
+	for q := range 20 {
+		for i := range 4 {
+			bodies = append(bodies, fmt.Sprintf(`{"id":"quiet-%d-%d","tenant":"q%d"}`, q, i, q))
+		}
+	}
+	rand.Shuffle(len(bodies), func(i, j int) { bodies[i], bodies[j] = bodies[j], bodies[i] })
+	b.sendMany(len(bodies), func(i int) string { return bodies[i] })
+	cfg := b.config()
+	cfg.VisibilityTimeout = 5 * time.Second
+	cfg.Flow.Partitions = []worker.FlowPartition{{Pointer: "/tenant", Rate: 5, Burst: 1}}
+	start := time.Now()
+	_, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		st.add(m.Key)
+		return nil
+	}))
+	waitUntil(t, "every operation to start", 90*time.Second, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.at) == 230 })
+	s := stop()
+	hot := func(k string) bool { return strings.HasPrefix(k, "hot-") }
+	most, _, hotLast := st.mostInASecond(hot)
+	_, _, quietLast := st.mostInASecond(func(k string) bool { return !hot(k) })
+	t.Logf("hot: at most %d in a second, done after %v; quiet done after %v; stats %+v", most, hotLast.Sub(start).Round(100*time.Millisecond), quietLast.Sub(start).Round(100*time.Millisecond), s)
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages dead-lettered", n)
+	}
+	if n := len(st.at); n != 230 {
+		t.Errorf("%d operations started, want 230", n)
+	}
+	if most > 6 {
+		t.Errorf("the hot tenant started %d operations within one second, above its rate of 5", most)
+	}
+	if d := quietLast.Sub(start); d > 15*time.Second {
+		t.Errorf("the quiet tenants were done after %v, want within 15s", d)
+	}
+}
+
+// A worker that stops during a pause defers the messages it holds whose
+// receive count nears the redrive's, rather than giving them back: a
+// rolling restart during an outage sends nothing to the dead-letter queue.
+func TestWorker_StopDuringPauseDefers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 2})
+	d, url := newDownstream(t)
+	d.down.Store(true)
+	b.sendMany(40, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.VisibilityTimeout = 10 * time.Second
+	cfg.Flow.Trip = worker.Trip{Failures: 3, Keys: 2}
+	for round := range 3 {
+		w, stop := b.startOn(cfg, b.client, b.db, h)
+		waitUntil(t, "the intake to pause", 20*time.Second, func() bool { return w.Health().Paused && w.Health().InFlight > 0 })
+		s := stop()
+		t.Logf("round %d: stats %+v", round, s)
+	}
+	if n := b.dlqCount(); n != 0 {
+		t.Fatalf("%d messages in the dead-letter queue after three stops during an outage", n)
+	}
+	d.down.Store(false)
+	_, stop := b.startOn(cfg, b.client, b.db, h)
+	waitUntil(t, "every operation to complete", 60*time.Second, func() bool { n, _ := d.doneCount(); return n == 40 })
+	stop()
+	if n := b.dlqCount(); n != 0 {
+		t.Fatalf("%d messages in the dead-letter queue", n)
+	}
+}

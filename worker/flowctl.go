@@ -1,0 +1,991 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsonce/sqsonce/internal/textcut"
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// FlowLedger is what flow control needs of a ledger beside Ledger: small
+// documents written with a compare-and-set (the pause, probe and ramp of a
+// scope), rate buckets, concurrency slots and the registry of processes,
+// all on the ledger's clock. Every ledger of this module implements it. On
+// a ledger that does not, flow control holds in this process alone.
+type FlowLedger interface {
+	GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error)
+	PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error)
+	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
+	Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error)
+	TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error)
+	ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error
+	ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error
+	PutProcess(ctx context.Context, p ledger.Process) error
+	RemoveProcess(ctx context.Context, id string) error
+	MarkDeadLettered(ctx context.Context, ds []ledger.DeadLetter) []error
+}
+
+// PauseDoc is the state of a paused scope that the workers sharing a
+// ledger keep in its flow document (JSON), and that `sqsonce flow` shows
+// and writes. Times are the ledger's.
+type PauseDoc struct {
+	State    string        `json:"state"` // PausePaused or PauseRamping
+	Since    time.Time     `json:"since"`
+	Reason   string        `json:"reason"`
+	By       string        `json:"by"`               // "auto" (a worker found the outage), or who paused by hand
+	Manual   bool          `json:"manual,omitempty"` // paused by hand: no probes; it ends at the document's expiry or a resume
+	Next     time.Time     `json:"next"`             // the next probe, not before
+	Interval time.Duration `json:"interval"`         // between probes now
+	Prober   string        `json:"prober,omitempty"` // the process whose probe runs
+	ProbeEnd time.Time     `json:"probe_end,omitempty"`
+	Cap      int           `json:"cap,omitempty"` // ramping: messages of the scope each worker runs at once
+	Probes   int           `json:"probes"`        // probes that failed since the pause began
+}
+
+// The states of a PauseDoc.
+const (
+	PausePaused  = "paused"
+	PauseRamping = "ramping"
+)
+
+// firstProbe is the wait before the first probe of a pause that no
+// Retry-After sets.
+const firstProbe = time.Second
+
+// flowCtl is a worker's flow control: its view of each pause scope, the
+// messages held for a pause or a limit, and what runs.
+type flowCtl struct {
+	w   *Worker
+	cfg FlowConfig
+	l   FlowLedger
+	act bool // FlowOn: act on the decisions; FlowObserve reports them only
+
+	mu      sync.Mutex
+	changed chan struct{}     // closed, and replaced, when a held message may start
+	scopes  map[string]*scope // by name: the handler's scope, and each partition value's
+	scope   []string          // the handler's scope alone
+	held    []*job            // messages held for a pause or a limit, oldest first
+}
+
+// scope is one pause scope as this worker sees it.
+type scope struct {
+	name     string
+	det      detector
+	doc      PauseDoc
+	found    bool      // a pause document is live
+	version  int64     // of the document, for the next write
+	readAt   time.Time // when it was read, on this host's monotonic clock
+	now      time.Time // the ledger's clock at the read
+	probe    *job      // this worker's probe, chosen
+	tripping bool      // this worker is writing its pause
+	running  int       // messages of the scope running here
+	done     int       // attempts that succeeded since the ramp's cap last grew
+	used     time.Time // last use, for forgetting idle partition values
+}
+
+func newFlowCtl(w *Worker, l Ledger) *flowCtl {
+	f := &flowCtl{w: w, cfg: w.cfg.Flow, act: w.cfg.Flow.Mode == FlowOn, changed: make(chan struct{}), scopes: map[string]*scope{},
+		scope: []string{w.cfg.Flow.Scope}}
+	if fl, ok := l.(FlowLedger); ok {
+		f.l = fl
+	} else {
+		f.l = newLocalFlow()
+	}
+	return f
+}
+
+// off reports whether flow control does nothing at all.
+func (f *flowCtl) off() bool { return f.cfg.Mode == FlowOff }
+
+// scopeOf returns the scope named name, made when new. Call with f.mu held.
+func (f *flowCtl) scopeOf(name string) *scope {
+	s := f.scopes[name]
+	if s == nil {
+		s = &scope{name: name, det: detector{trip: f.cfg.Trip}}
+		f.scopes[name] = s
+	}
+	s.used = time.Now()
+	return s
+}
+
+// ledgerNow is the ledger's clock now, as s last read it.
+func (s *scope) ledgerNow() time.Time { return s.now.Add(time.Since(s.readAt)) }
+
+// paused reports whether s holds its messages: paused, or ramping with its
+// cap reached.
+func (s *scope) paused() bool {
+	switch {
+	case !s.found:
+		return false
+	case s.doc.State == PauseRamping:
+		return s.running >= max(s.doc.Cap, 1)
+	}
+	return true
+}
+
+// kick wakes the held messages; call with f.mu held.
+func (f *flowCtl) kick() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// names returns the pause scopes of j: the handler's, then one per
+// partition value it has.
+func (f *flowCtl) names(j *job) []string {
+	if len(f.cfg.Partitions) == 0 {
+		return f.scope // shared, never written
+	}
+	out := []string{f.cfg.Scope}
+	for i := range f.cfg.Partitions {
+		if v := f.partValue(j, i); v != "" {
+			out = append(out, f.partName(i, v))
+		}
+	}
+	return out
+}
+
+// partName names the scope, bucket and pool of partition i's value v.
+func (f *flowCtl) partName(i int, v string) string {
+	p := f.cfg.Partitions[i]
+	part := "attribute " + p.Attribute
+	if p.Pointer != "" {
+		part = "pointer " + p.Pointer
+	}
+	return f.cfg.Scope + " | " + part + " = " + v
+}
+
+// partValue is j's value of partition i; "" when it has none.
+func (f *flowCtl) partValue(j *job, i int) string {
+	p := f.cfg.Partitions[i]
+	if p.Attribute != "" {
+		if a, ok := j.opened.attrs[p.Attribute]; ok && a.StringValue != nil {
+			return textcut.Cut(*a.StringValue, 256)
+		}
+		return ""
+	}
+	tokens, _ := parsePointer(p.Pointer)
+	v, err := lookupPointer(j.opened.payload, tokens, p.Pointer)
+	if err != nil {
+		return ""
+	}
+	return textcut.Cut(v, 256)
+}
+
+// admit decides whether j, waiting, may start now as far as flow control
+// goes: no pause of its scopes holds it (unless it is the probe) and its
+// rate tokens are due. When it may not, admit returns a channel closed
+// when that may have changed, and the time its tokens are due.
+func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time) {
+	if f.off() {
+		return true, nil, time.Time{}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if time.Now().Before(j.notBefore) {
+		f.hold(j)
+		return false, f.changed, j.notBefore
+	}
+	for _, name := range j.scopes {
+		if s := f.scopeOf(name); s.paused() && s.probe != j {
+			if f.act {
+				f.hold(j)
+				return false, f.changed, time.Time{}
+			}
+			f.w.stats.flowWouldHold.Add(1)
+		}
+	}
+	f.unhold(j)
+	return true, nil, time.Time{}
+}
+
+// late reports whether j's rate tokens lapsed: it did not start within
+// one emission interval of the tightest of its buckets, or the time its
+// reservation took, or lateSlack, whichever is longest, after they were
+// due. A message that starts late, beside others that start on time,
+// would put more starts in a second than the rate allows; one whose tokens
+// lapsed takes new ones. The starts of a second thus stay within the rate
+// times that slack, plus the burst.
+func (f *flowCtl) late(j *job) bool {
+	return f.act && j.interval > 0 && (!j.tokens || time.Since(j.notBefore) > max(j.interval, j.slack, lateSlack))
+}
+
+// lateSlack is the least lateness that voids a rate token.
+const lateSlack = 50 * time.Millisecond
+
+// began counts j, which starts, as running in its scopes until ended.
+func (f *flowCtl) began(j *job) {
+	if f.off() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, name := range j.scopes {
+		f.scopeOf(name).running++
+	}
+}
+
+// hold lists j among the held messages, in the order they were received.
+func (f *flowCtl) hold(j *job) {
+	if slices.Contains(f.held, j) {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(f.held, j, func(a, b *job) int { return a.b.received.Compare(b.b.received) })
+	f.held = slices.Insert(f.held, i, j)
+}
+
+// heldCount is how many messages are held for a pause or a limit.
+func (f *flowCtl) heldCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.held)
+}
+
+// holds reports whether j is held for a pause or a limit.
+func (f *flowCtl) holds(j *job) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Contains(f.held, j)
+}
+
+func (f *flowCtl) unhold(j *job) {
+	if i := slices.Index(f.held, j); i >= 0 {
+		f.held = slices.Delete(f.held, i, i+1)
+	}
+}
+
+// ended records the end of j's attempt, which ran when started is true,
+// with err, and reports whether a failure is the outage's: a failure that
+// counts towards a pause of a scope that is paused, or that this failure
+// pauses. A failure that is the outage's is not the operation's own: it
+// neither backs off nor dead-letters it.
+func (f *flowCtl) ended(ctx context.Context, j *job, started bool, err error) (outage bool) {
+	if f.off() {
+		return false
+	}
+	counted := err != nil && !f.cfg.NoPause && f.cfg.counts(err)
+	var trip []*scope
+	f.mu.Lock()
+	f.unhold(j)
+	now := time.Now()
+	for _, name := range j.scopes {
+		s := f.scopeOf(name)
+		if !started {
+			continue
+		}
+		s.running--
+		if s.det.add(now, j.key.key, counted) && !s.found && !s.tripping {
+			s.tripping = true
+			trip = append(trip, s)
+		}
+		outage = outage || counted && (s.found || s.det.tripped(now))
+	}
+	f.kick()
+	f.mu.Unlock()
+	if started {
+		f.settleProbe(ctx, j, err, counted)
+		f.ramp(ctx, j, err)
+	}
+	for _, s := range trip {
+		f.trip(ctx, s, err)
+	}
+	return outage
+}
+
+// retryAfterOf is the wait an outage's failure asked for, or zero.
+func retryAfterOf(err error) time.Duration {
+	var un *UnavailableError
+	if errors.As(err, &un) {
+		return un.After
+	}
+	return 0
+}
+
+// trip pauses s after err, on every worker of the scope: it writes the
+// pause document unless one is live.
+func (f *flowCtl) trip(ctx context.Context, s *scope, err error) {
+	reason := "the downstream is down: " + textcut.Cut(err.Error(), 512)
+	if !f.act {
+		f.w.log.Warn("flow control would pause the intake (observe mode)", "scope", s.name, "reason", reason)
+		f.w.stats.flowWouldPause.Add(1)
+		return
+	}
+	first := max(min(retryAfterOf(err), f.cfg.ProbeMax), firstProbe)
+	paused := f.update(ctx, s, func(d *PauseDoc, found bool, now time.Time) bool {
+		if found && d.State == PausePaused {
+			return false
+		}
+		*d = PauseDoc{State: PausePaused, Since: now, Reason: reason, By: "auto: " + f.w.ownerID, Next: now.Add(first), Interval: first}
+		return true
+	})
+	f.mu.Lock()
+	s.tripping = false
+	f.mu.Unlock()
+	if paused {
+		f.w.stats.flowPauses.Add(1)
+		f.w.log.Error("the handlers' downstream is down: intake paused; one probe at a time until it answers", "scope", s.name, "reason", reason, "first_probe_in", first)
+	}
+}
+
+// update reads s's document, lets change edit it (reporting whether it
+// changed it; the pause ends when it leaves State empty) and writes it
+// with a compare-and-set, a few times over when another worker wrote in
+// between. It keeps what it read or wrote as s's view.
+func (f *flowCtl) update(ctx context.Context, s *scope, change func(d *PauseDoc, found bool, now time.Time) bool) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.w.claimTimeout())
+	defer cancel()
+	for range 4 {
+		r, err := f.l.GetFlow(ctx, s.name)
+		if err != nil {
+			f.w.log.Warn("flow control: could not read the pause state", "scope", s.name, "error", err)
+			return false
+		}
+		f.mu.Lock()
+		f.apply(s, r)
+		d, found := s.doc, s.found
+		f.mu.Unlock()
+		if !change(&d, found, r.Now) {
+			return false
+		}
+		if d.State == "" {
+			err = f.l.DeleteFlow(ctx, s.name, r.Doc.Version)
+			if err == nil {
+				f.mu.Lock()
+				s.found, s.doc, s.version = false, PauseDoc{}, r.Doc.Version+1
+				f.kick()
+				f.mu.Unlock()
+				return true
+			}
+		} else {
+			data, _ := json.Marshal(d)
+			var w ledger.FlowRead
+			w, err = f.l.PutFlow(ctx, ledger.FlowDoc{Scope: s.name, Data: data, TTL: f.ttl(d)}, r.Doc.Version)
+			if err == nil {
+				f.mu.Lock()
+				f.apply(s, w)
+				f.mu.Unlock()
+				return true
+			}
+		}
+		if !errors.Is(err, ledger.ErrConflict) && !errors.Is(err, ledger.ErrNotFound) {
+			f.w.log.Warn("flow control: could not write the pause state", "scope", s.name, "error", err)
+			return false
+		}
+	}
+	return false
+}
+
+// ttl bounds a pause document's life: an automatic pause that no worker
+// tends any more (every one stopped) ends a while after its last probe was
+// due; a manual one keeps the expiry it was given.
+func (f *flowCtl) ttl(d PauseDoc) time.Duration {
+	return max(time.Until(d.Next), 0) + 10*f.cfg.ProbeMax + time.Hour
+}
+
+// apply takes r as s's view; call with f.mu held.
+func (f *flowCtl) apply(s *scope, r ledger.FlowRead) {
+	was := s.paused()
+	s.found, s.version, s.readAt, s.now = r.Found, r.Doc.Version, time.Now(), r.Now
+	s.doc = PauseDoc{}
+	if r.Found && json.Unmarshal(r.Doc.Data, &s.doc) != nil {
+		s.found = false
+	}
+	if s.doc.State != PausePaused {
+		s.probe = nil
+	}
+	if was != s.paused() {
+		f.kick()
+	}
+}
+
+// settleProbe ends j's probe: a success ramps the intake up, a failure
+// that counts puts the next probe off, another says nothing.
+func (f *flowCtl) settleProbe(ctx context.Context, j *job, err error, counted bool) {
+	f.mu.Lock()
+	var probed []*scope
+	for _, name := range j.scopes {
+		if s := f.scopeOf(name); s.probe == j {
+			s.probe = nil
+			probed = append(probed, s)
+		}
+	}
+	f.mu.Unlock()
+	for _, s := range probed {
+		f.w.stats.probes.Add(1)
+		f.update(ctx, s, func(d *PauseDoc, found bool, now time.Time) bool {
+			if !found || d.Prober != f.w.ownerID {
+				return false
+			}
+			d.Prober, d.ProbeEnd = "", time.Time{}
+			switch {
+			case err == nil:
+				d.State, d.Cap = PauseRamping, 1
+				f.w.log.Info("flow control: the probe succeeded: ramping the intake up", "scope", s.name, "down_for", now.Sub(d.Since).Round(time.Second))
+			case counted:
+				d.Probes++
+				d.Interval = min(2*d.Interval, f.cfg.ProbeMax)
+				d.Next = now.Add(max(d.Interval, min(retryAfterOf(err), f.cfg.ProbeMax)))
+				f.w.stats.probesFailed.Add(1)
+				f.w.log.Warn("flow control: the probe failed: still paused", "scope", s.name, "next_probe_in", d.Next.Sub(now), "error", err)
+			}
+			return true
+		})
+	}
+}
+
+// ramp counts a success of a ramping scope; when as many succeeded as the
+// cap, the cap doubles, and the pause ends once it reaches the handlers'
+// concurrency. A failure that counts while ramping pauses again.
+func (f *flowCtl) ramp(ctx context.Context, j *job, err error) {
+	var grow []*scope
+	f.mu.Lock()
+	for _, name := range j.scopes {
+		s := f.scopeOf(name)
+		if !s.found || s.doc.State != PauseRamping || err != nil {
+			continue
+		}
+		if s.done++; s.done >= s.doc.Cap {
+			s.done = 0
+			grow = append(grow, s)
+		}
+	}
+	f.mu.Unlock()
+	for _, s := range grow {
+		var since, now time.Time
+		if f.update(ctx, s, func(d *PauseDoc, found bool, at time.Time) bool {
+			if !found || d.State != PauseRamping {
+				return false
+			}
+			if d.Cap *= 2; d.Cap >= f.w.cfg.Concurrency {
+				since, now = d.Since, at
+				*d = PauseDoc{}
+			}
+			return true
+		}) && !since.IsZero() {
+			f.w.log.Info("flow control: the intake is open again", "scope", s.name, "paused_for", now.Sub(since).Round(time.Second))
+			f.mu.Lock()
+			s.det.reset()
+			f.mu.Unlock()
+		}
+	}
+}
+
+// intake is how many messages a poller may receive now, at most most:
+// none while the handler's scope is paused, but one when its probe is due
+// and no message is held to probe with; while ramping, its cap; with a
+// rate, no more than start within half the visibility timeout.
+func (f *flowCtl) intake(most int) int {
+	if !f.act {
+		return most
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.scopeOf(f.cfg.Scope)
+	switch {
+	case s.found && s.doc.State == PausePaused:
+		if len(f.held) == 0 && !s.doc.Manual && !s.ledgerNow().Before(s.doc.Next) && f.w.inFlight() == 0 {
+			return 1
+		}
+		return 0
+	case s.found:
+		most = min(most, max(s.doc.Cap-s.running, 0))
+	}
+	if r := f.cfg.Rate; r > 0 {
+		most = min(most, max(int(math.Ceil(r*f.w.cfg.VisibilityTimeout.Seconds()/2))-f.w.inFlight(), 0))
+	}
+	return most
+}
+
+// pausedNow reports whether the handler's scope is paused (or ramping).
+func (f *flowCtl) pausedNow() bool {
+	if !f.act {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.scopes[f.cfg.Scope]
+	return s != nil && s.found
+}
+
+// changedCh is the channel closed when the flow's state changes.
+func (f *flowCtl) changedCh() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}
+
+// start reads the pause state of the handler's scope, before the first
+// receive: a worker that starts during a pause, on a ledger another worker
+// or an operator paused, holds its intake from the start.
+func (f *flowCtl) start(ctx context.Context) {
+	if f.off() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, f.w.claimTimeout())
+	defer cancel()
+	f.mu.Lock()
+	s := f.scopeOf(f.cfg.Scope)
+	f.mu.Unlock()
+	if r, err := f.l.GetFlow(rctx, s.name); err == nil {
+		f.mu.Lock()
+		f.apply(s, r)
+		f.mu.Unlock()
+	}
+}
+
+// loop refreshes the pause state of the scopes in use every second, takes
+// the probe of a paused scope whose probe is due when this worker holds a
+// message of it, and keeps the process's registration, until ctx ends.
+func (f *flowCtl) loop(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	beat := 0
+	for {
+		f.tick(ctx)
+		if beat%5 == 0 {
+			f.register(ctx, false)
+		}
+		beat++
+		select {
+		case <-ctx.Done():
+			f.register(ctx, true)
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// tick is one round of loop.
+func (f *flowCtl) tick(ctx context.Context) {
+	f.mu.Lock()
+	var todo []*scope
+	for name, s := range f.scopes {
+		switch {
+		case name == f.cfg.Scope || s.found || s.running > 0 || slices.ContainsFunc(f.held, func(j *job) bool { return slices.Contains(j.scopes, name) }):
+			todo = append(todo, s)
+		case time.Since(s.used) > f.cfg.Trip.Window+time.Minute:
+			delete(f.scopes, name) // an idle partition value
+		}
+	}
+	f.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	for _, s := range todo {
+		r, err := f.l.GetFlow(rctx, s.name)
+		if err != nil {
+			continue
+		}
+		f.mu.Lock()
+		f.apply(s, r)
+		orphan := s.found && s.doc.Prober == f.w.ownerID && s.probe == nil
+		due := f.act && s.found && s.doc.State == PausePaused && !s.doc.Manual && s.probe == nil &&
+			!s.ledgerNow().Before(s.doc.Next) && (s.doc.Prober == "" || !s.ledgerNow().Before(s.doc.ProbeEnd)) &&
+			slices.ContainsFunc(f.held, func(j *job) bool { return slices.Contains(j.scopes, s.name) })
+		f.mu.Unlock()
+		if orphan {
+			// The message chosen ended before it started: the probe is
+			// free for the next one.
+			f.update(ctx, s, func(d *PauseDoc, found bool, now time.Time) bool {
+				if !found || d.Prober != f.w.ownerID || s.probe != nil {
+					return false
+				}
+				d.Prober, d.ProbeEnd = "", time.Time{}
+				return true
+			})
+		}
+		if due {
+			f.takeProbe(ctx, s)
+		}
+	}
+}
+
+// takeProbe takes s's probe for this worker, fleet-wide, and picks the
+// oldest message held for s whose key is not running as the probe.
+func (f *flowCtl) takeProbe(ctx context.Context, s *scope) {
+	lease := f.w.cfg.VisibilityTimeout + f.w.cfg.HandlerTimeout
+	if !f.update(ctx, s, func(d *PauseDoc, found bool, now time.Time) bool {
+		if !found || d.State != PausePaused || d.Manual || now.Before(d.Next) || d.Prober != "" && now.Before(d.ProbeEnd) {
+			return false
+		}
+		d.Prober, d.ProbeEnd = f.w.ownerID, now.Add(lease)
+		return true
+	}) {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, j := range f.held {
+		if slices.Contains(j.scopes, s.name) && time.Now().After(j.notBefore) {
+			s.probe = j
+			f.kick()
+			f.w.log.Info("flow control: probing the downstream with one message", "scope", s.name, "key", j.key.key)
+			return
+		}
+	}
+}
+
+// register writes this process into the ledger's registry, or removes it
+// when gone is true.
+func (f *flowCtl) register(ctx context.Context, gone bool) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if gone {
+		f.l.RemoveProcess(rctx, f.w.ownerID)
+		return
+	}
+	f.mu.Lock()
+	s := f.scopeOf(f.cfg.Scope)
+	paused, why := s.found, s.doc.Reason
+	f.mu.Unlock()
+	host, _ := os.Hostname()
+	f.l.PutProcess(rctx, ledger.Process{ID: f.w.ownerID, Host: host, PID: os.Getpid(), Version: f.w.cfg.Version,
+		Queue: f.w.cfg.QueueURL, Started: f.w.started, InHand: f.w.inFlight(), Paused: paused, PausedWhy: why, TTL: 15 * time.Second})
+}
+
+// reserve takes rate tokens for the claimed messages js of one receive, in
+// one ledger call: each gets its start (notBefore) from the handler's
+// scope's bucket and its partition value's. When bounded, those that
+// cannot start within half the visibility timeout are returned, with the
+// wait they need, to be deferred (standard queues); FIFO messages take
+// their tokens whenever they start, and are held, as are messages that
+// take new tokens for lapsed ones.
+func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess []*job, waits []time.Duration) {
+	if f.off() {
+		return nil, nil
+	}
+	type bucket struct {
+		r    ledger.Reservation
+		jobs []*job
+	}
+	var order []string
+	buckets := map[string]*bucket{}
+	add := func(name string, rate float64, burst int, j *job) {
+		if rate <= 0 {
+			return
+		}
+		b := buckets[name]
+		if b == nil {
+			b = &bucket{r: ledger.Reservation{Bucket: name, Rate: rate, Burst: burst}}
+			if bounded && !f.w.queue.fifo {
+				b.r.Within = f.w.cfg.VisibilityTimeout / 2
+			}
+			buckets[name] = b
+			order = append(order, name)
+		}
+		b.r.N++
+		b.jobs = append(b.jobs, j)
+	}
+	for _, j := range js {
+		j.scopes, j.notBefore, j.interval, j.tokens = f.names(j), time.Time{}, 0, false
+		add(f.cfg.Scope, f.cfg.Rate, f.cfg.Burst, j)
+		for i, p := range f.cfg.Partitions {
+			if v := f.partValue(j, i); v != "" {
+				add(f.partName(i, v), p.Rate, p.Burst, j)
+			}
+		}
+	}
+	if len(order) == 0 {
+		return nil, nil
+	}
+	rs := make([]ledger.Reservation, len(order))
+	for i, name := range order {
+		rs[i] = buckets[name].r
+	}
+	// The starts are offsets from the ledger's clock when it took the
+	// tokens (Grant.Now): on the embedded ledger and on DynamoDB the
+	// host's, so exactly when; on PostgreSQL the server's, taken as that
+	// time during the call, or its start or end when the clocks disagree.
+	// A token whose message starts later than its time by more than the
+	// call took (or an interval) lapses (see late).
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.w.claimTimeout())
+	grants, err := f.l.Reserve(rctx, rs)
+	cancel()
+	took := time.Since(start)
+	if err != nil {
+		// Held a second without tokens, then they try again as they
+		// start: none starts above the rate unmeasured.
+		f.w.log.Warn("flow control: could not reserve rate tokens: the messages wait a second", "error", err)
+		for _, j := range js {
+			j.notBefore, j.interval, j.slack = start.Add(time.Second), time.Second, 0
+		}
+		return nil, nil
+	}
+	short := map[*job]time.Duration{}
+	for i, name := range order {
+		b, g := buckets[name], grants[i]
+		at := start.Add(min(max(g.Now.Sub(start), 0), took))
+		if g.Rate != b.r.Rate || g.Burst != b.r.Burst {
+			f.w.log.Warn("flow control: the workers sharing a rate bucket disagree on its limit", "bucket", name,
+				"rate", b.r.Rate, "burst", b.r.Burst, "others_rate", g.Rate, "others_burst", g.Burst)
+		}
+		for k, j := range b.jobs {
+			if t := b.r.Interval(); j.interval == 0 || t < j.interval {
+				j.interval = t
+			}
+			j.tokens, j.slack = true, took
+			if k < len(g.Starts) {
+				if due := at.Add(g.Starts[k]); due.After(j.notBefore) {
+					j.notBefore = due
+				}
+				continue
+			}
+			wait := g.Next + time.Duration(k-len(g.Starts))*b.r.Interval()
+			short[j] = max(short[j], wait)
+		}
+	}
+	if !f.act {
+		for _, j := range js {
+			if j.notBefore.After(time.Now()) {
+				f.w.stats.flowWouldHold.Add(1)
+			}
+			j.notBefore = time.Time{}
+		}
+		return nil, nil
+	}
+	for _, j := range js {
+		if w, ok := short[j]; ok {
+			excess = append(excess, j)
+			waits = append(waits, w)
+			f.w.stats.throttled.Add(1)
+		} else if j.notBefore.After(time.Now()) {
+			f.w.stats.throttled.Add(1)
+		}
+	}
+	return excess, waits
+}
+
+// deferMsg sends a copy of j, waiting, to its queue with a delay of d
+// (SQS's limit: 15 minutes), exactly as it was received (its body, its
+// message attributes, its AWSTraceHeader), and deletes the original once
+// SQS took the copy: its receive count starts again, and nothing of it is
+// lost. It reports false, leaving j held, when the copy could not be
+// sent.
+func (w *Worker) deferMsg(j *job, d time.Duration, why string) bool {
+	in := &sqsSendCopy{w: w, j: j, delay: d}
+	if err := in.send(); err != nil {
+		w.log.Warn("could not defer the message (send its copy): it stays held", "message_id", j.id(), "key", j.key.key, "error", err)
+		return false
+	}
+	if !j.b.end(j, deferred) {
+		return true // given back meanwhile: the copy and the original both come back, one key
+	}
+	w.stats.deferred.Add(1)
+	w.log.Info("deferred the message: sent again with a delay, the original deleted", "message_id", j.id(), "key", j.key.key, "delay", d, "why", why)
+	w.delete(j.msg)
+	w.giveBack(nil, []ledger.ClaimRef{{Key: j.key.key, Owner: j.owner}}, 0)
+	return true
+}
+
+// systemTraceHeader is the system attribute a copy carries on, as the
+// original's.
+var systemTraceHeader = string(types.MessageSystemAttributeNameAWSTraceHeader)
+
+// sqsSendCopy sends a deferred copy of a job's message.
+type sqsSendCopy struct {
+	w     *Worker
+	j     *job
+	delay time.Duration
+}
+
+func (c *sqsSendCopy) send() error {
+	m := c.j.msg
+	in := &sqs.SendMessageInput{
+		QueueUrl:          &c.w.cfg.QueueURL,
+		MessageBody:       m.Body,
+		MessageAttributes: m.MessageAttributes,
+		DelaySeconds:      int32(min(max((c.delay+time.Second-1)/time.Second, 0), maxDelay/time.Second)),
+	}
+	if h := m.Attributes[systemTraceHeader]; h != "" {
+		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
+			systemTraceHeader: {DataType: aws.String("String"), StringValue: aws.String(h)},
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), sqsCallTimeout)
+	defer cancel()
+	_, err := c.w.sqs.SendMessage(ctx, in)
+	return err
+}
+
+// maxDelay is SQS's longest delay of a message.
+const maxDelay = 15 * time.Minute
+
+// localFlow keeps flow state in this process, for a ledger that keeps none.
+type localFlow struct {
+	mu      sync.Mutex
+	docs    map[string]ledger.FlowDoc
+	tats    map[string]int64
+	slots   map[string][]string // pool: owner of each index, "" free
+	version int64
+}
+
+func newLocalFlow() *localFlow {
+	return &localFlow{docs: map[string]ledger.FlowDoc{}, tats: map[string]int64{}, slots: map[string][]string{}}
+}
+
+func (l *localFlow) GetFlow(_ context.Context, scope string) (ledger.FlowRead, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	d, ok := l.docs[scope]
+	if ok && !d.Live(now) {
+		delete(l.docs, scope)
+		ok = false
+	}
+	if !ok {
+		d = ledger.FlowDoc{Scope: scope, Version: l.version}
+	}
+	return ledger.FlowRead{Doc: d, Found: ok, Now: now}, nil
+}
+
+func (l *localFlow) PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error) {
+	r, _ := l.GetFlow(ctx, doc.Scope)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.Doc.Version != ifVersion {
+		return r, ledger.ErrConflict
+	}
+	l.version++
+	doc.Version, doc.Updated = l.version, r.Now
+	if doc.TTL > 0 {
+		doc.Expires = r.Now.Add(doc.TTL)
+	}
+	l.docs[doc.Scope] = doc
+	return ledger.FlowRead{Doc: doc, Found: true, Now: r.Now}, nil
+}
+
+func (l *localFlow) DeleteFlow(ctx context.Context, scope string, ifVersion int64) error {
+	r, _ := l.GetFlow(ctx, scope)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r.Doc.Version != ifVersion {
+		return ledger.ErrConflict
+	}
+	delete(l.docs, scope)
+	return nil
+}
+
+func (l *localFlow) Reserve(_ context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
+	if err := ledger.ValidateReservations(rs); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now().UnixNano()
+	out := make([]ledger.Grant, len(rs))
+	for i := range rs {
+		out[i], l.tats[rs[i].Bucket] = rs[i].Take(l.tats[rs[i].Bucket], now, rs[i].Rate, rs[i].Burst)
+	}
+	return out, nil
+}
+
+func (l *localFlow) TakeSlots(_ context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([][]ledger.Slot, len(rs))
+	for i, r := range rs {
+		pool := l.slots[r.Pool]
+		for len(pool) < r.Limit {
+			pool = append(pool, "")
+		}
+		for k := 0; k < r.Limit && len(out[i]) < r.N; k++ {
+			if pool[k] == "" {
+				pool[k] = r.Owner
+				out[i] = append(out[i], ledger.Slot{Pool: r.Pool, Index: k, Owner: r.Owner})
+			}
+		}
+		l.slots[r.Pool] = pool
+	}
+	return out, nil
+}
+
+func (l *localFlow) ExtendSlots(_ context.Context, ss []ledger.Slot, _ time.Duration) []error {
+	return make([]error, len(ss))
+}
+
+func (l *localFlow) ReleaseSlots(_ context.Context, ss []ledger.Slot) []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range ss {
+		if pool := l.slots[s.Pool]; s.Index < len(pool) && pool[s.Index] == s.Owner {
+			pool[s.Index] = ""
+		}
+	}
+	return make([]error, len(ss))
+}
+
+func (l *localFlow) PutProcess(context.Context, ledger.Process) error { return nil }
+func (l *localFlow) RemoveProcess(context.Context, string) error      { return nil }
+func (l *localFlow) MarkDeadLettered(_ context.Context, ds []ledger.DeadLetter) []error {
+	return make([]error, len(ds))
+}
+
+// takeSlots takes j's concurrency slots, fleet-wide: one of the handler
+// scope's pool and one of its partition value's, where they have a bound.
+// It reports false, holding none, when one of them has none free.
+func (f *flowCtl) takeSlots(ctx context.Context, j *job) (bool, error) {
+	var rs []ledger.SlotRequest
+	add := func(name string, limit int) {
+		if limit > 0 {
+			rs = append(rs, ledger.SlotRequest{Pool: name, Limit: limit, N: 1, Owner: j.owner, Lease: f.w.cfg.VisibilityTimeout})
+		}
+	}
+	if f.act {
+		add(f.cfg.Scope, f.cfg.Concurrency)
+		for i, p := range f.cfg.Partitions {
+			if v := f.partValue(j, i); v != "" {
+				add(f.partName(i, v), p.Concurrency)
+			}
+		}
+	}
+	if len(rs) == 0 {
+		return true, nil
+	}
+	got, err := f.l.TakeSlots(ctx, rs)
+	if err != nil {
+		return false, err
+	}
+	for i := range rs {
+		j.slots = append(j.slots, got[i]...)
+	}
+	if len(j.slots) < len(rs) {
+		f.releaseSlots(j)
+		f.w.stats.throttled.Add(1)
+		return false, nil
+	}
+	return true, nil
+}
+
+// releaseSlots gives back j's concurrency slots.
+func (f *flowCtl) releaseSlots(j *job) {
+	if len(j.slots) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.w.claimTimeout())
+	defer cancel()
+	f.l.ReleaseSlots(ctx, j.slots)
+	j.slots = nil
+}
+
+// forget drops j, which ended, from the held messages and from the probes
+// it was chosen for without starting.
+func (f *flowCtl) forget(j *job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unhold(j)
+	for _, name := range j.scopes {
+		if s := f.scopes[name]; s != nil && s.probe == j && j.st != completing && j.st != failed {
+			s.probe = nil
+		}
+	}
+}

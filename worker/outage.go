@@ -1,0 +1,76 @@
+package worker
+
+import (
+	"slices"
+	"time"
+)
+
+// detector tells an outage of the handlers' downstream from a message's
+// own failures: it trips when, within the window, enough attempts failed
+// in a way that counts (see FlowConfig.PauseOn), from enough distinct
+// keys, and nearly all the attempts that ended failed. A key that fails
+// while others succeed trips nothing: that is its own message's problem.
+//
+// It keeps one bucket per tenth of the window, so that its memory and
+// cost do not grow with the rate of attempts. It is not safe for
+// concurrent use.
+type detector struct {
+	trip    Trip
+	buckets [10]outcomeBucket
+}
+
+// outcomeBucket counts the attempts that ended within one tenth of the
+// window starting at start.
+type outcomeBucket struct {
+	start    time.Time
+	ok, fail int
+	keys     []string // distinct keys that failed, at most Trip.Keys
+}
+
+// add records an attempt of key that ended at now, failed (counted) or
+// not, and reports whether the detector trips: what the window holds says
+// that the downstream is down.
+func (d *detector) add(now time.Time, key string, failed bool) bool {
+	width := d.trip.Window / time.Duration(len(d.buckets))
+	start := now.Truncate(width)
+	b := &d.buckets[int(start.UnixNano()/int64(width))%len(d.buckets)]
+	if !b.start.Equal(start) {
+		*b = outcomeBucket{start: start, keys: b.keys[:0]}
+	}
+	if !failed {
+		b.ok++
+		return false
+	}
+	b.fail++
+	if len(b.keys) < d.trip.Keys && !slices.Contains(b.keys, key) {
+		b.keys = append(b.keys, key)
+	}
+	return d.tripped(now)
+}
+
+// tripped reports whether the window that ends at now holds an outage.
+func (d *detector) tripped(now time.Time) bool {
+	ok, fail := 0, 0
+	var keys []string
+	for i := range d.buckets {
+		b := &d.buckets[i]
+		if b.start.IsZero() || now.Sub(b.start) >= d.trip.Window {
+			continue
+		}
+		ok += b.ok
+		fail += b.fail
+		for _, k := range b.keys {
+			if len(keys) < d.trip.Keys && !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	return fail >= d.trip.Failures && len(keys) >= d.trip.Keys && float64(fail) >= d.trip.Ratio*float64(ok+fail)
+}
+
+// reset forgets every attempt: a pause that ends starts a fresh window.
+func (d *detector) reset() {
+	for i := range d.buckets {
+		d.buckets[i] = outcomeBucket{}
+	}
+}
