@@ -128,7 +128,7 @@ func (e *env) audit(h *history) *section {
 			}
 		}
 	}
-	s.row("operations completed", fmt.Sprintf("%d of %d expected to (the rest, %d, dead-lettered by SQS's redrive or still queued, not lost)", completed, expect, redriven))
+	s.row("operations completed", fmt.Sprintf("%d of %d expected to (the rest, %d, dead-lettered after their last receive or still queued, not lost)", completed, expect, redriven))
 	s.zero("operations lost", opsLost)
 	s.zero("acknowledged but not done", ackNotDone)
 
@@ -165,10 +165,17 @@ func (e *env) audit(h *history) *section {
 
 	// The dead letters whose payload should have completed, and the copies
 	// that SQS accepted for the dead-letter queue but are not in it.
-	wrongReason := 0
+	wrongReason, lastReceive, inDLQByID := 0, 0, map[string]bool{}
 	for _, d := range h.dlq {
-		m := h.byTag[d.tag]
+		m, n, of := h.byTag[d.tag], 0, 0
+		inDLQByID[d.id] = true
 		if m == nil || d.reason == "" || !m.shouldComplete() {
+			continue
+		}
+		// The worker moves a message that failed on its last receive, as
+		// SQS's redrive would at the next.
+		if _, err := fmt.Sscanf(d.reason, "failed on receive %d of %d:", &n, &of); err == nil && n >= of && of == e.c.System.MaxReceive {
+			lastReceive++
 			continue
 		}
 		if a := h.applied[m.op.id]; strings.HasPrefix(d.reason, "conflict") && len(m.op.bodies) > 1 && a != "" && a != event.Hash([]byte(m.body())) {
@@ -177,12 +184,9 @@ func (e *env) audit(h *history) *section {
 		wrongReason++
 		s.detail("%s (%s): dead-lettered by sqsonce although it should have completed: %s", d.tag, m.op.id, d.reason)
 	}
+	s.row("dead-lettered by the worker on their last receive", fmt.Sprint(lastReceive))
 	s.zero("dead-lettered by sqsonce (with a reason), expected to complete", wrongReason)
 	s.must("in the dead-letter queue as expected", foundDLQ == expectDLQ, fmt.Sprintf("%d of %d", foundDLQ, expectDLQ))
-	inDLQByID := map[string]bool{}
-	for _, d := range h.dlq {
-		inDLQByID[d.id] = true
-	}
 	for _, ev := range h.kind(event.EvSent) {
 		// Replay moves the dead letters back to the queue.
 		if len(e.rounds) == 0 && ev.Queue == e.dlq && ev.Copy != "" && !inDLQByID[ev.Copy] {

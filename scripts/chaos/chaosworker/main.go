@@ -85,6 +85,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -165,7 +166,7 @@ func run(o event.WorkerConfig) (code int) {
 
 	// Count SQS requests from the start, so that a run that fails to start
 	// can show it sent none.
-	rec := &recorder{base: http.DefaultTransport, receipts: map[string][2]string{}, last: map[string]string{}}
+	rec := &recorder{base: http.DefaultTransport, receipts: map[string][2]string{}, last: map[string]string{}, tags: map[string]string{}}
 	defer func() {
 		fmt.Fprintf(os.Stderr, "chaosworker: run=%d exit=%d sqs_requests=%d\n", o.Run, code, rec.requests.Load())
 	}()
@@ -911,6 +912,7 @@ type recorder struct {
 	mu       sync.Mutex
 	receipts map[string][2]string // receipt handle -> message id, key
 	last     map[string]string    // message id -> its last receipt handle
+	tags     map[string]string    // AttrSend -> the message last received with it
 }
 
 func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -956,21 +958,20 @@ func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	_ = json.Unmarshal(out, &answer)
-	if op == "SendMessage" {
-		t.events.Log(event.WorkerEvent{Ev: event.EvSent, MessageID: sent.MessageAttributes[worker.AttrSourceMessageID].StringValue,
-			Copy: answer.MessageId, Queue: sent.QueueURL})
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if op == "SendMessage" { // a deferral's copy names no source: the message last received with its tag
+		src := cmp.Or(sent.MessageAttributes[worker.AttrSourceMessageID].StringValue, t.tags[sent.MessageAttributes[event.AttrSend].StringValue])
+		t.events.Log(event.WorkerEvent{Ev: event.EvSent, MessageID: src, Copy: answer.MessageId, Queue: sent.QueueURL})
+	}
 	t.receives++
 	for _, m := range answer.Messages {
-		var b struct {
-			ID any `json:"id"`
-		}
+		var b struct{ ID any } // json matches "id" to ID
 		_ = json.Unmarshal([]byte(m.Body), &b)
 		key, _ := b.ID.(string)
 		t.receipts[m.ReceiptHandle] = [2]string{m.MessageId, key}
 		t.last[m.MessageId] = m.ReceiptHandle
+		t.tags[m.MessageAttributes[event.AttrSend].StringValue] = m.MessageId
 		t.events.Log(event.WorkerEvent{Ev: event.EvReceive, MessageID: m.MessageId, Key: key, Seq: t.receives, Group: m.Attributes["MessageGroupId"],
 			Send: m.MessageAttributes[event.AttrSend].StringValue})
 	}
