@@ -184,9 +184,8 @@ func (e *env) audit(h *history) *section {
 		wrongReason++
 		s.detail("%s (%s): dead-lettered by sqsonce although it should have completed: %s", d.tag, m.op.id, d.reason)
 	}
-	s.row("dead-lettered by the worker on their last receive", fmt.Sprint(lastReceive))
 	s.zero("dead-lettered by sqsonce (with a reason), expected to complete", wrongReason)
-	s.must("in the dead-letter queue as expected", foundDLQ == expectDLQ, fmt.Sprintf("%d of %d", foundDLQ, expectDLQ))
+	s.must("in the dead-letter queue as expected", foundDLQ == expectDLQ, fmt.Sprintf("%d of %d (and %d the worker dead-lettered on their last receive)", foundDLQ, expectDLQ, lastReceive))
 	for _, ev := range h.kind(event.EvSent) {
 		// Replay moves the dead letters back to the queue.
 		if len(e.rounds) == 0 && ev.Queue == e.dlq && ev.Copy != "" && !inDLQByID[ev.Copy] {

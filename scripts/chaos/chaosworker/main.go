@@ -268,8 +268,7 @@ func run(o event.WorkerConfig) (code int) {
 
 	countsPath := filepath.Join(o.Dir, fmt.Sprintf("run-%d.counts", o.Run))
 	var w *worker.Worker
-	var leakChecked bool
-	var leaked int64
+	leakChecked, leaked := false, int64(0)
 	cl := &chaosLedger{inner: st, run: o.Run, events: events, crashes: crashes, skipClaims: o.Broken == brokenSkipClaim}
 	snapshot := func() {
 		c := event.Counts{Faults: faults.Counts(), CommitErrors: commitErrors.Load(), CompletesOK: cl.completesOK.Load(), LedgerErrors: cl.errors.Load(),
@@ -828,10 +827,8 @@ func (t *txWork) askControl(ctx context.Context, m *worker.Message) error {
 
 // sleepCtx sleeps for d, or until ctx ends: then it returns why.
 func sleepCtx(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
 	select {
-	case <-tm.C:
+	case <-time.After(d):
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)

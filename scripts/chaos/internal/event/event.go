@@ -291,9 +291,9 @@ func WriteFileAtomic(path string, v any) error {
 }
 
 // ReadLines decodes every line of the JSON-lines file at path into a new T
-// and calls fn. A missing file has no lines. A last line cut short (a
-// writer killed mid-line cannot produce one, but a full disk can) is
-// reported as an error.
+// and calls fn. A missing file has no lines. A last line cut short is left
+// out, as if its writer had stopped before it: Linux ends a write(2) at a
+// page boundary when a SIGKILL arrives, and a full disk ends it anywhere.
 func ReadLines[T any](path string, fn func(T)) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -302,11 +302,15 @@ func ReadLines[T any](path string, fn func(T)) error {
 		return err
 	}
 	defer f.Close()
-	for dec := json.NewDecoder(bufio.NewReaderSize(f, 1<<16)); ; {
-		var v T
-		if err := dec.Decode(&v); err == io.EOF {
+	for r := bufio.NewReaderSize(f, 1<<16); ; {
+		line, err := r.ReadBytes('\n')
+		if err == io.EOF {
 			return nil
 		} else if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		var v T
+		if err := json.Unmarshal(line, &v); err != nil {
 			return fmt.Errorf("%s: %w", path, err)
 		}
 		fn(v)
