@@ -1,32 +1,26 @@
 package main
 
 import (
-	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
-	"path/filepath"
-	"reflect"
+	"maps"
+	"slices"
 	"sort"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
 	"github.com/sqsonce/sqsonce/ledger"
-	"github.com/sqsonce/sqsonce/ledger/postgres"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
-	"github.com/sqsonce/sqsonce/worker"
 )
 
+// The audit: one checker over the history that counts every operation and
+// every message, whatever the campaign, and names the window that explains
+// every execution beyond the first; then the campaign's own checks and
+// those of its faults.
+
 // Causes of an execution beyond the first successful one, found from what
-// happened to the run that made the earlier one.
+// happened to the run that made the earlier one: the windows named in the
+// README's "When an operation can run twice", and the campaign's own
+// doings (a record it forgot, a replay).
 const (
 	causeWindowA        = "crash in window a (handler done, completion not durable)"
 	causeInHandler      = "kill while the downstream served the request (in-handler)"
@@ -34,281 +28,396 @@ const (
 	causeKilledInFlight = "kill while the request was in flight"
 	causeCompleteFail   = "completion could not be recorded (ledger commit failed)"
 	causeFailFail       = "failure could not be recorded (ledger commit failed)"
-	// The shared ledger's named windows: the database was out of the
-	// workers' reach (stopped, refused, cut).
-	causeCompleteDown = "completion could not be recorded: the database was out of reach"
-	causeFailDown     = "failure could not be recorded: the database was out of reach"
-	causeLeaseDown    = "lease lapsed while the database was out of reach, another claim ran it too"
+	causeCompleteDown   = "completion could not be recorded: the database was out of reach"
+	causeFailDown       = "failure could not be recorded: the database was out of reach"
+	causeLeaseDown      = "lease lapsed while the database was out of reach, another claim ran it too"
 	// causeLeasePaused: a worker stopped (SIGSTOP) for longer than its
 	// leases is, to the others, a worker that died: another claim takes
 	// its operations over, as the lease is for.
 	causeLeasePaused = "lease lapsed while its worker was stopped (SIGSTOP), another claim ran it too"
-	// causeForgotten: the campaign forgot the operation's record (sqsonce
-	// ledger forget) while an attempt ran: its next delivery runs it
-	// again, as forget says.
 	causeForgotten   = "its record forgotten (sqsonce ledger forget) while it ran, its next delivery ran it again"
+	causeReplayed    = "failed permanently, reset by sqsonce replay and run again"
 	causeHandlerErr  = "the worker saw the attempt fail after the downstream did it"
 	causeUnexplained = "UNEXPLAINED"
-	// causeTakenOver is not the documented window: the claim's lease lapsed
+	// causeTakenOver is not a documented window: the claim's lease lapsed
 	// while the work ran and another claim ran it too.
 	causeTakenOver = "UNEXPLAINED: lease lapsed while the work ran, another claim ran it too"
 )
 
-// Report is what a campaign found.
-type Report struct {
-	Standard bool        // the standard campaign ran: the fields below are its findings
-	FIFO     *fifoReport // the FIFO campaign's findings, nil when it did not run
-	// FIFOShared is the findings of the FIFO campaign's part on a shared
-	// ledger, nil when it did not run.
-	FIFOShared *fifoReport
-	// Shared is the shared-ledger campaign's report, nil when it did not
-	// run; in it, PG holds what that campaign found beyond the standard
-	// audit.
-	Shared *Report
-	PG     *sharedFindings
-	// Tx is the transactional campaign's findings, nil when it did not
-	// run.
-	Tx *txReport
+// audit checks the history and returns the campaign's part of the report.
+func (e *env) audit(h *history) *section {
+	s := &section{Name: e.name, Title: e.c.Title}
+	s.row("time taken", e.elapsed.Round(time.Second).String())
+	e.figures(h, s)
 
-	Elapsed time.Duration
-
-	Planned, Sent, Accepted int64
-	SenderLostAcks          int
-	SenderRetries           int64
-	SenderFaults            map[string]int
-	Ops                     map[opClass]int
-	Keyless                 int
-	LateResends             int
-	PhaseOps                int // operations the ledger phases sent of their own (among Ops)
-
-	Faults     map[string]int            // by kind, all worker runs
-	FaultsByOp map[string]map[string]int // by operation, then kind
-	Runs       int
-	Ends       map[string]int // runs by how they ended
-	Kills      int
-	Pauses     int
-	DoubleTerm int
-
-	ExpectComplete, Completed int
-	ExpectDLQ, FoundDLQ       int
-	DLQMessages               int
-	DLQCopiesOfCompleted      int // extra copies of completed operations (redrive of a duplicate)
-	DLQBeforeComplete         int // expected to complete, dead-lettered by SQS's redrive instead
-	DLQBeforeByClass          map[opClass]int
-	DLQWrongReason            int // expected to complete, dead-lettered by sqsonce with a reason
-	AfterLoss                 int // handler calls after their attempt's claim was lost (claimHistory.afterLoss)
-	Lost, AckNotDone          int
-	Executions, Effects       int
-	Extra                     map[string]int // executions beyond one, by cause
-	ExtraSamples              map[string][]string
-	EffectsTwice              int
-	ConflictRan, KeylessRan   int
-	LateRanAgain              int
-	InHandlerKills            int
-	Window                    [3]time.Duration // handler success to durable completion: p50, p99, max
-	Stats                     worker.Stats     // summed over runs (killed runs' counters may lag up to 250 ms)
-	Phases                    []phaseResult
-	Notes                     []string
-	Quiet                     bool
-	Details                   []string // per-operation problems, for the log
-}
-
-// OK reports whether every must-be-zero figure is zero and every check
-// passed.
-func (r *Report) OK() bool { return len(r.failed()) == 0 }
-
-// queuedMsg is a message found in a queue at the end.
-type queuedMsg struct {
-	id      string
-	body    string
-	tag     string // event.AttrSend
-	reason  string // worker.AttrReason: set when sqsonce dead-lettered it
-	replays string // the replay count attribute, "" when never replayed
-}
-
-// How the audit empties a queue: each receive hides its messages for
-// drainVisibility only, so that a receive whose answer is lost on the way
-// (its messages hidden all the same) costs a short wait, not a message;
-// the drain waits up to drainWait for such messages, and for those a
-// stopped worker had in flight, to come back.
-const (
-	drainVisibility = 10 * time.Second
-	drainWait       = workerVisibility + 3*drainVisibility
-)
-
-// drainQueue receives every message of url and deletes it (a FIFO queue
-// hands out the rest of a group only once its head is gone) until the
-// queue reads empty, waiting up to wait for messages in flight to come
-// back. It returns the messages and how many it could not get.
-func (c *campaign) drainQueue(ctx context.Context, url string, wait time.Duration) ([]queuedMsg, int, error) {
-	var out []queuedMsg
-	seen := map[string]bool{}
-	deadline := time.Now().Add(wait)
-	for ctx.Err() == nil {
-		res, err := c.admin.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl:              aws.String(url),
-			MaxNumberOfMessages:   10,
-			WaitTimeSeconds:       1,
-			VisibilityTimeout:     int32(drainVisibility / time.Second),
-			MessageAttributeNames: []string{"All"},
-		})
-		if err != nil {
-			return nil, 0, fmt.Errorf("drain %s: %w", url, err)
+	// Every message sent: done (its payload applied, its key complete),
+	// in the dead-letter queue, in the queue, dropped by SQS at the send,
+	// or lost.
+	var done, dropped, inDLQ, inQueue, lost, expectDLQ, foundDLQ int
+	lostBy := map[string]int{}
+	late := map[string]bool{} // operations sent again after they were done
+	for _, m := range h.msgs {
+		late[m.op.id] = late[m.op.id] || m.late && m.variant == 0
+		switch applied := h.applied[m.op.id]; {
+		case m.dropped:
+			dropped++
+		case h.complete(m.op.id) && applied == event.Hash([]byte(m.body())):
+			done++
+		case h.inQueue[m.tag]:
+			inQueue++
+		case h.inDLQ[m.tag]:
+			inDLQ++
+		default:
+			lost++
+			lostBy[fmt.Sprintf("%s payload %c", m.op.class, 'a'+m.variant)]++
+			s.detail("lost: message %s (%s, payload %c, %s, group %q, sent at +%.1fs as %s): ledger %s, %d executions", m.tag, m.op.id, 'a'+m.variant,
+				m.op.class, m.groupID(), m.sentAt.Sub(e.started).Seconds(), m.id, h.state(m.op.id), len(h.execs[m.op.id]))
 		}
-		if len(res.Messages) == 0 {
-			v, f, err := c.queueCounts(ctx, url)
-			if err != nil {
-				return nil, 0, err
+		// A message whose payload cannot complete (or another payload of
+		// its key did) must be dead-lettered.
+		o := m.op
+		if !m.dropped && (o.class == keyless || o.class == permanent || len(o.bodies) > 1 && h.applied[o.id] != event.Hash([]byte(m.body()))) {
+			expectDLQ++
+			if h.inDLQ[m.tag] {
+				foundDLQ++
+			} else {
+				s.detail("%s (%s, payload %c): not in the dead-letter queue", m.tag, o.id, 'a'+m.variant)
 			}
-			if v+f == 0 {
-				return out, 0, nil
-			}
-			if time.Now().After(deadline) {
-				return out, v + f, nil
-			}
+		}
+	}
+	s.row("messages accounted for", fmt.Sprintf("%d sent: %d done (payload applied, key complete), %d in the dead-letter queue, %d still in the queue, %d dropped by SQS at the send (deduplicated within 5 minutes); %d and %d messages found in the two queues",
+		len(h.msgs), done, inDLQ, inQueue, dropped, len(h.dlq), len(h.queued)))
+	s.zero("messages lost", lost)
+	for k, n := range lostBy {
+		s.row("  lost", fmt.Sprintf("%d %s", n, k))
+	}
+	if h.undrained > 0 {
+		e.note("%d messages could not be drained from the queues for the audit within %v", h.undrained, drainWait)
+	}
+
+	// Every operation.
+	byOp := map[string][]*msg{}
+	for _, m := range h.msgs {
+		byOp[m.op.id] = append(byOp[m.op.id], m)
+	}
+	var opsLost, ackNotDone, expect, completed, redriven int
+	for _, o := range h.ops {
+		complete, effect := h.complete(o.id), h.applied[o.id] != ""
+		if o.class == keyless {
 			continue
 		}
-		var del []types.DeleteMessageBatchRequestEntry
-		for i, m := range res.Messages {
-			del = append(del, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
-			id := aws.ToString(m.MessageId)
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			q := queuedMsg{id: id, body: aws.ToString(m.Body)}
-			attr := func(name string) string {
-				if a, ok := m.MessageAttributes[name]; ok {
-					return aws.ToString(a.StringValue)
-				}
-				return ""
-			}
-			// SqsonceReplays: the attribute in which sqsonce replay counts a
-			// message's replays.
-			q.tag, q.reason, q.replays = attr(event.AttrSend), attr(worker.AttrReason), attr("SqsonceReplays")
-			out = append(out, q)
+		if complete && !effect {
+			ackNotDone++
+			s.detail("%s: complete in the ledger but no effect", o.id)
 		}
-		if _, err := c.admin.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(url), Entries: del}); err != nil {
-			return nil, 0, fmt.Errorf("drain %s: delete: %w", url, err)
+		somewhere := false
+		for _, m := range byOp[o.id] {
+			somewhere = somewhere || h.inDLQ[m.tag] || h.inQueue[m.tag]
+		}
+		if (!complete || !effect) && !somewhere {
+			opsLost++
+			s.detail("%s (%s): lost: ledger %s, effect %v, no message in a queue", o.id, o.class, h.state(o.id), effect)
+		}
+		if m := (&msg{op: o}); m.shouldComplete() {
+			expect++
+			if complete && effect {
+				completed++
+			} else if somewhere {
+				redriven++
+				s.detail("%s (%s): not complete at the end (info): ledger %s, in a queue", o.id, o.class, h.state(o.id))
+			}
 		}
 	}
-	return nil, 0, ctx.Err()
-}
+	s.row("operations completed", fmt.Sprintf("%d of %d expected to (the rest, %d, dead-lettered after their last receive or still queued, not lost)", completed, expect, redriven))
+	s.zero("operations lost", opsLost)
+	s.zero("acknowledged but not done", ackNotDone)
 
-func hash8(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:8])
-}
-
-// runEvents is what one worker run logged, by key.
-type runEvents struct {
-	handled  map[string][]event.WorkerEvent
-	complete map[string][]event.WorkerEvent
-	fail     map[string][]event.WorkerEvent
-}
-
-// runLogs is what a campaign's worker runs left behind.
-type runLogs struct {
-	runs, kills int
-	endCounts   map[string]int            // runs by how they ended
-	faults      map[string]int            // by kind
-	faultsByOp  map[string]map[string]int // by SQS operation, then kind
-	stats       worker.Stats              // summed over runs
-	windows     []time.Duration           // handler success to durable completion
-	sent        []event.WorkerEvent       // copies SQS accepted from the worker (EvSent)
-	hist        *history
-	// afterLoss: handler calls of an attempt whose claim was no longer its
-	// own (see claimHistory.afterLoss), one line each.
-	afterLoss []string
-	// takenUnstarted: claims taken over from a run still alive before it
-	// called their handler (claimHistory.takenUnstarted).
-	takenUnstarted int
-	// unknowing: handler calls made after their record was forgotten, the
-	// worker not told yet (claimHistory.unknowing).
-	unknowing int
-}
-
-// readRuns reads how every worker run of c ended, its counters, its event
-// log and the crash log.
-func (c *campaign) readRuns() (*runLogs, error) {
-	c.mu.Lock()
-	procs := append([]*proc(nil), c.procs...)
-	inHand := c.inHand
-	paused := c.paused
-	forgets := append([]forgetRec(nil), c.forgets...)
-	c.mu.Unlock()
-	rl := &runLogs{endCounts: map[string]int{}, faults: map[string]int{}, faultsByOp: map[string]map[string]int{}}
-	hist := &history{inHand: inHand, ends: map[int]string{}, endedAt: map[int]time.Time{}, events: map[int]*runEvents{},
-		shared: c.pg != nil, paused: paused}
-	claims := newClaimHistory()
-	for _, f := range forgets {
-		claims.forgotten[f.Key] = append(claims.forgotten[f.Key], f.T.UnixNano())
+	// Every delete: only once the operation was recorded complete (or
+	// the ledger answered a claim that it is), or after SQS accepted the
+	// message's dead-letter copy.
+	sent := map[string]int64{}
+	for _, ev := range h.kind(event.EvSent) {
+		if _, ok := sent[ev.MessageID]; !ok {
+			sent[ev.MessageID] = ev.T
+		}
 	}
-	for _, p := range procs {
-		end := c.endOf(p)
-		hist.ends[p.id] = end
-		p.mu.Lock()
-		hist.endedAt[p.id] = p.ended
-		p.mu.Unlock()
-		rl.runs++
-		rl.endCounts[end]++
-		switch end {
-		case endWindowA, endWindowB, endKill, endInHandler, endInTx:
-			rl.kills++
+	recorded := map[string]int64{}
+	for _, ev := range h.all {
+		tx := e.c.System.Tx != nil && ev.Ev == event.EvHandled // a transactional handler's success commits the completion
+		if _, ok := recorded[ev.Key]; !ok && ev.Err == "" && (ev.Ev == event.EvComplete || ev.Ev == event.EvDone || tx) {
+			recorded[ev.Key] = ev.T
 		}
-		cnt := c.counts(p.id)
-		for op, byKind := range cnt.Faults {
-			if rl.faultsByOp[op] == nil {
-				rl.faultsByOp[op] = map[string]int{}
-			}
-			for k, n := range byKind {
-				rl.faults[k] += n
-				rl.faultsByOp[op][k] += n
-			}
-		}
-		addStats(&rl.stats, cnt.Stats)
-		ev := &runEvents{handled: map[string][]event.WorkerEvent{}, complete: map[string][]event.WorkerEvent{}, fail: map[string][]event.WorkerEvent{}}
-		okAt := map[string]int64{} // key -> when its handler last succeeded
-		err := event.ReadLines(filepath.Join(c.runsDir, fmt.Sprintf("run-%d.events", p.id)), func(e event.WorkerEvent) {
-			claims.add(p.id, e)
-			switch e.Ev {
-			case event.EvHandled:
-				ev.handled[e.Key] = append(ev.handled[e.Key], e)
-				if e.Err == "" {
-					okAt[e.Key] = e.T
-				}
-			case event.EvComplete:
-				if t, ok := okAt[e.Key]; ok && e.Err == "" {
-					rl.windows = append(rl.windows, time.Duration(e.T-t))
-					delete(okAt, e.Key)
-				}
-				ev.complete[e.Key] = append(ev.complete[e.Key], e)
-			case event.EvFail:
-				ev.fail[e.Key] = append(ev.fail[e.Key], e)
-			case event.EvSent:
-				rl.sent = append(rl.sent, e)
-			}
-		})
-		if err != nil {
-			return nil, err
-		}
-		hist.events[p.id] = ev
 	}
-	hist.crashes = map[string]map[int]string{} // key -> run -> window
-	if err := event.ReadLines(c.crashLog, func(cr event.Crash) {
-		if hist.crashes[cr.Key] == nil {
-			hist.crashes[cr.Key] = map[int]string{}
+	early, unknown := 0, 0
+	for _, ev := range h.kind(event.EvDelete) {
+		t, okDone := recorded[ev.Key]
+		c, okCopy := sent[ev.MessageID]
+		switch {
+		case ev.MessageID == "":
+			unknown++
+		case (ev.Key == "" || !okDone || t > ev.T) && (!okCopy || c > ev.T):
+			early++
+			s.detail("run %d deleted message %s (%s) at %s before its operation was recorded complete or its dead-letter copy accepted", ev.run, ev.MessageID, ev.Key, clock(ev.T))
 		}
-		hist.crashes[cr.Key][cr.Run] = cr.Window
-	}); err != nil {
-		return nil, err
 	}
-	rl.hist = hist
-	rl.afterLoss = claims.afterLoss()
-	rl.unknowing = claims.unknowing
-	rl.takenUnstarted = claims.takenUnstarted(hist.endedAt)
-	hist.forgotten = claims.forgotten
-	return rl, nil
+	s.row("deletes of the workers", fmt.Sprintf("%d requested (%d of messages the audit cannot name)", len(h.kind(event.EvDelete)), unknown))
+	s.zero("messages deleted before their operation was recorded complete or dead-lettered", early)
+
+	// The dead letters whose payload should have completed, and the copies
+	// that SQS accepted for the dead-letter queue but are not in it.
+	wrongReason, lastReceive, inDLQByID := 0, 0, map[string]bool{}
+	for _, d := range h.dlq {
+		m, n, of := h.byTag[d.tag], 0, 0
+		inDLQByID[d.id] = true
+		if m == nil || d.reason == "" || !m.shouldComplete() {
+			continue
+		}
+		// The worker moves a message that failed on its last receive, as
+		// SQS's redrive would at the next.
+		if _, err := fmt.Sscanf(d.reason, "failed on receive %d of %d:", &n, &of); err == nil && n >= of && of == e.c.System.MaxReceive {
+			lastReceive++
+			continue
+		}
+		if a := h.applied[m.op.id]; strings.HasPrefix(d.reason, "conflict") && len(m.op.bodies) > 1 && a != "" && a != event.Hash([]byte(m.body())) {
+			continue // another payload of its key went first: the conflict is right
+		}
+		wrongReason++
+		s.detail("%s (%s): dead-lettered by sqsonce although it should have completed: %s", d.tag, m.op.id, d.reason)
+	}
+	s.zero("dead-lettered by sqsonce (with a reason), expected to complete", wrongReason)
+	s.must("in the dead-letter queue as expected", foundDLQ == expectDLQ, fmt.Sprintf("%d of %d (and %d the worker dead-lettered on their last receive)", foundDLQ, expectDLQ, lastReceive))
+	for _, ev := range h.kind(event.EvSent) {
+		// Replay moves the dead letters back to the queue.
+		if len(e.rounds) == 0 && ev.Queue == e.dlq && ev.Copy != "" && !inDLQByID[ev.Copy] {
+			e.note("copy %s of message %s, accepted by SQS for the dead-letter queue at %s, is not in it", ev.Copy, ev.MessageID, clock(ev.T))
+		}
+	}
+
+	// Executions: effects, payloads, keys, and every one beyond the first.
+	effects, nExtra := map[string]int{}, 0
+	var execs, conflictRan, keylessRan, effectsTwice, ranAgain int
+	extra := map[string]int{}
+	for key, xs := range h.execs {
+		o := h.e.wl.opByID(key)
+		want := ""
+		if r, ok := h.records[key]; ok {
+			want = fmt.Sprintf("%x", r.Fingerprint)
+		} else if len(xs) > 0 {
+			want = xs[0].BodyHash
+		}
+		var settled []event.Execution
+		for _, x := range xs {
+			execs++
+			if x.Effect {
+				effects[x.BodyID]++
+			}
+			if !strings.HasPrefix(want, x.BodyHash) {
+				conflictRan++
+				s.detail("%s: execution %d ran payload %s, the operation was claimed with %s", key, x.Seq, x.BodyHash, want)
+			}
+			if key == "" || o == nil || o.class == keyless {
+				keylessRan++
+				s.detail("execution %d of key %q: no operation of the workload has it", x.Seq, key)
+			}
+			if x.Status == 200 || x.Status == 422 && o != nil && o.class == permanent {
+				settled = append(settled, x)
+			}
+		}
+		for i := 1; i < len(settled); i++ {
+			cause := h.explain(settled[i-1], settled[i], settled[i].Status == 422)
+			extra[cause], nExtra = extra[cause]+1, nExtra+1
+			s.detail("execution beyond one (%s): %s: execution %d (run %d) after %d (run %d)", cause, key, settled[i].Seq, settled[i].Run, settled[i-1].Seq, settled[i-1].Run)
+		}
+		if len(settled) > 1 && late[key] {
+			ranAgain++
+		}
+	}
+	for id, n := range effects {
+		if n > 1 {
+			effectsTwice += n - 1
+			s.detail("%s: effect applied %d times", id, n)
+		}
+	}
+	s.row("executions", fmt.Sprintf("%d, %d of them applied an effect", execs, len(effects)))
+	if ws := h.windows; len(ws) > 0 {
+		sort.Slice(ws, func(i, j int) bool { return ws[i] < ws[j] })
+		q := func(f float64) time.Duration {
+			return ws[min(len(ws)-1, int(f*float64(len(ws))))].Round(10 * time.Microsecond)
+		}
+		s.row("duplicate window (handler done to completion durable)", fmt.Sprintf("p50 %v, p99 %v, max %v", q(0.5), q(0.99), q(1)))
+	}
+	s.row("executions beyond one per operation", fmt.Sprintf("%d (%d operations sent again after they were done ran twice, of any cause below)", nExtra, ranAgain))
+	for _, c := range slices.Sorted(maps.Keys(extra)) {
+		if !strings.HasPrefix(c, causeUnexplained) {
+			s.row("  "+c, fmt.Sprint(extra[c]))
+		}
+	}
+	s.zero("executions beyond one: "+causeTakenOver, extra[causeTakenOver])
+	s.zero("executions beyond one: "+causeUnexplained, extra[causeUnexplained])
+	s.zero("effects applied twice", effectsTwice)
+	s.zero("conflicting payloads run", conflictRan)
+	s.zero("keyless messages run", keylessRan)
+
+	// Claims: every handler call under its own claim.
+	afterLoss := h.claims.afterLoss()
+	for _, d := range afterLoss {
+		s.detail("%s", d)
+	}
+	s.row("claims lost and reclaimed", fmt.Sprintf("%d claims taken over from a worker still alive before it started their work; %d records of operations waiting in a worker's hands forgotten (sqsonce ledger forget; %d started before the worker learnt it); %d completions refused, the claim another's or gone",
+		h.claims.takenUnstarted(h.runs), len(e.forgets), h.claims.unknowing, h.notOwnerCompletes()))
+	s.zero("handler calls after their claim was lost (taken over, released, never written)", len(afterLoss))
+
+	for _, p := range e.phases {
+		s.must("ledger phase: "+p.name, p.ok, p.detail)
+	}
+	for _, c := range append(append([]Check(nil), e.c.Checks...), e.judges...) {
+		c(e, h, s)
+	}
+	s.must("queue empty at the end", h.quiet, fmt.Sprint(h.quiet))
+	e.mu.Lock()
+	s.Notes = append(s.Notes, e.notes...)
+	e.mu.Unlock()
+	s.zero("other findings", len(s.Notes))
+	for _, n := range s.Notes {
+		s.row("  finding", strings.SplitN(n, "\n", 2)[0])
+	}
+	for _, d := range s.Details {
+		fmt.Fprintf(e.log, "%s: detail: %s\n", e.name, d)
+	}
+	return s
+}
+
+// notOwnerCompletes counts the completions the ledger refused because
+// another claim owned the operation by then, or it was gone.
+func (h *history) notOwnerCompletes() int {
+	n := 0
+	for _, ev := range h.kind(event.EvComplete) {
+		if strings.Contains(ev.Err, ledger.ErrNotOwner.Error()) || strings.Contains(ev.Err, ledger.ErrNotFound.Error()) {
+			n++
+		}
+	}
+	return n
+}
+
+func clock(t int64) string { return time.Unix(0, t).UTC().Format("15:04:05.000") }
+
+// Bounds on how long after the earlier execution a kill still explains the
+// next one: the worker records the completion within milliseconds of the
+// handler's return, and the handler returns within its timeout.
+const (
+	killAfterHandled  = 10 * time.Second
+	killAfterInFlight = workerHandlerTimeout + 5*time.Second
+)
+
+// during reports whether one of ws overlaps from..to.
+func during(ws []window, from, to time.Time) bool {
+	for _, w := range ws {
+		if w.from.Before(to) && w.to.After(from) {
+			return true
+		}
+	}
+	return false
+}
+
+// explain says why an operation ran again (execution next) after execution
+// prev had settled it, from what happened to the run that made prev between
+// the two.
+func (h *history) explain(prev, next event.Execution, permanent bool) string {
+	run, e := prev.Run, h.e
+	for _, f := range e.forgets {
+		if f.key == prev.Key && f.from.UnixNano() > prev.T-int64(killAfterInFlight) && f.from.UnixNano() < next.T {
+			return causeForgotten
+		}
+	}
+	for _, r := range e.rounds {
+		if permanent && r.start.UnixNano() > prev.T && r.start.UnixNano() < next.T {
+			return causeReplayed
+		}
+	}
+	if h.crashes[fmt.Sprint(run, " ", prev.Key)] == event.WindowA {
+		return causeWindowA
+	}
+	if e.inHand[prev.Key] == run {
+		return causeInHandler
+	}
+	ri := h.runs[run]
+	if ri == nil {
+		return causeUnexplained
+	}
+	wasKilled := killed(ri.end) && ri.end != endInTx
+	// The attempt that made prev: its owner token when the downstream
+	// recorded it, else the first of its number that returned after prev.
+	var handled *runEvent
+	for i, ev := range h.byKey[prev.Key] {
+		if ev.run == run && ev.Ev == event.EvHandled && (prev.Owner != "" && ev.Owner == prev.Owner || prev.Owner == "" && ev.T >= prev.T && fmt.Sprint(ev.Attempt) == prev.Attempt) {
+			handled = &h.byKey[prev.Key][i]
+			break
+		}
+	}
+	if handled == nil {
+		if wasKilled && ri.endedAt.Sub(time.Unix(0, prev.T)) < killAfterInFlight {
+			return causeKilledInFlight
+		}
+		return causeUnexplained
+	}
+	// On a shared ledger, an attempt that another claim took over is
+	// explained only by its worker stopped (SIGSTOP), or the database out
+	// of reach, while its lease had to be extended: from its claim (at
+	// most a lease before the work reached the downstream) until the
+	// worker found the operation taken over (until, Unix nanoseconds).
+	leaseLapsed := func(until int64) string {
+		from, to := time.Unix(0, prev.T).Add(-workerVisibility), time.Unix(0, until)
+		switch {
+		case during(e.paused[run], from, to):
+			return causeLeasePaused
+		case during(e.outOfReach(), from, to):
+			return causeLeaseDown
+		}
+		return causeTakenOver
+	}
+	if handled.Err != "" && !permanent {
+		if e.c.System.Postgres && strings.Contains(handled.Cause, "lease lost") {
+			return leaseLapsed(handled.T)
+		}
+		return causeHandlerErr
+	}
+	kind, failCause, downCause := event.EvComplete, causeCompleteFail, causeCompleteDown
+	if permanent {
+		kind, failCause, downCause = event.EvFail, causeFailFail, causeFailDown
+	}
+	recorded, failed, down := false, false, false
+	var takenOver int64 // when the worker found the operation taken over
+	for _, ev := range h.byKey[prev.Key] {
+		switch {
+		case ev.run != run || ev.Ev != kind:
+		case handled.Owner != "" && ev.Owner != handled.Owner:
+			// Another attempt's.
+		case handled.Owner == "" && (ev.T < handled.T || ev.T > next.T):
+			// Another attempt's, most likely: a completion recorded after
+			// the next execution started says nothing about this one.
+		case ev.Err == "":
+			recorded = true
+		case strings.Contains(ev.Err, ledger.ErrNotOwner.Error()):
+			takenOver = ev.T
+		case strings.Contains(ev.Err, ledger.ErrUnavailable.Error()):
+			down = true
+		default:
+			failed = true
+		}
+	}
+	switch {
+	case recorded:
+		return causeUnexplained
+	case takenOver != 0:
+		return leaseLapsed(takenOver)
+	case down:
+		return downCause
+	case failed:
+		return failCause
+	case wasKilled && ri.endedAt.Sub(time.Unix(0, handled.T)) < killAfterHandled:
+		return causeKilled
+	}
+	return causeUnexplained
 }
 
 // claimHistory is who held each operation's claim when, from the worker
@@ -319,7 +428,7 @@ func (c *campaign) readRuns() (*runLogs, error) {
 // its attempt's owner token, which no two attempts share; and from the
 // campaign, the records it forgot (sqsonce ledger forget).
 type claimHistory struct {
-	claims    map[string][]runEvent // key -> claims written, by time
+	claims    map[string][]runEvent // key -> claims written, in time order
 	claimed   map[string]int64      // owner -> when its claim was written
 	released  map[string]int64      // owner -> when its claim was released
 	told      map[string]int64      // owner -> when the ledger first said its claim was lost
@@ -332,42 +441,39 @@ type claimHistory struct {
 	unknowing int
 }
 
-// runEvent is an event of a worker run.
-type runEvent struct {
-	run int
-	event.WorkerEvent
-}
-
-func newClaimHistory() *claimHistory {
-	return &claimHistory{claims: map[string][]runEvent{}, claimed: map[string]int64{}, released: map[string]int64{}, told: map[string]int64{},
+// newClaimHistory reads the claims from events, in time order.
+func newClaimHistory(events []runEvent, forgets []forgetRec) *claimHistory {
+	h := &claimHistory{claims: map[string][]runEvent{}, claimed: map[string]int64{}, released: map[string]int64{}, told: map[string]int64{},
 		started: map[string]int64{}, forgotten: map[string][]int64{}}
-}
-
-func (h *claimHistory) add(run int, e event.WorkerEvent) {
-	switch e.Ev {
-	case event.EvClaim:
-		h.claims[e.Key] = append(h.claims[e.Key], runEvent{run, e})
-		h.claimed[e.Owner] = e.T
-	case event.EvRelease:
-		h.released[e.Owner] = e.T
-	case event.EvLost:
-		if _, ok := h.told[e.Owner]; !ok {
-			h.told[e.Owner] = e.T
-		}
-	case event.EvStart:
-		h.starts = append(h.starts, runEvent{run, e})
-		h.started[e.Owner] = e.T
+	for _, f := range forgets {
+		h.forgotten[f.key] = append(h.forgotten[f.key], f.from.UnixNano())
 	}
+	for _, e := range events {
+		switch e.Ev {
+		case event.EvClaim:
+			h.claims[e.Key] = append(h.claims[e.Key], e)
+			h.claimed[e.Owner] = e.T
+		case event.EvRelease:
+			h.released[e.Owner] = e.T
+		case event.EvLost:
+			if _, ok := h.told[e.Owner]; !ok {
+				h.told[e.Owner] = e.T
+			}
+		case event.EvStart:
+			h.starts = append(h.starts, e)
+			h.started[e.Owner] = e.T
+		}
+	}
+	return h
 }
 
 // takenUnstarted counts the claims that another claim took over while the
 // run that held them was alive (stopped, or cut off from its ledger) and
 // had not called their handler: messages waiting in its hands, whose work
-// it must then never start. endedAt says when each run ended.
-func (h *claimHistory) takenUnstarted(endedAt map[int]time.Time) int {
+// it must then never start.
+func (h *claimHistory) takenUnstarted(runs map[int]*runInfo) int {
 	n := 0
 	for _, cs := range h.claims {
-		sort.Slice(cs, func(i, j int) bool { return cs[i].T < cs[j].T })
 		for i := 1; i < len(cs); i++ {
 			c, prev := cs[i], cs[i-1]
 			if !c.Takeover || prev.Owner == c.Owner || prev.run == c.run {
@@ -376,7 +482,7 @@ func (h *claimHistory) takenUnstarted(endedAt map[int]time.Time) int {
 			if start, ok := h.started[prev.Owner]; ok && start < c.T {
 				continue
 			}
-			if ended := endedAt[prev.run]; ended.IsZero() || ended.UnixNano() > c.T {
+			if r := runs[prev.run]; r == nil || r.endedAt.IsZero() || r.endedAt.UnixNano() > c.T {
 				n++
 			}
 		}
@@ -397,10 +503,8 @@ func (h *claimHistory) takenUnstarted(endedAt map[int]time.Time) int {
 // the other hand, is news to the worker until its next beat: a call made
 // before it is counted in h.unknowing, not here.
 func (h *claimHistory) afterLoss() []string {
-	for _, cs := range h.claims {
-		sort.Slice(cs, func(i, j int) bool { return cs[i].T < cs[j].T })
-	}
 	var out []string
+	h.unknowing = 0
 	for _, s := range h.starts {
 		own, ok := h.claimed[s.Owner]
 		why := ""
@@ -428,678 +532,9 @@ func (h *claimHistory) afterLoss() []string {
 			}
 		}
 		if why != "" {
-			out = append(out, fmt.Sprintf("%s: run %d called the handler for attempt %d under claim %s at %s, but %s",
-				s.Key, s.run, s.Attempt, s.Owner, time.Unix(0, s.T).UTC().Format("15:04:05.000"), why))
+			out = append(out, fmt.Sprintf("%s: run %d called the handler for attempt %d under claim %s at %s, but %s", s.Key, s.run, s.Attempt, s.Owner, clock(s.T), why))
 		}
 	}
 	sort.Strings(out)
 	return out
-}
-
-func (c *campaign) audit(ctx context.Context, wl *workload, snd *sender, elapsed time.Duration, quiet bool) (*Report, error) {
-	r := &Report{
-		Standard:         true,
-		Elapsed:          elapsed,
-		Planned:          int64(wl.planned()),
-		Sent:             snd.sent.Load(),
-		Accepted:         snd.accepted.Load(),
-		SenderRetries:    snd.failures.Load(),
-		Ops:              map[opClass]int{},
-		DLQBeforeByClass: map[opClass]int{},
-		Keyless:          len(wl.keyless),
-		Extra:            map[string]int{},
-		ExtraSamples:     map[string][]string{},
-		Quiet:            quiet,
-	}
-	r.SenderFaults = map[string]int{}
-	for _, byKind := range snd.faults.Counts() {
-		r.SenderLostAcks += byKind["LostAck"]
-		for k, n := range byKind {
-			r.SenderFaults[string(k)] += n
-		}
-	}
-	ops := c.allOps(wl)
-	r.PhaseOps = len(ops) - len(wl.ops)
-	for _, o := range ops {
-		r.Ops[o.class]++
-		if o.late {
-			r.LateResends++
-		}
-	}
-
-	// Runs: how they ended, their faults and stats.
-	c.mu.Lock()
-	r.Phases = append(r.Phases, c.phases...)
-	r.Pauses, r.DoubleTerm = c.pauses, c.doubleTerms
-	c.mu.Unlock()
-	rl, err := c.readRuns()
-	if err != nil {
-		return nil, err
-	}
-	r.Runs, r.Kills, r.Ends, r.Faults, r.FaultsByOp, r.Stats = rl.runs, rl.kills, rl.endCounts, rl.faults, rl.faultsByOp, rl.stats
-	r.AfterLoss = len(rl.afterLoss)
-	r.Details = append(r.Details, rl.afterLoss...)
-	r.InHandlerKills = len(rl.hist.inHand)
-	if windows := rl.windows; len(windows) > 0 {
-		sort.Slice(windows, func(i, j int) bool { return windows[i] < windows[j] })
-		q := func(f float64) time.Duration { return windows[min(len(windows)-1, int(f*float64(len(windows))))] }
-		r.Window = [3]time.Duration{q(0.5), q(0.99), windows[len(windows)-1]}
-	}
-	hist := rl.hist
-	if c.pg != nil {
-		hist.outages = c.sharedWindows()
-		f, err := c.sharedFindings(rl)
-		if err != nil {
-			return nil, err
-		}
-		r.PG = f
-		r.Phases = append(r.Phases, f.phases(c.cfg.Shared)...)
-	}
-
-	// Executions at the downstream.
-	execs := map[string][]event.Execution{} // by key
-	effectsByID := map[string]int{}
-	if err := event.ReadLines(filepath.Join(c.dir, "executions.log"), func(e event.Execution) {
-		r.Executions++
-		if e.Key == "" {
-			r.KeylessRan++
-		}
-		if e.Effect {
-			r.Effects++
-			effectsByID[e.BodyID]++
-		}
-		execs[e.Key] = append(execs[e.Key], e)
-	}); err != nil {
-		return nil, err
-	}
-	for id, n := range effectsByID {
-		if n > 1 {
-			r.EffectsTwice += n - 1
-			r.Details = append(r.Details, fmt.Sprintf("%s: effect applied %d times", id, n))
-		}
-	}
-
-	// The dead-letter queue.
-	dv, df, err := c.queueCounts(ctx, c.dlq)
-	if err != nil {
-		return nil, err
-	}
-	dlq, left, err := c.drainQueue(ctx, c.dlq, drainWait)
-	if err != nil {
-		return nil, err
-	}
-	if left > 0 {
-		c.note("%d messages of the dead-letter queue could not be drained for the audit within %v", left, drainWait)
-	}
-	r.DLQMessages = len(dlq)
-	c.logf("dead-letter queue: %d messages received for the audit; before, it read %d visible, %d in flight", len(dlq), dv, df)
-	if err := c.saveQueue("dlq.jsonl", dlq); err != nil {
-		return nil, err
-	}
-	c.missingCopies(rl.sent, c.dlq, func(id string) bool {
-		for _, d := range dlq {
-			if d.id == id {
-				return true
-			}
-		}
-		return false
-	})
-	dlqByID := map[string][]queuedMsg{}
-	dlqByBody := map[string][]queuedMsg{}
-	for _, d := range dlq {
-		dlqByBody[d.body] = append(dlqByBody[d.body], d)
-		if id := idOf(d.body); id != "" {
-			dlqByID[id] = append(dlqByID[id], d)
-		}
-	}
-
-	// The ledger, now that no worker holds it.
-	db, err := c.openRecords(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("open the ledger for the audit: %w", err)
-	}
-	defer db.Close()
-
-	hasReason := func(ms []queuedMsg, prefix string) bool {
-		for _, m := range ms {
-			if strings.HasPrefix(m.reason, prefix) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, k := range wl.keyless {
-		r.ExpectDLQ++
-		switch ms := dlqByBody[k.body]; {
-		case hasReason(ms, "no operation key"):
-			r.FoundDLQ++
-		case len(ms) > 0:
-			r.FoundDLQ++ // moved by SQS's redrive after failed attempts to dead-letter it
-		default:
-			r.Lost++
-			r.Details = append(r.Details, fmt.Sprintf("keyless message (%s) %q: not in the dead-letter queue", k.why, k.body))
-		}
-	}
-
-	for _, o := range ops {
-		rec, gerr := db.Get(ctx, o.id)
-		state := "absent"
-		if gerr == nil {
-			state = rec.State.String()
-			if rec.State == ledger.StateFailed && rec.Permanent {
-				state = "failed permanently"
-			}
-		} else if !errors.Is(gerr, ledger.ErrNotFound) {
-			return nil, gerr
-		}
-		complete := state == "complete"
-		oe := execs[o.id]
-		effect := false
-		winner := o.body
-		for _, e := range oe {
-			if e.Effect {
-				effect = true
-				if e.BodyHash == hash8(o.bodyB) {
-					winner = o.bodyB
-				}
-			}
-		}
-		inDLQ := dlqByID[o.id]
-
-		// Outcome against expectation.
-		switch o.class {
-		case classNormal, classTransient, classConflict, classSlow:
-			r.ExpectComplete++
-			if complete && effect {
-				r.Completed++
-			}
-			if complete && !effect {
-				r.AckNotDone++
-				r.Details = append(r.Details, fmt.Sprintf("%s: complete in the ledger but no effect downstream", o.id))
-			}
-			ownCopies := 0
-			for _, d := range inDLQ {
-				if d.body == winner {
-					ownCopies++
-					if d.reason != "" {
-						r.DLQWrongReason++
-						r.Details = append(r.Details, fmt.Sprintf("%s: expected to complete, dead-lettered by sqsonce: %s", o.id, d.reason))
-					}
-				}
-			}
-			switch {
-			case complete:
-				r.DLQCopiesOfCompleted += ownCopies
-			case ownCopies > 0:
-				r.DLQBeforeComplete++
-				r.DLQBeforeByClass[o.class]++
-				r.Details = append(r.Details, fmt.Sprintf("%s (%s): dead-lettered by SQS's redrive before completing (info): ledger %s, effect %v", o.id, o.class, state, effect))
-			default:
-				r.Lost++
-				r.Details = append(r.Details, fmt.Sprintf("%s: lost: ledger %s, effect %v, not in the dead-letter queue", o.id, state, effect))
-			}
-			if o.class == classConflict {
-				loser := o.bodyB
-				if winner == o.bodyB {
-					loser = o.body
-				}
-				r.ExpectDLQ++
-				if len(dlqByBody[loser]) > 0 {
-					r.FoundDLQ++
-					if !hasReason(dlqByBody[loser], "conflict") {
-						r.Details = append(r.Details, fmt.Sprintf("%s: the conflicting payload reached the dead-letter queue without the conflict reason", o.id))
-					}
-				} else {
-					r.Lost++
-					r.Details = append(r.Details, fmt.Sprintf("%s: the conflicting payload is not in the dead-letter queue", o.id))
-				}
-				for _, e := range oe {
-					if e.BodyHash == hash8(loser) {
-						r.ConflictRan++
-						r.Details = append(r.Details, fmt.Sprintf("%s: the conflicting payload ran (execution %d)", o.id, e.Seq))
-					}
-				}
-			}
-		case classPermanent:
-			r.ExpectDLQ++
-			if complete {
-				r.AckNotDone++
-				r.Details = append(r.Details, fmt.Sprintf("%s: permanent failure recorded complete", o.id))
-			}
-			if len(inDLQ) > 0 {
-				r.FoundDLQ++
-			} else {
-				r.Lost++
-				r.Details = append(r.Details, fmt.Sprintf("%s: permanent failure not in the dead-letter queue (ledger %s)", o.id, state))
-			}
-		}
-
-		// Executions beyond one: every settled answer after the first.
-		settled := http200
-		if o.class == classPermanent {
-			settled = http422
-		}
-		var s []event.Execution
-		for _, e := range oe {
-			if e.Status == settled {
-				s = append(s, e)
-			}
-		}
-		for i := 1; i < len(s); i++ {
-			cause := explain(s[i-1], s[i], o.class == classPermanent, hist)
-			r.Extra[cause]++
-			if len(r.ExtraSamples[cause]) < 5 {
-				r.ExtraSamples[cause] = append(r.ExtraSamples[cause], fmt.Sprintf("%s: execution %d (run %d) after %d (run %d)", o.id, s[i].Seq, s[i].Run, s[i-1].Seq, s[i-1].Run))
-			}
-		}
-		if o.late && len(s) > 1 {
-			r.LateRanAgain++
-		}
-	}
-	if c.name == "" {
-		c.mu.Lock()
-		holds, races := c.holds, c.races
-		c.mu.Unlock()
-		if c.cfg.Holds > 0 {
-			r.Phases = append(r.Phases, holdPhase(holds))
-		}
-		if c.cfg.Races > 0 {
-			r.Phases = append(r.Phases, racePhase(races, func(key string) string {
-				rec, err := db.Get(ctx, key)
-				if err != nil {
-					return err.Error()
-				}
-				return rec.State.String()
-			}, execs))
-		}
-	}
-	c.mu.Lock()
-	r.Notes = append(r.Notes, c.notes...)
-	c.mu.Unlock()
-	for _, d := range r.Details {
-		fmt.Fprintln(c.log, "detail:", d)
-	}
-	for cause, samples := range r.ExtraSamples {
-		for _, s := range samples {
-			fmt.Fprintf(c.log, "extra execution (%s): %s\n", cause, s)
-		}
-	}
-	return r, nil
-}
-
-// missingCopies notes every copy that SQS accepted from a worker for
-// queue url (its dead-letter queue) and that the audit did not find there:
-// the worker deleted the original, so such a copy is a lost message.
-func (c *campaign) missingCopies(sent []event.WorkerEvent, url string, found func(id string) bool) {
-	n := 0
-	var samples []string
-	for _, e := range sent {
-		if e.Queue != url || e.Copy == "" || found(e.Copy) {
-			continue
-		}
-		n++
-		if len(samples) < 10 {
-			samples = append(samples, fmt.Sprintf("copy %s of message %s, accepted at %s", e.Copy, e.MessageID, time.Unix(0, e.T).UTC().Format("15:04:05.000")))
-		}
-	}
-	if n > 0 {
-		c.note("%d copies that SQS accepted for the dead-letter queue are not in it: %s", n, strings.Join(samples, "; "))
-	}
-}
-
-// saveQueue writes the messages found in a queue at the end into the work
-// directory, one JSON line each.
-func (c *campaign) saveQueue(name string, msgs []queuedMsg) error {
-	lines := make([]any, len(msgs))
-	for i, m := range msgs {
-		lines[i] = struct {
-			ID      string `json:"id"`
-			Send    string `json:"send,omitempty"`
-			Body    string `json:"body"`
-			Reason  string `json:"reason,omitempty"`
-			Replays string `json:"replays,omitempty"`
-		}{m.id, m.tag, m.body, m.reason, m.replays}
-	}
-	return c.saveLines(name, lines)
-}
-
-// saveLines writes lines into the file name of the work directory, one
-// JSON line each.
-func (c *campaign) saveLines(name string, lines []any) error {
-	a, err := event.OpenAppender(filepath.Join(c.dir, name), false)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	for _, l := range lines {
-		if err := a.Append(l); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// faultOps are the SQS operations the chaos worker injects faults into.
-var faultOps = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "SendMessage"}
-
-const (
-	http200 = 200
-	http422 = 422
-)
-
-// history is what the audit knows about the worker runs.
-type history struct {
-	crashes map[string]map[int]string // key -> run -> window of the run's crash
-	inHand  map[string]int            // key -> run killed while the downstream served it
-	ends    map[int]string            // run -> how it ended
-	endedAt map[int]time.Time         // run -> when it ended
-	events  map[int]*runEvents
-	// shared: the runs shared a ledger in a database; outages: when it
-	// was out of the workers' reach.
-	shared  bool
-	outages []window
-	paused  map[int][]window // run -> when it was stopped (SIGSTOP)
-	// forgotten: key -> when the campaign forgot its record (Unix
-	// nanoseconds).
-	forgotten map[string][]int64
-}
-
-// pausedDuring reports whether run was stopped (SIGSTOP) at some time
-// between from and to.
-func (h *history) pausedDuring(run int, from, to time.Time) bool {
-	for _, w := range h.paused[run] {
-		if w.from.Before(to) && w.to.After(from) {
-			return true
-		}
-	}
-	return false
-}
-
-// outOfReach reports whether the database was out of the workers' reach
-// at some time between from and to.
-func (h *history) outOfReach(from, to time.Time) bool {
-	for _, w := range h.outages {
-		if w.from.Before(to) && w.to.After(from) {
-			return true
-		}
-	}
-	return false
-}
-
-// recordSource is a ledger opened for the audit.
-type recordSource interface {
-	Get(ctx context.Context, key string) (ledger.Record, error)
-	Close() error
-}
-
-// openRecords opens the campaign's ledger for the audit: the file, or the
-// shared table straight from the database, not through the proxy.
-func (c *campaign) openRecords(ctx context.Context) (recordSource, error) {
-	if c.pg != nil {
-		return postgres.Open(ctx, postgres.Options{URL: pgURL(c.pg.addr()), Table: sharedTable})
-	}
-	return ledger.Open(c.ledger, ledger.Options{})
-}
-
-// Bounds on how long after the earlier execution a kill still explains the
-// next one: the worker records the completion within milliseconds of the
-// handler's return, and the handler returns within its timeout.
-const (
-	killAfterHandled  = 10 * time.Second
-	killAfterInFlight = workerHandlerTimeout + 5*time.Second
-)
-
-// explain says why an operation ran again (execution next) after execution
-// prev had settled it, from what happened to the run that made prev between
-// the two.
-func explain(prev, next event.Execution, permanent bool, h *history) string {
-	run := prev.Run
-	for _, f := range h.forgotten[prev.Key] {
-		if f > prev.T-int64(killAfterInFlight) && f < next.T {
-			return causeForgotten
-		}
-	}
-	if h.crashes[prev.Key][run] == event.WindowA {
-		return causeWindowA
-	}
-	if h.inHand[prev.Key] == run {
-		return causeInHandler
-	}
-	ev := h.events[run]
-	if ev == nil {
-		return causeUnexplained
-	}
-	killed := false
-	switch h.ends[run] {
-	case endKill, endInHandler, endWindowA, endWindowB:
-		killed = true
-	}
-	// The attempt that made prev: its owner token when the downstream
-	// recorded it, else the first of its number that returned after prev.
-	var handled *event.WorkerEvent
-	for i, e := range ev.handled[prev.Key] {
-		if (prev.Owner != "" && e.Owner == prev.Owner) || (prev.Owner == "" && e.T >= prev.T && fmt.Sprint(e.Attempt) == prev.Attempt) {
-			handled = &ev.handled[prev.Key][i]
-			break
-		}
-	}
-	if handled == nil {
-		if killed && h.endedAt[run].Sub(time.Unix(0, prev.T)) < killAfterInFlight {
-			return causeKilledInFlight
-		}
-		return causeUnexplained
-	}
-	// On a shared ledger, an attempt that another claim took over is
-	// explained only by its worker stopped (SIGSTOP), or the database out
-	// of reach, while its lease had to be extended: from its claim (at
-	// most a lease before the work reached the downstream) until the
-	// worker found the operation taken over (until, Unix nanoseconds).
-	leaseLapsed := func(until int64) string {
-		from, to := time.Unix(0, prev.T).Add(-workerVisibility), time.Unix(0, until)
-		switch {
-		case h.pausedDuring(run, from, to):
-			return causeLeasePaused
-		case h.outOfReach(from, to):
-			return causeLeaseDown
-		}
-		return causeTakenOver
-	}
-	if handled.Err != "" && !permanent {
-		if h.shared && strings.Contains(handled.Cause, "lease lost") {
-			return leaseLapsed(handled.T)
-		}
-		return causeHandlerErr
-	}
-	records := ev.complete[prev.Key]
-	failCause, downCause := causeCompleteFail, causeCompleteDown
-	if permanent {
-		records = ev.fail[prev.Key]
-		failCause, downCause = causeFailFail, causeFailDown
-	}
-	recorded, failed, down := false, false, false
-	var takenOver int64 // when the worker found the operation taken over
-	for _, e := range records {
-		switch {
-		case handled.Owner != "" && e.Owner != handled.Owner:
-			// Another attempt's.
-		case handled.Owner == "" && (e.T < handled.T || e.T > next.T):
-			// Another attempt's, most likely: a completion recorded after
-			// the next execution started says nothing about this one.
-		case e.Err == "":
-			recorded = true
-		case strings.Contains(e.Err, ledger.ErrNotOwner.Error()):
-			takenOver = e.T
-		case strings.Contains(e.Err, ledger.ErrUnavailable.Error()):
-			down = true
-		default:
-			failed = true
-		}
-	}
-	switch {
-	case recorded:
-		return causeUnexplained
-	case takenOver != 0:
-		return leaseLapsed(takenOver)
-	case down:
-		return downCause
-	case failed:
-		return failCause
-	case killed && h.endedAt[run].Sub(time.Unix(0, handled.T)) < killAfterHandled:
-		return causeKilled
-	}
-	return causeUnexplained
-}
-
-// addStats adds every counter of s to dst.
-func addStats(dst *worker.Stats, s worker.Stats) {
-	d, v := reflect.ValueOf(dst).Elem(), reflect.ValueOf(s)
-	for i := range d.NumField() {
-		d.Field(i).SetInt(d.Field(i).Int() + v.Field(i).Int())
-	}
-}
-
-// print writes the report as one table.
-func (r *Report) print(out io.Writer) {
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	row := func(name, value string) { fmt.Fprintf(tw, "  %s\t%s\n", name, value) }
-	must := func(name string, n int) {
-		mark := "ok"
-		if n != 0 {
-			mark = "FAIL"
-		}
-		row(name, fmt.Sprintf("%d  (must be 0: %s)", n, mark))
-	}
-	verdict := "PASS"
-	if !r.OK() {
-		verdict = "FAIL"
-	}
-	fmt.Fprintf(tw, "sqsonce chaos campaign: %s\n", verdict)
-	if r.Standard {
-		r.printStandard(row, must)
-	}
-	if r.FIFO != nil {
-		r.FIFO.print(row, must)
-	}
-	if r.FIFOShared != nil {
-		r.FIFOShared.print(row, must)
-	}
-	if s := r.Shared; s != nil {
-		head := "on PostgreSQL"
-		if s.PG != nil {
-			head = fmt.Sprintf("%d workers at once on one standard queue (maxReceiveCount %d) and one PostgreSQL table, through a TCP proxy", s.PG.Workers, maxReceiveCount)
-		}
-		row("shared-ledger campaign", head)
-		s.printStandard(func(name, value string) { row("  "+name, value) }, func(name string, n int) { must("shared: "+strings.TrimLeft(name, " "), n) })
-	}
-	if r.Tx != nil {
-		r.Tx.print(row, must)
-	}
-	if f := r.failed(); len(f) > 0 {
-		row("FAILED", strings.Join(f, "; "))
-	}
-	tw.Flush()
-}
-
-// printStandard writes the standard campaign's rows of the report table.
-func (r *Report) printStandard(row func(name, value string), must func(name string, n int)) {
-	row("time taken", r.Elapsed.Round(time.Second).String())
-	row("deliveries sent", fmt.Sprintf("%d acknowledged to the sender (%d planned), %d accepted by the server: %d extra copies from %d lost send acknowledgements",
-		r.Sent, r.Planned, r.Accepted, r.Accepted-r.Sent, r.SenderLostAcks))
-	phaseOps := ""
-	if r.PhaseOps > 0 {
-		phaseOps = fmt.Sprintf(" (%d of them sent by the ledger phases)", r.PhaseOps)
-	}
-	row("operations", fmt.Sprintf("%d: %d normal%s, %d transient (fail 1-2 times), %d slow (5.5-6.5 s), %d permanent, %d conflicting; %d resent after done; + %d keyless messages",
-		r.Ops[classNormal]+r.Ops[classTransient]+r.Ops[classSlow]+r.Ops[classPermanent]+r.Ops[classConflict],
-		r.Ops[classNormal], phaseOps, r.Ops[classTransient], r.Ops[classSlow], r.Ops[classPermanent], r.Ops[classConflict], r.LateResends, r.Keyless))
-	row("faults injected (sender's sends)", fmt.Sprintf("%s  (total %d)", kindList(r.SenderFaults), sum(r.SenderFaults)))
-	row("faults injected (worker SQS calls)", fmt.Sprintf("%s  (total %d)", kindList(r.Faults), sum(r.Faults)))
-	for _, op := range faultOps {
-		if len(r.FaultsByOp[op]) > 0 {
-			row("  "+op, kindList(r.FaultsByOp[op]))
-		}
-	}
-	row("worker runs", fmt.Sprintf("%d: %d kills (%d window a, %d window b, %d in-handler, %d random), %d SIGTERM drains (exit 0; %d with a second SIGTERM), %d refused starts, %d failed; %d paused (SIGSTOP %v)",
-		r.Runs, r.Kills, r.Ends[endWindowA], r.Ends[endWindowB], r.Ends[endInHandler], r.Ends[endKill], r.Ends[endTerm], r.DoubleTerm, r.Ends[endRefused], r.Ends[endFailed], r.Pauses, pauseFor))
-	row("worker counters (summed)", fmt.Sprintf("received %d, claimed %d, completed %d, duplicates suppressed %d, in progress elsewhere %d, retried %d, takeovers %d, lost leases %d, completion not recorded %d, deleted %d, delete failed %d",
-		r.Stats.Received, r.Stats.Claimed, r.Stats.Completed, r.Stats.Duplicates, r.Stats.InProgressElsewhere, r.Stats.Retried, r.Stats.Takeovers, r.Stats.LeaseLost, r.Stats.CompleteFailed, r.Stats.Deleted, r.Stats.DeleteFailed))
-	if pg := r.PG; pg != nil {
-		ws, total := pg.waitSeconds()
-		row("waits of the workers for the database", fmt.Sprintf("%d waits until it answered again (no new work while claims could not be recorded), %s s each, %.1f s in all, and %d until their run ended; %d ledger calls found it unavailable; %d takeovers of lapsed leases",
-			len(pg.Waits), spread(ws), total, pg.CutShort, pg.Unavail, pg.Takeovers))
-	}
-	var before []string
-	for _, cl := range []opClass{classNormal, classTransient, classSlow, classConflict} {
-		if n := r.DLQBeforeByClass[cl]; n > 0 {
-			before = append(before, fmt.Sprintf("%d %s", n, cl))
-		}
-	}
-	beforeText := ""
-	if len(before) > 0 {
-		beforeText = ": " + strings.Join(before, ", ")
-	}
-	row("operations completed", fmt.Sprintf("%d of %d expected (the rest, %d, moved to the dead-letter queue by SQS after %d receives, not lost%s)",
-		r.Completed, r.ExpectComplete, r.DLQBeforeComplete, maxReceiveCount, beforeText))
-	row("in the dead-letter queue", fmt.Sprintf("%d expected, %d found (%d messages; %d extra copies of completed operations)", r.ExpectDLQ, r.FoundDLQ, r.DLQMessages, r.DLQCopiesOfCompleted))
-	must("operations lost", r.Lost)
-	must("acknowledged but not done", r.AckNotDone)
-	must("dead-lettered with a reason, expected to complete", r.DLQWrongReason)
-	must("handler calls after their claim was lost (taken over, released)", r.AfterLoss)
-	row("executions", fmt.Sprintf("%d POSTs, %d effects applied", r.Executions, r.Effects))
-	row("duplicate window (handler done to completion durable)", fmt.Sprintf("p50 %v, p99 %v, max %v", r.Window[0].Round(10*time.Microsecond), r.Window[1].Round(10*time.Microsecond), r.Window[2].Round(10*time.Microsecond)))
-	extra := 0
-	for _, n := range r.Extra {
-		extra += n
-	}
-	row("executions beyond one per operation", fmt.Sprintf("%d", extra))
-	causes := make([]string, 0, len(r.Extra))
-	for cause := range r.Extra {
-		causes = append(causes, cause)
-	}
-	sort.Strings(causes)
-	for _, cause := range causes {
-		if cause != causeUnexplained && cause != causeTakenOver {
-			row("  "+cause, fmt.Sprint(r.Extra[cause]))
-		}
-	}
-	if r.Extra[causeTakenOver] > 0 {
-		must("  "+causeTakenOver, r.Extra[causeTakenOver])
-	}
-	must("  "+causeUnexplained, r.Extra[causeUnexplained])
-	row("  operations resent after done that ran twice", fmt.Sprintf("%d of %d (any cause above)", r.LateRanAgain, r.LateResends))
-	must("effects applied twice", r.EffectsTwice)
-	must("conflicting payloads run", r.ConflictRan)
-	must("keyless messages run", r.KeylessRan)
-	for _, p := range r.Phases {
-		mark := "ok"
-		if !p.ok {
-			mark = "FAIL"
-		}
-		row("ledger phase: "+p.name, mark+": "+p.detail)
-	}
-	q := "yes"
-	if !r.Quiet {
-		q = "NO"
-	}
-	row("queue empty at the end", q)
-	must("other findings", len(r.Notes))
-	for _, n := range r.Notes {
-		row("  finding", strings.SplitN(n, "\n", 2)[0])
-	}
-}
-
-func kindList(m map[string]int) string {
-	var parts []string
-	for _, k := range []string{"Throttle", "ServerError", "Timeout", "Reset", "LostAck"} {
-		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func sum(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }

@@ -16,65 +16,44 @@ import (
 // ledger had told its worker, is counted; one called under its own claim,
 // or after a forget its worker could not know of yet, is not.
 func TestClaimHistory(t *testing.T) {
-	ev := func(kind, key, owner string, at int64) event.WorkerEvent {
-		return event.WorkerEvent{Ev: kind, Key: key, Owner: owner, T: at * int64(time.Millisecond)}
+	ev := func(run int, kind, key, owner string, ms int64, takeover bool) runEvent {
+		return runEvent{run, event.WorkerEvent{Ev: kind, Key: key, Owner: owner, T: ms * int64(time.Millisecond), Takeover: takeover}}
 	}
+	claim := func(run int, owner string, ms int64) runEvent { return ev(run, event.EvClaim, "k", owner, ms, false) }
+	take := func(run int, owner string, ms int64) runEvent { return ev(run, event.EvClaim, "k", owner, ms, true) }
+	start := func(run int, owner string, ms int64) runEvent { return ev(run, event.EvStart, "k", owner, ms, false) }
+	lost := func(run int, owner string, ms int64) runEvent { return ev(run, event.EvLost, "k", owner, ms, false) }
 	for _, tc := range []struct {
 		name      string
-		events    map[int][]event.WorkerEvent // by run
-		forgotten map[string][]int64          // key -> ms
+		events    []runEvent // in time order
+		forgotten int64      // ms, 0: none
 		lost      int
 		unknowing int
 		taken     int // claims taken over from a live run before it started them
 	}{
-		{"own claim", map[int][]event.WorkerEvent{1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvStart, "k", "a", 20)}}, nil, 0, 0, 0},
-		{"started before the takeover", map[int][]event.WorkerEvent{
-			1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvStart, "k", "a", 20)},
-			2: {{Ev: event.EvClaim, Key: "k", Owner: "b", T: 30 * int64(time.Millisecond), Takeover: true}, ev(event.EvStart, "k", "b", 31)},
-		}, nil, 0, 0, 0},
-		{"started after the takeover", map[int][]event.WorkerEvent{
-			1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvStart, "k", "a", 40)},
-			2: {{Ev: event.EvClaim, Key: "k", Owner: "b", T: 30 * int64(time.Millisecond), Takeover: true}},
-		}, nil, 1, 0, 1},
-		{"taken over, never started there", map[int][]event.WorkerEvent{
-			1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvLost, "k", "a", 35)},
-			2: {{Ev: event.EvClaim, Key: "k", Owner: "b", T: 30 * int64(time.Millisecond), Takeover: true}, ev(event.EvStart, "k", "b", 31)},
-		}, nil, 0, 0, 1},
-		{"another key's claim does not count", map[int][]event.WorkerEvent{
-			1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvStart, "k", "a", 40)},
-			2: {ev(event.EvClaim, "j", "b", 30)},
-		}, nil, 0, 0, 0},
-		{"started after its own release", map[int][]event.WorkerEvent{1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvRelease, "k", "a", 20), ev(event.EvStart, "k", "a", 30)}}, nil, 1, 0, 0},
-		{"no claim written", map[int][]event.WorkerEvent{1: {ev(event.EvStart, "k", "a", 30)}}, nil, 1, 0, 0},
-		{"forgotten, the worker told, then started", map[int][]event.WorkerEvent{
-			1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvLost, "k", "a", 25), ev(event.EvStart, "k", "a", 30)},
-		}, map[string][]int64{"k": {20}}, 1, 0, 0},
-		{"forgotten, started before the worker was told", map[int][]event.WorkerEvent{
-			1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvStart, "k", "a", 22), ev(event.EvLost, "k", "a", 25)},
-		}, map[string][]int64{"k": {20}}, 0, 1, 0},
-		{"forgotten before the claim", map[int][]event.WorkerEvent{
-			1: {ev(event.EvClaim, "k", "a", 10), ev(event.EvStart, "k", "a", 22)},
-		}, map[string][]int64{"k": {5}}, 0, 0, 0},
+		{"own claim", []runEvent{claim(1, "a", 10), start(1, "a", 20)}, 0, 0, 0, 0},
+		{"started before the takeover", []runEvent{claim(1, "a", 10), start(1, "a", 20), take(2, "b", 30), start(2, "b", 31)}, 0, 0, 0, 0},
+		{"started after the takeover", []runEvent{claim(1, "a", 10), take(2, "b", 30), start(1, "a", 40)}, 0, 1, 0, 1},
+		{"taken over, never started there", []runEvent{claim(1, "a", 10), take(2, "b", 30), start(2, "b", 31), lost(1, "a", 35)}, 0, 0, 0, 1},
+		{"another key's claim does not count", []runEvent{claim(1, "a", 10), ev(2, event.EvClaim, "j", "b", 30, false), start(1, "a", 40)}, 0, 0, 0, 0},
+		{"started after its own release", []runEvent{claim(1, "a", 10), ev(1, event.EvRelease, "k", "a", 20, false), start(1, "a", 30)}, 0, 1, 0, 0},
+		{"no claim written", []runEvent{start(1, "a", 30)}, 0, 1, 0, 0},
+		{"forgotten, the worker told, then started", []runEvent{claim(1, "a", 10), lost(1, "a", 25), start(1, "a", 30)}, 20, 1, 0, 0},
+		{"forgotten, started before the worker was told", []runEvent{claim(1, "a", 10), start(1, "a", 22), lost(1, "a", 25)}, 20, 0, 1, 0},
+		{"forgotten before the claim", []runEvent{claim(1, "a", 10), start(1, "a", 22)}, 5, 0, 0, 0},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
-			h := newClaimHistory()
-			for run, es := range tc.events {
-				for _, e := range es {
-					h.add(run, e)
-				}
+			var forgets []forgetRec
+			if tc.forgotten > 0 {
+				forgets = append(forgets, forgetRec{key: "k", from: time.Unix(0, tc.forgotten*int64(time.Millisecond))})
 			}
-			for key, ts := range tc.forgotten {
-				for _, ms := range ts {
-					h.forgotten[key] = append(h.forgotten[key], ms*int64(time.Millisecond))
-				}
-			}
-			lost := h.afterLoss()
-			if len(lost) != tc.lost || h.unknowing != tc.unknowing {
+			h := newClaimHistory(tc.events, forgets)
+			if lost := h.afterLoss(); len(lost) != tc.lost || h.unknowing != tc.unknowing {
 				t.Fatalf("after loss %d %q, unknowing %d; want %d, %d", len(lost), lost, h.unknowing, tc.lost, tc.unknowing)
 			}
 			// Every run was alive until long after.
-			ended := map[int]time.Time{1: time.Unix(0, int64(time.Second)), 2: time.Unix(0, int64(time.Second))}
-			if n := h.takenUnstarted(ended); n != tc.taken {
+			runs := map[int]*runInfo{1: {endedAt: time.Unix(1, 0)}, 2: {endedAt: time.Unix(1, 0)}}
+			if n := h.takenUnstarted(runs); n != tc.taken {
 				t.Fatalf("taken over unstarted %d, want %d", n, tc.taken)
 			}
 		})

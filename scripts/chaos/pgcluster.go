@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -51,68 +50,45 @@ type pgCluster struct {
 // pgSettings are the server's settings (see pgCluster).
 const pgSettings = "-c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=on -c full_page_writes=off -c max_connections=100"
 
-// findPGBin returns the bin directory of the newest PostgreSQL server that
-// Debian's packages installed, as scripts/with-postgres.sh picks it.
-func findPGBin() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool { return pgVersion(dirs[i]) > pgVersion(dirs[j]) })
-	for _, d := range dirs {
-		ok := true
-		for _, b := range []string{"postgres", "initdb", "pg_ctl"} {
-			if _, err := os.Stat(filepath.Join(d, b)); err != nil {
-				ok = false
-			}
-		}
-		if ok {
-			return d, nil
-		}
-	}
-	return "", errors.New("no PostgreSQL server under /usr/lib/postgresql/*/bin: run the campaign through scripts/with-postgres.sh (make chaos and make test do), which installs Debian's postgresql package")
-}
-
-func pgVersion(bin string) int {
-	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(bin)))
-	return v
-}
-
-// startPGCluster makes a cluster in a temporary directory and starts it.
-func startPGCluster(ctx context.Context) (*pgCluster, error) {
-	bin, err := findPGBin()
-	if err != nil {
-		return nil, err
+// startPGCluster makes a cluster in a temporary directory, with the
+// newest PostgreSQL server that Debian's packages installed (as
+// scripts/with-postgres.sh picks it), and starts it.
+func startPGCluster(ctx context.Context) (_ *pgCluster, err error) {
+	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
+	version := func(p string) int { v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(p)))); return v }
+	sort.Slice(bins, func(i, j int) bool { return version(bins[i]) > version(bins[j]) })
+	if len(bins) == 0 {
+		return nil, errors.New("no PostgreSQL server under /usr/lib/postgresql/*/bin: run the campaign through scripts/with-postgres.sh (make chaos and make test do), which installs Debian's postgresql package")
 	}
 	dir, err := os.MkdirTemp("", "sqsonce-chaos-pg-")
 	if err != nil {
 		return nil, err
 	}
-	c := &pgCluster{bin: bin, dir: dir}
+	c := &pgCluster{bin: filepath.Dir(bins[0]), dir: dir}
+	defer func() {
+		if err != nil {
+			c.remove("")
+		}
+	}()
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("nobody")
 		if err != nil {
-			os.RemoveAll(dir)
 			return nil, fmt.Errorf("PostgreSQL does not run as root, and there is no user nobody to run it: %w", err)
 		}
 		uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
 		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
-			os.RemoveAll(dir)
 			return nil, err
 		}
 	}
 	if err := os.Chmod(dir, 0o700); err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	if out, err := c.run(ctx, "initdb", "--no-sync", "-D", c.data(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-locale"); err != nil {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %w: %s", err, out)
 	}
-	if err := c.start(ctx); err != nil {
-		c.remove("")
-		return nil, err
-	}
-	return c, nil
+	return c, c.start(ctx)
 }
 
 func (c *pgCluster) data() string { return filepath.Join(c.dir, "data") }
@@ -132,12 +108,13 @@ func (c *pgCluster) run(ctx context.Context, name string, args ...string) (strin
 func (c *pgCluster) start(ctx context.Context) error {
 	var last string
 	for attempt := 0; attempt < 5; attempt++ {
-		if c.port == 0 || attempt > 0 {
-			port, err := freePort()
+		if c.port == 0 || attempt > 0 { // a port of 127.0.0.1 that nothing listens on now
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				return err
 			}
-			c.port = port
+			c.port = ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
 		}
 		logf, err := os.OpenFile(filepath.Join(c.dir, "server.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {
@@ -157,18 +134,8 @@ func (c *pgCluster) start(ctx context.Context) error {
 		c.mu.Lock()
 		c.server, c.exited = cmd, exited
 		c.mu.Unlock()
-		deadline := time.Now().Add(60 * time.Second)
-		for time.Now().Before(deadline) && ctx.Err() == nil {
-			select {
-			case <-exited:
-				deadline = time.Time{}
-				continue
-			default:
-			}
-			if pgPing(ctx, pgURL(c.addr()), 2*time.Second) == nil {
-				return nil
-			}
-			time.Sleep(100 * time.Millisecond)
+		if waitFor(ctx, 60*time.Second, func() bool { return !cmdAlive(exited) || pgPing(ctx, pgURL(c.addr()), 2*time.Second) == nil }) && cmdAlive(exited) {
+			return nil
 		}
 		c.kill()
 		last = tailFile(filepath.Join(c.dir, "server.log"), 5)
@@ -201,11 +168,10 @@ func (c *pgCluster) kill() {
 	c.mu.Lock()
 	cmd, exited := c.server, c.exited
 	c.mu.Unlock()
-	if cmd == nil {
-		return
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		<-exited
 	}
-	_ = cmd.Process.Kill()
-	<-exited
 }
 
 // addr is the server's address now.
@@ -224,14 +190,8 @@ func (c *pgCluster) remove(keepLog string) {
 	if err := c.stopHard(ctx); err != nil {
 		c.kill()
 	}
-	if keepLog != "" {
-		if in, err := os.Open(filepath.Join(c.dir, "server.log")); err == nil {
-			if out, err := os.Create(keepLog); err == nil {
-				_, _ = io.Copy(out, in)
-				out.Close()
-			}
-			in.Close()
-		}
+	if b, err := os.ReadFile(filepath.Join(c.dir, "server.log")); err == nil && keepLog != "" {
+		_ = os.WriteFile(keepLog, b, 0o644)
 	}
 	os.RemoveAll(c.dir)
 }
@@ -247,14 +207,4 @@ func pgPing(ctx context.Context, url string, d time.Duration) error {
 	defer conn.Close(context.WithoutCancel(ctx))
 	var one int
 	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
-}
-
-// freePort returns a TCP port of 127.0.0.1 that nothing listens on now.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

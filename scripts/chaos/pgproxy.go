@@ -42,8 +42,7 @@ type tcpProxy struct {
 	loseRequests, loseAnswers int
 	lost                      []lostCommit
 
-	accepted, refused, cut atomic.Int64
-	wg                     sync.WaitGroup
+	wg sync.WaitGroup
 }
 
 // proxyConn is one connection the proxy carries.
@@ -96,11 +95,13 @@ func newTCPProxy(target string) (*tcpProxy, error) {
 // addr is the proxy's address, host:port.
 func (p *tcpProxy) addr() string { return p.ln.Addr().String() }
 
-// setTarget points new connections at the server at target (host:port).
-func (p *tcpProxy) setTarget(target string) {
+// locked calls f with the proxy's settings locked: to point new
+// connections at another server (target), or make it close new
+// connections at once (refuse).
+func (p *tcpProxy) locked(f func()) {
 	p.mu.Lock()
-	p.target = target
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	f()
 }
 
 // targetAddr is the address of the server that new connections go to.
@@ -108,14 +109,6 @@ func (p *tcpProxy) targetAddr() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.target
-}
-
-// setRefuse makes the proxy close new connections at once (on), or carry
-// them again (off).
-func (p *tcpProxy) setRefuse(on bool) {
-	p.mu.Lock()
-	p.refuse = on
-	p.mu.Unlock()
 }
 
 // setStall makes the proxy stop carrying messages (on) or carry them again
@@ -146,14 +139,12 @@ func (p *tcpProxy) waitStall() {
 func (p *tcpProxy) cutAll() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := 0
-	for c, pc := range p.conns {
+	n := len(p.conns)
+	for _, pc := range p.conns {
 		pc.client.Close()
 		pc.server.Close()
-		delete(p.conns, c)
-		n++
 	}
-	p.cut.Add(int64(n))
+	clear(p.conns)
 	return n
 }
 
@@ -194,32 +185,24 @@ func (p *tcpProxy) accept() {
 		p.mu.Lock()
 		refuse, target := p.refuse, p.target
 		p.mu.Unlock()
-		if refuse {
-			p.refused.Add(1)
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", target)
-		if err != nil {
-			// The server is down: the client sees its connection closed.
-			p.refused.Add(1)
-			c.Close()
-			continue
+		var s net.Conn
+		if !refuse {
+			s, err = net.Dial("tcp", target) // the server down: the client sees its connection closed
 		}
 		p.mu.Lock()
-		if p.refuse {
-			// Refusing began while it connected: a connection that
-			// cutAll did not see must not be carried either.
+		// Refusing may have begun while it connected: a connection that
+		// cutAll did not see must not be carried either.
+		if refuse || err != nil || p.refuse {
 			p.mu.Unlock()
-			p.refused.Add(1)
 			c.Close()
-			s.Close()
+			if s != nil {
+				s.Close()
+			}
 			continue
 		}
 		pc := &proxyConn{client: c, server: s, ready: make(chan struct{})}
 		p.conns[c] = pc
 		p.mu.Unlock()
-		p.accepted.Add(1)
 		p.wg.Add(2)
 		go p.fromClient(pc)
 		go p.fromServer(pc)
@@ -292,16 +275,16 @@ func (pc *proxyConn) commits(msg []byte) bool {
 	case 'Q':
 		return isCommit(msg[5:])
 	case 'P': // Parse: statement name, query, ...
-		name, rest, _ := cutCString(msg[5:])
-		query, _, _ := cutCString(rest)
+		name, rest := cutCString(msg[5:])
+		query, _ := cutCString(rest)
 		if pc.commitStmts == nil {
 			pc.commitStmts, pc.completeStmts = map[string]bool{}, map[string]bool{}
 		}
 		pc.commitStmts[name] = isCommit([]byte(query))
 		pc.completeStmts[name] = strings.Contains(query, completionMark)
 	case 'B': // Bind: portal name, statement name, ...
-		_, rest, _ := cutCString(msg[5:])
-		name, rest, _ := cutCString(rest)
+		_, rest := cutCString(msg[5:])
+		name, rest := cutCString(rest)
 		if pc.completeStmts[name] {
 			pc.owner = bindOwner(rest)
 		}
@@ -323,88 +306,47 @@ const completionMark = "the completion found no claim of its owner in progress"
 // bindOwner returns the owner that the rest of a Bind of the completion
 // (after the statement's name) binds: its fourth parameter, an array of
 // one bytea in binary format. It returns "" when it cannot read one.
-func bindOwner(b []byte) string {
-	u16 := func() (int, bool) {
-		if len(b) < 2 {
-			return 0, false
+func bindOwner(b []byte) (owner string) {
+	defer func() {
+		if recover() != nil { // cut short: not the message looked for
+			owner = ""
 		}
-		v := int(binary.BigEndian.Uint16(b))
-		b = b[2:]
-		return v, true
-	}
-	u32 := func() (int32, bool) {
-		if len(b) < 4 {
-			return 0, false
-		}
-		v := int32(binary.BigEndian.Uint32(b))
-		b = b[4:]
-		return v, true
-	}
-	nf, ok := u16()
-	if !ok || len(b) < 2*nf {
-		return ""
-	}
-	formats := make([]int, nf)
+	}()
+	u16 := func() int { v := int(binary.BigEndian.Uint16(b)); b = b[2:]; return v }
+	u32 := func() int { v := int(int32(binary.BigEndian.Uint32(b))); b = b[4:]; return v }
+	formats := make([]int, u16())
 	for i := range formats {
-		formats[i], _ = u16()
+		formats[i] = u16()
 	}
-	np, ok := u16()
-	if !ok || np < 4 {
+	if u16() < 4 {
 		return ""
 	}
 	var param []byte
 	for i := range 4 {
-		n, ok := u32()
-		if !ok || n < -1 || int(n) > len(b) {
-			return ""
+		if n := u32(); n >= 0 {
+			if i == 3 {
+				param = b[:n]
+			}
+			b = b[n:]
 		}
-		if n < 0 {
-			continue
-		}
-		if i == 3 {
-			param = b[:n]
-		}
-		b = b[n:]
 	}
-	format := 0
-	switch {
-	case nf == 1:
-		format = formats[0]
-	case nf >= 4:
-		format = formats[3]
-	}
-	if format != 1 {
-		return ""
+	if len(formats) != 1 && len(formats) < 4 || formats[min(3, len(formats)-1)] != 1 {
+		return "" // not in binary format
 	}
 	// A binary array: dimensions, null flag, element type, then per
 	// dimension its length and lower bound, then each element's length
 	// and bytes.
 	b = param
-	ndim, ok1 := u32()
-	_, ok2 := u32()
-	_, ok3 := u32()
-	if !ok1 || !ok2 || !ok3 || ndim != 1 {
+	if dims, _, _, length, _ := u32(), u32(), u32(), u32(), u32(); dims != 1 || length != 1 {
 		return ""
 	}
-	length, ok1 := u32()
-	_, ok2 = u32()
-	if !ok1 || !ok2 || length != 1 {
-		return ""
-	}
-	n, ok := u32()
-	if !ok || n < 0 || int(n) > len(b) {
-		return ""
-	}
-	return string(b[:n])
+	return string(b[:u32()])
 }
 
 // cutCString splits b after its first NUL-terminated string.
-func cutCString(b []byte) (s string, rest []byte, ok bool) {
-	i := bytes.IndexByte(b, 0)
-	if i < 0 {
-		return "", nil, false
-	}
-	return string(b[:i]), b[i+1:], true
+func cutCString(b []byte) (string, []byte) {
+	s, rest, _ := bytes.Cut(b, []byte{0})
+	return string(s), rest
 }
 
 // fromServer carries what the server sends to the client, message by
@@ -425,26 +367,17 @@ func (p *tcpProxy) fromServer(pc *proxyConn) {
 		if err != nil {
 			return
 		}
-		if pc.awaitCommit.Load() {
-			switch msg[0] {
-			case 'C': // CommandComplete
-				switch strings.TrimRight(string(msg[5:]), "\x00") {
-				case "COMMIT":
-					// The server committed: its answer is lost.
-					_ = w.Flush()
-					owner, _ := pc.lossOwner.Load().(string)
-					p.lose(pc, true, owner)
-					return
-				case "ROLLBACK":
-					// The transaction had failed; lose another.
-					pc.awaitCommit.Store(false)
-					p.loseCommits(1, true)
-				}
-				// Another statement's, sent with the COMMIT behind it.
-			case 'E': // ErrorResponse: it did not commit; lose another
+		if pc.awaitCommit.Load() && (msg[0] == 'C' || msg[0] == 'E') { // CommandComplete, ErrorResponse
+			switch tag := strings.TrimRight(string(msg[5:]), "\x00"); {
+			case msg[0] == 'C' && tag == "COMMIT": // the server committed: its answer is lost
+				_ = w.Flush()
+				owner, _ := pc.lossOwner.Load().(string)
+				p.lose(pc, true, owner)
+				return
+			case msg[0] == 'E' || tag == "ROLLBACK": // it did not commit: lose another
 				pc.awaitCommit.Store(false)
 				p.loseCommits(1, true)
-			}
+			} // else another statement's, sent with the COMMIT behind it
 		}
 		p.waitStall()
 		if _, err := w.Write(msg); err != nil {

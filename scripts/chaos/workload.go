@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -20,403 +17,520 @@ import (
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
-// opClass is what an operation is expected to do.
-type opClass int
+// class is what an operation is expected to do. Its body says so to the
+// handler (the downstream, or the chaos worker's transactional handler).
+type class int
 
 const (
-	classNormal    opClass = iota // succeeds at once
-	classTransient                // fails k times (503), then succeeds
-	classPermanent                // 422: dead-lettered, never done
-	classConflict                 // payload A completes; payload B, same key, is dead-lettered
-	classSlow                     // takes longer than the visibility timeout: heartbeats keep it
+	normal        class = iota // succeeds at once
+	transient                  // fails 1-2 times (503, or a retryable error), then succeeds
+	slow                       // takes a while, some longer than the visibility timeout
+	permanent                  // fails for good (422): dead-lettered, never done
+	broken                     // 422 until the downstream is fixed: a replay after the fix completes it
+	conflict                   // payload a completes; the other payloads of its key are sent once it did
+	conflictEarly              // payload b sent right behind payload a; a fails permanently for some
+	keyless                    // no operation key: dead-lettered, never run
+	classes
 )
 
-func (c opClass) String() string {
-	return [...]string{"normal", "transient", "permanent", "conflict", "slow"}[c]
+func (c class) String() string {
+	return [...]string{"normal", "transient", "slow", "permanent", "broken until fixed", "conflicting (sent after the first payload completed)",
+		"conflicting (b right behind a)", "keyless"}[c]
 }
 
-// pattern is how an operation's duplicates are sent.
-type pattern int
-
-const (
-	patSingle     pattern = iota // once
-	patBurst                     // several copies back to back
-	patConcurrent                // several copies at once from several goroutines
-	patScattered                 // copies at random moments of the main phase
-)
-
-// op is one operation of the workload.
+// op is one operation of a workload.
 type op struct {
-	id      string
-	class   opClass
-	body    string // every delivery of the op carries exactly this body
-	bodyB   string // classConflict: the other payload under the same key
-	fail    int    // classTransient: 503s before success
-	pattern pattern
-	copies  int  // deliveries in the main phase
-	late    bool // sent once more after it was done
+	id     string
+	class  class
+	group  string   // its FIFO message group ("" on a standard queue)
+	bodies []string // payload a, then the conflicting payloads
+	// byKey: every send's deduplication id is the operation key, as
+	// sqsonce ingest sends; otherwise each send has its own (FIFO).
+	byKey bool
+	// aPermanent: conflictEarly whose payload a fails permanently, so that
+	// both payloads end up in the dead-letter queue under one failed key.
+	aPermanent bool
 }
 
-// keylessMsg is a delivery without a usable operation key.
-type keylessMsg struct {
-	body string
-	why  string
+// msg is one message a workload sends.
+type msg struct {
+	tag     string // its event.AttrSend attribute, unique; every copy keeps it
+	op      *op
+	variant int    // index into op.bodies
+	group   string // when not empty, the group it is sent in, other than its operation's
+	late    bool   // sent once its operation was applied a while ago (workload.lateAge), or at the end
+	trickle bool   // with late: sent at a random moment of the late sending instead
+
+	// Set by the sender.
+	dedup   string
+	id      string // the message id SQS answered
+	dropped bool   // SQS deduplicated it at the send: nothing was enqueued
+	sentAt  time.Time
+	n       int // its place among its group's sends, from 1
 }
 
-// workload is everything the campaign sends.
-type workload struct {
-	ops     []*op
-	byID    map[string]*op
-	keyless []keylessMsg
-	// main is the main phase: units in sending order.
-	main []unit
-	// lateKeyless are keyless deliveries sent in the late phase.
-	lateKeyless []string
+func (m *msg) body() string { return m.op.bodies[m.variant] }
+
+// groupID is the message group m is sent in.
+func (m *msg) groupID() string {
+	if m.group != "" {
+		return m.group
+	}
+	return m.op.group
 }
 
-// unit is one send: a batch of bodies in one SendMessageBatch, or one body
-// sent by several goroutines at the same moment.
+// shouldComplete reports whether the payload of m should complete: the
+// first payload of an operation that neither fails for good nor is keyless
+// (a conflicting payload must not, one that fails until the downstream is
+// fixed need not).
+func (m *msg) shouldComplete() bool {
+	switch m.op.class {
+	case normal, transient, slow, conflict:
+		return m.variant == 0
+	case conflictEarly:
+		return m.variant == 0 && !m.op.aPermanent
+	}
+	return false
+}
+
+// unit is one send: one message, a batch of messages in SendMessageBatch
+// calls (in order), or messages sent at the same moment from as many
+// goroutines.
 type unit struct {
-	bodies     []string
+	msgs       []*msg
 	concurrent bool
 }
 
-// planned returns how many deliveries the workload sends, not counting the
-// copies that lost acknowledgements add.
-func (w *workload) planned() int {
-	n := len(w.lateKeyless)
-	for _, u := range w.main {
-		n += len(u.bodies)
-	}
-	for _, o := range w.ops {
-		if o.late {
-			n++
-		}
-		if o.class == classConflict {
-			n++
-		}
-	}
-	return n
+// workload is everything a campaign sends: its operations, the main
+// sending (paced by the campaign's timeline) and the late messages.
+type workload struct {
+	mu      sync.Mutex // ops and byID, which faults add to (extraOps)
+	ops     []*op
+	byID    map[string]*op
+	main    []unit
+	late    []*msg
+	lateAge time.Duration // how long after its operation was applied a late message is sent
+	tags    int
+	// bursts counts the FIFO bursts of main: runs of 4 to 8 operations of
+	// one group sent together, the first and one in the middle slow, so
+	// that one receive takes several messages of the group and those
+	// behind a slow one wait in the worker's hands for several beats;
+	// crossCopies the bursts sent with a copy of one of their operations
+	// in another group, as two producers that choose groups differently
+	// would: another worker can receive that copy while the operation
+	// waits in the first one's hands, and take its claim over once its
+	// lease lapses.
+	bursts, crossCopies int
 }
 
-// newWorkload makes about deliveries deliveries of ops operations.
-func newWorkload(rng *rand.Rand, ops, deliveries int) *workload {
-	w := &workload{byID: map[string]*op{}}
-	for i := range ops {
-		o := &op{id: fmt.Sprintf("op-%d", i), copies: 1}
-		switch r := rng.Float64(); {
-		case r < 0.012:
-			o.class = classPermanent
-			o.body = fmt.Sprintf(`{"id":%q,"permanent":true}`, o.id)
-		case r < 0.024:
-			o.class = classConflict
-			o.body = fmt.Sprintf(`{"id":%q,"variant":"a","amount":%d}`, o.id, rng.IntN(1000))
-			o.bodyB = fmt.Sprintf(`{"id":%q,"variant":"b","amount":%d}`, o.id, 1000+rng.IntN(1000))
-		case r < 0.04:
-			o.class = classSlow
-			o.body = fmt.Sprintf(`{"id":%q,"slow_ms":%d}`, o.id, 5500+rng.IntN(1000))
-		case r < 0.18:
-			o.class = classTransient
-			o.fail = 1 + rng.IntN(2)
-			if rng.IntN(2) == 0 {
-				o.body = fmt.Sprintf(`{"id":%q,"fail":%d,"retry_after":1}`, o.id, o.fail)
-			} else {
-				o.body = fmt.Sprintf(`{"id":%q,"fail":%d}`, o.id, o.fail)
+func newWorkloadOf(lateAge time.Duration) *workload {
+	return &workload{byID: map[string]*op{}, lateAge: lateAge}
+}
+
+func (w *workload) add(o *op) *op {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ops = append(w.ops, o)
+	w.byID[o.id] = o
+	return o
+}
+
+func (w *workload) newMsg(o *op, variant int) *msg {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tags++
+	return &msg{tag: "s-" + strconv.Itoa(w.tags), op: o, variant: variant}
+}
+
+// allOps returns the operations, also those that faults added.
+func (w *workload) allOps() []*op {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]*op(nil), w.ops...)
+}
+
+func (w *workload) opByID(id string) *op {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.byID[id]
+}
+
+// Bodies of the operations, as the handlers read them.
+func normalBody(id string, amount int) string {
+	return fmt.Sprintf(`{"id":%q,"amount":%d}`, id, amount)
+}
+func slowBody(id string, ms int) string { return fmt.Sprintf(`{"id":%q,"slow_ms":%d}`, id, ms) }
+func transientBody(rng *rand.Rand, id string) string {
+	if rng.IntN(2) == 0 {
+		return fmt.Sprintf(`{"id":%q,"fail":%d,"retry_after":1}`, id, 1+rng.IntN(2))
+	}
+	return fmt.Sprintf(`{"id":%q,"fail":%d}`, id, 1+rng.IntN(2))
+}
+func variantBody(id string, v byte, amount int) string {
+	return fmt.Sprintf(`{"id":%q,"variant":"%c","amount":%d}`, id, v, amount)
+}
+
+// keylessBody is the i-th body without a usable operation key.
+func keylessBody(i int) string {
+	return [...]string{"not json at all #%d", `{"no_id":%d}`, `{"id":{"nested":%d}}`, `{"id":"","n":%d}`, `{"id":null,"n":%d}`, `{"id":[%d]}`}[i%6]
+}
+
+// standardLoad makes about deliveries messages of ops operations for a
+// standard queue: normal, transient, slow (5.5-6.5 s: longer than the
+// visibility timeout), permanent and conflicting ones, 5 % of the normal
+// ones sent once more after they were done, and 1 % keyless messages; each
+// operation sent once, in a burst of 2-5 copies back to back, in 2-4 copies
+// at the same moment, or in copies scattered over the sending.
+func standardLoad(ops, deliveries int, lateAge time.Duration) func(*rand.Rand) *workload {
+	return func(rng *rand.Rand) *workload {
+		w := newWorkloadOf(lateAge)
+		var seq []unit // each operation's first delivery, and its copies sent with it
+		first := map[*op]int{}
+		scattered := map[*op]int{}
+		total := 0
+		for i := range ops {
+			id := fmt.Sprintf("op-%d", i)
+			o := &op{id: id, class: normal, bodies: []string{normalBody(id, rng.IntN(100000))}}
+			switch r := rng.Float64(); {
+			case r < 0.012:
+				o.class, o.bodies = permanent, []string{fmt.Sprintf(`{"id":%q,"permanent":true}`, id)}
+			case r < 0.024:
+				o.class, o.bodies = conflict, []string{variantBody(id, 'a', rng.IntN(1000)), variantBody(id, 'b', 1000+rng.IntN(1000))}
+			case r < 0.04:
+				o.class, o.bodies = slow, []string{slowBody(id, 5500+rng.IntN(1000))}
+			case r < 0.18:
+				o.class, o.bodies = transient, []string{transientBody(rng, id)}
 			}
-		default:
-			o.body = fmt.Sprintf(`{"id":%q,"amount":%d}`, o.id, rng.IntN(100000))
+			w.add(o)
+			u := unit{msgs: []*msg{w.newMsg(o, 0)}}
+			switch r := rng.Float64(); {
+			case r < 0.45:
+			case r < 0.75:
+				for range 1 + rng.IntN(4) {
+					u.msgs = append(u.msgs, w.newMsg(o, 0))
+				}
+			case r < 0.9:
+				u.concurrent = true
+				for range 1 + rng.IntN(3) {
+					u.msgs = append(u.msgs, w.newMsg(o, 0))
+				}
+			default:
+				scattered[o] = 1 + rng.IntN(2)
+			}
+			total += len(u.msgs) + scattered[o]
+			if o.class == normal && rng.Float64() < 0.05 {
+				m := w.newMsg(o, 0)
+				m.late = true
+				w.late = append(w.late, m)
+			}
+			if o.class == conflict {
+				m := w.newMsg(o, 1)
+				m.late = true
+				w.late = append(w.late, m)
+			}
+			seq = append(seq, u)
 		}
-		switch r := rng.Float64(); {
-		case r < 0.45:
-			o.pattern = patSingle
-		case r < 0.75:
-			o.pattern, o.copies = patBurst, 2+rng.IntN(4)
-		case r < 0.9:
-			o.pattern, o.copies = patConcurrent, 2+rng.IntN(3)
-		default:
-			o.pattern, o.copies = patScattered, 2+rng.IntN(2)
+		nKeyless := max(6, deliveries/100)
+		total += nKeyless + len(w.late)
+		// Scattered copies until the planned total reaches deliveries.
+		for tries := 0; total < deliveries && tries < 10*deliveries; tries++ {
+			if u := seq[rng.IntN(len(seq))]; len(u.msgs) == 1 {
+				scattered[u.msgs[0].op]++
+				total++
+			}
 		}
-		o.late = o.class == classNormal && rng.Float64() < 0.05
-		w.ops = append(w.ops, o)
-		w.byID[o.id] = o
+		rng.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
+		for i, u := range seq {
+			first[u.msgs[0].op] = i
+		}
+		extra := map[int][]*msg{} // scattered copies to send after a place
+		for _, o := range w.ops {
+			for range scattered[o] {
+				at := first[o] + rng.IntN(len(seq)-first[o])
+				extra[at] = append(extra[at], w.newMsg(o, 0))
+			}
+		}
+		var keylessMain []*msg
+		for i := range nKeyless {
+			o := w.add(&op{id: fmt.Sprintf("keyless-%d", i), class: keyless, bodies: []string{fmt.Sprintf(keylessBody(i), i)}})
+			m := w.newMsg(o, 0)
+			if i < nKeyless-nKeyless/3 {
+				keylessMain = append(keylessMain, m)
+			} else {
+				m.late, m.trickle = true, true
+				w.late = append(w.late, m)
+			}
+		}
+		// Batches of up to ten, in the order of the places; a unit of
+		// copies sent at the same moment is its own.
+		var cur []*msg
+		flush := func() {
+			if len(cur) > 0 {
+				w.main = append(w.main, unit{msgs: cur})
+				cur = nil
+			}
+		}
+		push := func(m *msg) {
+			if cur = append(cur, m); len(cur) == 10 || rng.IntN(4) == 0 {
+				flush()
+			}
+		}
+		for i, u := range seq {
+			if u.concurrent {
+				flush()
+				w.main = append(w.main, u)
+			} else {
+				for _, m := range u.msgs {
+					push(m)
+				}
+			}
+			for _, m := range extra[i] {
+				push(m)
+			}
+			if len(keylessMain) > 0 && rng.IntN(len(seq)) < 2*len(keylessMain) {
+				push(keylessMain[0])
+				keylessMain = keylessMain[1:]
+			}
+		}
+		for _, m := range keylessMain {
+			push(m)
+		}
+		flush()
+		return w
 	}
-	nKeyless := max(6, deliveries/100)
-	for i := range nKeyless {
-		var k keylessMsg
-		switch i % 6 {
-		case 0:
-			k = keylessMsg{fmt.Sprintf("not json at all #%d", i), "not JSON"}
-		case 1:
-			k = keylessMsg{fmt.Sprintf(`{"no_id":%d}`, i), "no id"}
-		case 2:
-			k = keylessMsg{fmt.Sprintf(`{"id":{"nested":%d}}`, i), "id is an object"}
-		case 3:
-			k = keylessMsg{fmt.Sprintf(`{"id":"","n":%d}`, i), "id is empty"}
-		case 4:
-			k = keylessMsg{fmt.Sprintf(`{"id":null,"n":%d}`, i), "id is null"}
-		default:
-			k = keylessMsg{fmt.Sprintf(`{"id":[%d]}`, i), "id is an array"}
-		}
-		w.keyless = append(w.keyless, k)
-	}
+}
 
-	// Scattered extra copies until the planned total reaches deliveries.
-	total := nKeyless
-	for _, o := range w.ops {
-		total += o.copies
-		if o.late {
-			total++
+// fifoLoad makes ops operations for a FIFO queue, spread over groups
+// message groups, about bursts of them in bursts (see workload.bursts),
+// plus groups of their own for the conflicts whose key completes and for
+// the keyless messages: replay leaves their dead letters in place, and on
+// a FIFO queue a message left holds back the rest of its group, so they
+// would keep replay from the groups it has work in. A quarter of the
+// operations that may be sent again are deduplicated by key (some sent
+// twice right away, which SQS drops), a quarter of the others sent again
+// later.
+func fifoLoad(ops, groups, bursts int) func(*rand.Rand) *workload {
+	return func(rng *rand.Rand) *workload {
+		w := newWorkloadOf(2 * time.Second)
+		conflictGroup := func() string { return fmt.Sprintf("conflict%d", rng.IntN(max(2, groups/4))) }
+		for i := range ops {
+			id := fmt.Sprintf("f-%d", i)
+			o := &op{id: id, class: normal, group: fmt.Sprintf("g%d", rng.IntN(groups))}
+			amount := rng.IntN(100000)
+			switch r := rng.Float64(); {
+			case r < 0.02:
+				o.class, o.group, o.bodies = keyless, "keyless", []string{fmt.Sprintf(keylessBody(i%2), i)}
+			case r < 0.08:
+				o.class, o.bodies = permanent, []string{fmt.Sprintf(`{"id":%q,"permanent":true}`, id)}
+			case r < 0.13:
+				o.class, o.bodies = broken, []string{fmt.Sprintf(`{"id":%q,"broken":true,"amount":%d}`, id, amount)}
+			case r < 0.19:
+				o.class, o.aPermanent = conflictEarly, rng.IntN(2) == 0
+				o.bodies = []string{variantBody(id, 'a', amount), variantBody(id, 'b', 100000+amount)}
+				if o.aPermanent {
+					o.bodies[0] = fmt.Sprintf(`{"id":%q,"variant":"a","permanent":true}`, id)
+				} else {
+					o.group = conflictGroup()
+				}
+			case r < 0.24:
+				o.class, o.group = conflict, conflictGroup()
+				o.bodies = []string{variantBody(id, 'a', amount), variantBody(id, 'b', 100000+amount), variantBody(id, 'c', 200000+amount)}
+			case r < 0.27:
+				o.class, o.bodies = slow, []string{slowBody(id, 1000+rng.IntN(5500))}
+			case r < 0.39:
+				o.class, o.bodies = transient, []string{transientBody(rng, id)}
+			default:
+				o.bodies = []string{normalBody(id, amount)}
+			}
+			o.byKey = o.class <= broken && rng.IntN(4) == 0
+			w.add(o)
 		}
-		if o.class == classConflict {
-			total++
-		}
-	}
-	for tries := 0; total < deliveries && tries < 10*deliveries; tries++ {
-		o := w.ops[rng.IntN(len(w.ops))]
-		if o.pattern == patSingle || o.pattern == patScattered {
-			o.pattern = patScattered
-			o.copies++
-			total++
-		}
-	}
 
-	// The main phase: each op's first delivery at a random place, bursts
-	// right behind it, scattered copies later, concurrent copies as their
-	// own unit.
-	type slot struct {
-		body       string
-		concurrent int
-	}
-	var seq []slot
-	for _, o := range w.ops {
-		switch o.pattern {
-		case patConcurrent:
-			seq = append(seq, slot{body: o.body, concurrent: o.copies})
-		default:
-			seq = append(seq, slot{body: o.body})
+		// Bursts, among the operations of the ordinary groups that run or
+		// fail by themselves: an operation and the next few in the sending
+		// order, moved into its group and right behind it.
+		order := rng.Perm(len(w.ops))
+		burstOf := map[*op]int{}
+		members := [][]*op{nil} // by burst, from 1
+		for range bursts {
+			var ms []*op
+			at, k := rng.IntN(len(order)), 4+rng.IntN(5)
+			for i := at; i < len(order) && len(ms) < k; i++ {
+				if o := w.ops[order[i]]; o.class <= broken && burstOf[o] == 0 {
+					ms = append(ms, o)
+				}
+			}
+			if len(ms) < 4 {
+				continue
+			}
+			for _, o := range ms {
+				burstOf[o], o.group = len(members), ms[0].group
+			}
+			for _, o := range []*op{ms[0], ms[1+rng.IntN(len(ms)-2)]} {
+				o.class, o.bodies = slow, []string{slowBody(o.id, 2000+rng.IntN(6500))}
+			}
+			members = append(members, ms)
 		}
-	}
-	rng.Shuffle(len(seq), func(i, j int) { seq[i], seq[j] = seq[j], seq[i] })
-	first := map[string]int{}
-	for i, s := range seq {
-		first[s.body] = i
-	}
-	var out []slot
-	extra := map[int][]string{} // scattered copies to insert after a position
-	for _, o := range w.ops {
-		if o.pattern != patScattered {
-			continue
+		w.bursts = len(members) - 1
+
+		// The places in sending order, each burst where its first
+		// operation was: a conflicting payload b right behind its payload
+		// a, and a copy deduplicated by key right behind it for some.
+		var seq [][]*msg
+		first := map[*op]int{}
+		for _, i := range order {
+			o := w.ops[i]
+			ms := []*op{o}
+			if b := burstOf[o]; b != 0 {
+				if members[b][0] != o {
+					continue
+				}
+				ms = members[b]
+			}
+			for _, o := range ms {
+				place := []*msg{w.newMsg(o, 0)}
+				if o.class == conflictEarly {
+					place = append(place, w.newMsg(o, 1))
+				}
+				if o.byKey && rng.IntN(3) == 0 {
+					place = append(place, w.newMsg(o, 0))
+				}
+				first[o] = len(seq)
+				seq = append(seq, place)
+			}
 		}
-		at := first[o.body]
-		for range o.copies - 1 {
-			pos := at + rng.IntN(len(seq)-at)
-			extra[pos] = append(extra[pos], o.body)
+		// More copies of payload a at later places (the ledger suppresses
+		// them, or dead-letters them as a failed operation).
+		extra := map[int][]*msg{}
+		for _, o := range w.ops {
+			if o.byKey || o.class == keyless || o.class == conflict || rng.IntN(4) != 0 {
+				continue
+			}
+			for range 1 + rng.IntN(2) {
+				at := first[o] + rng.IntN(len(seq)-first[o])
+				extra[at] = append(extra[at], w.newMsg(o, 0))
+			}
 		}
-	}
-	lateKeyless := nKeyless / 3
-	keylessMain := w.keyless[:nKeyless-lateKeyless]
-	for _, k := range w.keyless[nKeyless-lateKeyless:] {
-		w.lateKeyless = append(w.lateKeyless, k.body)
-	}
-	for i, s := range seq {
-		out = append(out, s)
-		if s.concurrent == 0 {
-			o := w.byID[idOf(s.body)]
-			if o != nil && o.pattern == patBurst {
-				for range o.copies - 1 {
-					out = append(out, slot{body: s.body})
+		// The copies in another group, sent with their bursts.
+		cross := map[int]*msg{}
+		for b := 1; b < len(members) && groups > 1; b++ {
+			var can []*op
+			for _, o := range members[b][1:] {
+				if o.class != slow && !o.byKey { // a copy deduplicated by key would be dropped
+					can = append(can, o)
+				}
+			}
+			if rng.IntN(2) != 0 || len(can) == 0 {
+				continue
+			}
+			m := w.newMsg(can[rng.IntN(len(can))], 0)
+			for m.group == "" || m.group == m.op.group {
+				m.group = fmt.Sprintf("g%d", rng.IntN(groups))
+			}
+			cross[b] = m
+		}
+		w.crossCopies = len(cross)
+		// A burst leaves whole, with its copy in another group and what
+		// lands between its places; every other message alone.
+		var cur unit
+		for i, place := range seq {
+			b := burstOf[place[0].op]
+			last := b == 0 || members[b][len(members[b])-1] == place[0].op
+			if b == 0 {
+				place, extra[i] = nil, append(place, extra[i]...)
+			}
+			cur.msgs = append(cur.msgs, place...)
+			if b != 0 && last {
+				if x := cross[b]; x != nil {
+					cur.msgs = append(cur.msgs, x)
+				}
+				w.main, cur = append(w.main, cur), unit{}
+			}
+			for _, m := range extra[i] {
+				if last {
+					w.main = append(w.main, unit{msgs: []*msg{m}})
+				} else {
+					cur.msgs = append(cur.msgs, m)
 				}
 			}
 		}
-		for _, b := range extra[i] {
-			out = append(out, slot{body: b})
-		}
-		if len(keylessMain) > 0 && rng.IntN(len(seq)) < 2*len(keylessMain) {
-			out = append(out, slot{body: keylessMain[0].body})
-			keylessMain = keylessMain[1:]
-		}
-	}
-	for _, k := range keylessMain {
-		out = append(out, slot{body: k.body})
-	}
-	// Batches of up to ten; a concurrent slot is its own unit.
-	var cur unit
-	flush := func() {
-		if len(cur.bodies) > 0 {
-			w.main = append(w.main, cur)
-			cur = unit{}
-		}
-	}
-	for _, s := range out {
-		if s.concurrent > 0 {
-			flush()
-			u := unit{concurrent: true}
-			for range s.concurrent {
-				u.bodies = append(u.bodies, s.body)
+		for _, o := range w.ops {
+			for v := 1; o.class == conflict && v < len(o.bodies); v++ {
+				m := w.newMsg(o, v)
+				m.late = true
+				w.late = append(w.late, m)
 			}
-			w.main = append(w.main, u)
-			continue
 		}
-		cur.bodies = append(cur.bodies, s.body)
-		if len(cur.bodies) == 10 || rng.IntN(4) == 0 {
-			flush()
-		}
+		return w
 	}
-	flush()
-	return w
 }
 
-// idOf returns the "id" string of a JSON body, or "".
-func idOf(body string) string {
-	var b struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal([]byte(body), &b) != nil {
-		return ""
-	}
-	var s string
-	if json.Unmarshal(b.ID, &s) != nil {
-		return ""
-	}
-	return s
-}
-
-// sender sends deliveries through an SQS client whose transport loses
-// acknowledgements, and counts what the client saw succeed and what the
-// server accepted.
+// sender sends a workload's messages through an SQS client whose transport
+// loses acknowledgements, each tagged (event.AttrSend), and records what
+// SQS answered.
 type sender struct {
-	client   *sqs.Client
-	queueURL string
-	faults   *sqstest.Faults
+	client *sqs.Client
+	queue  string
+	fifo   bool
+	faults *sqstest.Faults
+	// gate: on a FIFO queue each send holds it whole, so that the order of
+	// the sends is the order SQS enqueued them in; on a standard queue
+	// sends share it. A replay round holds it whole: nothing is sent
+	// meanwhile.
+	gate sync.RWMutex
 
-	sent     atomic.Int64 // deliveries the client saw succeed
-	accepted *atomic.Int64
-	failures atomic.Int64 // send calls that failed and were retried
-
-	// tagged: every message sent carries the attribute event.AttrSend, a
-	// tag of its own, which its copies keep (those that a lost
-	// acknowledgement made too, since a retry sends the same tag); tags
-	// holds the body of each tag sent.
-	tagged bool
-	tagMu  sync.Mutex
-	tags   map[string]string
+	mu       sync.Mutex
+	seq      map[string]int       // per group: sends so far
+	ids      map[string]bool      // message ids SQS answered
+	accepted map[string]time.Time // deduplication id -> when SQS first enqueued a send with it
+	sent     []*msg
 }
 
-// tag returns a new tag for body, when the sender tags its messages (""
-// otherwise).
-func (s *sender) tag(body string) string {
-	if !s.tagged {
-		return ""
-	}
-	s.tagMu.Lock()
-	defer s.tagMu.Unlock()
-	if s.tags == nil {
-		s.tags = map[string]string{}
-	}
-	t := "s-" + strconv.Itoa(len(s.tags)+1)
-	s.tags[t] = body
-	return t
+func newSender(endpoint, queue string, fifo bool, seed uint64, lostAck float64) *sender {
+	faults := sqstest.NewFaults(seed, loopbackTransport())
+	faults.Set("SendMessageBatch", sqstest.Rates{LostAck: lostAck, Throttle: lostAck / 4})
+	return &sender{client: newSQSClient(endpoint, &http.Client{Transport: faults, Timeout: 15 * time.Second}), queue: queue, fifo: fifo,
+		faults: faults, seq: map[string]int{}, ids: map[string]bool{}, accepted: map[string]time.Time{}}
 }
 
-// sentTags returns every tag sent, with its body.
-func (s *sender) sentTags() map[string]string {
-	s.tagMu.Lock()
-	defer s.tagMu.Unlock()
-	out := make(map[string]string, len(s.tags))
-	for t, b := range s.tags {
-		out[t] = b
-	}
-	return out
-}
+// fifoDedupWindow is how long a FIFO queue drops sends with a deduplication
+// id it has accepted, whatever became of that message: "any messages sent
+// with the same MessageDeduplicationId are accepted successfully but aren't
+// delivered during the 5-minute deduplication interval", and "Amazon SQS
+// continues tracking the deduplication ID even after the message has been
+// received and deleted" (SQS API Reference, SendMessage; Developer Guide,
+// FIFO queue key terms).
+const fifoDedupWindow = 5 * time.Minute
 
-// attrs returns the message attributes of a message with tag.
-func attrs(tag string) map[string]types.MessageAttributeValue {
-	if tag == "" {
+// send sends u: each message again until SQS answers it, up to a bound.
+func (s *sender) send(ctx context.Context, u unit) error {
+	if s.fifo {
+		s.gate.Lock()
+		defer s.gate.Unlock()
+	} else {
+		s.gate.RLock()
+		defer s.gate.RUnlock()
+	}
+	if !u.concurrent {
+		for len(u.msgs) > 0 {
+			n := min(len(u.msgs), 10)
+			if err := s.batch(ctx, u.msgs[:n]); err != nil {
+				return err
+			}
+			u.msgs = u.msgs[n:]
+		}
 		return nil
 	}
-	return map[string]types.MessageAttributeValue{event.AttrSend: {DataType: aws.String("String"), StringValue: aws.String(tag)}}
-}
-
-func newSender(endpoint, queueURL string, seed uint64, lostAck float64) *sender {
-	accepted := &atomic.Int64{}
-	faults := sqstest.NewFaults(seed, acceptCounter{base: loopbackTransport(), n: accepted})
-	rates := sqstest.Rates{LostAck: lostAck, Throttle: lostAck / 4}
-	faults.Set("SendMessage", rates)
-	faults.Set("SendMessageBatch", rates)
-	return &sender{
-		client:   newSQSClient(endpoint, &http.Client{Transport: faults, Timeout: 15 * time.Second}),
-		queueURL: queueURL,
-		faults:   faults,
-		accepted: accepted,
-	}
-}
-
-// sendBatch sends bodies with SendMessageBatch, again and again for the
-// entries that failed, up to a bound.
-func (s *sender) sendBatch(ctx context.Context, bodies []string) error {
-	left := make(map[string]string, len(bodies))
-	tags := make(map[string]string, len(bodies))
-	for i, b := range bodies {
-		left[strconv.Itoa(i)] = b
-		tags[strconv.Itoa(i)] = s.tag(b)
-	}
-	for attempt := 1; len(left) > 0; attempt++ {
-		entries := make([]types.SendMessageBatchRequestEntry, 0, len(left))
-		for id, b := range left {
-			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(b), MessageAttributes: attrs(tags[id])})
-		}
-		out, err := s.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &s.queueURL, Entries: entries})
-		if err == nil {
-			for _, ok := range out.Successful {
-				delete(left, aws.ToString(ok.Id))
-				s.sent.Add(1)
-			}
-			if len(left) == 0 {
-				return nil
-			}
-		}
-		s.failures.Add(1)
-		if attempt == 20 || ctx.Err() != nil {
-			return fmt.Errorf("send %d messages: gave up after %d attempts: %v", len(left), attempt, err)
-		}
-		sleepCtx(ctx, 100*time.Millisecond*time.Duration(min(attempt, 10)))
-	}
-	return nil
-}
-
-// sendOne sends one body with SendMessage, again until it succeeds, up to a
-// bound.
-func (s *sender) sendOne(ctx context.Context, body string) error {
-	tag := s.tag(body)
-	for attempt := 1; ; attempt++ {
-		_, err := s.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &s.queueURL, MessageBody: aws.String(body), MessageAttributes: attrs(tag)})
-		if err == nil {
-			s.sent.Add(1)
-			return nil
-		}
-		s.failures.Add(1)
-		if attempt == 20 || ctx.Err() != nil {
-			return fmt.Errorf("send a message: gave up after %d attempts: %v", attempt, err)
-		}
-		sleepCtx(ctx, 100*time.Millisecond*time.Duration(min(attempt, 10)))
-	}
-}
-
-// sendUnit sends one unit; the copies of a concurrent unit leave together
-// from as many goroutines.
-func (s *sender) sendUnit(ctx context.Context, u unit) error {
-	if !u.concurrent {
-		return s.sendBatch(ctx, u.bodies)
-	}
 	start := make(chan struct{})
-	errs := make([]error, len(u.bodies))
+	errs := make([]error, len(u.msgs))
 	var wg sync.WaitGroup
-	for i, b := range u.bodies {
+	for i, m := range u.msgs {
 		wg.Go(func() {
 			<-start
-			errs[i] = s.sendOne(ctx, b)
+			errs[i] = s.batch(ctx, []*msg{m})
 		})
 	}
 	close(start)
@@ -424,87 +538,87 @@ func (s *sender) sendUnit(ctx context.Context, u unit) error {
 	return errors.Join(errs...)
 }
 
-// runMain sends the main phase's units from a few goroutines, unit i once
-// due(i) holds.
-func (s *sender) runMain(ctx context.Context, units []unit, due func(i int) bool) error {
-	ch := make(chan unit)
-	errc := make(chan error, 1)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for u := range ch {
-				if err := s.sendUnit(ctx, u); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-					cancel()
+// batch sends ms (ten at most) with SendMessageBatch, and again the
+// entries that failed, in order, up to a bound. SQS
+// drops a FIFO message as a duplicate, and answers with success all the
+// same, when an earlier send with its deduplication id was enqueued less
+// than fifoDedupWindow before. What the answer then says is not
+// documented: fauxqs names the earlier message, moto a new message id that
+// no message has; either marks the message dropped.
+func (s *sender) batch(ctx context.Context, ms []*msg) (err error) {
+	for attempt := 1; len(ms) > 0; attempt++ {
+		start := time.Now()
+		entries := make([]types.SendMessageBatchRequestEntry, len(ms))
+		for i, m := range ms {
+			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(m.body()),
+				MessageAttributes: map[string]types.MessageAttributeValue{event.AttrSend: {DataType: aws.String("String"), StringValue: aws.String(m.tag)}}}
+			if s.fifo {
+				m.dedup = m.tag
+				if m.op.byKey {
+					m.dedup = worker.DeduplicationID(m.op.id)
 				}
+				entries[i].MessageGroupId, entries[i].MessageDeduplicationId = aws.String(m.groupID()), aws.String(m.dedup)
 			}
-		})
-	}
-	var err error
-	for i, u := range units {
-		for !due(i) && ctx.Err() == nil {
-			sleepCtx(ctx, 10*time.Millisecond)
 		}
-		if ctx.Err() != nil {
+		ids := map[string]string{}
+		var out *sqs.SendMessageBatchOutput
+		out, err = s.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &s.queue, Entries: entries})
+		for i := 0; err == nil && i < len(out.Successful); i++ {
+			ids[aws.ToString(out.Successful[i].Id)] = aws.ToString(out.Successful[i].MessageId)
+		}
+		var rest []*msg
+		for i, m := range ms {
+			if id, ok := ids[strconv.Itoa(i)]; ok {
+				s.sentAs(m, id, start)
+			} else {
+				rest = append(rest, m)
+			}
+		}
+		if ms = rest; len(ms) == 0 {
 			break
 		}
-		select {
-		case ch <- u:
-		case <-ctx.Done():
+		if attempt == 20 || ctx.Err() != nil {
+			return fmt.Errorf("send %d messages from %s: gave up after %d attempts: %v", len(ms), ms[0].tag, attempt, err)
 		}
+		sleepCtx(ctx, 100*time.Millisecond*time.Duration(min(attempt, 10)))
 	}
-	close(ch)
-	wg.Wait()
-	select {
-	case err = <-errc:
-	default:
-		err = ctx.Err()
-	}
-	return err
+	return nil
 }
 
-// acceptCounter counts the messages the server accepted: it sits under the
-// fault injection, so a request whose acknowledgement is then lost is
-// counted too.
-type acceptCounter struct {
-	base http.RoundTripper
-	n    *atomic.Int64
+// sentAs records that SQS answered the send of m, made at start, with
+// message id: an id that an earlier send got, or a deduplication id that
+// an earlier send had enqueued less than fifoDedupWindow before start,
+// means SQS dropped m as a duplicate.
+func (s *sender) sentAs(m *msg, id string, start time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m.id = id
+	first, repeat := s.accepted[m.dedup]
+	m.dropped = s.fifo && (s.ids[id] || repeat && start.Sub(first) < fifoDedupWindow)
+	if !m.dropped {
+		s.ids[id] = true
+		s.accepted[m.dedup] = time.Now()
+	}
+	s.seq[m.groupID()]++
+	m.n, m.sentAt = s.seq[m.groupID()], time.Now()
+	s.sent = append(s.sent, m)
 }
 
-func (a acceptCounter) RoundTrip(req *http.Request) (*http.Response, error) {
-	op := sqstest.Operation(req)
-	resp, err := a.base.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusOK || (op != "SendMessage" && op != "SendMessageBatch") {
-		return resp, err
-	}
-	body, rerr := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	if rerr != nil {
-		return resp, nil
-	}
-	if op == "SendMessage" {
-		a.n.Add(1)
-		return resp, nil
-	}
-	var out struct {
-		Successful []json.RawMessage `json:"Successful"`
-	}
-	if json.Unmarshal(body, &out) == nil {
-		a.n.Add(int64(len(out.Successful)))
-	}
-	return resp, nil
+// sentMsgs returns the messages SQS answered, in the order it did.
+func (s *sender) sentMsgs() []*msg {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*msg(nil), s.sent...)
 }
 
-func (a acceptCounter) CloseIdleConnections() {
-	if c, ok := a.base.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
+// idOf returns the "id" string of a JSON body, or "".
+func idOf(body string) string {
+	var b struct {
+		ID any `json:"id"`
 	}
+	_ = json.Unmarshal([]byte(body), &b)
+	s, _ := b.ID.(string)
+	return s
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

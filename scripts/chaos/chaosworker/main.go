@@ -1,24 +1,30 @@
-// Command chaosworker is the worker that the chaos campaign (scripts/chaos)
-// starts, kills and restarts. It is the real worker library on the real
-// ledger (a bbolt file that survives restarts, or with -postgres the shared
-// ledger in a PostgreSQL table, which several chaos workers use at once)
-// with the real http handler, and three things added around them:
+// Command chaosworker is the worker that the chaos campaigns
+// (scripts/chaos) start, kill and restart. It is the real worker library
+// on the real ledger (a bbolt file that survives restarts, or
+// the shared ledger in a PostgreSQL table, which several chaos
+// workers use at once) with the real http handler, and these things added
+// around them:
 //
-//   - the SQS client's transport injects faults (throttling, server errors,
-//     timeouts, connection resets, lost acknowledgements) into
-//     ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibility(Batch) and
-//     SendMessage, seeded, at the rates given by flags;
-//   - the ledger handed to the worker can kill its own process with SIGKILL
-//     in the two windows around a completion: just before the real Complete
-//     (window a: the handler succeeded, the completion is not durable, the
-//     documented duplicate window) and just after it returned (window b:
-//     durable, the message not deleted): at the next Complete after a
-//     SIGUSR1 (window a) or SIGUSR2 (window b), at the n-th Complete, or
-//     with a probability per Complete, as flags say. Before it kills itself it appends
-//     one fsynced line to the crash log, so that the campaign can explain
-//     the extra execution;
-//   - every claim and release the ledger made, every answer that a claim
-//     was lost (to an extension of its lease), every handler call and
+//   - the SQS client's transport injects faults (throttling, server
+//     errors, timeouts, connection resets, lost acknowledgements, and
+//     entries of a batch that fail on SQS's side) into
+//     ReceiveMessage, DeleteMessageBatch, ChangeMessageVisibility(Batch)
+//     and SendMessage, seeded, at the rates it is given; under the
+//     faults it logs every copy SQS accepted from a SendMessage (the
+//     worker sends only its dead-letter copies) and every entry of a
+//     DeleteMessageBatch before it goes, naming the message and its
+//     operation from the receive that handed out the receipt handle;
+//   - the ledger handed to the worker kills its own process with SIGKILL
+//     in the two windows around a completion: at the next Complete after
+//     a SIGUSR1, just before the real one (window a: the handler
+//     succeeded, the completion is not durable, the documented duplicate
+//     window), or after a SIGUSR2, just after it returned (window b:
+//     durable, the message not deleted). Before it kills itself it
+//     appends one fsynced line to the crash log, so that the campaign can
+//     explain the extra execution;
+//   - every claim and release the ledger made, every answer that an
+//     operation is complete or that a claim was lost (to an extension of
+//     its lease), every handler call and
 //     result, completion and failure is appended to the run's event log,
 //     each with the attempt's owner token (which the http handler's
 //     requests carry to the downstream too), and so is every wait for a
@@ -27,31 +33,40 @@
 //     decides); the run's counters (faults injected, worker stats, ledger
 //     commits and errors) are written to a file every 250 ms and at exit.
 //
-// With -pgtx (on -postgres) the handler is not the http handler but a
+// Its configuration (event.WorkerConfig) comes as JSON in its one flag,
+// -config. With Tx (on Postgres) the handler is not the http handler but a
 // transactional one (package pgtx): in the transaction that also records
 // the operation complete, it inserts the attempt's effect row into the
-// -effects table of the same database (the key, the payload's SHA-256 and
+// -effects table of the same database (the key, the payload's hash and
 // the payload, the run, the attempt's claim, a sequence number of the run
 // and its connection's local address), logs the insert, and then does what
 // the body says, as the downstream would: {"fail":n} fails attempts 1..n
 // with a retryable error (with "retry_after", after that many seconds),
 // {"permanent":true} fails permanently, {"slow_ms":n} takes that long; the
-// insert of a failed attempt is rolled back with it. In a share of the
-// attempts (-tx-hold-share), and in the next attempt after a SIGWINCH, it
-// holds the transaction open after the insert for -tx-hold, and first logs
-// that it is inside and asks the campaign (POST
-// -control/intx?run=N&key=K&owner=O), which may kill it there with SIGKILL
-// before it answers. In another share (-tx-panic-share) it panics after the
-// insert (and the hold), as a handler with a bug would: the event log says
-// so, and the worker must turn the panic into a retryable failure once the
-// transaction is rolled back; once the handler has returned, it reads from
-// the database the state of that transaction's session, which must no
-// longer be inside a transaction, and logs it with the handler's result.
-// Once its worker has stopped on a drain, it asks the database how many
-// sessions of its ledger's pool (application name chaosworker-N, N the
-// run, as every run on -postgres names them) are still inside a
-// transaction, and writes that into its counters: no handler runs then, so
-// none may be.
+// insert of a failed attempt is rolled back with it. A share of the
+// attempts (-tx-writes-share) queue the insert on a batch sent with the
+// completion and the commit in one round trip (pgtx.NewWrites). In a
+// share of the others (HoldShare), and in the next one after a
+// SIGWINCH, it holds the transaction open after the insert for Hold,
+// and first logs that it is inside and asks the campaign (POST
+// Control/intx?run=N&key=K&owner=O), which may kill it there with SIGKILL
+// before it answers. In another share (PanicShare) it panics after
+// the insert (and the hold), as a handler with a bug would: the event log
+// says so, and the worker must turn the panic into a retryable failure
+// once the transaction is rolled back; once the handler has returned, it
+// reads from the database the state of that transaction's session, which
+// must no longer be inside a transaction, and logs it with the handler's
+// result. Once its worker has stopped on a drain, it asks the database how
+// many sessions of its ledger's pool (application name chaosworker-N, N
+// the run, as every run on Postgres names them) are still inside a
+// transaction, and writes that into its counters: no handler runs then,
+// so none may be.
+//
+// Broken makes it a worker that breaks the promise on purpose, so that a
+// test can show that the campaigns' audit catches it: delete-first
+// deletes each message whose handler succeeded before the worker records
+// its completion; skip-claim answers every claim as made without writing
+// it to the ledger.
 //
 // On a bbolt ledger it serves the ledger on a unix socket beside the file
 // (the path plus ".sock") for `sqsonce ledger` commands, as `sqsonce run`
@@ -70,9 +85,8 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -95,6 +109,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -112,286 +127,152 @@ import (
 // ledger socket of cmd/sqsonce added (see the package documentation).
 var serveSocket func(db *ledger.DB, path string, log *slog.Logger) (io.Closer, error)
 
-// FaultOps are the SQS operations whose requests get faults.
-var FaultOps = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "SendMessage"}
+// faultOps are the SQS operations whose requests get faults.
+var faultOps = []string{"ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibility", "ChangeMessageVisibilityBatch", "SendMessage"}
 
-type options struct {
-	run         int
-	endpoint    string
-	queueURL    string
-	ledgerPath  string
-	pgURL       string
-	pgTable     string
-	pgTimeout   time.Duration
-	pgtx        bool
-	effects     string
-	control     string
-	holdShare   float64
-	hold        time.Duration
-	panicShare  float64
-	writesShare float64
-	downstream  string
-	dir         string
-	crashLog    string
-	seed        uint64
-
-	rates sqstest.Rates
-
-	crashAAt, crashBAt     int64
-	crashAProb, crashBProb float64
-
-	concurrency    int
-	pollers        int
-	wait           time.Duration
-	visibility     time.Duration
-	handlerTimeout time.Duration
-	minBackoff     time.Duration
-	maxBackoff     time.Duration
-	grace          time.Duration
-	sqsTimeout     time.Duration
-	lockTimeout    time.Duration
-	logLevel       string
-}
+// The modes of WorkerConfig.Broken.
+const (
+	brokenDeleteFirst = "delete-first"
+	brokenSkipClaim   = "skip-claim"
+)
 
 func main() {
-	var o options
-	flag.IntVar(&o.run, "run", 0, "this run's number (names its files, sent as X-Chaos-Run)")
-	flag.StringVar(&o.endpoint, "endpoint", "", "SQS endpoint (loopback)")
-	flag.StringVar(&o.queueURL, "queue", "", "queue URL")
-	flag.StringVar(&o.ledgerPath, "ledger", "", "ledger file (bbolt)")
-	flag.StringVar(&o.pgURL, "postgres", "", "PostgreSQL connection string: the ledger is the shared one in -table there, not a file")
-	flag.StringVar(&o.pgTable, "table", "", "the shared ledger's table (with -postgres; its default when empty)")
-	flag.DurationVar(&o.pgTimeout, "ledger-timeout", 3*time.Second, "bound of each attempt of a shared ledger's call (with -postgres)")
-	flag.BoolVar(&o.pgtx, "pgtx", false, "a transactional handler (package pgtx) that inserts each attempt's row into -effects, not the http handler (with -postgres)")
-	flag.StringVar(&o.effects, "effects", "chaos_effects", "the effects table of -pgtx")
-	flag.StringVar(&o.control, "control", "", "the campaign's control URL, asked from inside a held transaction (with -pgtx)")
-	flag.Float64Var(&o.holdShare, "tx-hold-share", 0, "share of the attempts that hold their transaction open after the insert (with -pgtx)")
-	flag.DurationVar(&o.hold, "tx-hold", 200*time.Millisecond, "how long such an attempt holds it (with -pgtx)")
-	flag.Float64Var(&o.panicShare, "tx-panic-share", 0, "share of the attempts that panic after the insert (with -pgtx)")
-	flag.Float64Var(&o.writesShare, "tx-writes-share", 0, "share of the attempts whose insert is queued on a batch and sent with the completion in one round trip (pgtx.NewWrites), the others running in the transaction (pgtx.New); such attempts neither hold nor panic (with -pgtx)")
-	flag.StringVar(&o.downstream, "downstream", "", "URL the http handler POSTs to")
-	flag.StringVar(&o.dir, "dir", "", "directory for this run's event log and counters")
-	flag.StringVar(&o.crashLog, "crash-log", "", "crash log (shared by all runs)")
-	flag.Uint64Var(&o.seed, "seed", 1, "seed of the fault injection and crash draws")
-	flag.Float64Var(&o.rates.Throttle, "throttle", 0, "rate of throttling errors per SQS request")
-	flag.Float64Var(&o.rates.ServerError, "server-error", 0, "rate of HTTP 500 errors per SQS request")
-	flag.Float64Var(&o.rates.Timeout, "timeout", 0, "rate of requests that hang until the client times out")
-	flag.Float64Var(&o.rates.Reset, "reset", 0, "rate of connection resets before the request is sent")
-	flag.Float64Var(&o.rates.LostAck, "lost-ack", 0, "rate of requests that take effect but whose answer is lost")
-	flag.Int64Var(&o.crashAAt, "crash-a-at", 0, "kill this process in window a at the n-th Complete call (0: never)")
-	flag.Int64Var(&o.crashBAt, "crash-b-at", 0, "kill this process in window b after the n-th Complete call (0: never)")
-	flag.Float64Var(&o.crashAProb, "crash-a-prob", 0, "probability per Complete call of a kill in window a")
-	flag.Float64Var(&o.crashBProb, "crash-b-prob", 0, "probability per Complete call of a kill in window b")
-	flag.IntVar(&o.concurrency, "concurrency", 32, "handlers at once")
-	flag.IntVar(&o.pollers, "pollers", 2, "receive loops")
-	flag.DurationVar(&o.wait, "wait", time.Second, "long poll")
-	flag.DurationVar(&o.visibility, "visibility", 5*time.Second, "visibility timeout and lease")
-	flag.DurationVar(&o.handlerTimeout, "handler-timeout", 4*time.Second, "handler timeout")
-	flag.DurationVar(&o.minBackoff, "min-backoff", time.Second, "first retry back-off")
-	flag.DurationVar(&o.maxBackoff, "max-backoff", 4*time.Second, "longest back-off")
-	flag.DurationVar(&o.grace, "grace", 5*time.Second, "shutdown grace")
-	flag.DurationVar(&o.sqsTimeout, "sqs-timeout", 5*time.Second, "bound of one SQS HTTP exchange (sqsonce run uses wait + 30s)")
-	flag.DurationVar(&o.lockTimeout, "lock-timeout", ledger.DefaultLockTimeout, "how long to wait for the ledger file lock")
-	flag.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
+	config := flag.String("config", "", "the run's configuration: event.WorkerConfig as JSON")
 	flag.Parse()
+	var o event.WorkerConfig
+	if err := json.Unmarshal([]byte(*config), &o); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker: -config:", err)
+		os.Exit(2)
+	}
 	os.Exit(run(o))
 }
 
-func run(o options) (code int) {
-	// The campaign may arm a run (SIGUSR1, SIGUSR2, SIGWINCH) as soon as it
-	// has started it: caught from the start, they wait here until the
-	// worker is set up. SIGUSR1 and SIGUSR2 would otherwise end a process
-	// that has not caught them yet, and a SIGWINCH would be lost.
-	usr := make(chan os.Signal, 2)
-	signal.Notify(usr, syscall.SIGUSR1, syscall.SIGUSR2)
-	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
+// store is the ledger the worker uses, with Close.
+type store interface {
+	worker.Ledger
+	Close() error
+}
 
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		fmt.Fprintln(os.Stderr, "chaosworker:", err)
-		return 2
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("run", o.run)
-	// The stop signals are caught from the start, as in sqsonce: one that
-	// comes while the ledger opens or the queue is read stops the worker
-	// at once, rather than killing the process.
+func run(o event.WorkerConfig) (code int) {
+	// The campaign may arm a run (SIGUSR1, SIGUSR2, SIGWINCH) and stop it
+	// as soon as it has started it: caught from the start, these signals
+	// wait here until the worker is set up, as in sqsonce, rather than end
+	// the process (a SIGWINCH would be lost).
+	arms := make(chan os.Signal, 3)
+	signal.Notify(arms, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("run", o.Run)
 
 	// Count SQS requests from the start, so that a run that fails to start
 	// can show it sent none.
-	var sqsRequests atomic.Int64
+	rec := &recorder{base: http.DefaultTransport, receipts: map[string][2]string{}, last: map[string]string{}, tags: map[string]string{}}
 	defer func() {
-		fmt.Fprintf(os.Stderr, "chaosworker: run=%d exit=%d sqs_requests=%d\n", o.run, code, sqsRequests.Load())
+		fmt.Fprintf(os.Stderr, "chaosworker: run=%d exit=%d sqs_requests=%d\n", o.Run, code, rec.requests.Load())
 	}()
-	if o.endpoint == "" || o.queueURL == "" || (o.ledgerPath == "") == (o.pgURL == "") || (o.downstream == "") != o.pgtx || o.dir == "" || o.crashLog == "" {
-		fmt.Fprintln(os.Stderr, "chaosworker: -endpoint, -queue, -dir, -crash-log, one of -ledger and -postgres, and -downstream or -pgtx are required")
-		return 2
-	}
-	if o.pgtx && o.pgURL == "" {
-		fmt.Fprintln(os.Stderr, "chaosworker: -pgtx needs -postgres")
+	if (o.Ledger == "") == (o.Postgres == "") || (o.Downstream == "") == (o.Tx == nil) || o.Tx != nil && o.Postgres == "" {
+		fmt.Fprintln(os.Stderr, "chaosworker: want one of Ledger and Postgres, and one of Downstream and Tx (on Postgres)")
 		return 2
 	}
 
 	// The ledger first: a second process on the same file must fail here,
 	// before it touches the queue.
-	var commits, commitErrors atomic.Int64
-	var store interface {
-		worker.Ledger
-		Close() error
-	}
+	var commitErrors atomic.Int64
+	var st store
 	var db *ledger.DB
 	var pgl *postgres.Ledger
 	opened := time.Now()
-	app := fmt.Sprintf("chaosworker-%d", o.run) // the application name of the ledger's sessions
-	if o.pgURL != "" {
-		pgURL, err := withAppName(o.pgURL, app)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "chaosworker: -postgres:", err)
-			return 2
-		}
+	var err error
+	if o.Postgres != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		pg, err := postgres.Open(ctx, postgres.Options{URL: pgURL, Table: o.pgTable, Timeout: o.pgTimeout})
+		pgl, err = postgres.Open(ctx, postgres.Options{URL: o.Postgres, Table: o.Table, Timeout: o.LedgerTimeout})
 		cancel()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "chaosworker: %v\n", err)
-			return 3
-		}
-		store, pgl = pg, pg
-		fmt.Fprintf(os.Stderr, "chaosworker: run=%d ledger opened in %dms: postgres\n", o.run, time.Since(opened).Milliseconds())
+		st = pgl
 	} else {
-		var err error
-		db, err = ledger.Open(o.ledgerPath, ledger.Options{
-			LockTimeout: o.lockTimeout,
-			OnCommit: func(_ int, _ time.Duration, err error) {
-				if err != nil {
-					commitErrors.Add(1)
-				} else {
-					commits.Add(1)
-				}
-			},
-		})
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "chaosworker: %v\n", err)
-			return 3
-		}
-		store = db
-		fmt.Fprintf(os.Stderr, "chaosworker: run=%d ledger opened in %dms: %s\n", o.run, time.Since(opened).Milliseconds(), heldFile(o.ledgerPath))
+		db, err = ledger.Open(o.Ledger, ledger.Options{LockTimeout: o.LockTimeout, OnCommit: func(_ int, _ time.Duration, err error) {
+			if err != nil {
+				commitErrors.Add(1)
+			}
+		}})
+		st = db
 	}
-	defer store.Close()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "chaosworker: %v\n", err)
+		return 3
+	}
+	held := "postgres"
+	if db != nil {
+		held = heldFile(o.Ledger)
+	}
+	fmt.Fprintf(os.Stderr, "chaosworker: run=%d ledger opened in %dms: %s\n", o.Run, time.Since(opened).Milliseconds(), held)
+	defer st.Close()
 	var sock io.Closer
 	if db != nil && serveSocket != nil {
 		// As sqsonce run: a socket that cannot be served is a warning.
-		var err error
-		if sock, err = serveSocket(db, o.ledgerPath+".sock", log); err != nil {
+		if sock, err = serveSocket(db, o.Ledger+".sock", log); err != nil {
 			log.Warn("ledger socket unavailable", "error", err)
 		}
 	}
 
-	events, err := event.OpenAppender(filepath.Join(o.dir, fmt.Sprintf("run-%d.events", o.run)), false)
-	if err != nil {
+	events, err := event.OpenAppender(filepath.Join(o.Dir, fmt.Sprintf("run-%d.events", o.Run)), false)
+	crashes, cerr := event.OpenAppender(o.CrashLog, true)
+	if err = errors.Join(err, cerr); err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		return 1
 	}
 	defer events.Close()
-	crashes, err := event.OpenAppender(o.crashLog, true)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaosworker:", err)
-		return 1
-	}
 	defer crashes.Close()
 
-	faults := sqstest.NewFaults(o.seed, sendLog{base: http.DefaultTransport, events: events})
-	for _, op := range FaultOps {
-		faults.Set(op, o.rates)
+	rec.events = events
+	faults := sqstest.NewFaults(o.Seed, rec)
+	for _, op := range faultOps {
+		r := o.Rates
+		if !strings.HasSuffix(op, "Batch") {
+			r.EntryFailure = 0 // only a batch has entries
+		}
+		faults.Set(op, r)
 	}
 	client := sqs.New(sqs.Options{
 		Region:       sqstest.Region,
 		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
-		BaseEndpoint: aws.String(o.endpoint),
-		HTTPClient: &http.Client{
-			Timeout:   o.sqsTimeout,
-			Transport: countingTransport{base: faults, n: &sqsRequests},
-		},
+		BaseEndpoint: aws.String(o.Endpoint),
+		HTTPClient:   &http.Client{Timeout: 5 * time.Second, Transport: faults},
 	}, sqsclient.InMemoryBodies) // as sqsonce run builds its client
 
-	var h worker.Handler
-	var sessions *sessionWatch
-	if o.pgtx {
-		sessions = &sessionWatch{raw: o.pgURL}
-		tw := &txWork{
-			run:        o.run,
-			table:      pgx.Identifier{o.effects}.Sanitize(),
-			events:     events,
-			control:    o.control,
-			holdShare:  o.holdShare,
-			hold:       o.hold,
-			panicShare: o.panicShare,
-			writes:     o.writesShare,
-			rng:        rand.New(rand.NewPCG(o.seed, o.seed+2)),
-			client:     &http.Client{Timeout: 15 * time.Second},
-		}
-		go func() {
-			for range winch {
-				tw.armed.Store(true)
+	eh := eventHandler{events: events}
+	var tw *txWork
+	if o.Broken == brokenDeleteFirst {
+		eh.deleteFirst = func(ctx context.Context, msgID string) {
+			if rh := rec.receipt(msgID); rh != "" {
+				_, _ = client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &o.Queue,
+					Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("0"), ReceiptHandle: &rh}}})
 			}
-		}()
+		}
+	}
+	if t := o.Tx; t != nil {
+		eh.sessions = o.Postgres
+		tw = &txWork{TxConfig: *t, run: o.Run, table: pgx.Identifier{t.Effects}.Sanitize(), events: events,
+			rng: rand.New(rand.NewPCG(o.Seed, o.Seed+2)), client: &http.Client{Timeout: 15 * time.Second}}
 		inTx, batched := pgtx.New(pgl, tw.do), pgtx.NewWrites(pgl, tw.queue)
-		h = worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
-			if tw.draw(tw.writes) {
+		eh.h = worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			if tw.draw(t.WritesShare) {
 				return batched.Handle(ctx, m)
 			}
 			return inTx.Handle(ctx, m)
 		})
-	} else {
-		h, err = worker.NewHTTPHandler(worker.HTTPConfig{
-			URL:    o.downstream,
-			Client: &http.Client{Transport: runHeader{base: http.DefaultTransport, run: strconv.Itoa(o.run)}},
-			Logger: log,
-		})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "chaosworker:", err)
-			return 1
-		}
+	} else if eh.h, err = worker.NewHTTPHandler(worker.HTTPConfig{URL: o.Downstream, Logger: log,
+		Client: &http.Client{Transport: runHeader{base: http.DefaultTransport, run: strconv.Itoa(o.Run)}}}); err != nil {
+		fmt.Fprintln(os.Stderr, "chaosworker:", err)
+		return 1
 	}
 
-	countsPath := filepath.Join(o.dir, fmt.Sprintf("run-%d.counts", o.run))
+	countsPath := filepath.Join(o.Dir, fmt.Sprintf("run-%d.counts", o.Run))
 	var w *worker.Worker
-	var completesOK atomic.Int64
-	var leakChecked bool
-	var leaked int64
-	cl := &chaosLedger{
-		inner:       store,
-		run:         o.run,
-		events:      events,
-		crashes:     crashes,
-		crashAAt:    o.crashAAt,
-		crashBAt:    o.crashBAt,
-		crashAProb:  o.crashAProb,
-		crashBProb:  o.crashBProb,
-		rng:         rand.New(rand.NewPCG(o.seed, o.seed+1)),
-		completesOK: &completesOK,
-	}
-	snapshot := func(final bool) {
-		c := event.Counts{
-			Run:          o.run,
-			Faults:       map[string]map[string]int{},
-			Commits:      commits.Load(),
-			CommitErrors: commitErrors.Load(),
-			CompletesOK:  completesOK.Load(),
-			LedgerErrors: cl.errors.Load(),
-			SQSRequests:  sqsRequests.Load(),
-			Final:        final,
-		}
-		for op, byKind := range faults.Counts() {
-			c.Faults[op] = map[string]int{}
-			for k, n := range byKind {
-				c.Faults[op][string(k)] = n
-			}
-		}
-		c.Waits, c.WaitNanos, c.Down = cl.waits()
-		c.LeakChecked, c.LeakedSessions = leakChecked, leaked
+	leakChecked, leaked := false, int64(0)
+	cl := &chaosLedger{inner: st, run: o.Run, events: events, crashes: crashes, skipClaims: o.Broken == brokenSkipClaim}
+	snapshot := func() {
+		c := event.Counts{Faults: faults.Counts(), CommitErrors: commitErrors.Load(), CompletesOK: cl.completesOK.Load(), LedgerErrors: cl.errors.Load(),
+			SQSRequests: rec.requests.Load(), Down: cl.isDown(), LeakChecked: leakChecked, LeakedSessions: leaked}
 		if w != nil {
 			c.Stats = w.Stats()
 		}
@@ -399,27 +280,18 @@ func run(o options) (code int) {
 			log.Error("write counters", "error", err)
 		}
 	}
-
-	cl.beforeKill = func() { snapshot(false) }
+	cl.beforeKill = snapshot
 	var wl worker.Ledger = cl
-	if p, ok := store.(worker.Pinger); ok {
+	if p, ok := st.(worker.Pinger); ok {
 		// The worker pings a ledger that can be pinged while its claims
 		// fail: so must the wrapper.
 		wl = pingingLedger{chaosLedger: cl, p: p}
 	}
 	w, err = worker.New(worker.Config{
-		QueueURL:          o.queueURL,
-		WaitTime:          o.wait,
-		VisibilityTimeout: o.visibility,
-		Pollers:           o.pollers,
-		Key:               worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"},
-		Concurrency:       o.concurrency,
-		HandlerTimeout:    o.handlerTimeout,
-		MinBackoff:        o.minBackoff,
-		MaxBackoff:        o.maxBackoff,
-		Grace:             o.grace,
-		Logger:            log,
-	}, client, wl, eventHandler{h: h, events: events, sessions: sessions})
+		QueueURL: o.Queue, WaitTime: time.Second, VisibilityTimeout: o.Visibility, Pollers: 2,
+		Key: worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"}, Concurrency: o.Concurrency, HandlerTimeout: o.HandlerTimeout,
+		MinBackoff: time.Second, MaxBackoff: 4 * time.Second, Grace: o.Grace, Logger: log,
+	}, client, wl, eh)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		return 1
@@ -434,23 +306,25 @@ func run(o options) (code int) {
 		w.StopNow()
 	}()
 	go func() {
-		for sig := range usr {
-			if sig == syscall.SIGUSR1 {
+		for sig := range arms {
+			switch {
+			case sig == syscall.SIGUSR1:
 				cl.armA.Store(true)
-			} else {
+			case sig == syscall.SIGUSR2:
 				cl.armB.Store(true)
+			case tw != nil:
+				tw.armed.Store(true)
 			}
 		}
 	}()
 	ticker := time.NewTicker(250 * time.Millisecond)
-	defer ticker.Stop()
-	var bg sync.WaitGroup
 	tickDone := make(chan struct{})
+	var bg sync.WaitGroup
 	bg.Go(func() {
 		for {
 			select {
 			case <-ticker.C:
-				snapshot(false)
+				snapshot()
 			case <-tickDone:
 				return
 			}
@@ -464,29 +338,26 @@ func run(o options) (code int) {
 	}
 	close(tickDone)
 	bg.Wait()
-	cl.endWait()
-	if sessions != nil {
-		sessions.close()
-	}
-	if o.pgtx {
+	ticker.Stop()
+	cl.up(event.WaitCutShort)
+	if eh.sessions != "" {
 		// Every handler has returned: a session of the pool still inside
 		// a transaction holds one that nothing will end (and Close would
 		// wait for its connection forever). Counted before Close.
-		n, lerr := sessionsInTx(o.pgURL, app)
-		if lerr != nil {
+		if n, lerr := sessionsInTx(o.Postgres, fmt.Sprintf("chaosworker-%d", o.Run)); lerr != nil {
 			fmt.Fprintln(os.Stderr, "chaosworker: count the sessions left in a transaction:", lerr)
 		} else {
 			leakChecked, leaked = true, n
 		}
-		snapshot(false)
+		snapshot()
 	}
 	if sock != nil {
 		sock.Close()
 	}
-	if cerr := store.Close(); cerr != nil && err == nil {
+	if cerr := st.Close(); cerr != nil && err == nil {
 		err = cerr
 	}
-	snapshot(true)
+	snapshot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
 		return 1
@@ -495,30 +366,23 @@ func run(o options) (code int) {
 }
 
 // chaosLedger is the real ledger with a kill switch around Complete, an
-// event log of completions, failures and waits for the ledger, and a count
-// of the calls that found a shared ledger unavailable.
+// event log of claims, releases, lost claims, completions, failures and
+// waits for the ledger, and a count of the calls that found a shared
+// ledger unavailable.
 type chaosLedger struct {
-	inner                  worker.Ledger
-	run                    int
-	events, crashes        *event.Appender
-	crashAAt, crashBAt     int64
-	crashAProb, crashBProb float64
-	completesOK            *atomic.Int64
-	beforeKill             func()
+	inner           worker.Ledger
+	run             int
+	events, crashes *event.Appender
+	beforeKill      func()
+	skipClaims      bool // Broken skip-claim
 
-	armA, armB atomic.Bool // set by SIGUSR1, SIGUSR2
-
-	mu  sync.Mutex
-	rng *rand.Rand
-	n   atomic.Int64
-
-	errors atomic.Int64 // calls that failed with ledger.ErrUnavailable
+	armA, armB  atomic.Bool // set by SIGUSR1, SIGUSR2
+	completesOK atomic.Int64
+	errors      atomic.Int64 // calls that failed with ledger.ErrUnavailable
 
 	gateMu    sync.Mutex
 	down      bool      // the last batch's claims failed, and no claim or ping succeeded since
 	downSince time.Time // when the first of them failed
-	nWaits    int64     // waits ended
-	waited    time.Duration
 }
 
 var (
@@ -536,29 +400,39 @@ func (l *chaosLedger) unavailable(err error) {
 // ClaimBatch is the real ClaimBatch, each claim it made logged (once it
 // returned: the claim was written before). A failed batch starts a wait
 // for the ledger, and a successful one ends it, as in the worker, which
-// holds new work back meanwhile.
+// holds new work back meanwhile. With Broken skip-claim every claim is
+// answered as made, and nothing is written.
 func (l *chaosLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
+	if l.skipClaims {
+		out := make([]ledger.Claim, len(reqs))
+		for i, r := range reqs {
+			now := time.Now()
+			out[i] = ledger.Claim{Outcome: ledger.Claimed, LeaseLeft: r.Lease, Record: ledger.Record{Key: r.Key, State: ledger.StateInProgress,
+				Fingerprint: r.Fingerprint, Attempts: 1, Owner: r.Owner, LeaseExpiry: now.Add(r.Lease), FirstSeen: now, Claimed: now, Updated: now}}
+		}
+		return out, nil
+	}
 	claims, err := l.inner.ClaimBatch(ctx, reqs)
 	l.unavailable(err)
-	if errors.Is(err, ledger.ErrContention) {
+	switch {
+	case errors.Is(err, ledger.ErrContention):
 		// Rolled back because of a concurrent transaction: the store
 		// answered, and the worker does not wait for it.
-		return claims, err
-	}
-	if err == nil {
-		for i, c := range claims {
-			if c.Err == nil && c.Outcome == ledger.Claimed {
-				l.log(event.WorkerEvent{Ev: event.EvClaim, Key: reqs[i].Key, Owner: reqs[i].Owner, Takeover: c.Takeover})
-			}
-		}
-	}
-	if err != nil {
+	case err != nil:
 		l.gateMu.Lock()
 		if !l.down {
 			l.down, l.downSince = true, time.Now()
 		}
 		l.gateMu.Unlock()
-	} else {
+	default:
+		for i, c := range claims {
+			switch {
+			case c.Err == nil && c.Outcome == ledger.Claimed:
+				l.events.Log(event.WorkerEvent{Ev: event.EvClaim, Key: reqs[i].Key, Owner: reqs[i].Owner, Takeover: c.Takeover})
+			case c.Err == nil && c.Outcome == ledger.AlreadyComplete:
+				l.events.Log(event.WorkerEvent{Ev: event.EvDone, Key: reqs[i].Key})
+			}
+		}
 		l.up("")
 	}
 	return claims, err
@@ -573,23 +447,16 @@ func (l *chaosLedger) up(why string) {
 		return
 	}
 	since := l.downSince
-	d := time.Since(since)
 	l.down = false
-	l.nWaits++
-	l.waited += d
 	l.gateMu.Unlock()
-	l.log(event.WorkerEvent{Ev: event.EvWait, Since: since.UnixNano(), Err: why})
+	l.events.Log(event.WorkerEvent{Ev: event.EvWait, Since: since.UnixNano(), Err: why})
 }
 
-// endWait logs a wait still on when the run ends, as ended then.
-func (l *chaosLedger) endWait() { l.up(event.WaitCutShort) }
-
-// waits returns the waits for the ledger ended so far, their total length
-// and whether one is on.
-func (l *chaosLedger) waits() (int64, int64, bool) {
+// isDown reports whether a wait for the ledger is on.
+func (l *chaosLedger) isDown() bool {
 	l.gateMu.Lock()
 	defer l.gateMu.Unlock()
-	return l.nWaits, int64(l.waited), l.down
+	return l.down
 }
 
 // ReleaseBatch is the real ReleaseBatch, each release it made logged.
@@ -598,7 +465,7 @@ func (l *chaosLedger) ReleaseBatch(ctx context.Context, refs []ledger.ClaimRef) 
 	for i, err := range errs {
 		l.unavailable(err)
 		if err == nil {
-			l.log(event.WorkerEvent{Ev: event.EvRelease, Key: refs[i].Key, Owner: refs[i].Owner})
+			l.events.Log(event.WorkerEvent{Ev: event.EvRelease, Key: refs[i].Key, Owner: refs[i].Owner})
 		}
 	}
 	return errs
@@ -612,7 +479,7 @@ func (l *chaosLedger) ExtendBatch(ctx context.Context, refs []ledger.ClaimRef, l
 	for i, err := range errs {
 		l.unavailable(err)
 		if errors.Is(err, ledger.ErrNotOwner) || errors.Is(err, ledger.ErrNotFound) || errors.Is(err, ledger.ErrState) {
-			l.log(event.WorkerEvent{Ev: event.EvLost, Key: refs[i].Key, Owner: refs[i].Owner, Err: err.Error()})
+			l.events.Log(event.WorkerEvent{Ev: event.EvLost, Key: refs[i].Key, Owner: refs[i].Owner, Err: err.Error()})
 		}
 	}
 	return errs
@@ -641,44 +508,25 @@ func (l pingingLedger) Ping(ctx context.Context) error {
 	return err
 }
 
-func (l *chaosLedger) draw(p float64) bool {
-	if p <= 0 {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.rng.Float64() < p
-}
-
 // CompleteBatch kills the process before the real completions (window a)
-// or after they returned (window b) when told to. The worker records the
+// or after they returned (window b) when armed to. The worker records the
 // completions that wait at the same moment in one call.
 func (l *chaosLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
-	for _, c := range cs {
-		n := l.n.Add(1)
-		if l.armA.CompareAndSwap(true, false) || n == l.crashAAt || l.draw(l.crashAProb) {
-			l.die(event.WindowA, c.Key, n)
-		}
+	if len(cs) > 0 && l.armA.CompareAndSwap(true, false) {
+		l.die(event.WindowA, cs[0].Key)
 	}
 	errs := l.inner.CompleteBatch(ctx, cs)
-	ok := 0
+	ok := ""
 	for i, c := range cs {
 		l.unavailable(errs[i])
-		l.log(event.WorkerEvent{Ev: event.EvComplete, Key: c.Key, Owner: c.Owner, Err: errText(errs[i])})
+		l.events.Log(event.WorkerEvent{Ev: event.EvComplete, Key: c.Key, Owner: c.Owner, Err: errText(errs[i])})
 		if errs[i] == nil {
-			ok++
+			l.completesOK.Add(1)
+			ok = c.Key
 		}
 	}
-	l.completesOK.Add(int64(ok))
-	if ok > 0 {
-		n := l.n.Load()
-		if l.armB.CompareAndSwap(true, false) || (l.crashBAt > n-int64(len(cs)) && l.crashBAt <= n) || l.draw(l.crashBProb) {
-			for i, c := range cs {
-				if errs[i] == nil {
-					l.die(event.WindowB, c.Key, n)
-				}
-			}
-		}
+	if ok != "" && l.armB.CompareAndSwap(true, false) {
+		l.die(event.WindowB, ok)
 	}
 	return errs
 }
@@ -687,21 +535,14 @@ func (l *chaosLedger) CompleteBatch(ctx context.Context, cs []ledger.Completion)
 func (l *chaosLedger) Fail(ctx context.Context, f ledger.Failure) error {
 	err := l.inner.Fail(ctx, f)
 	l.unavailable(err)
-	l.log(event.WorkerEvent{Ev: event.EvFail, Key: f.Key, Owner: f.Owner, Perm: f.Permanent, Err: errText(err)})
+	l.events.Log(event.WorkerEvent{Ev: event.EvFail, Key: f.Key, Owner: f.Owner, Err: errText(err)})
 	return err
-}
-
-func (l *chaosLedger) log(e event.WorkerEvent) {
-	e.T = time.Now().UnixNano()
-	if err := l.events.Append(e); err != nil {
-		fmt.Fprintln(os.Stderr, "chaosworker: event log:", err)
-	}
 }
 
 // die records the crash durably, then kills this process with SIGKILL: no
 // deferred function, no flush, no shutdown runs.
-func (l *chaosLedger) die(window, key string, n int64) {
-	if err := l.crashes.Append(event.Crash{Run: l.run, Window: window, Key: key, Nth: n}); err != nil {
+func (l *chaosLedger) die(window, key string) {
+	if err := l.crashes.Append(event.Crash{Run: l.run, Window: window, Key: key}); err != nil {
 		// Without the line the campaign could not explain the duplicate:
 		// better not to crash at all.
 		fmt.Fprintln(os.Stderr, "chaosworker: crash log:", err)
@@ -717,169 +558,114 @@ func (l *chaosLedger) die(window, key string, n int64) {
 type eventHandler struct {
 	h      worker.Handler
 	events *event.Appender
-	// sessions reads the state of a transaction's session after a
-	// planned panic (with -pgtx).
-	sessions *sessionWatch
+	// sessions is the database whose sessions are read after a planned
+	// panic (with Tx).
+	sessions string
+	// deleteFirst, with Broken delete-first, deletes a message whose
+	// handler succeeded, before the worker records its completion.
+	deleteFirst func(ctx context.Context, msgID string)
 }
 
 // messageKey is the context key under which eventHandler hands the message
 // to runHeader.
 type messageKey struct{}
 
-func (e eventHandler) Handle(ctx context.Context, m *worker.Message) error {
-	start := event.WorkerEvent{Ev: event.EvStart, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, T: time.Now().UnixNano()}
-	if aerr := e.events.Append(start); aerr != nil {
-		fmt.Fprintln(os.Stderr, "chaosworker: event log:", aerr)
-	}
+func (e eventHandler) Handle(ctx context.Context, m *worker.Message) (err error) {
+	ev := event.WorkerEvent{Ev: event.EvStart, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, T: time.Now().UnixNano()}
+	e.events.Log(ev)
+	ev.Ev = event.EvHandled
 	defer func() {
 		// A panic is logged, then goes on to the worker.
 		if p := recover(); p != nil {
-			ev := event.WorkerEvent{
-				Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner,
-				Err: fmt.Sprintf("%s: %v", event.HandlerPanicked, p),
-			}
-			if tp, ok := p.(txPanic); ok && e.sessions != nil {
-				ev.Session = e.sessions.state(tp.pid, tp.started)
+			ev.Err = fmt.Sprintf("%s: %v", event.HandlerPanicked, p)
+			if tp, ok := p.(txPanic); ok && e.sessions != "" {
+				ev.Session = sessionState(e.sessions, tp.pid, tp.started)
 			}
 			ev.T = time.Now().UnixNano()
-			e.log(ev)
+			e.events.Log(ev)
 			panic(p)
 		}
 	}()
-	err := e.h.Handle(context.WithValue(ctx, messageKey{}, m), m)
-	ev := event.WorkerEvent{
-		Ev: event.EvHandled, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner,
-		Err: errText(err), T: time.Now().UnixNano(),
-	}
+	err = e.h.Handle(context.WithValue(ctx, messageKey{}, m), m)
+	ev.Err, ev.T = errText(err), time.Now().UnixNano()
 	if err != nil && ctx.Err() != nil {
 		// Why the worker stopped the handler: its timeout, the end of
 		// the grace, or a lease that another claim took over.
 		ev.Cause = errText(context.Cause(ctx))
 	}
-	e.log(ev)
+	e.events.Log(ev)
+	if err == nil && e.deleteFirst != nil {
+		e.deleteFirst(ctx, m.MessageID)
+	}
 	return err
-}
-
-func (e eventHandler) log(ev event.WorkerEvent) {
-	if err := e.events.Append(ev); err != nil {
-		fmt.Fprintln(os.Stderr, "chaosworker: event log:", err)
-	}
-}
-
-// withAppName returns the connection string raw with application_name set
-// to app.
-func withAppName(raw, app string) (string, error) {
-	if !strings.Contains(raw, "://") {
-		return raw + " application_name=" + app, nil
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "", err
-	}
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	return u.String(), nil
-}
-
-// sessionWatch reads the state of sessions of the database of raw, on a
-// connection of its own. It is safe for concurrent use.
-type sessionWatch struct {
-	raw  string
-	mu   sync.Mutex
-	conn *pgx.Conn
-}
-
-// state returns the state of the transaction that server process pid
-// started at started, from pg_stat_activity: the session's state while
-// that transaction is its current one, sessionMovedOn once the session is
-// in no transaction or in a later one (the pool gave the connection to
-// another attempt), event.SessionGone when there is no such session, or
-// event.SessionUnknown and why. A session inside the transaction is looked
-// at again for up to 3 s: a connection that its client has just closed
-// (one whose rollback failed) ends as soon as the server reads the end of
-// the stream, a transaction that nothing ends stays.
-func (s *sessionWatch) state(pid uint32, started time.Time) string {
-	if started.IsZero() {
-		return event.SessionUnknown + ": the transaction's start could not be read"
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		st := s.read(pid, started)
-		if !strings.HasPrefix(st, "idle in transaction") || time.Now().After(deadline) {
-			return st
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (s *sessionWatch) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.conn != nil {
-		s.conn.Close(context.Background())
-		s.conn = nil
-	}
-}
-
-// read reads the state once, on a new connection when the one it has
-// fails (the campaign's proxy cuts connections).
-func (s *sessionWatch) read(pid uint32, started time.Time) string {
-	st := s.readOn(pid, started)
-	if strings.HasPrefix(st, event.SessionUnknown) {
-		st = s.readOn(pid, started)
-	}
-	return st
 }
 
 // sessionMovedOn is the state of a session that is no longer inside the
 // transaction looked for.
 const sessionMovedOn = "out of that transaction"
 
-func (s *sessionWatch) readOn(pid uint32, started time.Time) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if s.conn == nil {
-		pc, err := pgxpool.ParseConfig(s.raw) // drops the pool's settings
-		if err != nil {
-			return event.SessionUnknown + ": " + err.Error()
-		}
-		if s.conn, err = pgx.ConnectConfig(ctx, pc.ConnConfig); err != nil {
-			s.conn = nil
-			return event.SessionUnknown + ": " + err.Error()
-		}
+// sessionState returns the state of the transaction that server process
+// pid started at started, from pg_stat_activity, read on a connection of
+// its own to the database of raw (a new one once if the campaign's proxy
+// cuts it): the session's state while that transaction is its current
+// one, sessionMovedOn once the session is in no transaction or in a later
+// one (the pool gave the connection to another attempt),
+// event.SessionGone when there is no such session, or event.SessionUnknown
+// and why. A session inside the transaction is looked at again for up to
+// 3 s: a connection that its client has just closed (one whose rollback
+// failed) ends as soon as the server reads the end of the stream, a
+// transaction that nothing ends stays.
+func sessionState(raw string, pid uint32, started time.Time) (st string) {
+	if started.IsZero() {
+		return event.SessionUnknown + ": the transaction's start could not be read"
 	}
-	var st *string
-	var xactStart *time.Time
-	err := s.conn.QueryRow(ctx, `SELECT state, xact_start FROM pg_stat_activity WHERE pid = $1`, int64(pid)).Scan(&st, &xactStart)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return event.SessionGone
-	case err != nil:
-		s.conn.Close(context.Background())
-		s.conn = nil
-		return event.SessionUnknown + ": " + err.Error()
-	case st == nil:
-		return event.SessionUnknown + ": no state"
-	case xactStart == nil || !xactStart.Equal(started):
-		return sessionMovedOn
+	for range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := connect(ctx, raw)
+		for deadline := time.Now().Add(3 * time.Second); err == nil; time.Sleep(100 * time.Millisecond) {
+			var state *string
+			var xactStart *time.Time
+			switch err = conn.QueryRow(ctx, `SELECT state, xact_start FROM pg_stat_activity WHERE pid = $1`, int64(pid)).Scan(&state, &xactStart); {
+			case errors.Is(err, pgx.ErrNoRows):
+				st, err = event.SessionGone, nil
+			case err != nil:
+			case state == nil:
+				st = event.SessionUnknown + ": no state"
+			case xactStart == nil || !xactStart.Equal(started):
+				st = sessionMovedOn
+			case strings.HasPrefix(*state, "idle in transaction") && time.Now().Before(deadline):
+				continue
+			default:
+				st = *state
+			}
+			conn.Close(context.Background())
+			if err == nil {
+				return st
+			}
+		}
+		st = event.SessionUnknown + ": " + err.Error()
 	}
-	return *st
+	return st
+}
+
+// connect opens a connection of its own to the database of raw, without
+// the pool's settings.
+func connect(ctx context.Context, raw string) (*pgx.Conn, error) {
+	pc, err := pgxpool.ParseConfig(raw)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.ConnectConfig(ctx, pc.ConnConfig)
 }
 
 // sessionsInTx counts the sessions of application name app that are inside
 // a transaction and not running a statement, on a connection of its own to
 // the database of raw.
 func sessionsInTx(raw, app string) (int64, error) {
-	pc, err := pgxpool.ParseConfig(raw) // drops the pool's settings
-	if err != nil {
-		return 0, err
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, pc.ConnConfig)
+	conn, err := connect(ctx, raw)
 	if err != nil {
 		return 0, err
 	}
@@ -890,32 +676,20 @@ WHERE application_name = $1 AND state IN ('idle in transaction', 'idle in transa
 	return n, err
 }
 
-// txWork is the work of the transactional handler (-pgtx): one effect row
+// txWork is the work of the transactional handler (Tx): one effect row
 // per attempt, inserted in the transaction of the operation's completion,
 // then what the body asks for.
 type txWork struct {
-	run        int
-	table      string // the effects table, quoted
-	events     *event.Appender
-	control    string
-	holdShare  float64
-	hold       time.Duration
-	panicShare float64
-	writes     float64 // share of the attempts made in the Writes form
-	client     *http.Client
+	event.TxConfig
+	run    int
+	table  string // the effects table, quoted
+	events *event.Appender
+	client *http.Client
 
 	seq   atomic.Int64
 	armed atomic.Bool // SIGWINCH came: hold the next attempt's transaction
 	mu    sync.Mutex
 	rng   *rand.Rand
-}
-
-// txBody is what the workload's bodies may ask of the work.
-type txBody struct {
-	Fail       int  `json:"fail"`
-	Permanent  bool `json:"permanent"`
-	RetryAfter int  `json:"retry_after"`
-	SlowMS     int  `json:"slow_ms"`
 }
 
 // do inserts the attempt's effect row in tx, logs it, holds the
@@ -930,20 +704,19 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 	if _, err := tx.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("insert the effect row: %w", err)
 	}
-	t.log(inserted)
-	seq := inserted.Seq
-	if t.armed.CompareAndSwap(true, false) || t.draw(t.holdShare) {
-		t.log(event.WorkerEvent{Ev: event.EvInTx, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
+	t.events.Log(inserted)
+	if t.armed.CompareAndSwap(true, false) || t.draw(t.HoldShare) {
+		t.events.Log(event.WorkerEvent{Ev: event.EvInTx, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
 		if err := t.askControl(ctx, m); err != nil {
 			// Not killed while it asked: the campaign must know that this
 			// one went on.
-			t.log(event.WorkerEvent{Ev: event.EvInTx, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner, Err: "went on without an answer: " + err.Error()})
+			t.events.Log(event.WorkerEvent{Ev: event.EvInTx, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner, Err: "went on without an answer: " + err.Error()})
 		}
-		if err := sleepCtx(ctx, t.hold); err != nil {
+		if err := sleepCtx(ctx, t.Hold); err != nil {
 			return err
 		}
 	}
-	if t.draw(t.panicShare) {
+	if t.draw(t.PanicShare) {
 		// The transaction's start (now() is the start of the current
 		// transaction) tells it apart from a later one on the same
 		// session: once this one is rolled back, the pool may hand the
@@ -952,37 +725,38 @@ func (t *txWork) do(ctx context.Context, tx pgx.Tx, m *worker.Message) error {
 		if err := tx.QueryRow(ctx, `SELECT now()`).Scan(&started); err != nil {
 			started = time.Time{}
 		}
-		t.log(event.WorkerEvent{Ev: event.EvPanic, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
-		panic(txPanic{key: m.Key, seq: seq, run: t.run, pid: tx.Conn().PgConn().PID(), started: started})
+		t.events.Log(event.WorkerEvent{Ev: event.EvPanic, Key: m.Key, Attempt: m.Attempt, Owner: m.Owner})
+		panic(txPanic{key: m.Key, seq: inserted.Seq, run: t.run, pid: tx.Conn().PgConn().PID(), started: started})
 	}
 	if err := t.asked(ctx, m, "the row rolled back"); err != nil {
 		return err
 	}
-	m.Result = fmt.Appendf(nil, "row %d of run %d", seq, t.run)
+	m.Result = fmt.Appendf(nil, "row %d of run %d", inserted.Seq, t.run)
 	return nil
 }
 
 // row returns the statement that inserts m's effect row, as the next row
 // of this run, from the connection client, and the event that logs it.
 func (t *txWork) row(m *worker.Message, client string) (sql string, args []any, inserted event.WorkerEvent) {
-	sum := sha256.Sum256(m.Body)
-	hash := hex.EncodeToString(sum[:])
+	hash := event.Hash(m.Body)
 	seq := t.seq.Add(1)
-	sql = `INSERT INTO ` + t.table + ` (key, body_sha256, body, run, owner, attempt, seq, client) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
+	sql = `INSERT INTO ` + t.table + ` (key, body_hash, body, run, owner, attempt, seq, client) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`
 	args = []any{m.Key, hash, string(m.Body), t.run, m.Owner, m.Attempt, seq, client}
-	inserted = event.WorkerEvent{Ev: event.EvInsert, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, Seq: seq, Hash: hash, Client: client}
-	return sql, args, inserted
+	return sql, args, event.WorkerEvent{Ev: event.EvInsert, Key: m.Key, Attempt: m.Attempt, MessageID: m.MessageID, Owner: m.Owner, Seq: seq, Hash: hash, Client: client}
 }
 
 // asked does what m's body asks of its attempt: a wait, then a permanent
 // or a transient failure; row says what became of the attempt's row then.
 func (t *txWork) asked(ctx context.Context, m *worker.Message, row string) error {
-	var b txBody
+	var b struct {
+		Fail       int  `json:"fail"`
+		Permanent  bool `json:"permanent"`
+		RetryAfter int  `json:"retry_after"`
+		SlowMS     int  `json:"slow_ms"`
+	}
 	_ = json.Unmarshal(m.Body, &b)
-	if b.SlowMS > 0 {
-		if err := sleepCtx(ctx, time.Duration(b.SlowMS)*time.Millisecond); err != nil {
-			return err
-		}
+	if err := sleepCtx(ctx, time.Duration(b.SlowMS)*time.Millisecond); err != nil {
+		return err
 	}
 	switch {
 	case b.Permanent:
@@ -1006,16 +780,12 @@ func (t *txWork) queue(ctx context.Context, m *worker.Message, b *pgx.Batch) err
 	if err := t.asked(ctx, m, "nothing sent"); err != nil {
 		return err
 	}
-	sql, args, inserted := t.row(m, batchClient)
+	sql, args, inserted := t.row(m, event.BatchClient)
 	b.Queue(sql, args...)
-	t.log(inserted)
+	t.events.Log(inserted)
 	m.Result = fmt.Appendf(nil, "row %d of run %d", inserted.Seq, t.run)
 	return nil
 }
-
-// batchClient stands for the connection of an attempt in the Writes form,
-// which the handler does not see.
-const batchClient = "batch"
 
 // txPanic is the value of a transactional handler's planned panic: pid is
 // the server process of its transaction's session.
@@ -1033,12 +803,9 @@ func (p txPanic) String() string {
 
 // draw reports true with probability share.
 func (t *txWork) draw(share float64) bool {
-	if share <= 0 {
-		return false
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.rng.Float64() < share
+	return share > 0 && t.rng.Float64() < share
 }
 
 // askControl tells the campaign that this attempt is inside its
@@ -1046,11 +813,8 @@ func (t *txWork) draw(share float64) bool {
 // there does so before it answers. An error says that the campaign did not
 // answer.
 func (t *txWork) askControl(ctx context.Context, m *worker.Message) error {
-	if t.control == "" {
-		return nil
-	}
 	q := url.Values{"run": {strconv.Itoa(t.run)}, "key": {m.Key}, "owner": {m.Owner}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.control+"/intx?"+q.Encode(), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.Control+"/intx?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
@@ -1061,19 +825,10 @@ func (t *txWork) askControl(ctx context.Context, m *worker.Message) error {
 	return resp.Body.Close()
 }
 
-func (t *txWork) log(e event.WorkerEvent) {
-	e.T = time.Now().UnixNano()
-	if err := t.events.Append(e); err != nil {
-		fmt.Fprintln(os.Stderr, "chaosworker: event log:", err)
-	}
-}
-
 // sleepCtx sleeps for d, or until ctx ends: then it returns why.
 func sleepCtx(ctx context.Context, d time.Duration) error {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
 	select {
-	case <-tm.C:
+	case <-time.After(d):
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
@@ -1095,18 +850,11 @@ func heldFile(path string) string {
 	for _, fd := range fds {
 		link := filepath.Join("/proc/self/fd", fd.Name())
 		target, err := os.Readlink(link)
-		if err != nil || (target != path && target != path+" (deleted)") {
-			continue
-		}
 		var st syscall.Stat_t
-		if err := syscall.Stat(link, &st); err != nil {
+		if err != nil || (target != path && target != path+" (deleted)") || syscall.Stat(link, &st) != nil {
 			continue
 		}
-		deleted := ""
-		if target != path {
-			deleted = " (deleted)"
-		}
-		return fmt.Sprintf("file dev=%d inode=%d%s", st.Dev, st.Ino, deleted)
+		return fmt.Sprintf("file dev=%d inode=%d%s", st.Dev, st.Ino, strings.TrimPrefix(target, path))
 	}
 	return "file not found among the open files"
 }
@@ -1115,10 +863,7 @@ func errText(err error) string {
 	if err == nil {
 		return ""
 	}
-	if s := err.Error(); s != "" {
-		return s
-	}
-	return "error"
+	return err.Error()
 }
 
 // runHeader adds X-Chaos-Run to every request, so that the downstream knows
@@ -1142,27 +887,35 @@ func (t runHeader) RoundTrip(req *http.Request) (*http.Response, error) {
 		if !m.SentAt.IsZero() {
 			req.Header.Set("X-Chaos-Sent-At", strconv.FormatInt(m.SentAt.UnixMilli(), 10))
 		}
-		if v := m.Attributes[event.AttrSend]; v != "" {
-			req.Header.Set("X-Chaos-Send", v)
-		}
-		if v := m.Attributes["SqsonceReplays"]; v != "" {
-			req.Header.Set("X-Chaos-Replays", v)
-		}
+		req.Header.Set("X-Chaos-Send", m.Attributes[event.AttrSend])
+		req.Header.Set("X-Chaos-Replays", m.Attributes["SqsonceReplays"])
 	}
 	return t.base.RoundTrip(req)
 }
 
-// sendLog sits under the fault injection and logs every message that SQS
-// accepted from a SendMessage (the worker sends only its dead-letter
-// copies): the id SQS gave the copy and the message it copies, also when
-// the answer is then lost on its way to the worker.
-type sendLog struct {
-	base   http.RoundTripper
-	events *event.Appender
+// recorder sits under the fault injection and counts every request. It
+// logs every message that a receive handed out (EvReceive: Seq numbers the
+// receive), every copy that SQS
+// accepted from a SendMessage (EvSent: the id SQS gave the copy, and the
+// message it copies), also when the answer is then lost on its way to the
+// worker, and every entry of a DeleteMessageBatch as it goes (EvDelete:
+// the message and its operation key, from the receive that handed out the
+// receipt handle).
+type recorder struct {
+	base     http.RoundTripper
+	events   *event.Appender
+	requests atomic.Int64 // every request
+	receives int64        // answers of ReceiveMessage so far
+	mu       sync.Mutex
+	receipts map[string][2]string // receipt handle -> message id, key
+	last     map[string]string    // message id -> its last receipt handle
+	tags     map[string]string    // AttrSend -> the message last received with it
 }
 
-func (t sendLog) RoundTrip(req *http.Request) (*http.Response, error) {
-	if sqstest.Operation(req) != "SendMessage" || req.Body == nil {
+func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.requests.Add(1)
+	op := sqstest.Operation(req)
+	if (op != "SendMessage" && op != "ReceiveMessage" && op != "DeleteMessageBatch") || req.Body == nil {
 		return t.base.RoundTrip(req)
 	}
 	in, err := io.ReadAll(req.Body)
@@ -1171,8 +924,20 @@ func (t sendLog) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	req.Body = io.NopCloser(bytes.NewReader(in))
+	var sent struct {
+		QueueURL          string `json:"QueueUrl"`
+		MessageAttributes map[string]struct{ StringValue string }
+		Entries           []struct{ ReceiptHandle string }
+	}
+	_ = json.Unmarshal(in, &sent)
+	for _, e := range sent.Entries {
+		t.mu.Lock()
+		m := t.receipts[e.ReceiptHandle]
+		t.mu.Unlock()
+		t.events.Log(event.WorkerEvent{Ev: event.EvDelete, MessageID: m[0], Key: m[1]})
+	}
 	resp, err := t.base.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusOK {
+	if err != nil || resp.StatusCode != http.StatusOK || op == "DeleteMessageBatch" {
 		return resp, err
 	}
 	out, rerr := io.ReadAll(resp.Body)
@@ -1181,35 +946,38 @@ func (t sendLog) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rerr != nil {
 		return resp, nil
 	}
-	var sent struct {
-		QueueURL          string `json:"QueueUrl"`
-		MessageAttributes map[string]struct {
-			StringValue string
+	var answer struct {
+		MessageId string
+		Messages  []struct {
+			MessageId, ReceiptHandle, Body string
+			Attributes                     map[string]string
+			MessageAttributes              map[string]struct{ StringValue string }
 		}
 	}
-	var answer struct{ MessageId string }
-	_ = json.Unmarshal(in, &sent)
 	_ = json.Unmarshal(out, &answer)
-	_ = t.events.Append(event.WorkerEvent{
-		Ev: event.EvSent, MessageID: sent.MessageAttributes[worker.AttrSourceMessageID].StringValue,
-		Copy: answer.MessageId, Queue: sent.QueueURL, T: time.Now().UnixNano(),
-	})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if op == "SendMessage" { // a deferral's copy names no source: the message last received with its tag
+		src := cmp.Or(sent.MessageAttributes[worker.AttrSourceMessageID].StringValue, t.tags[sent.MessageAttributes[event.AttrSend].StringValue])
+		t.events.Log(event.WorkerEvent{Ev: event.EvSent, MessageID: src, Copy: answer.MessageId, Queue: sent.QueueURL})
+	}
+	t.receives++
+	for _, m := range answer.Messages {
+		var b struct{ ID any } // json matches "id" to ID
+		_ = json.Unmarshal([]byte(m.Body), &b)
+		key, _ := b.ID.(string)
+		t.receipts[m.ReceiptHandle] = [2]string{m.MessageId, key}
+		t.last[m.MessageId] = m.ReceiptHandle
+		t.tags[m.MessageAttributes[event.AttrSend].StringValue] = m.MessageId
+		t.events.Log(event.WorkerEvent{Ev: event.EvReceive, MessageID: m.MessageId, Key: key, Seq: t.receives, Group: m.Attributes["MessageGroupId"],
+			Send: m.MessageAttributes[event.AttrSend].StringValue})
+	}
 	return resp, nil
 }
 
-// countingTransport counts the requests that reach it.
-type countingTransport struct {
-	base http.RoundTripper
-	n    *atomic.Int64
-}
-
-func (t countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	t.n.Add(1)
-	return t.base.RoundTrip(req)
-}
-
-func (t countingTransport) CloseIdleConnections() {
-	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
-		c.CloseIdleConnections()
-	}
+// receipt returns the receipt handle of the last receive of message id.
+func (t *recorder) receipt(id string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.last[id]
 }

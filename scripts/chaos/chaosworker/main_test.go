@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
 )
 
 // TestRun_StopWhileTheLedgerOpens sends the chaos worker a SIGTERM while
@@ -26,13 +27,9 @@ func TestRun_StopWhileTheLedgerOpens(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	o := options{
-		run: 1, endpoint: sqstest.Endpoint(t), queueURL: q.URL, ledgerPath: path,
-		downstream: "http://127.0.0.1:9/op", dir: dir, crashLog: filepath.Join(dir, "crash.log"), seed: 1,
-		concurrency: 1, pollers: 1, wait: time.Second, visibility: 5 * time.Second, handlerTimeout: time.Second,
-		minBackoff: time.Second, maxBackoff: time.Second, grace: time.Second, sqsTimeout: 5 * time.Second,
-		lockTimeout: time.Minute, logLevel: "warn",
-	}
+	o := event.WorkerConfig{Run: 1, Endpoint: sqstest.Endpoint(t), Queue: q.URL, Ledger: path, Downstream: "http://127.0.0.1:9/op",
+		Dir: dir, CrashLog: filepath.Join(dir, "crash.log"), Seed: 1, Concurrency: 1, Visibility: 5 * time.Second,
+		HandlerTimeout: time.Second, Grace: time.Second, LockTimeout: time.Minute}
 	code := make(chan int, 1)
 	go func() { code <- run(o) }()
 

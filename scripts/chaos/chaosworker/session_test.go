@@ -19,8 +19,7 @@ func TestSessionWatch_TellsTransactionsApart(t *testing.T) {
 	defer cancel()
 	url, _ := pgtest.Schema(t)
 	conn := pgtest.Connect(t, url)
-	w := &sessionWatch{raw: url}
-	defer w.close()
+	w := func(pid uint32, started time.Time) string { return sessionState(url, pid, started) }
 	pid := conn.PgConn().PID()
 
 	begin := func() time.Time {
@@ -36,27 +35,27 @@ func TestSessionWatch_TellsTransactionsApart(t *testing.T) {
 	}
 	first := begin()
 	// Still inside it: read as open (after the watch's 3 s of patience).
-	if st := w.state(pid, first); !strings.HasPrefix(st, "idle in transaction") {
+	if st := w(pid, first); !strings.HasPrefix(st, "idle in transaction") {
 		t.Fatalf("the transaction left open reads %q", st)
 	}
 	if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil {
 		t.Fatal(err)
 	}
-	if st := w.state(pid, first); st != sessionMovedOn {
+	if st := w(pid, first); st != sessionMovedOn {
 		t.Fatalf("after its rollback, with the session idle, the transaction reads %q", st)
 	}
 	time.Sleep(10 * time.Millisecond) // now() has microseconds: the next start differs
 	second := begin()
-	if st := w.state(pid, first); st != sessionMovedOn {
+	if st := w(pid, first); st != sessionMovedOn {
 		t.Fatalf("with the session inside a later transaction, the first reads %q", st)
 	}
-	if st := w.state(pid, second); !strings.HasPrefix(st, "idle in transaction") {
+	if st := w(pid, second); !strings.HasPrefix(st, "idle in transaction") {
 		t.Fatalf("the later transaction, open, reads %q", st)
 	}
 	if _, err := conn.Exec(ctx, `ROLLBACK`); err != nil {
 		t.Fatal(err)
 	}
-	if st := w.state(pid, time.Time{}); !strings.HasPrefix(st, "unknown") {
+	if st := w(pid, time.Time{}); !strings.HasPrefix(st, "unknown") {
 		t.Fatalf("with no start read, the state is %q", st)
 	}
 }

@@ -10,6 +10,8 @@ package event
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,9 +19,50 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
+	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/worker"
 )
+
+// WorkerConfig is a chaos worker run's configuration, which the campaigns
+// hand it as JSON (chaosworker -config).
+type WorkerConfig struct {
+	Run      int    // this run's number: names its files, sent as X-Chaos-Run
+	Endpoint string // the SQS endpoint (loopback)
+	Queue    string // the queue's URL
+	// Ledger is a bbolt file; else Postgres is the connection string of a
+	// shared ledger in Table, each call bounded by LedgerTimeout.
+	Ledger, Postgres, Table string
+	LedgerTimeout           time.Duration
+	LockTimeout             time.Duration // how long to wait for the bbolt file's lock (0: the default)
+	// Downstream is the URL the http handler POSTs to; with Tx the
+	// handler is a transactional one instead (on Postgres).
+	Downstream string
+	Tx         *TxConfig
+	Dir        string // for the run's event log and counters
+	CrashLog   string // shared by all runs
+	Seed       uint64 // of the fault injection and of the handler's draws
+	Rates      sqstest.Rates
+	// The worker's settings.
+	Concurrency                       int
+	Visibility, HandlerTimeout, Grace time.Duration
+	// Broken makes a worker that breaks the promise on purpose (see
+	// chaosworker): "delete-first" or "skip-claim".
+	Broken string
+}
+
+// TxConfig is what a chaos worker's transactional handlers do (see
+// chaosworker).
+type TxConfig struct {
+	Effects string // the effects table
+	Control string // the campaign's control URL, asked from inside a held transaction
+	// HoldShare of the attempts hold their transaction open for Hold after
+	// the insert; PanicShare panic after it; WritesShare are made in the
+	// Writes form (pgtx.NewWrites), which neither hold nor panic.
+	HoldShare, PanicShare, WritesShare float64
+	Hold                               time.Duration
+}
 
 // Crash windows, as written in the crash log and counted by the campaign.
 const (
@@ -36,17 +79,18 @@ type Crash struct {
 	Run    int    `json:"run"`
 	Window string `json:"window"`
 	Key    string `json:"key"`
-	Nth    int64  `json:"nth"` // the how-manyth Complete call of the run
 }
 
-// AttrSend is the message attribute with which the FIFO campaign's sender
-// names each message it sends. The worker's dead-letter copies and replay
-// keep message attributes, so every copy of a message carries it.
+// AttrSend is the message attribute with which the campaigns' sender names
+// each message it sends. The worker's dead-letter copies and replay keep
+// message attributes, so every copy of a message carries it.
 const AttrSend = "ChaosSend"
 
 // Worker event kinds.
 const (
+	EvReceive  = "receive"  // a receive (Seq) handed out MessageID of operation Key, in Group, tagged Send
 	EvClaim    = "claim"    // Ledger.ClaimBatch claimed the operation for Owner (Takeover: over a lapsed lease)
+	EvDone     = "done"     // Ledger.ClaimBatch answered that Key's operation is complete
 	EvRelease  = "release"  // Ledger.ReleaseBatch released Owner's claim
 	EvLost     = "lost"     // Ledger.ExtendBatch said Owner's claim is no longer its own (Err: why)
 	EvStart    = "start"    // the handler was called, for the attempt of Owner
@@ -54,6 +98,7 @@ const (
 	EvComplete = "complete" // Ledger.Complete returned (Err empty: durable)
 	EvFail     = "fail"     // Ledger.Fail returned
 	EvSent     = "sent"     // SQS accepted a copy that the worker sent (to the dead-letter queue)
+	EvDelete   = "delete"   // a DeleteMessageBatch entry of MessageID (of operation Key) is on its way to SQS
 	EvWait     = "wait"     // a wait for a ledger that could not record claims ended (Since: when it began; Err: WaitCutShort or empty)
 	// A transactional handler (chaosworker -pgtx) inserted the effect row
 	// of an attempt in its transaction, not committed yet (Owner, Seq,
@@ -79,7 +124,6 @@ type WorkerEvent struct {
 	Key       string `json:"key"`
 	Attempt   int    `json:"attempt,omitempty"`
 	MessageID string `json:"msg,omitempty"`
-	Perm      bool   `json:"perm,omitempty"`
 	Err       string `json:"err,omitempty"`
 	// Cause: EvHandled with Err, when the worker stopped the handler: why
 	// (its timeout, the end of the grace, a lease taken over).
@@ -99,8 +143,11 @@ type WorkerEvent struct {
 	// Takeover: EvClaim, the claim took the operation over from another
 	// whose lease had lapsed.
 	Takeover bool `json:"takeover,omitempty"`
-	// EvInsert: the row's sequence number in its run, the SHA-256 of the
-	// payload (hex: the worker's fingerprint), and the local address of the
+	// EvReceive: the message's group and its AttrSend.
+	Group string `json:"group,omitempty"`
+	Send  string `json:"send,omitempty"`
+	// EvInsert: the row's sequence number in its run, the Hash of the
+	// payload, and the local address of the
 	// transaction's connection (what the campaign's proxy sees as its
 	// client).
 	Seq    int64  `json:"seq,omitempty"`
@@ -114,6 +161,10 @@ type WorkerEvent struct {
 	Session string `json:"session,omitempty"`
 }
 
+// BatchClient is the Client of the EvInsert of an attempt in the Writes
+// form, which does not see its connection.
+const BatchClient = "batch"
+
 // HandlerPanicked begins the Err of an EvHandled whose handler panicked.
 const HandlerPanicked = "panicked"
 
@@ -126,7 +177,7 @@ const (
 // Execution is a line of the downstream's log: one POST it served.
 type Execution struct {
 	Seq       int64  `json:"seq"`
-	T         int64  `json:"t"` // Unix nanoseconds
+	T         int64  `json:"t"` // when it was done or abandoned, Unix nanoseconds
 	Run       int    `json:"run"`
 	Key       string `json:"key"`     // the Idempotency-Key header
 	BodyID    string `json:"body_id"` // the body's "id" field, "" when it has none
@@ -137,9 +188,6 @@ type Execution struct {
 	// Effect is true for the one execution of a key that applied the
 	// operation's effect.
 	Effect bool `json:"effect"`
-	// Repeat is true when the answer is the stored answer of an earlier
-	// execution of the key.
-	Repeat bool `json:"repeat"`
 	// Owner is the attempt's owner token (X-Chaos-Owner, from
 	// worker.Message.Owner): the claim under which it ran.
 	Owner string `json:"owner,omitempty"`
@@ -153,32 +201,25 @@ type Execution struct {
 	Replays int    `json:"replays,omitempty"`
 }
 
-// Counts is a worker run's counters, written every few hundred
-// milliseconds and at exit.
+// Counts is a worker run's counters, written every 250 ms and at exit.
 type Counts struct {
-	Run          int                       `json:"run"`
-	Faults       map[string]map[string]int `json:"faults"` // by SQS operation, then kind
-	Stats        worker.Stats              `json:"stats"`
-	Commits      int64                     `json:"commits"`
-	CommitErrors int64                     `json:"commit_errors"`
-	CompletesOK  int64                     `json:"completes_ok"`
-	SQSRequests  int64                     `json:"sqs_requests"`
+	Faults       map[string]map[sqstest.Kind]int `json:"faults"` // by SQS operation, then kind
+	Stats        worker.Stats                    `json:"stats"`
+	CommitErrors int64                           `json:"commit_errors"` // bbolt commits that failed
+	CompletesOK  int64                           `json:"completes_ok"`
+	SQSRequests  int64                           `json:"sqs_requests"`
 	// LedgerErrors counts the ledger calls that failed with
 	// ledger.ErrUnavailable (a shared ledger that did not answer).
 	LedgerErrors int64 `json:"ledger_errors"`
-	// Waits counts the waits for a ledger that could not record claims
-	// that ended, WaitNanos their total length; Down is true while one is
-	// on.
-	Waits     int64 `json:"waits"`
-	WaitNanos int64 `json:"wait_nanos"`
-	Down      bool  `json:"down"`
+	// Down is true while the worker waits for a ledger that could not
+	// record claims.
+	Down bool `json:"down"`
 	// LeakChecked is true when the run, once its worker had stopped (a
 	// drain), asked the database how many sessions of its ledger's pool
 	// were still inside a transaction: LeakedSessions. No handler runs
 	// then, so each of them is a transaction that nothing will end.
 	LeakChecked    bool  `json:"leak_checked,omitempty"`
 	LeakedSessions int64 `json:"leaked_sessions,omitempty"`
-	Final          bool  `json:"final"`
 }
 
 // Appender appends JSON lines to a file. It is safe for concurrent use.
@@ -217,6 +258,17 @@ func (a *Appender) Append(v any) error {
 	return nil
 }
 
+// Log appends e, stamped with the time now when it has none; it reports a
+// failure on standard error: a lost line is a finding, not a stop.
+func (a *Appender) Log(e WorkerEvent) {
+	if e.T == 0 {
+		e.T = time.Now().UnixNano()
+	}
+	if err := a.Append(e); err != nil {
+		fmt.Fprintln(os.Stderr, "event log:", err)
+	}
+}
+
 // Close closes the file.
 func (a *Appender) Close() error { return a.f.Close() }
 
@@ -228,49 +280,46 @@ func WriteFileAtomic(path string, v any) error {
 		return err
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
+	if err == nil {
+		_, err = tmp.Write(b)
+		if err = errors.Join(err, tmp.Close()); err == nil {
+			return os.Rename(tmp.Name(), path)
+		}
 		os.Remove(tmp.Name())
-		return err
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return err
 }
 
 // ReadLines decodes every line of the JSON-lines file at path into a new T
-// and calls fn. A missing file has no lines. A last line cut short (a
-// writer killed mid-line cannot produce one, but a full disk can) is
-// reported as an error.
+// and calls fn. A missing file has no lines. A last line cut short is left
+// out, as if its writer had stopped before it: Linux ends a write(2) at a
+// page boundary when a SIGKILL arrives, and a full disk ends it anywhere.
 func ReadLines[T any](path string, fn func(T)) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
 	}
 	defer f.Close()
-	r := bufio.NewReaderSize(f, 1<<16)
-	for n := 1; ; n++ {
+	for r := bufio.NewReaderSize(f, 1<<16); ; {
 		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
-			var v T
-			if jerr := json.Unmarshal(line, &v); jerr != nil {
-				return fmt.Errorf("%s line %d: %v", path, n, jerr)
-			}
-			fn(v)
-		}
 		if err == io.EOF {
 			return nil
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
 		}
-		if err != nil {
-			return err
+		var v T
+		if err := json.Unmarshal(line, &v); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
 		}
+		fn(v)
 	}
+}
+
+// Hash names a payload in the records: the first 16 hex digits of its
+// SHA-256, which begin the hex of the ledger's fingerprint of it.
+func Hash(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:8])
 }

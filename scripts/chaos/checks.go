@@ -1,0 +1,346 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/sqsonce/sqsonce/pgtx"
+	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
+)
+
+// The checks that campaigns add to the one audit.
+
+// GroupOrder checks the order of every FIFO group: it counts every effect
+// applied after one whose delivery belongs after it. A delivery belongs
+// where the campaign sent the message it copies, or, when sqsonce replay
+// moved it, after everything sent before that replay round and before
+// everything sent after. An effect applied so by a run stopped (SIGSTOP)
+// with the attempt in flight is counted apart: SQS gave the group to
+// others meanwhile, and no consumer can keep the order when it is frozen
+// in the middle of a handler.
+func GroupOrder(e *env, h *history, s *section) {
+	var effects []event.Execution
+	for _, xs := range h.execs {
+		for _, x := range xs {
+			if x.Effect && x.Group != "" {
+				effects = append(effects, x)
+			}
+		}
+	}
+	unplaced := 0
+	checked, out, frozen := orderViolations(effects, func(x event.Execution) (place, bool) {
+		p, ok := placeOf(x, h.byTag, e.rounds)
+		if !ok {
+			unplaced++
+		}
+		return p, ok
+	}, func(x event.Execution) bool {
+		at := time.Unix(0, x.T)
+		return during(e.paused[x.Run], at.Add(-pauseFor-workerVisibility), at)
+	})
+	for _, f := range frozen {
+		s.detail("order broken by a frozen run (explained): %s", f)
+	}
+	for _, o := range out {
+		s.detail("%s", o)
+	}
+	if unplaced > 0 {
+		e.note("%d effects whose delivery the order check cannot place (no send attribute, or a replayed copy without the time it entered the queue)", unplaced)
+	}
+	s.row("group order", fmt.Sprintf("%d effects checked; %d applied after later ones of their group by a run stopped (SIGSTOP) with the attempt in flight", checked, len(frozen)))
+	s.zero("group order violations", len(out))
+}
+
+// place is where a delivery belongs in its group: the messages the
+// campaign sent, in the order it sent them, and between them, after every
+// message sent before replay round k, the copies round k sent, in no order
+// among themselves (replay moves messages in batches).
+type place struct {
+	epoch int  // replay rounds begun before the message was sent
+	sent  bool // a message the campaign sent (else a copy replay sent)
+	n     int  // sent: its place among its group's sends
+}
+
+// before reports whether a delivery at p must be applied before one at q.
+func (p place) before(q place) bool {
+	switch {
+	case p.epoch != q.epoch:
+		return p.epoch < q.epoch
+	case p.sent != q.sent:
+		return !p.sent // the round's copies come before what is sent after it
+	}
+	return p.sent && p.n < q.n
+}
+
+// placeOf places the delivery that made execution x. A delivery that
+// replay never moved belongs where the message it copies was sent (a copy
+// that the worker made of it, by mistake, keeps that place); one that
+// replay moved belongs to the last round begun before it entered the
+// queue.
+func placeOf(x event.Execution, byTag map[string]*msg, rounds []replayRound) (place, bool) {
+	m, ok := byTag[x.Send]
+	if !ok || x.Replays > 0 && x.SentAt == 0 {
+		return place{}, false
+	}
+	p := place{sent: x.Replays == 0, n: m.n}
+	for _, r := range rounds {
+		if x.Replays == 0 && r.start.Before(m.sentAt) || x.Replays > 0 && r.start.UnixMilli() <= x.SentAt {
+			p.epoch++
+		}
+	}
+	return p, true
+}
+
+// orderViolations checks that within each group, effects were applied in
+// the order their deliveries belong in (at). It returns how many effects
+// it checked and one line for every effect applied after one whose
+// delivery belongs after it: in frozen when frozen (nil: never) says that
+// its run was stopped while the attempt was in flight, else in out.
+func orderViolations(effects []event.Execution, at func(event.Execution) (place, bool), frozen func(event.Execution) bool) (checked int, out, excused []string) {
+	effects = append([]event.Execution(nil), effects...)
+	sort.Slice(effects, func(i, j int) bool { return effects[i].Seq < effects[j].Seq })
+	type placed struct {
+		x event.Execution
+		p place
+	}
+	last := map[string]placed{}
+	for _, x := range effects {
+		p, ok := at(x)
+		if !ok {
+			continue
+		}
+		checked++
+		prev, seen := last[x.Group]
+		last[x.Group] = placed{x, p}
+		if !seen || !p.before(prev.p) {
+			continue
+		}
+		line := fmt.Sprintf("group %s: %s (execution %d, send %s, replayed %d times) applied after %s (execution %d, send %s, replayed %d times), which belongs after it",
+			x.Group, x.Key, x.Seq, x.Send, x.Replays, prev.x.Key, prev.x.Seq, prev.x.Send, prev.x.Replays)
+		if frozen != nil && frozen(x) {
+			excused = append(excused, line)
+		} else {
+			out = append(out, line)
+		}
+	}
+	return checked, out, excused
+}
+
+// Causes of a transactional attempt's row that did not commit.
+const (
+	rbTransient = "transient failures"
+	rbPermanent = "permanent failures"
+	rbInTx      = "killed inside the transaction"
+	rbPanicked  = "handlers that panicked after the insert"
+	rbKilled    = "runs killed otherwise before the commit"
+	rbRequest   = "commits lost on their way"
+	rbCommit    = "commits whose connection failed"
+	rbRefused   = "completions refused (the claim taken over, the record changed)"
+	rbStopped   = "handlers stopped by the worker (timeout, grace, lease lost)"
+	rbOther     = "other errors (the database out of reach)"
+	rbEnded     = "runs that ended before the handler returned"
+)
+
+// TxRows checks the transactional handlers from the database itself: every
+// operation complete in the ledger has exactly one effect row (the core
+// audit counts the others), of the attempt that completed it; every other
+// operation none, with no window excepted; every attempt whose handler
+// said it committed did, every row of an attempt killed inside its
+// transaction or that panicked was rolled back, and no transaction of a
+// handler that panicked was left open; every commit the proxy lost was
+// resolved by the operation's record as the database decided it; and no
+// drained worker left a session of its pool inside a transaction.
+func TxRows(e *env, h *history, s *section) {
+	rowOf := map[string]event.Execution{} // by owner
+	notComplete, another := 0, 0
+	for key, rows := range h.execs {
+		rec, complete := h.records[key], h.complete(key)
+		mine := false
+		for _, r := range rows {
+			if _, dup := rowOf[r.Owner]; dup {
+				s.detail("%s: two rows of one attempt (%s)", key, r.Owner)
+			}
+			rowOf[r.Owner], mine = r, mine || r.Owner == rec.Owner
+		}
+		if !complete {
+			notComplete++
+			s.detail("%s: effect rows (run %d, %s) but the ledger says %s", key, rows[0].Run, rows[0].Owner, h.state(key))
+		} else if !mine {
+			another++
+			s.detail("%s: complete under %s, its row is of %s (run %d)", key, rec.Owner, rows[0].Owner, rows[0].Run)
+		}
+	}
+	s.zero("effect rows of operations not complete", notComplete)
+	s.zero("effect rows of another attempt than the completion's", another)
+
+	handled, wentOn, panicked := map[string]runEvent{}, map[string]bool{}, map[string]bool{}
+	var holds, panics, sessionsRead, txLeft, leakChecks, leaked int
+	for _, ev := range h.kind(event.EvInTx) {
+		if ev.Err == "" {
+			holds++
+		} else {
+			wentOn[ev.Owner] = true
+		}
+	}
+	for _, ev := range h.kind(event.EvPanic) {
+		panics++
+		panicked[ev.Owner] = true
+	}
+	for _, ev := range h.kind(event.EvHandled) {
+		handled[ev.Owner] = ev
+		if ev.Session != "" && !strings.HasPrefix(ev.Session, event.SessionUnknown) {
+			sessionsRead++
+			if strings.HasPrefix(ev.Session, "idle in transaction") {
+				txLeft++
+				s.detail("%s: run %d's handler panicked, and its transaction's session was still %s after the handler returned (%s)", ev.Key, ev.run, ev.Session, ev.Owner)
+			}
+		}
+	}
+	for id, r := range h.runs {
+		if r.counts.LeakChecked {
+			leakChecks, leaked = leakChecks+1, leaked+int(r.counts.LeakedSessions)
+			if r.counts.LeakedSessions > 0 {
+				s.detail("run %d: %d sessions of its ledger's pool still inside a transaction after its worker stopped", id, r.counts.LeakedSessions)
+			}
+		}
+	}
+	inTx := map[string]inTxKill{}
+	for _, k := range e.inTx {
+		inTx[k.owner] = k
+	}
+	lost := e.proxy.lostCommits()
+	lostRequest := map[string]bool{}
+	for _, lc := range lost {
+		if lc.Owner == "" {
+			e.note("the proxy lost a commit of %s at %s, and read no completion's owner before it", lc.Client, lc.T.Format("15:04:05.000"))
+		}
+		lostRequest[lc.Owner] = lc.Owner != "" && !lc.Answered
+	}
+
+	// Every attempt that inserted its row: committed, or rolled back, and
+	// why; the handler told the worker it committed only if it did; it ran
+	// only the payload its operation was claimed with.
+	var attempts, committed, batched, batchedCommitted, toldOtherwise, toldCommitted, panicRows, otherPayload int
+	rolledBack := map[string]int{}
+	for _, in := range h.kind(event.EvInsert) {
+		attempts++
+		if in.Client == event.BatchClient {
+			batched++
+		}
+		hd, told := handled[in.Owner]
+		if rec, ok := h.records[in.Key]; ok && !strings.HasPrefix(fmt.Sprintf("%x", rec.Fingerprint), in.Hash) || e.wl.opByID(in.Key) == nil {
+			otherPayload++
+			s.detail("%s: run %d ran a payload (%s) other than the one the operation was claimed with, or of no operation", in.Key, in.run, in.Hash)
+		}
+		if _, ok := rowOf[in.Owner]; ok {
+			committed++
+			if in.Client == event.BatchClient {
+				batchedCommitted++
+			}
+			if panicked[in.Owner] {
+				panicRows++
+				s.detail("%s: run %d's handler panicked after its insert, and its row committed (%s)", in.Key, in.run, in.Owner)
+			}
+			if told && hd.Err != "" {
+				toldOtherwise++
+			}
+			continue
+		}
+		if told && hd.Err == "" {
+			toldCommitted++
+			s.detail("%s: run %d's handler returned success (%s), its row did not commit", in.Key, in.run, in.Owner)
+		}
+		rolledBack[rollbackCause(in.Owner, hd, told, inTx, lostRequest, h.runs[in.run].end)]++
+	}
+	killedIn, missed, inTxRows := 0, 0, 0
+	for _, k := range e.inTx {
+		if wentOn[k.owner] {
+			missed++ // it stopped waiting for the answer: the kill came after it left the hold
+			continue
+		}
+		killedIn++
+		if r, ok := rowOf[k.owner]; ok {
+			inTxRows++
+			s.detail("%s: run %d was killed inside its transaction, and its row committed (row %d)", k.key, k.run, r.Seq)
+		}
+		if _, ok := handled[k.owner]; ok {
+			e.note("run %d was killed inside the transaction of %s, yet its handler returned", k.run, k.key)
+		}
+	}
+	requestRows, answerMissing, resolved := 0, 0, map[string]int{}
+	for _, lc := range lost {
+		if lc.Owner == "" {
+			continue
+		}
+		_, row := rowOf[lc.Owner]
+		hd, told := handled[lc.Owner]
+		what := "request lost"
+		switch {
+		case lc.Answered && !row:
+			answerMissing++
+			s.detail("the server answered the commit of %s (connection %s), and its row is not in the table", lc.Owner, lc.Client)
+		case !lc.Answered && row:
+			requestRows++
+			s.detail("the commit of %s (connection %s) never reached the server, and its row is in the table", lc.Owner, lc.Client)
+		}
+		if lc.Answered {
+			what = "answer dropped"
+		}
+		switch {
+		case !told:
+			what += ", the run killed before its handler returned"
+		case hd.Err == "":
+			what += ", told committed"
+		default:
+			what += ", told not committed"
+		}
+		resolved[what]++
+	}
+	s.row("attempts that inserted their row", fmt.Sprintf("%d: %d committed, %d rolled back (%v); %d committed though the handler was told otherwise (the record decided); %d of them in the Writes form, the insert sent with the completion and the commit in one round trip (%d committed)",
+		attempts, committed, attempts-committed, rolledBack, toldOtherwise, batched, batchedCommitted))
+	s.row("transactions held open after the insert", fmt.Sprintf("%d, %d of them killed there (SIGKILL; %d more kills came after one went on without the campaign's answer)", holds, killedIn, missed))
+	s.row("handlers that panicked after the insert", fmt.Sprintf("%d (each a retryable failure); the session of %d of their transactions read once the handler had returned", panics, sessionsRead))
+	s.row("lost commits", fmt.Sprintf("%d lost by the proxy, each cutting its connection (the redelivery finds what the record says): %v", len(lost), resolved))
+	s.zero("handlers told committed whose row did not commit", toldCommitted)
+	s.zero("rows of attempts killed inside their transaction", inTxRows)
+	s.zero("rows of attempts that panicked", panicRows)
+	s.zero("transactions of panicked handlers left open", txLeft)
+	s.must("sessions of panicked handlers read", panics == 0 || sessionsRead > 0, fmt.Sprintf("%d of %d", sessionsRead, panics))
+	s.zero("sessions left inside a transaction after a drain", leaked)
+	s.must("drained runs that counted their sessions", leakChecks > 0, fmt.Sprint(leakChecks))
+	s.zero("lost commit requests that took effect", requestRows)
+	s.zero("answered commits whose row is missing", answerMissing)
+	s.zero("attempts that ran another payload than their operation was claimed with", otherPayload)
+}
+
+// rollbackCause says why an attempt's row did not commit, from what its
+// handler returned (h, when told), the kills inside transactions, the
+// commits the proxy lost and how its run ended.
+func rollbackCause(owner string, h runEvent, told bool, inTx map[string]inTxKill, lostRequest map[string]bool, end string) string {
+	_, killedIn := inTx[owner]
+	switch {
+	case lostRequest[owner]:
+		return rbRequest
+	case told && strings.HasPrefix(h.Err, event.HandlerPanicked):
+		return rbPanicked
+	case !told && killedIn:
+		return rbInTx
+	case !told && killed(end):
+		return rbKilled
+	case !told:
+		return rbEnded
+	case strings.Contains(h.Err, "transient failure"):
+		return rbTransient
+	case strings.Contains(h.Err, "permanent failure"):
+		return rbPermanent
+	case h.Cause != "":
+		return rbStopped
+	case strings.Contains(h.Err, pgtx.ErrNotCommitted.Error()) && strings.Contains(h.Err, ": commit: "):
+		return rbCommit
+	case strings.Contains(h.Err, pgtx.ErrNotCommitted.Error()):
+		return rbRefused
+	}
+	return rbOther
+}
