@@ -171,10 +171,7 @@ func (p *proc) outputHas(s string) bool {
 func buildBinaries(ctx context.Context, dir string, race bool, log io.Writer) (worker, sqsonce string, err error) {
 	_, this, _, _ := runtime.Caller(0)
 	workerDir, cmdDir := filepath.Join(filepath.Dir(this), "chaosworker"), filepath.Join(filepath.Dir(this), "..", "..", "cmd", "sqsonce")
-	overlay, _ := json.Marshal(map[string]map[string]string{"Replace": {
-		filepath.Join(workerDir, "zz_ledgersocket.go"): filepath.Join(cmdDir, "ledgersocket.go"),
-		filepath.Join(workerDir, "zz_flowsocket.go"):   filepath.Join(cmdDir, "flowsocket.go"),
-	}})
+	overlay, _ := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(workerDir, "zz_ledgersocket.go"): filepath.Join(cmdDir, "ledgersocket.go"), filepath.Join(workerDir, "zz_flowsocket.go"): filepath.Join(cmdDir, "flowsocket.go")}})
 	overlayPath := filepath.Join(dir, "overlay.json")
 	if err := errors.Join(os.MkdirAll(dir, 0o755), os.WriteFile(overlayPath, overlay, 0o644)); err != nil {
 		return "", "", err
