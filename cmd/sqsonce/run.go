@@ -133,6 +133,7 @@ func workerConfig(cfg Config, log *slog.Logger) worker.Config {
 		Retention:         cfg.Ledger.Retention.Duration,
 		MaxPayload:        int64(refusedZero(cfg.Payload.MaxSize)),
 		SweepInterval:     sweepInterval(cfg.Ledger),
+		KeepBody:          cfg.Ledger.KeepBody,
 		Logger:            log,
 	}
 }
