@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -170,6 +171,7 @@ type errorJSON struct {
 var errorKinds = map[string]error{
 	"not_found": ledger.ErrNotFound, "state": ledger.ErrState, "invalid_key": ledger.ErrInvalidKey,
 	"invalid_argument": ledger.ErrInvalidArgument, "corrupt": ledger.ErrCorrupt, "closed": ledger.ErrClosed,
+	"conflict": ledger.ErrConflict,
 }
 
 func errorKind(err error) string {
@@ -230,6 +232,8 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			code = http.StatusNotFound
 		case "state", "invalid_key", "invalid_argument":
 			code = http.StatusBadRequest
+		case "conflict":
+			code = http.StatusConflict
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
@@ -337,6 +341,7 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			w.WriteHeader(http.StatusNoContent)
 		})
 	}
+	consoleRoutes(mux, db, fail)
 	// Every answer gets a write deadline; a listing renews it per record.
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(opts.writeTimeout))
@@ -495,6 +500,21 @@ func (c *socketLedger) do(ctx context.Context, method, op string, q url.Values) 
 	if err != nil {
 		return nil, err
 	}
+	return c.answer(req)
+}
+
+// send posts body (JSON) to op.
+func (c *socketLedger) send(ctx context.Context, op string, q url.Values, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://ledger/v1/"+op+"?"+q.Encode(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return c.answer(req)
+}
+
+// answer sends req and turns an error answer into the ledger's error.
+func (c *socketLedger) answer(req *http.Request) (*http.Response, error) {
 	resp, err := c.client.Do(req)
 	if err != nil {
 		return nil, err

@@ -408,9 +408,9 @@ func TestLedgerSocket_PrivateFromTheStart(t *testing.T) {
 	}
 }
 
-// socketReads is a ledger whose writes go to the file and whose reads go
-// through the worker's socket, so that the behaviour suite holds the
-// socket's reads to every backend's.
+// socketReads is a ledger whose writes go to the file and whose reads (and
+// the console's flow calls) go through the worker's socket, so that the
+// behaviour suite holds the socket's calls to every backend's.
 type socketReads struct {
 	*ledger.DB
 	sock *socketLedger
@@ -433,6 +433,26 @@ func (s socketReads) Overview(ctx context.Context, since time.Time) (ledger.Over
 }
 
 func (s socketReads) Stats(ctx context.Context) (ledger.Stats, error) { return s.sock.Stats(ctx) }
+
+func (s socketReads) Processes(ctx context.Context) ([]ledger.Process, error) {
+	return s.sock.Processes(ctx)
+}
+
+func (s socketReads) ListFlows(ctx context.Context) ([]ledger.FlowDoc, error) {
+	return s.sock.ListFlows(ctx)
+}
+
+func (s socketReads) GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error) {
+	return s.sock.GetFlow(ctx, scope)
+}
+
+func (s socketReads) PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error) {
+	return s.sock.PutFlow(ctx, doc, ifVersion)
+}
+
+func (s socketReads) DeleteFlow(ctx context.Context, scope string, ifVersion int64) error {
+	return s.sock.DeleteFlow(ctx, scope, ifVersion)
+}
 
 func TestLedgerSocket_Suite(t *testing.T) {
 	t.Parallel()

@@ -24,6 +24,11 @@ type store interface {
 	Stats(ctx context.Context) (ledger.Stats, error)
 	Forget(ctx context.Context, key string) error
 	Reset(ctx context.Context, key string) error
+	Processes(ctx context.Context) ([]ledger.Process, error)
+	ListFlows(ctx context.Context) ([]ledger.FlowDoc, error)
+	GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error)
+	PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error)
+	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
 	Close() error
 }
 
