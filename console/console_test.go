@@ -575,6 +575,10 @@ func TestConsole_Writes(t *testing.T) {
 		if rec, err := b.db.Get(ctx, "orders/2"); err != nil || rec.State != ledger.StateFailed || rec.Permanent {
 			t.Fatalf("orders/2 after the replay: %+v %v", rec, err)
 		}
+		// The recent replays say their filters as typed, not URL-encoded.
+		if _, page := b.get("/replay", "s3cret-token"); !strings.Contains(page, "key &#34;orders/*&#34;") || strings.Contains(page, "orders%2F%2A") {
+			t.Errorf("the recent replays' filters:\n%s", page)
+		}
 		if got := testutil.ToFloat64(counter(t, b.reg, "replay", "done")); got != 1 {
 			t.Errorf("replays counted %v, want 1", got)
 		}
