@@ -1,10 +1,15 @@
 package ledger
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestStory_RoundTrip: a history and a payload read back as written, and a
@@ -40,5 +45,76 @@ func TestStory_RoundTrip(t *testing.T) {
 	EndAttempt(&r, time.Time{}, t0, AttemptComplete, "")
 	if len(r.History) != 0 {
 		t.Fatalf("a first attempt that completed is stored: %v", r.History)
+	}
+}
+
+// TestTally_CountedAgainOnlyAfterAnotherWriter: Open counts the failures
+// and dead letters again from the records when a commit since this code's
+// last was another's (an older sqsonce's), and only then: a file this code
+// wrote last, however often opened, is not walked again.
+func TestTally_CountedAgainOnlyAfterAnotherWriter(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	db, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Claim(ctx, ClaimRequest{Key: "k", Owner: "a", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Fail(ctx, Failure{Key: "k", Owner: "a", Err: "timeout 1"}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	// A count that the records do not hold, written as this code's last
+	// commit: only a count from the records takes it away.
+	bogus := func(stamp bool) {
+		t.Helper()
+		raw, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		err = raw.Update(func(tx *bolt.Tx) error {
+			g := failGroup{n: 7, last: 1, key: "bogus", reason: "bogus"}
+			if err := tx.Bucket(bucketFailGroups).Put(groupKey("bogus"), g.encode()); err != nil {
+				return err
+			}
+			if !stamp {
+				return nil
+			}
+			return tx.Bucket(bucketMeta).Put(metaTallyTx, binary.BigEndian.AppendUint64(nil, uint64(tx.ID())))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups := func() map[string]int {
+		t.Helper()
+		db, err := Open(path, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		o, err := db.Overview(ctx, time.Now().Add(-time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for _, g := range o.Failures {
+			m[g.Group] = g.Count
+		}
+		return m
+	}
+	bogus(true)
+	for i := range 3 {
+		if g := groups(); g["bogus"] != 7 || g["timeout #"] != 1 {
+			t.Fatalf("open %d after this code's last commit: %v, want the counts as they are (no walk)", i+1, g)
+		}
+	}
+	bogus(false) // another writer's commit
+	if g := groups(); g["bogus"] != 0 || g["timeout #"] != 1 || len(g) != 1 {
+		t.Fatalf("open after another writer's commit: %v, want the records' counts", g)
 	}
 }

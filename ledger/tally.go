@@ -313,7 +313,9 @@ func (s *store) removeStory(key string) error {
 // transaction.
 func checkTally(tx *bolt.Tx, meta *bolt.Bucket) error {
 	if v := meta.Get(metaTallyTx); len(v) == 8 && binary.BigEndian.Uint64(v) == uint64(tx.ID()-1) && meta.Get(metaTallyStale) == nil {
-		return nil
+		// This code's commit was the last: the counters hold. Open's own
+		// commit is this code's too.
+		return meta.Put(metaTallyTx, binary.BigEndian.AppendUint64(nil, uint64(tx.ID())))
 	}
 	if err := meta.Delete(metaTallyStale); err != nil {
 		return err
