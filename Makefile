@@ -63,11 +63,13 @@ rules: ## Check the alert rules (deploy/prometheus/) and run their unit tests wi
 # The console in headless Chromium (Debian's chromium, installed with apt-get
 # when missing), driven from Go with chromedp. Screenshots of each page go
 # to $(SCREENSHOTS) (default: a new folder under the system's temporary
-# directory; the test names it).
+# directory; the test names it). With SQSONCE_README_SCREENSHOT set to a
+# path (of docs/console-overview.png, say), the overview's is also written
+# there.
 SCREENSHOTS ?=
 
 .PHONY: test-browser
-test-browser: ## Drive the console in headless Chromium: overview, filters, pages, a dry run and a replay, forget, refused writes; keeps screenshots.
+test-browser: ## Drive the console in headless Chromium: overview, workers, filters, an operation's story, dead letters, a replay by reason group after its dry run, a forget by filter, a pause and a resume, the action log, refused writes; keeps screenshots.
 	@command -v chromium >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
 	SQSONCE_SCREENSHOTS=$(SCREENSHOTS) $(WITH_SQS) go test -tags browser -count=1 -run '^TestConsole_Browser$$' -v ./cmd/sqsonce/
 

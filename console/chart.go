@@ -84,7 +84,11 @@ func newChart(activity []ledger.Minute, now time.Time, window time.Duration) cha
 			Title: fmt.Sprintf("%s UTC: %d completed, %d failed", t.Format("15:04"), n[0], n[1]),
 		})
 	}
-	for i := 0; i <= minutes; i += 15 {
+	step := 15
+	if minutes > 60 {
+		step = 30
+	}
+	for i := 0; i <= minutes; i += step {
 		label := fmt.Sprintf("−%dm", minutes-i)
 		if i == minutes {
 			label = "now"

@@ -21,6 +21,7 @@ import (
 	"github.com/sqsonce/sqsonce/internal/textcut"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/replay"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 // Ledger is what the console reads and changes of a ledger. *ledger.DB,
@@ -40,6 +41,17 @@ type Ledger interface {
 	Forget(ctx context.Context, key string) error
 	// Reset makes a failed operation claimable again (replay calls it).
 	Reset(ctx context.Context, key string) error
+	// Processes lists the ledger's registry of worker processes, each
+	// with the age of its last beat by the ledger's clock.
+	Processes(ctx context.Context) ([]ledger.Process, error)
+	// ListFlows lists the live flow documents: the pause state of each
+	// scope (worker.PauseDoc).
+	ListFlows(ctx context.Context) ([]ledger.FlowDoc, error)
+	// GetFlow, PutFlow and DeleteFlow read and write the flow document of
+	// a scope, for a pause and a resume by hand.
+	GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error)
+	PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error)
+	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
 }
 
 // SQSClient is the part of the SQS API the console calls: replay's calls,
@@ -80,8 +92,13 @@ type Config struct {
 	// KeyOf derives a message's operation key and payload fingerprint as
 	// the worker does (worker.MessageKeyFunc).
 	KeyOf func(types.Message) (key string, fingerprint []byte, err error)
+	// FlowScope is the scope the workers of the queue pause (their
+	// worker.FlowConfig.Scope), which a pause by hand names by default.
+	// "": the queue's name, the worker's default.
+	FlowScope string
 
-	// Writes enables replay, forget and export. It needs Auth.
+	// Writes enables replay, forget, export, and a pause and resume of
+	// the intake. It needs Auth.
 	Writes bool
 	// Auth guards every page when set; see Auth.
 	Auth Auth
@@ -162,6 +179,7 @@ type Handler struct {
 
 	cache    cache
 	sessions *sessions
+	changes  actionLog // the changes made, newest last (see /actions)
 
 	jobsMu  sync.Mutex
 	jobs    []*job // newest last; at most maxJobs
@@ -169,6 +187,10 @@ type Handler struct {
 	jobWG   sync.WaitGroup
 	nextJob int
 	closed  bool
+	// forgets are the bulk forgets, newest last, at most maxJobs; one
+	// runs at a time (forgetting).
+	forgets    []*forgetJob
+	forgetting *forgetJob
 }
 
 // New returns a console for cfg.
@@ -229,6 +251,9 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Shell == "" {
 		cfg.Shell = "sqsonce"
 	}
+	if cfg.FlowScope == "" {
+		cfg.FlowScope = worker.QueueName(cfg.QueueURL)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -238,7 +263,7 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{cfg: cfg, log: cfg.Logger, sessions: newSessions(maxSessions)}
 	h.actions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "sqsonce", Name: "console_actions_total",
-		Help: "Changes asked of the console (replay, dry_run, forget, export) by outcome: done, refused (bad input, another replay running) or failed.",
+		Help: "Changes asked of the console (replay, dry_run, forget, forget_dry_run, forget_many, export, pause, resume) by outcome: done, refused (bad input, another replay running) or failed.",
 	}, []string{"action", "outcome"})
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(h.actions); err != nil {
@@ -266,6 +291,9 @@ func (h *Handler) Close() error {
 	if h.running != nil {
 		h.running.replayer.Stop()
 	}
+	if h.forgetting != nil {
+		h.forgetting.stop()
+	}
 	h.jobsMu.Unlock()
 	h.jobWG.Wait()
 	return nil
@@ -281,6 +309,13 @@ func (h *Handler) routes() http.Handler {
 	mux.HandleFunc("GET /operations", h.operations)
 	mux.HandleFunc("GET /operation", h.operation)
 	mux.HandleFunc("GET /dead-letters", h.deadLetters)
+	mux.HandleFunc("GET /workers", h.workers)
+	mux.HandleFunc("GET /actions", h.actionsPage)
+	mux.HandleFunc("GET /forget", h.needWrites(h.forgetForm))
+	mux.HandleFunc("POST /forget/run", h.needWrites(h.forgetStart))
+	mux.HandleFunc("GET /forget/job", h.needWrites(h.forgetJobPage))
+	mux.HandleFunc("POST /flow/pause", h.needWrites(h.pause))
+	mux.HandleFunc("POST /flow/resume", h.needWrites(h.resume))
 	mux.HandleFunc("GET /export", h.needWrites(h.export))
 	mux.HandleFunc("GET /replay", h.needWrites(h.replayForm))
 	mux.HandleFunc("POST /replay", h.needWrites(h.replayStart))
@@ -321,6 +356,15 @@ func actionOf(r *http.Request) string {
 		return "forget"
 	case "/replay/stop":
 		return "replay_stop"
+	case "/forget/run":
+		if r.FormValue("dry_run") == "1" {
+			return "forget_dry_run"
+		}
+		return "forget_many"
+	case "/flow/pause":
+		return "pause"
+	case "/flow/resume":
+		return "resume"
 	case "/export":
 		return "export"
 	}

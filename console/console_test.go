@@ -217,7 +217,7 @@ func TestConsole_Pages(t *testing.T) {
 	t.Run("OperationsFilterAndPages", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		code, page := b.get("/operations?prefix=orders/&limit=2", "")
+		code, page := b.get("/operations?prefix=orders/&limit=2&order=key", "")
 		if code != http.StatusOK || !strings.Contains(page, "orders%2F1") || !strings.Contains(page, "orders%2F2") || strings.Contains(page, "orders%2F3") {
 			t.Fatalf("first page of 2: %d\n%s", code, page)
 		}
@@ -226,7 +226,7 @@ func TestConsole_Pages(t *testing.T) {
 			t.Fatalf("no next page link:\n%s", page)
 		}
 		nextURL := strings.ReplaceAll(next[1], "&amp;", "&")
-		if !strings.Contains(nextURL, "prefix=orders%2F") || !strings.Contains(nextURL, "limit=2") {
+		if !strings.Contains(nextURL, "prefix=orders%2F") || !strings.Contains(nextURL, "limit=2") || !strings.Contains(nextURL, "order=key") {
 			t.Errorf("the next page's link %q loses the filter", nextURL)
 		}
 		_, page = b.get(nextURL, "")
@@ -479,7 +479,7 @@ func TestConsole_Writes(t *testing.T) {
 	t.Run("Export", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, writable)
-		code, body := b.get("/export?prefix=orders/&state=failed", "s3cret-token")
+		code, body := b.get("/export?prefix=orders/&state=failed&order=key", "s3cret-token")
 		if code != http.StatusOK {
 			t.Fatalf("export: %d\n%s", code, body)
 		}
@@ -518,7 +518,7 @@ func TestConsole_Writes(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("dead letters: %d\n%s", code, page)
 		}
-		for _, want := range []string{"Read 4 of them", "handler exited 1: timeout", "(no reason given", "orders%2F2", "/id missing"} {
+		for _, want := range []string{"Read 4 message(s)", "handler exited #: timeout", "(no reason given", "orders%2F2", "/id missing"} {
 			if !strings.Contains(page, want) {
 				t.Errorf("dead letters page lacks %q:\n%s", want, page)
 			}
@@ -574,6 +574,10 @@ func TestConsole_Writes(t *testing.T) {
 		}
 		if rec, err := b.db.Get(ctx, "orders/2"); err != nil || rec.State != ledger.StateFailed || rec.Permanent {
 			t.Fatalf("orders/2 after the replay: %+v %v", rec, err)
+		}
+		// The recent replays say their filters as typed, not URL-encoded.
+		if _, page := b.get("/replay", "s3cret-token"); !strings.Contains(page, "key &#34;orders/*&#34;") || strings.Contains(page, "orders%2F%2A") {
+			t.Errorf("the recent replays' filters:\n%s", page)
 		}
 		if got := testutil.ToFloat64(counter(t, b.reg, "replay", "done")); got != 1 {
 			t.Errorf("replays counted %v, want 1", got)

@@ -17,12 +17,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/replay"
 	"github.com/sqsonce/sqsonce/worker"
 )
 
 // How the dead letters are read: receives of ten messages with a
 // visibility timeout of 0, so that none is hidden from the worker or a
-// replay, until a receive brings nothing new.
+// replay, until a receive brings nothing new. SQS returns a sample of a
+// large queue: the pages say how many were read.
 const (
 	deadLetterReceives = 10
 	deadLetterMax      = 100
@@ -38,17 +40,20 @@ type deadLetter struct {
 	Key      string
 	KeyErr   string
 	Reason   string
+	Group    string // replay.ReasonGroupOf: what a replay by group selects
 	Sent     time.Time
 	Receives int
 	Replays  int
+	Payload  *shownPayload // its body and string attributes, bounded
 }
 
-// reasonGroup is the dead letters of one reason.
+// reasonGroup is the dead letters read of one reason group.
 type reasonGroup struct {
-	Reason string
-	Count  int
-	Keys   []string // up to 5
-	Oldest time.Time
+	Group   string
+	Example string // a reason of the group
+	Count   int
+	Keys    []string // up to 5
+	Oldest  time.Time
 }
 
 // keyGroup is the dead letters of one operation.
@@ -58,7 +63,7 @@ type keyGroup struct {
 	Reasons []string
 	Oldest  time.Time
 	State   string // of its record: "" when it has none
-	Error   string // the record's last error
+	Error   string // the record's last error, or why it could not be read
 }
 
 // deadLetters is what was read of the dead-letter queue.
@@ -69,18 +74,20 @@ type deadLetters struct {
 	Keyless  []deadLetter
 	Oldest   time.Time // the oldest SentTimestamp read
 	Err      string
-	ReadAt   time.Time
+	// LedgerErr says the ledger could not be read for the records of the
+	// operations: their states are not known.
+	LedgerErr string
+	ReadAt    time.Time
 }
 
-// readDeadLetters reads up to deadLetterMax messages of the dead-letter
-// queue without hiding or deleting any, groups them, and looks up the
-// record of each operation.
-func (h *Handler) readDeadLetters(ctx context.Context) *deadLetters {
-	d := &deadLetters{ReadAt: h.cfg.now()}
+// readDLQ reads up to most messages of the dead-letter queue without
+// hiding or deleting any, and returns those keep wants, how many it read,
+// and why it stopped early ("" when it did not).
+func (h *Handler) readDLQ(ctx context.Context, most int, keep func(*deadLetter) bool) ([]deadLetter, int, string) {
 	seen := map[string]bool{}
-	var msgs []deadLetter
+	var out []deadLetter
 	for range deadLetterReceives {
-		out, err := h.cfg.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		res, err := h.cfg.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl:            &h.cfg.DLQURL,
 			MaxNumberOfMessages: 10,
 			// VisibilityTimeout 0: see zeroVisibility; the SDK drops a 0 here.
@@ -89,34 +96,44 @@ func (h *Handler) readDeadLetters(ctx context.Context) *deadLetters {
 			MessageAttributeNames:       []string{"All"},
 		}, zeroVisibility)
 		if err != nil {
-			d.Err = fmt.Sprintf("reading the dead-letter queue: %v", err)
-			break
+			return out, len(seen), fmt.Sprintf("reading the dead-letter queue: %v", err)
 		}
 		fresh := 0
-		for _, m := range out.Messages {
+		for _, m := range res.Messages {
 			id := aws.ToString(m.MessageId)
 			if seen[id] {
 				continue
 			}
 			seen[id] = true
 			fresh++
-			msgs = append(msgs, h.deadLetterOf(m))
+			if l := h.deadLetterOf(m); keep == nil || keep(&l) {
+				out = append(out, l)
+			}
 		}
-		if fresh == 0 || len(msgs) >= deadLetterMax {
+		if fresh == 0 || len(seen) >= most {
 			break
 		}
 	}
-	d.Read = len(msgs)
+	return out, len(seen), ""
+}
+
+// readDeadLetters reads up to deadLetterMax messages of the dead-letter
+// queue without hiding or deleting any, groups them, and looks up the
+// record of each operation.
+func (h *Handler) readDeadLetters(ctx context.Context) *deadLetters {
+	d := &deadLetters{ReadAt: h.cfg.now()}
+	msgs, read, err := h.readDLQ(ctx, deadLetterMax, nil)
+	d.Read, d.Err = read, err
 	reasons := map[string]*reasonGroup{}
 	keys := map[string]*keyGroup{}
 	for _, m := range msgs {
 		if d.Oldest.IsZero() || m.Sent.Before(d.Oldest) {
 			d.Oldest = m.Sent
 		}
-		g := reasons[m.Reason]
+		g := reasons[m.Group]
 		if g == nil {
-			g = &reasonGroup{Reason: m.Reason, Oldest: m.Sent}
-			reasons[m.Reason] = g
+			g = &reasonGroup{Group: m.Group, Example: m.Reason, Oldest: m.Sent}
+			reasons[m.Group] = g
 		}
 		g.Count++
 		if m.Sent.Before(g.Oldest) {
@@ -146,7 +163,7 @@ func (h *Handler) readDeadLetters(ctx context.Context) *deadLetters {
 		d.ByReason = append(d.ByReason, *g)
 	}
 	slices.SortFunc(d.ByReason, func(a, b reasonGroup) int {
-		return cmp.Or(cmp.Compare(b.Count, a.Count), a.Oldest.Compare(b.Oldest), strings.Compare(a.Reason, b.Reason))
+		return cmp.Or(cmp.Compare(b.Count, a.Count), a.Oldest.Compare(b.Oldest), strings.Compare(a.Group, b.Group))
 	})
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -166,7 +183,8 @@ func (h *Handler) readDeadLetters(ctx context.Context) *deadLetters {
 				}
 			case errors.Is(err, ledger.ErrNotFound):
 			default:
-				k.Error = "ledger: " + err.Error()
+				k.State, k.Error = "unknown", "the ledger could not be read: "+err.Error()
+				d.LedgerErr = err.Error()
 			}
 		})
 	}
@@ -182,7 +200,7 @@ func (h *Handler) readDeadLetters(ctx context.Context) *deadLetters {
 
 // deadLetterOf reads what the console shows of a message.
 func (h *Handler) deadLetterOf(m types.Message) deadLetter {
-	d := deadLetter{ID: aws.ToString(m.MessageId), Reason: noReason}
+	d := deadLetter{ID: aws.ToString(m.MessageId), Reason: noReason, Group: replay.ReasonGroupOf(m)}
 	if v, ok := m.MessageAttributes[worker.AttrReason]; ok && aws.ToString(v.StringValue) != "" {
 		d.Reason = aws.ToString(v.StringValue)
 	}
@@ -193,6 +211,16 @@ func (h *Handler) deadLetterOf(m types.Message) deadLetter {
 		d.Sent = time.UnixMilli(ms)
 	}
 	d.Receives, _ = strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	p := &ledger.Payload{Body: []byte(aws.ToString(m.Body))}
+	for name, v := range m.MessageAttributes {
+		if v.StringValue != nil {
+			if p.Attributes == nil {
+				p.Attributes = map[string]string{}
+			}
+			p.Attributes[name] = aws.ToString(v.StringValue)
+		}
+	}
+	d.Payload = showPayload(p)
 	key, _, err := h.cfg.KeyOf(m)
 	if err != nil {
 		d.KeyErr = err.Error()
@@ -204,19 +232,43 @@ func (h *Handler) deadLetterOf(m types.Message) deadLetter {
 
 type deadLettersData struct {
 	Configured bool
-	DLQ        queueDepth
-	Letters    *deadLetters
+	Snap       *snapshot
+	// DLQTotal is SQS's approximate count of the queue's messages.
+	DLQTotal int
+	Letters  *deadLetters
+	// Key, when set, is the operation whose dead letters the page shows
+	// (Mine), searched among Searched read.
+	Key      string
+	Mine     []deadLetter
+	Searched int
+	KeyErr   string
 }
 
 func (h *Handler) deadLetters(w http.ResponseWriter, r *http.Request) {
-	d := deadLettersData{Configured: h.cfg.DLQURL != ""}
+	d := deadLettersData{Configured: h.cfg.DLQURL != "", Key: r.URL.Query().Get("key")}
+	status := http.StatusOK
 	if d.Configured {
 		ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 		defer cancel()
-		d.DLQ = h.cache.depth(ctx, h.cfg.Refresh, h.cfg.SQS, h.cfg.DLQURL)
-		d.Letters = h.cache.deadLetters(ctx, h.cfg.Refresh, h)
+		d.Snap = h.snap(ctx)
+		d.DLQTotal = d.Snap.DLQ.Visible + d.Snap.DLQ.InFlight + d.Snap.DLQ.Delayed
+		if d.Key != "" {
+			if err := ledger.ValidateKey(d.Key); err != nil {
+				h.fail(w, r, http.StatusBadRequest, "Not an operation key: "+err.Error())
+				return
+			}
+			d.Mine, d.Searched, d.KeyErr = h.readDLQ(ctx, deadLetterMax, func(l *deadLetter) bool { return l.Key == d.Key })
+		} else {
+			d.Letters = h.cache.deadLetters(ctx, h.cfg.Refresh, h)
+			if d.Letters.LedgerErr != "" {
+				status = http.StatusBadGateway
+			}
+		}
+		if d.Snap.OverviewErr != "" {
+			status = http.StatusBadGateway
+		}
 	}
-	h.render(w, r, http.StatusOK, "deadletters", "Dead letters", d)
+	h.render(w, r, status, "deadletters", "Dead letters", d)
 }
 
 // queueDepth is what SQS reports of a queue's messages.
@@ -239,55 +291,32 @@ func readDepth(ctx context.Context, c SQSClient, url string, now time.Time) queu
 	return q
 }
 
-// cache keeps the reads that every view of the overview shares for a
-// short while, so that many open pages cost one read.
+// cache keeps the reads that every view shares for a short while
+// (Config.Refresh), so that many open pages, refreshing themselves, cost
+// one read of each.
 type cache struct {
+	snapMu sync.Mutex // one snapshot read at a time
 	mu     sync.Mutex
-	ov     ledger.Overview
-	ovAt   time.Time
-	ovMu   sync.Mutex // one overview read at a time
-	depths map[string]queueDepth
+	snap   *snapshot
 	dl     *deadLetters
 	dlMu   sync.Mutex
 }
 
-// overview returns the overview read within every, or reads it.
-func (c *cache) overview(ctx context.Context, every time.Duration, read func(context.Context) (ledger.Overview, error)) (ledger.Overview, time.Time, error) {
-	c.ovMu.Lock()
-	defer c.ovMu.Unlock()
+// snapshot returns the snapshot read within every, or reads it.
+func (c *cache) snapshot(ctx context.Context, every time.Duration, read func(context.Context) *snapshot) *snapshot {
+	c.snapMu.Lock()
+	defer c.snapMu.Unlock()
 	c.mu.Lock()
-	o, at := c.ov, c.ovAt
+	s := c.snap
 	c.mu.Unlock()
-	if !at.IsZero() && time.Since(at) < every {
-		return o, at, nil
+	if s != nil && time.Since(s.readAt) < every {
+		return s
 	}
-	o, err := read(ctx)
-	if err != nil {
-		return ledger.Overview{}, time.Now(), err
-	}
-	at = time.Now()
+	s = read(ctx)
 	c.mu.Lock()
-	c.ov, c.ovAt = o, at
+	c.snap = s
 	c.mu.Unlock()
-	return o, at, nil
-}
-
-// depth returns the queue's depth read within every, or reads it.
-func (c *cache) depth(ctx context.Context, every time.Duration, client SQSClient, url string) queueDepth {
-	c.mu.Lock()
-	q, ok := c.depths[url]
-	c.mu.Unlock()
-	if ok && time.Since(q.ReadAt) < every && q.Err == "" {
-		return q
-	}
-	q = readDepth(ctx, client, url, time.Now())
-	c.mu.Lock()
-	if c.depths == nil {
-		c.depths = map[string]queueDepth{}
-	}
-	c.depths[url] = q
-	c.mu.Unlock()
-	return q
+	return s
 }
 
 // deadLetters returns the dead letters read within every, or reads them.
@@ -302,10 +331,10 @@ func (c *cache) deadLetters(ctx context.Context, every time.Duration, h *Handler
 	return c.dl
 }
 
-// forgetCached drops what the cache holds, after a change.
+// forget drops what the cache holds, after a change.
 func (c *cache) forget() {
 	c.mu.Lock()
-	c.ovAt, c.depths = time.Time{}, nil
+	c.snap = nil
 	c.mu.Unlock()
 	c.dlMu.Lock()
 	c.dl = nil

@@ -16,27 +16,42 @@
 //
 // # Pages
 //
-// The overview (/) shows the operations by state, the claims in progress
-// with lapsed leases, the failures grouped by reason, the queue's and the
-// dead-letter queue's depth, the completions and failures of the last
-// hour as a chart drawn on the server, and the owners holding claims.
-// /operations lists the operations filtered by state, key prefix, reason
-// and time of the last write, a bounded page at a time (ledger List), the
-// filters in the query string; /operation?key=K shows one record whole,
-// with the sqsonce command lines that do the same from a shell.
-// /dead-letters reads the dead-letter queue with a visibility timeout of
-// 0 (nothing is hidden or deleted) and groups its messages by reason and
-// by operation.
+// Every number a page shows is the ledger's count, or says what it is
+// (SQS's approximation, a sample, an estimate). The overview (/) shows the
+// operations by what will become of them (in progress, complete, failed and
+// to be retried, failed and dead-lettered, failed permanently), the lapsed
+// leases, the workers up and down, each paused scope with a pause and a
+// resume by hand, the completions and failures of the last three hours as
+// a chart drawn on the server, the queues' depths beside what the ledger
+// knows, the processes holding claims and the failures by reason group
+// (ledger.ReasonGroup). /workers lists the ledger's registry of processes,
+// one whose last beat is more than two beats old marked down.
+// /operations lists the operations filtered by state, key prefix, reason,
+// reason group and time of the last write, the newest first, a bounded
+// page at a time (ledger List), the filters in the query string, with the
+// filter's count where the ledger counts it; /operation?key=K shows one
+// record, its attempts, its message and its dead letters, with the sqsonce
+// command lines that do the same from a shell. /dead-letters shows the
+// ledger's dead letters by reason group beside SQS's count, and a sample
+// of the dead-letter queue read with a visibility timeout of 0 (nothing is
+// hidden or deleted), grouped by reason and by operation; ?key=K shows one
+// operation's. The pages of live state refresh themselves; the reads they
+// share are kept for Config.Refresh.
 //
 // # Writes
 //
 // With Config.Writes, /replay replays dead letters with the filters of
-// `sqsonce replay` (package replay): a dry run first, which counts and
-// samples what would move, then the move at a rate the operator sets,
-// with live progress and the summary `sqsonce replay` prints.
-// /operation offers to forget the operation once the operator has typed
-// its key, and /export streams the filtered list as JSON Lines. Nothing
-// edits a payload, purges a queue or sends a message of its own.
+// `sqsonce replay` (package replay) and by reason group or the operation's
+// state: a dry run first, which counts and samples what would move, then
+// the move at a rate the operator sets, with live progress and the summary
+// `sqsonce replay` prints. /operation offers to forget the operation once
+// the operator has typed its key; /forget forgets every operation a filter
+// matches, after a dry run that counts them; the overview pauses and
+// resumes the intake of a scope (its flow document, worker.PauseDoc); and
+// /export streams the filtered list as JSON Lines. /actions lists each
+// change with its actor, its filter and how many it touched (in memory: a
+// restart starts it anew). Nothing edits a payload, purges a queue or
+// sends a message of its own.
 //
 // # Safety
 //

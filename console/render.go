@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +16,7 @@ import (
 )
 
 // pageNames are the pages, each a template of its own on the layout.
-var pageNames = []string{"overview", "operations", "operation", "deadletters", "replay", "job", "signin", "error"}
+var pageNames = []string{"overview", "operations", "operation", "deadletters", "replay", "job", "workers", "actions", "forget", "forgetjob", "signin", "error"}
 
 var funcs = template.FuncMap{
 	"ts": func(t time.Time) string {
@@ -33,7 +34,7 @@ var funcs = template.FuncMap{
 	},
 	"age": age,
 	"num": num,
-	"cut": func(s string, n int) string { return textcut.Mark(strings.Join(strings.Fields(s), " "), n, "…") },
+	"cut": cut,
 	"pct": func(part, whole int) string {
 		if whole == 0 {
 			return "0%"
@@ -59,7 +60,35 @@ var funcs = template.FuncMap{
 	"toInt":   func(v int64) int { return int(v) },
 	"total":   func(s ledger.Stats) int { return s.InProgress + s.Complete + s.Failed + s.FailedPermanently },
 	"seconds": func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	// took is the time from start to end, the way an operator reads it.
+	"took": func(start, end time.Time) string {
+		if start.IsZero() || end.IsZero() {
+			return "—"
+		}
+		d := end.Sub(start)
+		if d < time.Second {
+			return fmt.Sprintf("%d ms", d.Milliseconds())
+		}
+		return age(d)
+	},
+	"process":    ledger.ProcessOf,
+	"globEscape": globEscape,
+	"list":       func(s ...string) []string { return s },
+	"dur":        age,
+	"sub":        func(a, b int) int { return a - b },
+	"rate":       func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) },
+	"sorted": func(m map[string]string) [][2]string {
+		var out [][2]string
+		for k, v := range m {
+			out = append(out, [2]string{k, v})
+		}
+		slices.SortFunc(out, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+		return out
+	},
 }
+
+// cut is s on one line, cut to n bytes with a mark.
+func cut(s string, n int) string { return textcut.Mark(strings.Join(strings.Fields(s), " "), n, "…") }
 
 // age is a duration the way an operator reads it: 45s, 12m 5s, 3h 20m, 2d 4h.
 func age(d time.Duration) string {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/replay"
 )
 
@@ -29,6 +30,8 @@ const (
 // `sqsonce replay`.
 type replayForm struct {
 	Key            string
+	Group          string // a reason group (replay.ReasonGroupOf)
+	State          string // the operation's state: in_progress, complete or failed
 	Since, Until   string
 	Max            int
 	Rate           float64
@@ -46,6 +49,8 @@ func (f replayForm) values() url.Values {
 		}
 	}
 	set("key", f.Key)
+	set("group", f.Group)
+	set("state", f.State)
 	set("since", f.Since)
 	set("until", f.Until)
 	if f.Max > 0 {
@@ -67,7 +72,8 @@ func (f replayForm) Encode() string { return f.values().Encode() }
 
 // readReplayForm reads the form, or says what is wrong with it.
 func readReplayForm(v url.Values) (replayForm, error) {
-	f := replayForm{Key: strings.TrimSpace(v.Get("key")), Since: strings.TrimSpace(v.Get("since")), Until: strings.TrimSpace(v.Get("until")),
+	f := replayForm{Key: strings.TrimSpace(v.Get("key")), Group: v.Get("group"), State: v.Get("state"),
+		Since: strings.TrimSpace(v.Get("since")), Until: strings.TrimSpace(v.Get("until")),
 		Rate: defaultRate, MaxReplays: replay.DefaultMaxReplays,
 		DropComplete: v.Get("drop_complete") == "1", IncludeKeyless: v.Get("include_keyless") == "1"}
 	var errs []string
@@ -97,10 +103,29 @@ func readReplayForm(v url.Values) (replayForm, error) {
 			errs = append(errs, fmt.Sprintf("key: %q is not a pattern: %v", f.Key, err))
 		}
 	}
+	if f.State != "" {
+		if _, err := ledger.ParseState(f.State); err != nil {
+			errs = append(errs, "state: want in_progress, complete or failed")
+		}
+	}
 	if len(errs) > 0 {
 		return f, errors.New(strings.Join(errs, "; "))
 	}
 	return f, nil
+}
+
+// Text is f's filters as the action log says them.
+func (f replayForm) Text() string {
+	var parts []string
+	for _, p := range [][2]string{{"key", f.Key}, {"reason group", f.Group}, {"state", f.State}, {"sent since", f.Since}, {"sent before", f.Until}} {
+		if p[1] != "" {
+			parts = append(parts, p[0]+" "+strconv.Quote(p[1]))
+		}
+	}
+	if len(parts) == 0 {
+		return "every dead letter"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // config is the replay.Config of f.
@@ -108,7 +133,10 @@ func (h *Handler) replayConfig(f replayForm, dryRun bool) (replay.Config, error)
 	now := h.cfg.now()
 	c := replay.DefaultConfig()
 	c.From, c.To, c.ToFIFO, c.KeyOf = h.cfg.DLQURL, h.cfg.QueueURL, h.cfg.QueueFIFO, h.cfg.KeyOf
-	c.KeyGlob, c.Max, c.Rate, c.MaxReplays = f.Key, f.Max, f.Rate, f.MaxReplays
+	c.KeyGlob, c.Max, c.Rate, c.MaxReplays, c.ReasonGroup = f.Key, f.Max, f.Rate, f.MaxReplays, f.Group
+	if f.State != "" {
+		c.State, _ = ledger.ParseState(f.State)
+	}
 	c.DropComplete, c.IncludeKeyless, c.DryRun = f.DropComplete, f.IncludeKeyless, dryRun
 	c.Concurrency = replayMovers
 	c.Logger = h.log.With("replay", true)
@@ -140,10 +168,13 @@ type job struct {
 	Actor    string
 	Started  time.Time
 	Backlog  int // the dead-letter queue's visible messages at the start
-	// FromDryRun is the dry run a replay follows.
+	// FromDryRun is the dry run a replay follows, and Counted what it
+	// counted would move: a replay moves no more.
 	FromDryRun int
+	Counted    int
 
 	replayer *replay.Replayer
+	act      *logEntry
 
 	mu      sync.Mutex
 	moves   []replay.Decision
@@ -205,11 +236,17 @@ type replayPage struct {
 	Jobs       []jobView
 	Running    *jobView
 	Configured bool
+	// Groups are the groups of the dead letters' reasons the ledger
+	// counts, to pick from.
+	Groups []ledger.DeadLetterGroup
 }
 
 func (h *Handler) replayForm(w http.ResponseWriter, r *http.Request) {
 	f, err := readReplayForm(r.URL.Query())
 	d := replayPage{Form: f, Configured: h.cfg.DLQURL != "", Jobs: h.jobViews()}
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	d.Groups = h.snap(ctx).Overview.DeadLetters
 	if err != nil && len(r.URL.Query()) > 0 {
 		d.Error = err.Error()
 	}
@@ -236,6 +273,7 @@ func (h *Handler) replayStart(w http.ResponseWriter, r *http.Request) {
 	}
 	refuse := func(status int, msg string, f replayForm) {
 		h.count(action, "refused")
+		h.record(r, map[bool]string{true: "replay dry run", false: "replay"}[dryRun], f.Text(), 0, "refused: "+msg)
 		d := replayPage{Form: f, Error: msg, Configured: h.cfg.DLQURL != "", Jobs: h.jobViews()}
 		h.render(w, r, status, "replay", "Replay", d)
 	}
@@ -278,14 +316,16 @@ func (h *Handler) replayStart(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, err.Error(), f)
 		return
 	}
+	counted := 0
 	if !dryRun {
 		// Not more than the dry run counted: messages that arrived since
 		// were not shown.
-		if moved := int(h.findJob(fromDry).view(false).Summary.Moved); cfg.Max == 0 || moved < cfg.Max {
-			cfg.Max = max(moved, 1)
+		counted = int(h.findJob(fromDry).view(false).Summary.Moved)
+		if cfg.Max == 0 || counted < cfg.Max {
+			cfg.Max = max(counted, 1)
 		}
 	}
-	j := &job{DryRun: dryRun, Form: f, From: cfg.From, To: cfg.To, Actor: actor(r), Started: time.Now(), FromDryRun: fromDry}
+	j := &job{DryRun: dryRun, Form: f, From: cfg.From, To: cfg.To, Actor: actor(r), Started: time.Now(), FromDryRun: fromDry, Counted: min(counted, cfg.Max)}
 	cfg.Observe = j.observe
 	rp, err := replay.New(cfg, h.cfg.SQS, h.cfg.Ledger)
 	if err != nil {
@@ -319,6 +359,12 @@ func (h *Handler) replayStart(w http.ResponseWriter, r *http.Request) {
 	h.jobWG.Add(1)
 	h.jobsMu.Unlock()
 
+	what := "replay"
+	if dryRun {
+		what = "replay dry run"
+	}
+	j.act = h.changes.add(logEntry{At: h.cfg.now(), Actor: j.Actor, What: what, Filter: f.Text(), Count: -1,
+		Link: h.link("/replay/job?id=" + strconv.Itoa(j.ID))})
 	h.log.Info("console: replay started", "actor", j.Actor, "job", j.ID, "dry_run", dryRun, "from", cfg.From, "to", cfg.To,
 		"filters", f.Encode(), "max", cfg.Max)
 	go func() {
@@ -337,6 +383,11 @@ func (h *Handler) replayStart(w http.ResponseWriter, r *http.Request) {
 			outcome = "failed"
 		}
 		h.count(action, outcome)
+		line := sum.Line(cfg.From, cfg.To)
+		if err != nil {
+			line += "; " + err.Error()
+		}
+		h.changes.end(j.act, int(sum.Moved), line)
 		h.log.Info("console: replay ended", "actor", j.Actor, "job", j.ID, "summary", sum.Line(cfg.From, cfg.To), "error", err)
 	}()
 	http.Redirect(w, r, h.link("/replay/job?id="+strconv.Itoa(j.ID)), http.StatusSeeOther)

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,6 +44,13 @@ func compact(path string, lockTimeout time.Duration, beforeRename func()) (befor
 		return 0, 0, fmt.Errorf("compact %s: %w", path, err)
 	}
 	err = guard(func() error { return bolt.Compact(dst, db.bolt, 64<<20) })
+	if err == nil {
+		// The copy's counters are the file's, which Open checked: stamp
+		// them as the new file's last commit's (see metaTallyTx).
+		err = dst.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bucketMeta).Put(metaTallyTx, binary.BigEndian.AppendUint64(nil, uint64(tx.ID())))
+		})
+	}
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}

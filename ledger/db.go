@@ -318,7 +318,10 @@ func (db *DB) init() error {
 					return err
 				}
 			}
-			return initFlow(tx, meta)
+			if err := initFlow(tx, meta); err != nil {
+				return err
+			}
+			return checkTally(tx, meta)
 		})
 	})
 	if err != nil {
@@ -479,7 +482,10 @@ func (db *DB) commit(batch []*request) {
 						return err
 					}
 				}
-				return st.flushCounts()
+				if err := st.flushCounts(); err != nil {
+					return err
+				}
+				return st.flushTally()
 			})
 		})
 		if err == nil {

@@ -64,6 +64,28 @@
 // use: idle buckets (BucketIdle), tombstones of flow documents (FlowKeep),
 // lapsed registrations (ProcessKeep), free slots (SlotIdle).
 //
+// # What a console reads
+//
+// Each record keeps the story of its operation: the attempts that ended
+// (Record.History, the last MaxHistory: start, end, owner, outcome, error),
+// appended by Complete, Fail and a claim that takes another over, and, when
+// the caller passes one, the message itself (Record.Payload, bounded by
+// MaxPayload). Get reads them; List and ForEach do not.
+//
+// An Overview reads what the ledger keeps counted, not the records: the
+// counts by state, the failures by the group of their reason (ReasonGroup)
+// with the latest reason and key of each group, the dead-letter marks by
+// group likewise, how many retryable failures were dead-lettered (nothing
+// retries them), and the completions and failures per minute of the last
+// MinuteKeep, as they happened. The embedded ledger keeps these as counters
+// and indexes in the file, written in the commits that change them; a
+// shared one groups the records that are not complete through their index
+// (PostgreSQL) or a sample (DynamoDB), and writes each process's counts
+// per minute every MinuteFlush. Filter selects by reason group, by
+// Permanent and by a dead-letter mark too, and List gives the records last
+// written first (Filter.Newest) through an index in time order where the
+// backend has one.
+//
 // # Upgrades
 //
 // Flow control came after the first ledger schema, and a ledger of that
@@ -80,5 +102,10 @@
 // is not classified: its failures count in neither class and its claims
 // leave a dead-letter mark in place. FlowSchema reports the flow schema a
 // ledger was given (FlowSchemaVersion, 0 before), so that `check` can tell
-// a ledger without flow control, or one made by a newer sqsonce.
+// a ledger without flow control, or one made by a newer sqsonce. Flow
+// schema 2 added the history, the kept payload and the counters of an
+// overview in the same way: an older sqsonce writes records without them,
+// so the embedded ledger stamps each commit of its own and counts again at
+// Open when another version wrote the file since (see tally.go); history
+// and activity then miss what that version did.
 package ledger

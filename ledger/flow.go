@@ -18,7 +18,7 @@ import (
 // made by an older sqsonce reports 0, one upgraded by a newer sqsonce a
 // higher number. It is apart from the core schema version, which stays as
 // it was, so that an older sqsonce keeps working on an upgraded ledger.
-const FlowSchemaVersion = 1
+const FlowSchemaVersion = 2
 
 // Limits of flow control state.
 const (

@@ -469,6 +469,9 @@ func (db *DB) sweepFlow(ctx context.Context) error {
 	if err := db.sweepRecFlow(ctx); err != nil {
 		return err
 	}
+	if err := db.sweepSidecars(ctx); err != nil {
+		return err
+	}
 	err := db.write(ctx, func(s *store) error {
 		var stale [][]byte
 		docs := s.tx.Bucket(bucketFlowDocs)

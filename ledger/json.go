@@ -35,6 +35,28 @@ type RecordJSON struct {
 	DeadLettered     *time.Time `json:"dead_lettered,omitempty"`
 	DeadLetterReason string     `json:"dead_letter_reason,omitempty"`
 	DeadLetterCopyID string     `json:"dead_letter_copy_id,omitempty"`
+
+	History []AttemptJSON `json:"history,omitempty"`
+	Payload *PayloadJSON  `json:"payload,omitempty"`
+}
+
+// AttemptJSON is an attempt of a record's history in its JSON form.
+type AttemptJSON struct {
+	Start   *time.Time `json:"start,omitempty"`
+	End     *time.Time `json:"end,omitempty"`
+	Owner   string     `json:"owner,omitempty"`
+	Outcome string     `json:"outcome"`
+	Error   string     `json:"error,omitempty"`
+	Derived bool       `json:"derived,omitempty"`
+}
+
+// PayloadJSON is a kept payload in its JSON form: the body as text when it
+// is valid UTF-8, else in base64.
+type PayloadJSON struct {
+	Body       string            `json:"body,omitempty"`
+	BodyBase64 string            `json:"body_base64,omitempty"`
+	Attributes map[string]string `json:"attributes,omitempty"`
+	Cut        bool              `json:"cut,omitempty"`
 }
 
 // ToJSON is r in its JSON form.
@@ -60,6 +82,18 @@ func ToJSON(r Record) RecordJSON {
 		j.Result = string(r.Result)
 	} else {
 		j.ResultBase64 = base64.StdEncoding.EncodeToString(r.Result)
+	}
+	for _, a := range r.History {
+		j.History = append(j.History, AttemptJSON{Start: t(a.Start), End: t(a.End), Owner: a.Owner, Outcome: string(a.Outcome),
+			Error: a.Error, Derived: a.Derived})
+	}
+	if p := r.Payload; p != nil {
+		j.Payload = &PayloadJSON{Attributes: p.Attributes, Cut: p.Cut}
+		if utf8.Valid(p.Body) {
+			j.Payload.Body = string(p.Body)
+		} else {
+			j.Payload.BodyBase64 = base64.StdEncoding.EncodeToString(p.Body)
+		}
 	}
 	return j
 }
@@ -92,6 +126,21 @@ func FromJSON(j RecordJSON) (Record, error) {
 		}
 	} else if j.Result != "" {
 		r.Result = []byte(j.Result)
+	}
+	for _, a := range j.History {
+		r.History = append(r.History, Attempt{Start: t(a.Start), End: t(a.End), Owner: a.Owner, Outcome: AttemptOutcome(a.Outcome),
+			Error: a.Error, Derived: a.Derived})
+	}
+	if p := j.Payload; p != nil {
+		r.Payload = &Payload{Attributes: p.Attributes, Cut: p.Cut, Body: []byte(p.Body)}
+		if p.BodyBase64 != "" {
+			if r.Payload.Body, err = base64.StdEncoding.DecodeString(p.BodyBase64); err != nil {
+				return Record{}, fmt.Errorf("payload: %w", err)
+			}
+		}
+		if len(r.Payload.Body) == 0 {
+			r.Payload.Body = nil
+		}
 	}
 	return r, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
@@ -22,6 +24,37 @@ type Filter struct {
 	// Since and Until select records last written (Updated) at or after
 	// Since and before Until. Zero: no bound.
 	Since, Until time.Time
+	// ReasonGroup selects records whose LastError is of that group
+	// (ReasonGroup).
+	ReasonGroup string
+	// Permanent selects records by Record.Permanent, DeadLettered by
+	// whether Record.DeadLettered is set: FlagAny (the zero Flag),
+	// FlagSet or FlagUnset.
+	Permanent, DeadLettered Flag
+	// Newest asks List for the records last written first (see List).
+	// ForEach walks in its own order whatever it says.
+	Newest bool
+}
+
+// Flag is a condition of a Filter on a yes-or-no field.
+type Flag int8
+
+// The conditions of a Flag.
+const (
+	FlagAny   Flag = 0
+	FlagSet   Flag = 1
+	FlagUnset Flag = -1
+)
+
+// match reports whether set meets f.
+func (f Flag) match(set bool) bool {
+	return f == FlagAny || (f == FlagSet) == set
+}
+
+// Narrow reports whether f selects by more than a key prefix and a time
+// window: a State, a reason, a Permanent or a DeadLettered condition.
+func (f Filter) Narrow() bool {
+	return f.State != 0 || f.Reason != "" || f.ReasonGroup != "" || f.Permanent != FlagAny || f.DeadLettered != FlagAny
 }
 
 // Validate reports a filter that can match nothing by mistake: a time
@@ -36,14 +69,19 @@ func (f Filter) Validate() error {
 		return fmt.Errorf("filter: reason of %d bytes, longer than %d: %w", len(f.Reason), MaxErrorLen, ErrInvalidArgument)
 	case len(f.Prefix) > MaxKeyLen:
 		return fmt.Errorf("filter: prefix of %d bytes, longer than %d: %w", len(f.Prefix), MaxKeyLen, ErrInvalidArgument)
+	case len(f.ReasonGroup) > MaxErrorLen:
+		return fmt.Errorf("filter: reason group of %d bytes, longer than %d: %w", len(f.ReasonGroup), MaxErrorLen, ErrInvalidArgument)
+	case f.Permanent < FlagUnset || f.Permanent > FlagSet || f.DeadLettered < FlagUnset || f.DeadLettered > FlagSet:
+		return fmt.Errorf("filter: a flag that is neither any, set nor unset: %w", ErrInvalidArgument)
 	}
 	return nil
 }
 
-// Match reports whether r meets every condition of f. Liveness is not one
-// of them: the caller judges it by its own clock.
+// Match reports whether r, with its flow fields, meets every condition of
+// f. Liveness is not one of them: the caller judges it by its own clock.
 func (f Filter) Match(r Record) bool {
-	return f.matchHead(r.State, r.Updated) && strings.HasPrefix(r.Key, f.Prefix) && f.matchReason(r.LastError)
+	return f.matchHead(r.State, r.Updated) && f.Permanent.match(r.Permanent) && f.DeadLettered.match(!r.DeadLettered.IsZero()) &&
+		strings.HasPrefix(r.Key, f.Prefix) && f.matchReason(r.LastError)
 }
 
 // matchHead checks the conditions that need no more than a record's state
@@ -54,13 +92,21 @@ func (f Filter) matchHead(state State, updated time.Time) bool {
 		(f.Until.IsZero() || updated.Before(f.Until))
 }
 
-// matchReason reports whether lastError contains f.Reason, ignoring case.
+// matchReason reports whether lastError contains f.Reason, ignoring case,
+// and is of f.ReasonGroup.
 func (f Filter) matchReason(lastError string) bool {
+	if f.ReasonGroup != "" && ReasonGroup(lastError) != f.ReasonGroup {
+		return false
+	}
 	if f.Reason == "" {
 		return true
 	}
 	return strings.Contains(strings.ToLower(lastError), strings.ToLower(f.Reason))
 }
+
+// wantsReason reports whether f selects by a reason, which a complete
+// record never has (a completion clears it).
+func (f Filter) wantsReason() bool { return f.Reason != "" || f.ReasonGroup != "" }
 
 // Limits of List.
 const (
@@ -72,9 +118,11 @@ const (
 
 // Page is one page of a List.
 type Page struct {
-	// Records match the filter, in the backend's order (key order, but
-	// on DynamoDB).
+	// Records match the filter, in the backend's order: key order, or
+	// the newest first when Newest; on DynamoDB, a Scan's.
 	Records []Record
+	// Newest says the page is in the order Filter.Newest asks for.
+	Newest bool
 	// Next is the cursor of the following page: pass it to List as after.
 	// It is empty when the listing has reached its end (a page that ends
 	// just at the end may still have a Next, whose page is empty).
@@ -111,8 +159,10 @@ const (
 )
 
 // List returns a page of at most limit live records that match f, in key
-// order, starting after the key after ("" from the start). Next continues
-// the listing. limit 0 means DefaultListLimit; more than MaxListLimit is
+// order, starting after the key after ("" from the start); with f.Newest,
+// the records last written first (see listNewest), starting after the
+// cursor after, which only a Page's Next gives. Next continues the
+// listing. limit 0 means DefaultListLimit; more than MaxListLimit is
 // refused.
 //
 // List looks at no more than a bounded number of records per call (about
@@ -128,6 +178,9 @@ func (db *DB) List(ctx context.Context, f Filter, after string, limit int) (Page
 	}
 	if err := f.Validate(); err != nil {
 		return Page{}, err
+	}
+	if f.Newest {
+		return db.listNewest(ctx, f, after, limit)
 	}
 	now := db.now()
 	prefix := []byte(f.Prefix)
@@ -158,21 +211,7 @@ func (db *DB) List(ctx context.Context, f Filter, after string, limit int) (Page
 				n++
 				page.Scanned++
 				last = append(last[:0], k...)
-				// A complete record has no reason (a completion clears
-				// it): a filter by reason needs no more than its head.
-				h, ok := peekRecord(v)
-				if ok && (!h.expires.After(now) || !f.matchHead(h.state, h.updated) || (f.Reason != "" && h.state == StateComplete)) {
-					continue
-				}
-				r, err := decodeRecord(string(k), v)
-				if err != nil {
-					page.Unreadable++
-					continue
-				}
-				if r.Expires.After(now) && f.Match(r) {
-					attachFlow(tx, &r)
-					page.Records = append(page.Records, r)
-				}
+				db.listOne(tx, &page, f, k, v, now)
 			}
 			if k == nil || !bytes.HasPrefix(k, prefix) {
 				end = true // the page ended with the range
@@ -187,6 +226,107 @@ func (db *DB) List(ctx context.Context, f Filter, after string, limit int) (Page
 		}
 	}
 	page.Next = string(last)
+	return page, nil
+}
+
+// listOne adds the record of key k, encoded as v, to page when it is live
+// at now and matches f.
+func (db *DB) listOne(tx *bolt.Tx, page *Page, f Filter, k, v []byte, now time.Time) bool {
+	// A complete record has no reason (a completion clears it): a
+	// filter by reason needs no more than its head.
+	h, ok := peekRecord(v)
+	if ok && (!h.expires.After(now) || !f.matchHead(h.state, h.updated) || !f.Permanent.match(h.permanent) ||
+		(f.wantsReason() && h.state == StateComplete)) {
+		return false
+	}
+	r, err := decodeRecord(string(k), v)
+	if err != nil {
+		page.Unreadable++
+		return false
+	}
+	if !r.Expires.After(now) {
+		return false
+	}
+	attachFlow(tx, &r)
+	if !f.Match(r) {
+		return false
+	}
+	page.Records = append(page.Records, r)
+	return true
+}
+
+// listNewest is List with f.Newest: the records last written first,
+// through an index in time order walked backwards: for records in
+// progress the in-flight index (the latest claims first), for failed
+// records the failed index (by their last write), for the others the
+// expiry index, whose order is that of the last writes (the expiry is the
+// last write plus the ledger's retention, unless the retention was changed
+// since). A cursor is the index entry looked at last, in hexadecimal.
+func (db *DB) listNewest(ctx context.Context, f Filter, after string, limit int) (Page, error) {
+	now := db.now()
+	index, shift := bucketExpiry, db.retention
+	switch f.State {
+	case StateInProgress:
+		index, shift = bucketInFlight, -1 // claims: no bound by the time of the last write
+	case StateFailed:
+		index, shift = bucketFailed, 0
+	}
+	var last, stop []byte
+	if after != "" {
+		b, err := hex.DecodeString(after)
+		if err != nil || len(b) < 8 {
+			return Page{}, fmt.Errorf("list: cursor %q is not one that List gave: %w", after, ErrInvalidArgument)
+		}
+		last = b
+	} else if !f.Until.IsZero() && shift >= 0 {
+		last = indexKey(f.Until.Add(shift), "") // the walk starts before it
+	}
+	if !f.Since.IsZero() && shift >= 0 {
+		stop = indexKey(f.Since.Add(shift), "")
+	}
+	page := Page{Newest: true}
+	for page.Scanned < listScan && len(page.Records) < limit {
+		if err := ctx.Err(); err != nil {
+			return Page{}, err
+		}
+		end := false
+		err := db.view(func(tx *bolt.Tx) error {
+			c := tx.Bucket(index).Cursor()
+			records := tx.Bucket(bucketRecords)
+			var k []byte
+			if last == nil {
+				k, _ = c.Last()
+			} else if k, _ = c.Seek(last); k == nil {
+				k, _ = c.Last()
+			} else {
+				k, _ = c.Prev() // Seek found the entry at or after last
+			}
+			for n := 0; n < listChunk && len(page.Records) < limit; k, _ = c.Prev() {
+				if k == nil || stop != nil && bytes.Compare(k, stop) < 0 {
+					end = true
+					return nil
+				}
+				n++
+				page.Scanned++
+				last = append(last[:0], k...)
+				_, key, err := splitIndexKey(k)
+				if err != nil {
+					continue
+				}
+				if v := records.Get([]byte(key)); v != nil {
+					db.listOne(tx, &page, f, []byte(key), v, now)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return Page{}, fmt.Errorf("list: %w", err)
+		}
+		if end {
+			return page, nil
+		}
+	}
+	page.Next = hex.EncodeToString(last)
 	return page, nil
 }
 
@@ -227,19 +367,25 @@ const (
 	// OverviewInProgress is how many in-progress records an Overview
 	// holds, the oldest claims first.
 	OverviewInProgress = 50
-	// OverviewFailureGroups is how many groups of failures an Overview
-	// holds, the largest first.
+	// OverviewFailureGroups is how many groups of failures, and of dead
+	// letters, an Overview holds, the largest first.
 	OverviewFailureGroups = 20
-	// OverviewOwners is how many owners an Overview names, those with
-	// the most claims first.
+	// OverviewOwners is how many processes holding claims an Overview
+	// names, those with the most claims first.
 	OverviewOwners = 50
 )
 
 // Overview is what a console shows first of a ledger: the counts, the
-// claims in progress, the failures by reason and the recent activity.
+// claims in progress and the processes holding them, the failures and the
+// dead letters by the group of their reason, and the recent activity.
 type Overview struct {
 	// Stats are the counts by state and the oldest claim in progress.
 	Stats
+	// FailedDeadLettered is how many of Stats.Failed (the retryable
+	// failures) are marked dead-lettered: their message was sent to the
+	// dead-letter queue, so nothing retries them until a replay. The
+	// failures to be retried are Failed less these.
+	FailedDeadLettered int
 	// Estimate is empty when the counts are exact, and otherwise says how
 	// they were estimated.
 	Estimate string
@@ -247,43 +393,78 @@ type Overview struct {
 	// first, at most OverviewInProgress; those whose LeaseExpiry has
 	// passed (by Now) are lapsed, to be taken over by a redelivery.
 	OldestClaims []Record
-	// Owners are the owners holding in-progress claims, the most claims
-	// first, at most OverviewOwners.
+	// Owners are the processes holding in-progress claims (the owner
+	// tokens' ProcessOf), the most claims first, at most OverviewOwners.
 	Owners []OwnerClaims
-	// Failures are the failed records grouped by their LastError, the
-	// largest groups first, at most OverviewFailureGroups.
-	Failures []FailureGroup
-	// Activity counts, per minute since the time asked for, the records
-	// completed (by Completed) and the failed records whose last attempt
-	// failed then (by Updated), oldest minute first; minutes with neither
-	// are left out. A record counts once, as it stands now.
+	// Failures are the failed records grouped by the group of their
+	// LastError (ReasonGroup), the largest groups first, at most
+	// OverviewFailureGroups of FailureGroups.
+	Failures      []FailureGroup
+	FailureGroups int
+	// DeadLetters are the records marked dead-lettered, grouped by the
+	// group of their DeadLetterReason, the largest first, at most
+	// OverviewFailureGroups of DeadLetterGroups; DeadLettered counts them
+	// all. Each counts what the ledger recorded: a message that SQS moved
+	// without the worker marking it is not among them.
+	DeadLetters      []DeadLetterGroup
+	DeadLetterGroups int
+	DeadLettered     int
+	// Activity counts, per minute since the time asked for (at most
+	// MinuteKeep ago), the completions and the failures recorded in that
+	// minute, oldest minute first; minutes with neither are left out.
+	// Each attempt that ended counts once, when it ended.
 	Activity []Minute
 	// Now is the backend's clock when the overview was read: lapsed
 	// leases and the activity window are judged by it.
 	Now time.Time
 	// Partial is set when a bound on the reading cut it short, or it read
-	// a sample: Owners, Failures and Activity then cover only the records
-	// read (Scanned).
+	// a sample: the parts that say so (Estimate) then cover only the
+	// records read (Scanned).
 	Partial bool
-	// Scanned is how many records were read for Owners, Failures and
-	// Activity.
+	// Scanned is how many records were read, where the overview reads
+	// records rather than counters.
 	Scanned int
 }
 
-// OwnerClaims is an owner and the claims it holds.
+// OwnerClaims is a process and the claims it holds.
 type OwnerClaims struct {
-	Owner  string
+	Owner  string // the process: ProcessOf its claims' owner tokens
 	Claims int
 	Lapsed int // claims whose lease has lapsed
 }
 
-// FailureGroup is the failed records of one reason.
+// ProcessOf is the process of an owner token: the token up to its last
+// slash, as the worker makes its tokens (its process id, a slash and a
+// number); a token without a slash is its own process.
+func ProcessOf(owner string) string {
+	if i := strings.LastIndexByte(owner, '/'); i > 0 {
+		return owner[:i]
+	}
+	return owner
+}
+
+// FailureGroup is the failed records of one reason group.
 type FailureGroup struct {
-	Reason    string
-	Count     int
-	Permanent int    // of Count, those failed permanently
-	Example   string // the key of one of them
-	Last      time.Time
+	Group  string // ReasonGroup of their LastError
+	Reason string // the LastError of the latest of them, an example
+	Count  int
+	// Permanent counts those of Count failed permanently, DeadLettered
+	// the retryable ones marked dead-lettered: Count less both are to be
+	// retried.
+	Permanent    int
+	DeadLettered int
+	Example      string // the key of the latest of them
+	Last         time.Time
+}
+
+// DeadLetterGroup is the records marked dead-lettered with one reason
+// group.
+type DeadLetterGroup struct {
+	Group   string // ReasonGroup of their DeadLetterReason
+	Reason  string // the reason of the latest mark, an example
+	Count   int
+	Example string // the key of the latest mark
+	Last    time.Time
 }
 
 // Minute counts what happened in the minute that starts at Start.
@@ -301,12 +482,13 @@ type OverviewBuilder struct {
 	inProgress []Record
 	owners     map[string]*OwnerClaims
 	failures   map[string]*FailureGroup
-	minutes    map[int64]*Minute
+	dead       map[string]*DeadLetterGroup
+	failedDead int
 	scanned    int
 }
 
-// maxGroups bounds the distinct reasons and owners a builder keeps; the
-// rest are counted under the group named by overflowName.
+// maxGroups bounds the distinct reason groups and processes a builder
+// keeps; the rest are counted under the group named by overflowName.
 const (
 	maxGroups    = 10_000
 	overflowName = "(other reasons)"
@@ -316,30 +498,33 @@ const (
 // activity since since.
 func NewOverviewBuilder(now, since time.Time) *OverviewBuilder {
 	return &OverviewBuilder{now: now, since: since, owners: map[string]*OwnerClaims{},
-		failures: map[string]*FailureGroup{}, minutes: map[int64]*Minute{}}
+		failures: map[string]*FailureGroup{}, dead: map[string]*DeadLetterGroup{}}
 }
 
-// Add counts one live record.
+// Add counts one live record, with its flow fields.
 func (b *OverviewBuilder) Add(r Record) {
 	b.scanned++
 	switch r.State {
 	case StateInProgress:
-		b.addInProgress(r)
-	case StateComplete:
-		b.addActivity(r.Completed, true)
+		b.AddInProgress(r)
 	case StateFailed:
 		b.addFailure(r)
 	}
+	if !r.DeadLettered.IsZero() {
+		b.addDeadLetter(r)
+	}
 }
 
-func (b *OverviewBuilder) addInProgress(r Record) {
-	o := b.owners[r.Owner]
+// AddInProgress counts one live record in progress.
+func (b *OverviewBuilder) AddInProgress(r Record) {
+	p := ProcessOf(r.Owner)
+	o := b.owners[p]
 	if o == nil {
 		if len(b.owners) >= maxGroups {
 			return
 		}
-		o = &OwnerClaims{Owner: r.Owner}
-		b.owners[r.Owner] = o
+		o = &OwnerClaims{Owner: p}
+		b.owners[p] = o
 	}
 	o.Claims++
 	if !r.LeaseExpiry.After(b.now) {
@@ -359,86 +544,112 @@ func (b *OverviewBuilder) trimInProgress() {
 }
 
 func (b *OverviewBuilder) addFailure(r Record) {
-	b.addActivity(r.Updated, false)
-	g := b.failures[r.LastError]
+	name := ReasonGroup(r.LastError)
+	g := b.failures[name]
 	if g == nil {
-		name := r.LastError
 		if len(b.failures) >= maxGroups {
 			name = overflowName
 		}
 		if g = b.failures[name]; g == nil {
-			g = &FailureGroup{Reason: name, Example: r.Key}
+			g = &FailureGroup{Group: name}
 			b.failures[name] = g
 		}
 	}
 	g.Count++
-	if r.Permanent {
+	switch {
+	case r.Permanent:
 		g.Permanent++
+	case !r.DeadLettered.IsZero():
+		g.DeadLettered++
+		b.failedDead++
 	}
-	if r.Updated.After(g.Last) {
-		g.Last = r.Updated
-	}
-}
-
-func (b *OverviewBuilder) addActivity(t time.Time, completed bool) {
-	if t.IsZero() || t.Before(b.since) || t.After(b.now) {
-		return
-	}
-	m := t.Unix() / 60
-	bucket := b.minutes[m]
-	if bucket == nil {
-		bucket = &Minute{Start: time.Unix(m*60, 0)}
-		b.minutes[m] = bucket
-	}
-	if completed {
-		bucket.Completed++
-	} else {
-		bucket.Failed++
+	if !r.Updated.Before(g.Last) {
+		g.Last, g.Example, g.Reason = r.Updated, r.Key, r.LastError
 	}
 }
 
-// Overview returns what was added, with st as its counts.
-func (b *OverviewBuilder) Overview(st Stats) Overview {
+func (b *OverviewBuilder) addDeadLetter(r Record) {
+	name := ReasonGroup(r.DeadLetterReason)
+	g := b.dead[name]
+	if g == nil {
+		if len(b.dead) >= maxGroups {
+			name = overflowName
+		}
+		if g = b.dead[name]; g == nil {
+			g = &DeadLetterGroup{Group: name}
+			b.dead[name] = g
+		}
+	}
+	g.Count++
+	if !r.DeadLettered.Before(g.Last) {
+		g.Last, g.Example, g.Reason = r.DeadLettered, r.Key, r.DeadLetterReason
+	}
+}
+
+// Overview returns what was added, with st as its counts and activity as
+// its activity.
+func (b *OverviewBuilder) Overview(st Stats, activity []Minute) Overview {
 	b.trimInProgress()
-	o := Overview{Stats: st, OldestClaims: b.inProgress, Now: b.now, Scanned: b.scanned}
+	o := Overview{Stats: st, OldestClaims: b.inProgress, Now: b.now, Scanned: b.scanned, FailedDeadLettered: b.failedDead}
 	for _, v := range b.owners {
 		o.Owners = append(o.Owners, *v)
 	}
-	slices.SortFunc(o.Owners, func(x, y OwnerClaims) int {
-		return cmp.Or(cmp.Compare(y.Claims, x.Claims), strings.Compare(x.Owner, y.Owner))
-	})
+	SortOwners(o.Owners)
 	o.Owners = o.Owners[:min(len(o.Owners), OverviewOwners)]
 	for _, v := range b.failures {
 		o.Failures = append(o.Failures, *v)
 	}
-	SortFailures(o.Failures)
-	o.Failures = o.Failures[:min(len(o.Failures), OverviewFailureGroups)]
-	for _, v := range b.minutes {
-		o.Activity = append(o.Activity, *v)
+	o.Failures, o.FailureGroups = TopFailures(o.Failures)
+	for _, v := range b.dead {
+		o.DeadLetters = append(o.DeadLetters, *v)
+		o.DeadLettered += v.Count
 	}
-	slices.SortFunc(o.Activity, func(x, y Minute) int { return x.Start.Compare(y.Start) })
+	o.DeadLetters, o.DeadLetterGroups = TopDeadLetters(o.DeadLetters)
+	o.Activity = ActivitySince(activity, b.since)
 	return o
 }
 
-// SortFailures puts the largest groups first, then the most recent.
-func SortFailures(gs []FailureGroup) {
-	slices.SortFunc(gs, func(x, y FailureGroup) int {
-		return cmp.Or(cmp.Compare(y.Count, x.Count), y.Last.Compare(x.Last), strings.Compare(x.Reason, y.Reason))
+// SortOwners puts the processes with the most claims first.
+func SortOwners(os []OwnerClaims) {
+	slices.SortFunc(os, func(x, y OwnerClaims) int {
+		return cmp.Or(cmp.Compare(y.Claims, x.Claims), strings.Compare(x.Owner, y.Owner))
 	})
 }
 
-// overviewScan bounds how many records one Overview reads; overviewChunk
-// how many one of its read transactions looks at.
-const (
-	overviewScan  = 5_000_000
-	overviewChunk = 8192
-)
+// TopFailures sorts gs, the largest groups first, then the most recent,
+// and returns the first OverviewFailureGroups and how many there were.
+func TopFailures(gs []FailureGroup) ([]FailureGroup, int) {
+	slices.SortFunc(gs, func(x, y FailureGroup) int {
+		return cmp.Or(cmp.Compare(y.Count, x.Count), y.Last.Compare(x.Last), strings.Compare(x.Group, y.Group))
+	})
+	return gs[:min(len(gs), OverviewFailureGroups)], len(gs)
+}
 
-// Overview reads the counts (kept as counters), the claims in progress
-// (through the in-flight index) and, in one walk of the records in short
-// read transactions, the failures and the activity since since. Only the
-// failed and in-progress records are decoded whole. A ledger of more than
-// about 5,000,000 records is read in part (Overview.Partial).
+// TopDeadLetters is TopFailures for dead-letter groups.
+func TopDeadLetters(gs []DeadLetterGroup) ([]DeadLetterGroup, int) {
+	slices.SortFunc(gs, func(x, y DeadLetterGroup) int {
+		return cmp.Or(cmp.Compare(y.Count, x.Count), y.Last.Compare(x.Last), strings.Compare(x.Group, y.Group))
+	})
+	return gs[:min(len(gs), OverviewFailureGroups)], len(gs)
+}
+
+// ActivitySince is the minutes of ms that start at since or later, oldest
+// first, without empty ones.
+func ActivitySince(ms []Minute, since time.Time) []Minute {
+	var out []Minute
+	for _, m := range ms {
+		if !m.Start.Before(since.Truncate(time.Minute)) && (m.Completed > 0 || m.Failed > 0) {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(x, y Minute) int { return x.Start.Compare(y.Start) })
+	return out
+}
+
+// Overview reads the counts, the failures and the dead letters by group
+// and the activity from the counters the ledger keeps (see tally.go), and
+// the claims in progress through the in-flight index: no record but those
+// in progress is read, however large the ledger.
 func (db *DB) Overview(ctx context.Context, since time.Time) (Overview, error) {
 	st, err := db.Stats(ctx)
 	if err != nil {
@@ -481,7 +692,7 @@ func (db *DB) Overview(ctx context.Context, since time.Time) (Overview, error) {
 				if err != nil || r.State != StateInProgress || !r.Expires.After(now) {
 					continue
 				}
-				b.addInProgress(r)
+				b.AddInProgress(r)
 			}
 			return nil
 		})
@@ -489,56 +700,55 @@ func (db *DB) Overview(ctx context.Context, since time.Time) (Overview, error) {
 			return Overview{}, fmt.Errorf("overview: %w", err)
 		}
 	}
-	// The failures and the activity, in one walk of the records.
-	var last []byte
-	scanned := 0
-	partial := false
-	for done := false; !done; {
-		if err := ctx.Err(); err != nil {
-			return Overview{}, err
-		}
-		if scanned >= overviewScan {
-			partial = true
-			break
-		}
-		err := db.view(func(tx *bolt.Tx) error {
-			c := tx.Bucket(bucketRecords).Cursor()
-			k, v := c.First()
-			if last != nil {
-				k, v = c.Seek(last)
-				if k != nil && bytes.Equal(k, last) {
-					k, v = c.Next()
-				}
-			}
-			for n := 0; n < overviewChunk; k, v = c.Next() {
-				if k == nil {
-					done = true
-					return nil
-				}
-				n++
-				scanned++
-				last = append(last[:0], k...)
-				h, ok := peekRecord(v)
-				if !ok || !h.expires.After(now) {
-					continue
-				}
-				switch h.state {
-				case StateComplete:
-					b.addActivity(h.completed, true)
-				case StateFailed:
-					r, err := decodeRecord(string(k), v)
-					if err == nil {
-						b.addFailure(r)
-					}
-				}
+	var failures []FailureGroup
+	var dead []DeadLetterGroup
+	var activity []Minute
+	err = db.view(func(tx *bolt.Tx) error {
+		err := tx.Bucket(bucketFailGroups).ForEach(func(k, v []byte) error {
+			g := decodeFailGroup(v)
+			if g.n > 0 {
+				failures = append(failures, FailureGroup{Group: groupName(k), Reason: g.reason, Count: int(g.n),
+					Permanent: int(g.permanent), DeadLettered: int(g.dead), Example: g.key, Last: fromUnixNano(g.last)})
 			}
 			return nil
 		})
 		if err != nil {
-			return Overview{}, fmt.Errorf("overview: %w", err)
+			return err
 		}
+		examples := tx.Bucket(bucketDeadGroups)
+		err = tx.Bucket(bucketDeadLetters).ForEach(func(k, v []byte) error {
+			if len(v) != 8 {
+				return nil
+			}
+			e := decodeExample(examples.Get(k))
+			dead = append(dead, DeadLetterGroup{Group: groupName(k), Count: int(binary.BigEndian.Uint64(v)),
+				Reason: e.reason, Example: e.key, Last: fromUnixNano(e.last)})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		c := tx.Bucket(bucketMinutes).Cursor()
+		from := binary.BigEndian.AppendUint64(nil, uint64(max(since.Unix()/60, 0)))
+		for k, v := c.Seek(from); k != nil; k, v = c.Next() {
+			if len(k) == 8 && len(v) == 16 {
+				activity = append(activity, Minute{Start: time.Unix(int64(binary.BigEndian.Uint64(k))*60, 0),
+					Completed: int(binary.BigEndian.Uint64(v[:8])), Failed: int(binary.BigEndian.Uint64(v[8:]))})
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Overview{}, fmt.Errorf("overview: %w", err)
 	}
-	o := b.Overview(st)
-	o.Scanned, o.Partial = scanned, partial
+	o := b.Overview(st, activity)
+	for _, g := range failures {
+		o.FailedDeadLettered += g.DeadLettered
+	}
+	o.Failures, o.FailureGroups = TopFailures(failures)
+	for _, g := range dead {
+		o.DeadLettered += g.Count
+	}
+	o.DeadLetters, o.DeadLetterGroups = TopDeadLetters(dead)
 	return o, nil
 }

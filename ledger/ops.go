@@ -199,10 +199,19 @@ func (s *store) claim(req *ClaimRequest) (Claim, error) {
 	if err != nil {
 		return Claim{}, err
 	}
+	takeover := cur != nil && cur.State == StateInProgress && (!cur.LeaseExpiry.After(s.now) || req.supersedes(cur.Owner))
+	if takeover {
+		s.loadHistory(cur) // a takeover ends the attempt of the claim it takes over
+	}
 	c, rec := DecideClaim(cur, req, s.now)
 	if rec != nil {
 		if err := s.put(old, rec); err != nil {
 			return Claim{}, err
+		}
+		if takeover {
+			if err := s.putStory(rec, nil); err != nil {
+				return Claim{}, err
+			}
 		}
 		c.Record = *rec
 	}
@@ -249,8 +258,13 @@ func DecideClaim(cur *Record, req *ClaimRequest, now time.Time) (Claim, *Record)
 	rec := *cur
 	if cur.State == StateInProgress {
 		// The claim taken over may have started its attempt: it
-		// cannot be told, so it is counted.
+		// cannot be told, so it is counted, and it ends here.
 		rec.Attempts++
+		outcome := AttemptLapsed
+		if !takeover {
+			outcome = AttemptSuperseded
+		}
+		rec.History = appendAttempt(cur.History, Attempt{Start: cur.Claimed, End: now, Owner: cur.Owner, Outcome: outcome})
 	}
 	rec.State = StateInProgress
 	rec.Permanent = false
@@ -272,6 +286,12 @@ type Completion struct {
 	Key    string
 	Owner  string
 	Result []byte // stored for duplicates to see; cut to MaxResultLen bytes
+	// Started is when the attempt started, by the caller's clock; zero:
+	// the claim's time. It dates the attempt in Record.History.
+	Started time.Time
+	// Payload, when not nil, is kept on the record (Record.Payload), cut
+	// to MaxPayload; nil leaves what the record keeps.
+	Payload *Payload
 }
 
 // Failure reports the work of a claim as failed.
@@ -284,6 +304,9 @@ type Failure struct {
 	// the operation's own: it counts in Record.OutageFailures instead of
 	// Record.OwnFailures.
 	Outage bool
+	// Started and Payload are as in Completion.
+	Started time.Time
+	Payload *Payload
 }
 
 // Complete records the claim's work as done, which ends its attempt: it is
@@ -310,6 +333,10 @@ func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
 			default:
 				return false, fmt.Errorf("complete %q: record is %s: %w", c.Key, rec.State, ErrState)
 			}
+			if rec.Attempts > 0 {
+				s.loadHistory(rec) // the first attempt's completion is not stored
+			}
+			EndAttempt(rec, c.Started, s.now, AttemptComplete, "")
 			rec.State = StateComplete
 			rec.Attempts++ // the attempt ends
 			rec.Completed = s.now
@@ -320,6 +347,8 @@ func (db *DB) CompleteBatch(ctx context.Context, cs []Completion) []error {
 				result = result[:MaxResultLen]
 			}
 			rec.Result = append([]byte(nil), result...)
+			s.countMinute(false)
+			s.story = c.Payload
 			return true, nil
 		})
 	})
@@ -341,12 +370,20 @@ func (db *DB) FailBatch(ctx context.Context, fs []Failure) []error {
 			if rec.State != StateInProgress {
 				return false, fmt.Errorf("fail %q: record is %s: %w", f.Key, rec.State, ErrState)
 			}
+			outcome := AttemptFailed
+			if f.Permanent {
+				outcome = AttemptFailedPermanently
+			}
+			s.loadHistory(rec)
+			EndAttempt(rec, f.Started, s.now, outcome, f.Err)
 			rec.State = StateFailed
 			rec.Attempts++ // the attempt ends
 			rec.Permanent = f.Permanent
 			rec.LeaseExpiry = time.Time{}
 			rec.LastError = textcut.Cut(f.Err, MaxErrorLen)
 			CountFailure(rec, f)
+			s.countMinute(true)
+			s.story = f.Payload
 			return true, nil
 		})
 	})
@@ -583,9 +620,16 @@ func (s *store) transition(key, owner, op string, change func(rec *Record) (bool
 	}
 	rec := &s.next
 	*rec = *cur
+	s.story = nil
 	modified, err := change(rec)
 	if err != nil || !modified {
 		return err
 	}
-	return s.put(old, rec)
+	if err := s.put(old, rec); err != nil {
+		return err
+	}
+	if len(rec.History) > 0 || s.story != nil {
+		return s.putStory(rec, s.story)
+	}
+	return nil
 }

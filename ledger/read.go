@@ -29,6 +29,7 @@ func (db *DB) Get(ctx context.Context, key string) (Record, error) {
 			return ErrNotFound
 		}
 		attachFlow(tx, &r)
+		attachStory(tx, &r)
 		rec = r
 		return nil
 	})
@@ -100,10 +101,13 @@ func (db *DB) ForEach(ctx context.Context, f Filter, fn func(Record) error) erro
 					unreadable++
 					continue
 				}
-				if !r.Expires.After(now) || !f.Match(r) {
+				if !r.Expires.After(now) {
 					continue
 				}
 				attachFlow(tx, &r)
+				if !f.Match(r) {
+					continue
+				}
 				page = append(page, r)
 			}
 			return nil

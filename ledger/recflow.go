@@ -175,7 +175,7 @@ func (s *store) putFlow(rec *Record) error {
 		old = decodeRecFlow(v)
 		old.valid = true // an unreadable entry is replaced all the same
 	}
-	if err := s.moveDeadLetter(&old, has, &next); err != nil {
+	if err := s.moveDeadLetter(rec.Key, &old, has, &next); err != nil {
 		return err
 	}
 	if !has {
@@ -199,15 +199,16 @@ func (s *store) removeFlow(key string) error {
 		return nil
 	}
 	old := decodeRecFlow(v)
-	if err := s.moveDeadLetter(&old, false, nil); err != nil {
+	if err := s.moveDeadLetter(key, &old, false, nil); err != nil {
 		return err
 	}
 	return del(f.cur, s.recordKey(key))
 }
 
 // moveDeadLetter takes the dead-letter mark of old (if any) out of the
-// counts and puts that of next (when has) in.
-func (s *store) moveDeadLetter(old *recFlow, has bool, next *recFlow) error {
+// counts and puts that of next (when has) in, as the latest example of its
+// group.
+func (s *store) moveDeadLetter(key string, old *recFlow, has bool, next *recFlow) error {
 	var from, to string
 	marked, marking := old.valid && old.deadLettered != 0, has && next.deadLettered != 0
 	if marked {
@@ -225,7 +226,10 @@ func (s *store) moveDeadLetter(old *recFlow, has bool, next *recFlow) error {
 		}
 	}
 	if marking {
-		return addGroupCount(s.flow.dead, to, 1)
+		if err := addGroupCount(s.flow.dead, to, 1); err != nil {
+			return err
+		}
+		return s.noteDeadLetter(to, key, next.reason)
 	}
 	return nil
 }
@@ -233,7 +237,7 @@ func (s *store) moveDeadLetter(old *recFlow, has bool, next *recFlow) error {
 // addGroupCount adds delta to the count of group, removing a count that
 // reaches zero.
 func addGroupCount(b *bolt.Bucket, group string, delta int64) error {
-	k := []byte(group)
+	k := groupKey(group)
 	n := int64(0)
 	if v := b.Get(k); len(v) == 8 {
 		n = int64(binary.BigEndian.Uint64(v))
@@ -300,7 +304,7 @@ func (db *DB) DeadLetterCounts(ctx context.Context) (map[string]int, error) {
 	err := db.view(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketDeadLetters).ForEach(func(k, v []byte) error {
 			if len(v) == 8 {
-				counts[string(k)] = int(binary.BigEndian.Uint64(v))
+				counts[groupName(k)] = int(binary.BigEndian.Uint64(v))
 			}
 			return nil
 		})
@@ -376,7 +380,8 @@ func (db *DB) FlowSchema(ctx context.Context) (int, error) {
 // initFlow creates the buckets of flow control and records the flow schema
 // version (never lowering it): part of Open.
 func initFlow(tx *bolt.Tx, meta *bolt.Bucket) error {
-	for _, name := range [][]byte{bucketRecFlow, bucketDeadLetters, bucketFlowDocs, bucketProcesses} {
+	for _, name := range [][]byte{bucketRecFlow, bucketDeadLetters, bucketFlowDocs, bucketProcesses,
+		bucketFailed, bucketFailGroups, bucketDeadGroups, bucketMinutes, bucketHistory, bucketPayloads} {
 		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 			return err
 		}

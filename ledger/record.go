@@ -99,6 +99,21 @@ type Record struct {
 	DeadLettered     time.Time
 	DeadLetterReason string
 	DeadLetterCopyID string
+
+	// History is the attempts that ended, oldest first: the last
+	// MaxHistory, appended by Complete, Fail and a claim that takes over
+	// a claim in progress (AttemptLapsed, AttemptSuperseded). A record's
+	// first attempt that completes is not stored: Get derives it from the
+	// record (Attempt.Derived). Attempts made by a sqsonce that predates
+	// the history are not in it: Attempts less the stored attempts is how
+	// many are missing. Get fills History; List, ForEach and Overview
+	// leave it nil.
+	History []Attempt
+	// Payload is the message as the last completion or failure that
+	// passed one gave it (the worker's keep_body), bounded; nil when none
+	// was kept. Get fills it; List, ForEach and Overview leave it nil.
+	// A claim of an expired record starts without it.
+	Payload *Payload
 }
 
 // ValidateKey reports whether key can be stored, wrapping ErrInvalidKey.

@@ -42,6 +42,10 @@ type store struct {
 	read, next Record
 	// flow is the view of the records' flow fields (see recflow.go).
 	flow recFlowState
+	// tally gathers the counters of tally.go until flushTally.
+	tally tallyState
+	// story is the payload a transition keeps, for transition to write.
+	story *Payload
 }
 
 // slabSize is the size of one allocation of encoded values: a few dozen
@@ -207,6 +211,9 @@ func (s *store) put(old *Record, rec *Record) error {
 	if err := s.putFlow(rec); err != nil {
 		return err
 	}
+	if err := s.tallyFailure(rec, 1); err != nil {
+		return err
+	}
 	return s.count(rec, 1)
 }
 
@@ -216,6 +223,9 @@ func (s *store) remove(old *Record) error {
 		return err
 	}
 	if err := s.removeFlow(old.Key); err != nil {
+		return err
+	}
+	if err := s.removeStory(old.Key); err != nil {
 		return err
 	}
 	return del(s.recordsCursor(), s.recordKey(old.Key))
@@ -228,6 +238,14 @@ func (s *store) remove(old *Record) error {
 // whose state is unknown.
 func (s *store) removeUnreadable(key string) error {
 	if err := s.removeFlow(key); err != nil {
+		return err
+	}
+	if err := s.removeStory(key); err != nil {
+		return err
+	}
+	// Its failure, if it was one, is still counted: the next Open
+	// rebuilds the counters.
+	if err := s.meta.Put(metaTallyStale, []byte{1}); err != nil {
 		return err
 	}
 	if err := del(s.recordsCursor(), s.recordKey(key)); err != nil {
@@ -259,6 +277,9 @@ func (s *store) unindex(old *Record) error {
 		if err := del(s.inflightCursor(), s.indexKey(old.Claimed, old.Key)); err != nil {
 			return err
 		}
+	}
+	if err := s.tallyFailure(old, -1); err != nil {
+		return err
 	}
 	return s.count(old, -1)
 }

@@ -153,8 +153,10 @@ func TestUpgrade_V1File(t *testing.T) {
 	if r, err := db.Get(ctx, "perm"); err != nil || r.Owner != "old" || !r.DeadLettered.IsZero() || r.DeadLetterCopyID != "" {
 		t.Fatalf("a record made anew by the older version: %+v, %v", r, err)
 	}
-	if c, _ := db.DeadLetterCounts(ctx); c["bad card #"] != 1 {
-		t.Fatalf("counts before the sweep: %v (the stale mark counts until then)", c)
+	// The older version wrote the file since this one: Open counted
+	// the marks again, without the stale one.
+	if c, _ := db.DeadLetterCounts(ctx); len(c) != 0 {
+		t.Fatalf("counts before the sweep: %v, want none: Open counts again after another version wrote the file", c)
 	}
 	if _, err := db.Sweep(ctx); err != nil {
 		t.Fatal(err)

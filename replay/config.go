@@ -75,6 +75,14 @@ type Config struct {
 	// they entered the source queue) at or after Since and before Until.
 	// Zero: no bound.
 	Since, Until time.Time
+	// ReasonGroup moves only messages whose SqsonceReason is of that
+	// group (ledger.ReasonGroup); NoReasonGroup selects those without
+	// one (SQS moved them after too many receives). "": every message.
+	ReasonGroup string
+	// State moves only messages whose operation's record is in that
+	// state; keyless messages and those without a record never match.
+	// 0: any.
+	State ledger.State
 
 	DropComplete   bool // delete messages whose operation is complete instead of leaving them
 	IncludeKeyless bool // move messages without an operation key as they are
@@ -116,6 +124,16 @@ const (
 	ActionDrop  Action = "drop"  // deleted from the source: its operation is complete (DropComplete)
 	ActionLeave Action = "leave" // left in the source
 )
+
+// NoReasonGroup is Config.ReasonGroup for the messages without a
+// SqsonceReason.
+const NoReasonGroup = "(none)"
+
+// FilteredHold is how long a message that the filters leave stays out of
+// sight after the run received it: it is made visible again at once but
+// for this while, in which the run goes on to the messages it has not
+// seen, and everyone else sees it again within it.
+const FilteredHold = 5 * time.Second
 
 // Defaults of DefaultConfig.
 const (
@@ -179,6 +197,12 @@ func (c Config) Validate() error {
 		if _, err := path.Match(c.KeyGlob, ""); err != nil {
 			bad("KeyGlob", "%q: %v", c.KeyGlob, err)
 		}
+	}
+	if c.State != 0 && c.State.String() == fmt.Sprintf("state(%d)", uint8(c.State)) {
+		bad("State", "%d: want in_progress, complete, failed or 0 (any)", c.State)
+	}
+	if len(c.ReasonGroup) > ledger.MaxErrorLen {
+		bad("ReasonGroup", "of %d bytes: want at most %d", len(c.ReasonGroup), ledger.MaxErrorLen)
 	}
 	if !c.Since.IsZero() && !c.Until.IsZero() && !c.Since.Before(c.Until) {
 		bad("Since", "%s: not before the end of the window, %s", c.Since.Format(time.RFC3339), c.Until.Format(time.RFC3339))

@@ -66,6 +66,12 @@
 // the rest of its message group until then. A message whose Hold runs out
 // during the run comes back; it is recognised and not counted again.
 //
+// Messages outside the filters (KeyGlob, Since and Until, ReasonGroup,
+// State) are not the run's: each is made visible again within
+// FilteredHold after the run read it, and every time it reads it again,
+// so that other readers (a console, another replay) see them while the
+// run goes on.
+//
 // # Stopping
 //
 // Run ends when the source runs dry or Config.Max messages moved. Stop ends

@@ -190,6 +190,9 @@ const (
 type tracked struct {
 	state   state
 	receipt string // the newest receipt handle: only it is sure to work
+	// filtered: left by the filters (see item.filtered); received
+	// again, it is made visible again again.
+	filtered bool
 }
 
 // stopped reports whether movers should stop receiving.
@@ -299,6 +302,9 @@ type item struct {
 	replays int
 	attrs   map[string]types.MessageAttributeValue // of the copy
 	why     string                                 // why it is left, when it is
+	// filtered: left by the filters, it is made visible again within
+	// FilteredHold rather than at the end of the run.
+	filtered bool
 }
 
 // handle takes one receive's messages: it recognises those seen before in
@@ -307,6 +313,8 @@ type item struct {
 func (r *Replayer) handle(ctx context.Context, msgs []types.Message) (fresh, moved int) {
 	var mine []*item
 	var again []types.Message // deleted earlier in this run, yet received again
+	var filtered []*item      // left by the filters: visible again soon
+	defer func() { r.showAgain(ctx, filtered) }()
 	r.mu.Lock()
 	for _, m := range msgs {
 		id := aws.ToString(m.MessageId)
@@ -322,6 +330,9 @@ func (r *Replayer) handle(ctx context.Context, msgs []types.Message) (fresh, mov
 		t.receipt = aws.ToString(m.ReceiptHandle)
 		if t.state == gone {
 			again = append(again, m)
+		}
+		if t.filtered {
+			filtered = append(filtered, &item{msg: m, id: id})
 		}
 	}
 	r.mu.Unlock()
@@ -353,6 +364,12 @@ func (r *Replayer) handle(ctx context.Context, msgs []types.Message) (fresh, mov
 		default:
 			r.leave([]*item{it})
 			d.Why = it.why
+			if it.filtered {
+				filtered = append(filtered, it)
+				r.mu.Lock()
+				r.seen[it.id].filtered = true
+				r.mu.Unlock()
+			}
 		}
 		if r.cfg.Observe != nil {
 			if it.keyErr != nil {
@@ -415,13 +432,23 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 		r.log.Info("left in the source queue: "+reason, append([]any{"message_id", it.id, "key", it.key}, args...)...)
 		return leaveIt
 	}
+	filter := func(reason string) decision {
+		it.filtered = true
+		return leave(&r.n.skippedFiltered, reason)
+	}
 	if !r.inWindow(it.msg) {
-		return leave(&r.n.skippedFiltered, "sent outside the time window")
+		return filter("sent outside the time window")
 	}
 	if r.cfg.KeyGlob != "" {
 		if ok, _ := path.Match(r.cfg.KeyGlob, it.key); !ok || it.keyErr != nil {
-			return leave(&r.n.skippedFiltered, "key does not match the filter")
+			return filter("key does not match the filter")
 		}
+	}
+	if r.cfg.ReasonGroup != "" && reasonGroup(it.msg) != r.cfg.ReasonGroup {
+		return filter("reason not of the group of the filter")
+	}
+	if r.cfg.State != 0 && it.keyErr != nil {
+		return filter("no operation key, so no record in the state of the filter")
 	}
 	if it.keyErr != nil && !r.cfg.IncludeKeyless {
 		return leave(&r.n.skippedKeyless, "no operation key", "error", it.keyErr.Error())
@@ -432,6 +459,8 @@ func (r *Replayer) decide(ctx context.Context, it *item) decision {
 		rec, err := r.ledger.Get(cctx, it.key)
 		cancel()
 		switch {
+		case r.cfg.State != 0 && (errors.Is(err, ledger.ErrNotFound) || err == nil && rec.State != r.cfg.State):
+			return filter("its operation is not " + r.cfg.State.String())
 		case errors.Is(err, ledger.ErrNotFound):
 		case err != nil && ctx.Err() != nil:
 			return leaveIt // stopped at once
@@ -504,6 +533,20 @@ func (r *Replayer) inWindow(m types.Message) bool {
 	sent := time.UnixMilli(ms)
 	return (r.cfg.Since.IsZero() || !sent.Before(r.cfg.Since)) && (r.cfg.Until.IsZero() || sent.Before(r.cfg.Until))
 }
+
+// reasonGroup is the group of a message's SqsonceReason (ledger.ReasonGroup),
+// or NoReasonGroup without one.
+func reasonGroup(m types.Message) string {
+	v, ok := m.MessageAttributes[worker.AttrReason]
+	if !ok || aws.ToString(v.StringValue) == "" {
+		return NoReasonGroup
+	}
+	return ledger.ReasonGroup(aws.ToString(v.StringValue))
+}
+
+// ReasonGroupOf is the group of a dead letter's reason as Config.ReasonGroup
+// selects it: ledger.ReasonGroup of its SqsonceReason, or NoReasonGroup.
+func ReasonGroupOf(m types.Message) string { return reasonGroup(m) }
 
 // replayCount is a message's SqsonceReplays attribute, 0 when absent.
 func replayCount(m types.Message) int {
@@ -706,6 +749,29 @@ func (r *Replayer) leave(items []*item) {
 		r.seen[it.id].state = held
 	}
 	r.mu.Unlock()
+}
+
+// showAgain makes the messages that the filters left visible again within
+// FilteredHold: they are not this run's, and others may read them. The
+// run remembers them, and one received again is not counted again. A
+// message whose visibility cannot be changed comes back when its hold runs
+// out, or at the end of the run.
+func (r *Replayer) showAgain(ctx context.Context, items []*item) {
+	if len(items) == 0 {
+		return
+	}
+	entries := make([]types.ChangeMessageVisibilityBatchRequestEntry, len(items))
+	r.mu.Lock()
+	for i, it := range items {
+		entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)),
+			ReceiptHandle: aws.String(r.seen[it.id].receipt), VisibilityTimeout: int32(FilteredHold / time.Second)}
+	}
+	r.mu.Unlock()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer cancel()
+	if _, err := r.sqs.ChangeMessageVisibilityBatch(cctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &r.cfg.From, Entries: entries}); err != nil {
+		r.log.Warn("could not make the messages outside the filters visible again: they come back when their hold runs out", "messages", len(entries), "error", err)
+	}
 }
 
 // unhide makes every message left in the source, or still in hand, visible

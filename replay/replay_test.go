@@ -463,6 +463,90 @@ func TestReplayer_Run(t *testing.T) {
 		}
 	})
 
+	// A reason group moves exactly the dead letters of that group: the
+	// reasons that name their operation are one group.
+	t.Run("ReasonGroup", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, false)
+		reason := func(id, r string) seed {
+			return seed{body: fmt.Sprintf(`{"id":%q}`, id), attrs: map[string]types.MessageAttributeValue{worker.AttrReason: str(r)}}
+		}
+		b.put(b.queue.DLQURL, []seed{
+			reason("bad-0", "failed permanently: card processor said no for bad-0"),
+			reason("bad-1", "failed permanently: card processor said no for bad-1"),
+			reason("slow-1", "failed on receive 5 of 5: timeout after 30s"),
+			{body: `{"id":"moved-by-sqs"}`},
+		})
+		cfg := b.config()
+		cfg.ReasonGroup = "failed permanently: card processor said no for #"
+		sum, err := b.run(cfg)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 2, SkippedFiltered: 2})
+		if got := b.visible(b.queue.URL, "the queue"); !slices.Equal(ids(got), []string{"bad-0", "bad-1"}) {
+			t.Fatalf("moved %v", ids(got))
+		}
+		cfg.ReasonGroup = replay.NoReasonGroup
+		sum, err = b.run(cfg)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 1, SkippedFiltered: 1})
+		if left := b.visible(b.queue.DLQURL, "the DLQ"); !slices.Equal(ids(left), []string{"slow-1"}) {
+			t.Fatalf("left in the DLQ: %v", ids(left))
+		}
+	})
+
+	// A state moves the dead letters whose operation is in it.
+	t.Run("State", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, false)
+		b.prepare(map[string]string{"f1": "failed", "f2": "permanent", "c1": "complete"})
+		b.put(b.queue.DLQURL, bodies("f1", "f2", "c1", "none"))
+		cfg := b.config()
+		cfg.State = ledger.StateFailed
+		sum, err := b.run(cfg)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.log)
+		}
+		b.want(sum, replay.Summary{Moved: 2, Reset: 2, SkippedFiltered: 2})
+		if got := b.visible(b.queue.URL, "the queue"); !slices.Equal(ids(got), []string{"f1", "f2"}) {
+			t.Fatalf("moved %v", ids(got))
+		}
+	})
+
+	// The dead letters outside a run's filters are visible again within
+	// FilteredHold while it runs, not at its end.
+	t.Run("FilteredNotHidden", func(t *testing.T) {
+		t.Parallel()
+		b, _, r, out := slowFiltered(t, 300)
+		// Once the run has received the ten it leaves…
+		for deadline := time.Now().Add(time.Minute); r.Progress().SkippedFiltered < 10; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the run did not receive the ten messages outside its filter in a minute:\n%s", b.log)
+			}
+		}
+		// …they are visible again within FilteredHold, the run going on.
+		start := time.Now()
+		var seen int
+		for time.Since(start) < replay.FilteredHold+5*time.Second && r.Progress().Moved < 300 {
+			seen = len(b.peek(b.queue.DLQURL, "other-"))
+			if seen == 10 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if r.Progress().Moved >= 300 {
+			t.Skip("the run ended before the check: nothing to tell")
+		}
+		if seen != 10 {
+			t.Fatalf("while the run went on, %d of the 10 messages outside its filter were visible within %v", seen, replay.FilteredHold+5*time.Second)
+		}
+		r.Stop()
+		<-out
+	})
+
 	t.Run("SinceUntil", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, false)
@@ -707,6 +791,56 @@ func slow(t *testing.T, n int, then ...func(context.CancelFunc)) (*bundle, []str
 		f(cancel)
 	}
 	return b, names, r, out
+}
+
+// slowFiltered seeds 10 messages "other-…" and then n "s-…", and starts a
+// replay of the s- ones at 5 messages a second with one mover, returning
+// at once.
+func slowFiltered(t *testing.T, n int) (*bundle, []string, *replay.Replayer, <-chan result) {
+	t.Helper()
+	b := setup(t, false)
+	var names []string
+	for i := range 10 {
+		names = append(names, fmt.Sprintf("other-%d", i))
+	}
+	for i := range n {
+		names = append(names, fmt.Sprintf("s-%03d", i))
+	}
+	b.put(b.queue.DLQURL, bodies(names...))
+	cfg := b.config()
+	cfg.Rate, cfg.KeyGlob, cfg.Concurrency = 5, "s-*", 1
+	r, err := replay.New(cfg, sqstest.NewClient(t, nil), b.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	out := make(chan result, 1)
+	go func() {
+		s, err := r.Run(ctx)
+		out <- result{s, err}
+	}()
+	return b, names, r, out
+}
+
+// peek receives what is visible in a queue with a visibility timeout of
+// 1 s, up to 5 receives, and returns the body ids that start with prefix.
+func (b *bundle) peek(url, prefix string) map[string]bool {
+	b.t.Helper()
+	c := sqstest.NewClient(b.t, nil)
+	got := map[string]bool{}
+	for range 5 {
+		o, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10, VisibilityTimeout: 1})
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		for _, m := range o.Messages {
+			if strings.HasPrefix(id(m), prefix) {
+				got[id(m)] = true
+			}
+		}
+	}
+	return got
 }
 
 // settled receives from a queue until want distinct messages have come

@@ -206,6 +206,11 @@ type Config struct {
 	Flow FlowConfig
 	// Version names the program in the ledger's registry of processes.
 	Version string
+	// KeepBody passes each attempt's message (Message.Body and
+	// Attributes) to the ledger with its completion or failure, which
+	// keeps it, bounded, for an operator to read (ledger.Record.Payload).
+	// Off by default: bodies may hold personal data.
+	KeepBody bool
 
 	// Buckets are the S3 buckets that payloads are read from (and, with
 	// DeleteObjects, deleted from): whoever may send to the queue names

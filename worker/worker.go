@@ -444,6 +444,8 @@ type job struct {
 	slack     time.Duration // how long its reservation took
 	deferFor  time.Duration
 	slots     []ledger.Slot
+	// started is when its attempt started, for the ledger's history.
+	started time.Time
 
 	// Guarded by b.mu; st is written only by the batch's transitions.
 	st           state
@@ -909,6 +911,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 	hctx, cancel := context.WithTimeoutCause(leaseCtx, w.cfg.HandlerTimeout, errHandlerTimeout)
 	defer cancel()
 	start := w.now()
+	j.started = start
 	hctx, span := w.traceAttempt(hctx, m, producer)
 	err := w.handle(hctx, m)
 	elapsed := w.now().Sub(start)
@@ -1054,7 +1057,7 @@ func (w *Worker) handle(ctx context.Context, m *Message) (err error) {
 // recordOutcome). When it cannot be recorded the message is left, and its
 // redelivery may run the work again.
 func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobLog, span attemptSpan) state {
-	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result}
+	c := ledger.Completion{Key: j.key.key, Owner: j.owner, Result: m.Result, Started: j.started, Payload: w.kept(m)}
 	err := w.recordOutcome(workCtx, "completion", log, func() error { return w.recordComplete(j, c) })
 	if err != nil {
 		w.stats.completeFailed.Add(1)
@@ -1075,6 +1078,15 @@ func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobL
 	return settled
 }
 
+// kept is what the ledger keeps of m with its attempt's end: nil unless
+// Config.KeepBody asks (the ledger bounds it).
+func (w *Worker) kept(m *Message) *ledger.Payload {
+	if !w.cfg.KeepBody {
+		return nil
+	}
+	return &ledger.Payload{Body: m.Body, Attributes: m.Attributes}
+}
+
 // fail records j's failed attempt (err; outage when it is the outage's
 // of the downstream rather than the operation's own, see flowCtl.ended)
 // and lets the message come back after its back-off, which counts its own
@@ -1087,7 +1099,8 @@ func (w *Worker) complete(workCtx context.Context, j *job, m *Message, log *jobL
 func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err error, outage bool, log *jobLog, span attemptSpan) state {
 	var perm *PermanentError
 	permanent := errors.As(err, &perm)
-	f := ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent, Outage: outage}
+	f := ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent, Outage: outage,
+		Started: j.started, Payload: w.kept(m)}
 	record := func() error { return w.ledger.Fail(context.WithoutCancel(ctx), f) }
 	var ferr error
 	if permanent {

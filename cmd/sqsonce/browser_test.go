@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -76,7 +77,7 @@ echo "{\"receipt\":\"r-$key\"}"
 	}
 	db.Close()
 
-	worker, workerOut := e.start("run")
+	worker, workerOut := e.start("run", "SQSONCE_LEDGER_KEEP_BODY=true")
 	for i := range 30 {
 		e.send(fmt.Sprintf(`{"id":"ok-%02d","amount":%d}`, i, i*10))
 	}
@@ -192,36 +193,61 @@ echo "{\"receipt\":\"r-$key\"}"
 	run("sign in", chromedp.SendKeys(chromedp.ID("token"), browserToken), chromedp.Submit(chromedp.ID("token")),
 		chromedp.WaitVisible(chromedp.CSS("section.tiles")))
 
-	// The overview.
+	// The overview: the counts, the failures by reason group, the
+	// lapsed claims.
 	body := text("main")
-	for _, want := range []string{"1\nlapsed leases", "stuck-1", "host-a/4711", "card processor said no", "30\ncomplete", "3\nfailed permanently"} {
+	for _, want := range []string{"1\nlapsed leases", "stuck-1", "host-a/4711", `card processor said no for #"`, "30\ncomplete",
+		"3\nfailed permanently", "0\nfailed, to be retried", "1\nworkers up", "3 dead-lettered"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("overview lacks %q:\n%s", want, body)
 		}
 	}
 	shot("overview")
+	if shots := os.Getenv("SQSONCE_README_SCREENSHOT"); shots != "" {
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(shots, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	// Filter: the failed operations.
+	// The workers: the worker, up; the claims of processes the registry
+	// does not list.
+	run("workers", chromedp.Navigate(base+"/workers"), chromedp.WaitVisible(chromedp.CSS("table.workers")))
+	body = text("main")
+	for _, want := range []string{"up", strconv.Itoa(worker.Process.Pid), "host-a", "host-b"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("workers page lacks %q:\n%s", want, body)
+		}
+	}
+	shot("workers")
+
+	// Filter: the failed operations, by their reason.
 	run("filter failed", chromedp.Navigate(base+"/operations"), chromedp.WaitVisible(chromedp.CSS("form.filters")),
-		chromedp.SetValue(chromedp.CSS(`select[name="state"]`), "failed"),
+		chromedp.SetValue(chromedp.CSS(`select[name="state"]`), "permanent"),
 		chromedp.SendKeys(chromedp.CSS(`input[name="reason"]`), "processor"),
 		chromedp.Click(chromedp.CSS(`form.filters button`)))
 	leave("filter failed", base+"/operations")
 	run("the filtered list", chromedp.WaitVisible(chromedp.CSS("table")))
 	loc := location()
-	if !strings.Contains(loc, "state=failed") || !strings.Contains(loc, "reason=processor") {
+	if !strings.Contains(loc, "state=permanent") || !strings.Contains(loc, "reason=processor") {
 		t.Errorf("the filter is not in the URL: %s", loc)
 	}
 	body = text("main")
-	if !strings.Contains(body, "bad-0") || !strings.Contains(body, "bad-2") || strings.Contains(body, "ok-01") {
+	if !strings.Contains(body, "bad-0") || !strings.Contains(body, "bad-2") || strings.Contains(body, "ok-01") || !strings.Contains(body, "Newest first") {
 		t.Errorf("failed operations:\n%s", body)
 	}
 	shot("operations-failed")
 
-	// Page through the complete ones, ten at a time.
-	run("first page", chromedp.Navigate(base+"/operations?state=complete&limit=10"), chromedp.WaitVisible(chromedp.CSS("a.next")))
+	// Page through the complete ones, ten at a time, in key order.
+	run("first page", chromedp.Navigate(base+"/operations?state=complete&limit=10&order=key"), chromedp.WaitVisible(chromedp.CSS("a.next")))
 	first := text("tbody")
 	firstURL := location()
+	if body := text("main"); !strings.Contains(body, "30 operation(s) match") {
+		t.Errorf("the list does not count the complete operations:\n%s", body)
+	}
 	run("next page", chromedp.Click(chromedp.CSS("a.next")))
 	leave("next page", firstURL)
 	run("the next page", chromedp.WaitVisible(chromedp.CSS("tbody")))
@@ -234,28 +260,50 @@ echo "{\"receipt\":\"r-$key\"}"
 	// Open an operation from the list.
 	run("open ok-12", chromedp.Click(chromedp.CSS(`a[href*="key=ok-12"]`)), chromedp.WaitVisible(chromedp.CSS("table.fields")))
 	body = text("main")
-	for _, want := range []string{"ok-12", "complete", `{"receipt":"r-ok-12"}`, "ledger get ok-12"} {
+	for _, want := range []string{"ok-12", "complete", `{"receipt":"r-ok-12"}`, "ledger get ok-12", `{"id":"ok-12","amount":120}`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("operation page lacks %q:\n%s", want, body)
 		}
 	}
 	shot("operation")
 
-	// The dead letters, still there after they were read.
+	// A failed operation: its attempt, and its message in the dead-letter
+	// queue now, with a link to exactly it.
+	run("open bad-1", chromedp.Navigate(base+"/operation?key=bad-1"), chromedp.WaitVisible(chromedp.CSS("table.history")))
+	body = text("main")
+	for _, want := range []string{"failed_permanently", "card processor said no for bad-1", "In the dead-letter queue now"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page of a dead-lettered operation lacks %q:\n%s", want, body)
+		}
+	}
+	shot("operation-dead-lettered")
+	run("its dead letter", chromedp.Click(chromedp.CSS(`p.dlq-now a`)), chromedp.WaitVisible(chromedp.CSS("div.letter")))
+	if body = text("main"); !strings.Contains(body, `{"id":"bad-1"}`) || strings.Contains(body, "bad-2") {
+		t.Errorf("the page of the operation's dead letters:\n%s", body)
+	}
+	shot("dead-letters-of-one")
+
+	// The dead letters, counted by the ledger beside SQS's count, still
+	// there after they were read.
 	run("dead letters", chromedp.Navigate(base+"/dead-letters"), chromedp.WaitVisible(chromedp.CSS("main table")))
 	body = text("main")
-	if !strings.Contains(body, "Read 3 of them") || !strings.Contains(body, "bad-1") {
-		t.Errorf("dead letters:\n%s", body)
+	for _, want := range []string{"3\ndead-lettered by sqsonce", "3\nin the dead-letter queue: SQS's approximation", "Read 3 message(s)",
+		`card processor said no for #"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("dead letters page lacks %q:\n%s", want, body)
+		}
 	}
 	shot("dead-letters")
 
-	// A dry run, then the replay it shows, and the operations complete.
-	run("replay form", chromedp.Navigate(base+"/replay"), chromedp.WaitVisible(chromedp.CSS(`form.card input[name="key"]`)),
-		chromedp.SendKeys(chromedp.CSS(`form.card input[name="key"]`), "bad-*"),
-		chromedp.SetValue(chromedp.CSS(`input[name="rate"]`), "50"),
-		chromedp.Click(chromedp.CSS(`form.card button`)))
+	// Replay the group: a dry run, then the move it shows, and the
+	// operations complete.
+	run("replay the group", chromedp.Click(chromedp.CSS(`a[href*="/replay?group="]`)), chromedp.WaitVisible(chromedp.CSS(`form.card input[name="group"]`)))
+	if v, err := chromedp.Run(bctx, chromedp.Value(chromedp.CSS(`input[name="group"]`))); err != nil || !strings.HasPrefix(v, "failed permanently: permanent: exec ") || !strings.HasSuffix(v, `"card processor said no for #"`) {
+		t.Errorf("the replay form's group: %q, %v", v, err)
+	}
+	run("dry run", chromedp.SetValue(chromedp.CSS(`input[name="rate"]`), "50"), chromedp.Click(chromedp.CSS(`form.card button`)))
 	body = waitText("dry run", "dry run: would move 3 messages")
-	if !strings.Contains(body, "Sample of what would move") || !strings.Contains(body, "key=bad-%2A") {
+	if !strings.Contains(body, "Sample of what would move") || !strings.Contains(body, "bad-0") {
 		t.Errorf("dry run page:\n%s", body)
 	}
 	if v, n := countQueue(e, e.queue.URL); v+n != 0 {
@@ -268,13 +316,46 @@ echo "{\"receipt\":\"r-$key\"}"
 	run("replay", chromedp.Click(chromedp.CSS(`input[name="confirm"]`)), chromedp.Click(chromedp.CSS(`form.card.danger button`)))
 	waitText("replay", "moved 3 messages from")
 	shot("replay-done")
-	run("watch", chromedp.Navigate(base+"/operations?prefix=bad-"))
+	run("watch", chromedp.Navigate(base+"/operations?prefix=bad-&order=key"))
 	waitText("the replayed operations to complete", "bad-2\tcomplete")
 	waitText("all three complete", "bad-0\tcomplete")
 	if rows := text("tbody"); strings.Contains(rows, "failed") || strings.Count(rows, "\tcomplete") != 3 {
 		t.Errorf("after the replay:\n%s", rows)
 	}
 	shot("operations-after-replay")
+
+	// Forget what a filter matches: a dry run, then the forget.
+	run("forget form", chromedp.Navigate(base+"/forget"), chromedp.WaitVisible(chromedp.CSS(`form.card input[name="key"]`)),
+		chromedp.SendKeys(chromedp.CSS(`form.card input[name="key"]`), "ok-2*"),
+		chromedp.Click(chromedp.CSS(`form.card button`)))
+	body = waitText("forget dry run", "would forget 10 operation(s)")
+	shot("forget-dry-run")
+	run("forget", chromedp.Click(chromedp.CSS(`input[name="confirm"]`)), chromedp.Click(chromedp.CSS(`form.forget-many button`)))
+	waitText("forget", "Forgot 10 operation(s)")
+	shot("forget-done")
+	if code, _ := e.run("ledger get ok-25", ""); code == 0 {
+		t.Error("ok-25 is still in the ledger after the forget of ok-2*")
+	}
+
+	// Pause the intake by hand, then resume it.
+	run("pause", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("section.tiles")),
+		chromedp.Click(chromedp.CSS(`details summary`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name="reason"]`), "bank maintenance"),
+		chromedp.Click(chromedp.CSS(`form[action$="/flow/pause"] button`)))
+	waitText("the pause", "bank maintenance")
+	shot("paused")
+	run("resume", chromedp.Click(chromedp.CSS(`form[action$="/flow/resume"] button`)))
+	waitText("the resume", "No scope is paused")
+
+	// The action log.
+	run("actions", chromedp.Navigate(base+"/actions"), chromedp.WaitVisible(chromedp.CSS("table.actions")))
+	body = text("main")
+	for _, want := range []string{"replay dry run", "forget dry run", "pause", "resume", `key "ok-2*"`, "bank maintenance"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the action log lacks %q:\n%s", want, body)
+		}
+	}
+	shot("actions")
 
 	// Forget one, after typing its key.
 	run("forget", chromedp.Navigate(base+"/operation?key=ok-03"), chromedp.WaitVisible(chromedp.ID("typed")),

@@ -220,6 +220,11 @@ type LedgerConfig struct {
 	// CompleteDelay is how long a completion that would commit alone waits
 	// for other writes to share its commit: 0s (never) to 100ms.
 	CompleteDelay Duration `toml:"complete_delay"`
+	// KeepBody keeps each operation's message (its body and string
+	// attributes, at most 16 KiB) in its record, for the console to show
+	// (worker.Config.KeepBody). Off by default: bodies may hold personal
+	// data.
+	KeepBody bool `toml:"keep_body"`
 }
 
 // HandlerConfig says what handles a message.

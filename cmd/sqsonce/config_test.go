@@ -72,6 +72,7 @@ func fullConfig() Config {
 			Endpoint:      "http://127.0.0.1:8000",
 			Retention:     Duration{72 * time.Hour},
 			CompleteDelay: Duration{5 * time.Millisecond},
+			KeepBody:      true,
 		},
 		Handler: HandlerConfig{
 			Type:           HandlerHTTP,
@@ -796,6 +797,7 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		"SQSONCE_LEDGER_ENDPOINT":          "http://127.0.0.1:8000",
 		"SQSONCE_LEDGER_RETENTION":         "72h",
 		"SQSONCE_LEDGER_COMPLETE_DELAY":    "5ms",
+		"SQSONCE_LEDGER_KEEP_BODY":         "true",
 		"SQSONCE_HANDLER_TYPE":             "http",
 		"SQSONCE_HANDLER_COMMAND":          "/usr/bin/env handle --verbose",
 		"SQSONCE_HANDLER_URL":              "https://handler.internal/events",

@@ -31,13 +31,16 @@ const (
 const consoleSynopsis = `Usage: sqsonce console [--config FILE]
 
 Serve the web console of the queue's ledger on console.listen (default
-127.0.0.1:9465): the operations by state, lapsed leases, failures by reason,
-the queue's and the dead-letter queue's depth, the last hour's completions
-and failures, each operation's record, and the dead letters (read without
-hiding or deleting them). /metrics serves the console's own metrics.
+127.0.0.1:9465): the operations by what will become of them, lapsed
+leases, the workers up and down, paused scopes, failures and dead letters
+by reason group, the queues' depths, the last three hours' completions and
+failures, each operation's record, attempts and message, and the dead
+letters (read without hiding or deleting them). /metrics serves the
+console's own metrics.
 
 Safe by default: read-only, and on loopback only. console.writes = true
-enables replay (a dry run first), forget and export; it needs a credential
+enables replay and forget (each a dry run first), a pause and a resume of
+the intake, and export; it needs a credential
 (console.auth = "token" or "basic", read from console.credential_file or
 the variable named by console.credential_env), which then guards every page
 and /metrics.

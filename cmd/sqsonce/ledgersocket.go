@@ -37,11 +37,31 @@ func filterQuery(f ledger.Filter) url.Values {
 	if !f.Until.IsZero() {
 		q.Set("until", f.Until.UTC().Format(time.RFC3339Nano))
 	}
+	if f.ReasonGroup != "" {
+		q.Set("reason_group", f.ReasonGroup)
+	}
+	for name, v := range map[string]ledger.Flag{"permanent": f.Permanent, "dead_lettered": f.DeadLettered} {
+		if v != ledger.FlagAny {
+			q.Set(name, strconv.Itoa(int(v)))
+		}
+	}
+	if f.Newest {
+		q.Set("newest", "1")
+	}
 	return q
 }
 
 func parseFilter(q url.Values) (ledger.Filter, error) {
-	f := ledger.Filter{Prefix: q.Get("prefix"), Reason: q.Get("reason")}
+	f := ledger.Filter{Prefix: q.Get("prefix"), Reason: q.Get("reason"), ReasonGroup: q.Get("reason_group"), Newest: q.Get("newest") == "1"}
+	for name, v := range map[string]*ledger.Flag{"permanent": &f.Permanent, "dead_lettered": &f.DeadLettered} {
+		if s := q.Get(name); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				return ledger.Filter{}, fmt.Errorf("%s %q: %w", name, s, ledger.ErrInvalidArgument)
+			}
+			*v = ledger.Flag(n)
+		}
+	}
 	if s := q.Get("state"); s != "" {
 		st, err := ledger.ParseState(s)
 		if err != nil {
@@ -64,6 +84,7 @@ func parseFilter(q url.Values) (ledger.Filter, error) {
 // pageJSON is a page of List as the socket carries it.
 type pageJSON struct {
 	Records    []ledger.RecordJSON `json:"records"`
+	Newest     bool                `json:"newest,omitempty"`
 	Next       string              `json:"next,omitempty"`
 	Scanned    int                 `json:"scanned"`
 	Unreadable int                 `json:"unreadable,omitempty"`
@@ -71,20 +92,26 @@ type pageJSON struct {
 
 // overviewJSON is an Overview as the socket carries it.
 type overviewJSON struct {
-	Stats        statsJSON             `json:"stats"`
-	Estimate     string                `json:"estimate,omitempty"`
-	OldestClaims []ledger.RecordJSON   `json:"oldest_claims"`
-	Owners       []ledger.OwnerClaims  `json:"owners"`
-	Failures     []ledger.FailureGroup `json:"failures"`
-	Activity     []ledger.Minute       `json:"activity"`
-	Now          time.Time             `json:"now"`
-	Partial      bool                  `json:"partial,omitempty"`
-	Scanned      int                   `json:"scanned"`
+	Stats              statsJSON                `json:"stats"`
+	FailedDeadLettered int                      `json:"failed_dead_lettered,omitempty"`
+	Estimate           string                   `json:"estimate,omitempty"`
+	OldestClaims       []ledger.RecordJSON      `json:"oldest_claims"`
+	Owners             []ledger.OwnerClaims     `json:"owners"`
+	Failures           []ledger.FailureGroup    `json:"failures"`
+	FailureGroups      int                      `json:"failure_groups,omitempty"`
+	DeadLetters        []ledger.DeadLetterGroup `json:"dead_letters,omitempty"`
+	DeadLetterGroups   int                      `json:"dead_letter_groups,omitempty"`
+	DeadLettered       int                      `json:"dead_lettered,omitempty"`
+	Activity           []ledger.Minute          `json:"activity"`
+	Now                time.Time                `json:"now"`
+	Partial            bool                     `json:"partial,omitempty"`
+	Scanned            int                      `json:"scanned"`
 }
 
 func toOverviewJSON(o ledger.Overview) overviewJSON {
 	j := overviewJSON{Stats: toStatsJSON(o.Stats), Estimate: o.Estimate, Owners: o.Owners, Failures: o.Failures,
-		Activity: o.Activity, Now: o.Now, Partial: o.Partial, Scanned: o.Scanned}
+		Activity: o.Activity, Now: o.Now, Partial: o.Partial, Scanned: o.Scanned, FailedDeadLettered: o.FailedDeadLettered,
+		FailureGroups: o.FailureGroups, DeadLetters: o.DeadLetters, DeadLetterGroups: o.DeadLetterGroups, DeadLettered: o.DeadLettered}
 	for _, r := range o.OldestClaims {
 		j.OldestClaims = append(j.OldestClaims, ledger.ToJSON(r))
 	}
@@ -93,7 +120,8 @@ func toOverviewJSON(o ledger.Overview) overviewJSON {
 
 func (j overviewJSON) overview() (ledger.Overview, error) {
 	o := ledger.Overview{Stats: j.Stats.stats(), Estimate: j.Estimate, Owners: j.Owners, Failures: j.Failures,
-		Activity: j.Activity, Now: j.Now, Partial: j.Partial, Scanned: j.Scanned}
+		Activity: j.Activity, Now: j.Now, Partial: j.Partial, Scanned: j.Scanned, FailedDeadLettered: j.FailedDeadLettered,
+		FailureGroups: j.FailureGroups, DeadLetters: j.DeadLetters, DeadLetterGroups: j.DeadLetterGroups, DeadLettered: j.DeadLettered}
 	for _, rj := range j.OldestClaims {
 		rec, err := ledger.FromJSON(rj)
 		if err != nil {
@@ -271,7 +299,7 @@ func listenLedgerSocket(db *ledger.DB, path string, log *slog.Logger, opts socke
 			fail(w, err)
 			return
 		}
-		out := pageJSON{Records: make([]ledger.RecordJSON, len(p.Records)), Next: p.Next, Scanned: p.Scanned, Unreadable: p.Unreadable}
+		out := pageJSON{Records: make([]ledger.RecordJSON, len(p.Records)), Next: p.Next, Scanned: p.Scanned, Unreadable: p.Unreadable, Newest: p.Newest}
 		for i, rec := range p.Records {
 			out.Records[i] = ledger.ToJSON(rec)
 		}
@@ -589,7 +617,7 @@ func (c *socketLedger) List(ctx context.Context, f ledger.Filter, after string, 
 	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
 		return ledger.Page{}, fmt.Errorf("worker socket: %w", err)
 	}
-	p := ledger.Page{Next: j.Next, Scanned: j.Scanned, Unreadable: j.Unreadable}
+	p := ledger.Page{Next: j.Next, Scanned: j.Scanned, Unreadable: j.Unreadable, Newest: j.Newest}
 	for _, rj := range j.Records {
 		rec, err := ledger.FromJSON(rj)
 		if err != nil {

@@ -117,6 +117,7 @@ func workerConfig(cfg Config, log *slog.Logger) worker.Config {
 		SweepInterval:     sweepInterval(cfg.Ledger),
 		Flow:              workerFlow(cfg),
 		Version:           version,
+		KeepBody:          cfg.Ledger.KeepBody,
 		Logger:            log,
 	}
 }

@@ -247,11 +247,15 @@ func (l *Ledger) claimWrite(ctx context.Context, req *ledger.ClaimRequest, now t
 			// what the claim wrote is in the table: answer with that.
 			return l.claimedAsStored(ctx, req)
 		}
+		storyOf(out.Attributes, &r)
 		old = &r
 	}
 	c, rec := ledger.DecideClaim(old, req, now)
 	if rec == nil {
 		return l.claimedAsStored(ctx, req)
+	}
+	if old != nil && old.State == ledger.StateInProgress && old.Expires.After(now) {
+		l.endTakenOver(ctx, req.Key, req.Owner, old, now)
 	}
 	l.stamp(rec, now)
 	c.Record = *rec

@@ -157,12 +157,28 @@
 // starts in a window than its rate (s = 10 ms at 40 per second: 0.4), and
 // a lease lapses s early on the host that runs ahead.
 //
+// # History, payload and activity
+//
+// A record's attempt history is a list attribute of its item (hist), to
+// which a completion or a failure appends its attempt in its one
+// conditional write (list_append); a write that finds the list full reads
+// the item and sets it whole, the oldest attempt left out. A claim that
+// takes another over cannot read the item first: it appends the attempt
+// it ended with a second write, conditioned on its own claim. A kept
+// payload is a binary attribute (payload). The completions and failures
+// per minute that a process records are counted in memory and added every
+// ledger.MinuteFlush to an item per hour ("flow#min#" and the Unix hour,
+// an attribute per minute, ADD), which expires after ledger.MinuteKeep;
+// Overview reads those of its window (an item per hour). The groups of
+// failures and of dead letters of an Overview count its sample.
+//
 // # Upgrading
 //
 // Init records the flow schema on the schema item (flow_schema), whose
 // schema_version stays 1: nothing else changes in the table, and an older
 // sqsonce keeps working on it (its decoder reads the attributes it knows,
 // its scans look at "op#" items only). Open refuses a table without
-// flow_schema with ledger.ErrNoSchema, naming `sqsonce ledger init`: run it
-// with the new version before starting its workers.
+// flow_schema, or with an older one (flow schema 2 added the history,
+// payload and activity above), with ledger.ErrNoSchema, naming `sqsonce
+// ledger init`: run it with the new version before starting its workers.
 package dynamodb

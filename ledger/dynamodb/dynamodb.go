@@ -141,6 +141,9 @@ type Ledger struct {
 	calls  sync.WaitGroup
 
 	flow flowState // see flow.go
+	// minutes gathers the completions and failures per minute that this
+	// process recorded, written every ledger.MinuteFlush (see story.go).
+	minutes ledger.MinuteTally
 }
 
 // Open opens the ledger on the table that opts name, which Init must have
@@ -240,6 +243,12 @@ func checkSchema(item map[string]types.AttributeValue, table string) error {
 // finish, and later calls fail with ledger.ErrClosed. It does not close the
 // client. Close is safe to call more than once.
 func (l *Ledger) Close() error {
+	if l.enter() == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), l.timeout)
+		l.flushMinutes(ctx) // the counts this process gathered
+		cancel()
+		l.calls.Done()
+	}
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
@@ -366,6 +375,7 @@ func (l *Ledger) read(ctx context.Context, key string) (*ledger.Record, error) {
 	if err != nil {
 		return nil, err
 	}
+	storyOf(item, &rec)
 	return &rec, nil
 }
 

@@ -146,9 +146,9 @@ func (l *Ledger) checkFlowSchema(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if v < 1 {
-		return fmt.Errorf("table %s was set up by an older sqsonce, without flow control: run `sqsonce ledger init` with this version to upgrade it (older workers keep working on the upgraded table): %w",
-			*l.table, ledger.ErrNoSchema)
+	if v < ledger.FlowSchemaVersion {
+		return fmt.Errorf("table %s was set up by an older sqsonce (flow schema %d, this one needs %d): run `sqsonce ledger init` with this version to upgrade it (older workers keep working on the upgraded table): %w",
+			*l.table, v, ledger.FlowSchemaVersion, ledger.ErrNoSchema)
 	}
 	return nil
 }

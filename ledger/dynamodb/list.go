@@ -163,7 +163,12 @@ func (l *Ledger) Overview(ctx context.Context, since time.Time) (ledger.Overview
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	o := b.Overview(st)
+	l.flushMinutes(ctx)
+	activity, err := l.activity(ctx, since)
+	if err != nil {
+		return ledger.Overview{}, fmt.Errorf("overview: %w", err)
+	}
+	o := b.Overview(st, activity)
 	o.Scanned = scanned
 	if whole {
 		return o, nil
@@ -174,11 +179,14 @@ func (l *Ledger) Overview(ctx context.Context, since time.Time) (ledger.Overview
 		return ledger.Overview{}, fmt.Errorf("overview: %w", err)
 	}
 	scale := float64(max(items, int64(scanned))) / float64(max(scanned, 1))
-	o.Stats.InProgress = int(float64(st.InProgress)*scale + 0.5)
-	o.Stats.Complete = int(float64(st.Complete)*scale + 0.5)
-	o.Stats.Failed = int(float64(st.Failed)*scale + 0.5)
-	o.Stats.FailedPermanently = int(float64(st.FailedPermanently)*scale + 0.5)
-	o.Estimate = fmt.Sprintf("estimated from a sample of %d items and the table's item count of about %d, which DynamoDB updates about every six hours", scanned, items)
+	est := func(n int) int { return int(float64(n)*scale + 0.5) }
+	o.Stats.InProgress = est(st.InProgress)
+	o.Stats.Complete = est(st.Complete)
+	o.Stats.Failed = est(st.Failed)
+	o.Stats.FailedPermanently = est(st.FailedPermanently)
+	o.FailedDeadLettered = est(o.FailedDeadLettered)
+	o.DeadLettered = est(o.DeadLettered)
+	o.Estimate = fmt.Sprintf("estimated from a sample of %d items and the table's item count of about %d, which DynamoDB updates about every six hours; the groups of failures and dead letters count the sample", scanned, items)
 	return o, nil
 }
 

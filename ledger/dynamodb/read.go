@@ -34,6 +34,7 @@ func (l *Ledger) Get(ctx context.Context, key string) (ledger.Record, error) {
 	if rec == nil {
 		return ledger.Record{}, fmt.Errorf("get %q: %w", key, ledger.ErrNotFound)
 	}
+	ledger.DeriveHistory(rec)
 	return *rec, nil
 }
 

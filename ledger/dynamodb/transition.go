@@ -115,6 +115,7 @@ func (l *Ledger) transition(ctx context.Context, op, key string, build func(now 
 			if err != nil {
 				return fmt.Errorf("%s %q: %w", op, key, err)
 			}
+			storyOf(item, &rec)
 			if rec.Expires.After(now) {
 				cur = &rec
 			}
@@ -158,15 +159,19 @@ func ownerAnswer(op, key, owner string, cur *ledger.Record) error {
 // complete, it succeeds again for the same owner and changes nothing, so
 // a completion whose answer was lost can be retried.
 func (l *Ledger) Complete(ctx context.Context, c ledger.Completion) error {
-	return l.guard("complete", c.Key, func() error { return l.complete(ctx, &c) })
+	err := l.guard("complete", c.Key, func() error { return l.complete(ctx, &c) })
+	l.tallyMinutes(ctx, []error{err}, false)
+	return err
 }
 
 // CompleteBatch completes many claims, up to Options.Concurrency at once,
 // and returns one error per completion, nil for those that are recorded.
 func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
-	return l.batch("complete", len(cs), func(i int) string { return cs[i].Key }, func(i int) error {
+	errs := l.batch("complete", len(cs), func(i int) string { return cs[i].Key }, func(i int) error {
 		return l.complete(ctx, &cs[i])
 	})
+	l.tallyMinutes(ctx, errs, false)
+	return errs
 }
 
 func (l *Ledger) complete(ctx context.Context, c *ledger.Completion) error {
@@ -174,9 +179,12 @@ func (l *Ledger) complete(ctx context.Context, c *ledger.Completion) error {
 	if len(result) > ledger.MaxResultLen {
 		result = result[:ledger.MaxResultLen]
 	}
+	h := &history{started: c.Started, outcome: ledger.AttemptComplete, payload: c.Payload, owner: c.Owner}
+	h.claimTime(ctx, l, c.Key)
 	return l.transition(ctx, "complete", c.Key, func(now time.Time, writeID string) *write {
 		e := newExpr()
 		w := &write{e: e, cond: ownedCond(e, c.Owner, now)}
+		h.set(w, now)
 		w.u.set = append(w.u.set,
 			e.n(attrState)+" = "+e.v("complete", strAV(stateComplete)),
 			e.n(attrCompleted)+" = :now",
@@ -192,6 +200,9 @@ func (l *Ledger) complete(ctx context.Context, c *ledger.Completion) error {
 	}, func(cur *ledger.Record, own bool) error {
 		if err := ownerAnswer("complete", c.Key, c.Owner, cur); err != nil {
 			return err
+		}
+		if !own && h.fullIn(cur) {
+			return nil // write again, the history whole
 		}
 		switch cur.State {
 		case ledger.StateComplete:
@@ -211,22 +222,32 @@ func (l *Ledger) complete(ctx context.Context, c *ledger.Completion) error {
 // progress. A failure whose answer was lost and that is retried finds its
 // own write and succeeds.
 func (l *Ledger) Fail(ctx context.Context, f ledger.Failure) error {
-	return l.guard("fail", f.Key, func() error { return l.fail(ctx, &f) })
+	err := l.guard("fail", f.Key, func() error { return l.fail(ctx, &f) })
+	l.tallyMinutes(ctx, []error{err}, true)
+	return err
 }
 
 // FailBatch fails many claims, up to Options.Concurrency at once, one error
 // per failure.
 func (l *Ledger) FailBatch(ctx context.Context, fs []ledger.Failure) []error {
-	return l.batch("fail", len(fs), func(i int) string { return fs[i].Key }, func(i int) error {
+	errs := l.batch("fail", len(fs), func(i int) string { return fs[i].Key }, func(i int) error {
 		return l.fail(ctx, &fs[i])
 	})
+	l.tallyMinutes(ctx, errs, true)
+	return errs
 }
 
 func (l *Ledger) fail(ctx context.Context, f *ledger.Failure) error {
 	text := textcut.Cut(f.Err, ledger.MaxErrorLen)
+	h := &history{started: f.Started, outcome: ledger.AttemptFailed, errText: f.Err, payload: f.Payload, owner: f.Owner}
+	if f.Permanent {
+		h.outcome = ledger.AttemptFailedPermanently
+	}
+	h.claimTime(ctx, l, f.Key)
 	return l.transition(ctx, "fail", f.Key, func(now time.Time, writeID string) *write {
 		e := newExpr()
 		w := &write{e: e, cond: ownedCond(e, f.Owner, now)}
+		h.set(w, now)
 		w.u.set = append(w.u.set,
 			e.n(attrState)+" = "+e.v("failed", strAV(stateFailed)),
 			e.n(attrPermanent)+" = "+e.v("perm", boolAV(f.Permanent)),
@@ -243,6 +264,9 @@ func (l *Ledger) fail(ctx context.Context, f *ledger.Failure) error {
 	}, func(cur *ledger.Record, own bool) error {
 		if err := ownerAnswer("fail", f.Key, f.Owner, cur); err != nil {
 			return err
+		}
+		if !own && h.fullIn(cur) {
+			return nil // write again, the history whole
 		}
 		switch {
 		case own:

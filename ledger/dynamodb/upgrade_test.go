@@ -303,3 +303,45 @@ func TestUpgrade_V1Table(t *testing.T) {
 		t.Fatalf("a mark after the older worker's writes: %+v, %v", r, err)
 	}
 }
+
+// TestUpgrade_FlowSchema1: a table whose schema item records flow schema 1
+// (the sqsonce before the history) is refused by Open, naming `sqsonce
+// ledger init`, which records this version's; the older worker's requests
+// leave the history this version writes in place.
+func TestUpgrade_FlowSchema1(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := dynamotest.NewClient(t, nil)
+	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	table := dynamotest.Table(t, c)
+	opts := dynamodb.Options{Table: table, Retention: 24 * time.Hour, Now: func() time.Time { return clock }}
+	if _, err := dynamodb.Init(ctx, c, opts); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.UpdateItem(ctx, &ddb.UpdateItemInput{TableName: aws.String(table),
+		Key:              map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "meta#schema"}},
+		UpdateExpression: aws.String("SET flow_schema = :one"), ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = dynamodb.Open(ctx, c, opts)
+	if !errors.Is(err, ledger.ErrNoSchema) || !strings.Contains(err.Error(), "sqsonce ledger init") || !strings.Contains(err.Error(), "flow schema 1") {
+		t.Fatalf("open of a table of flow schema 1: %v", err)
+	}
+	if _, err := dynamodb.Init(ctx, c, opts); err != nil {
+		t.Fatal(err)
+	}
+	l := open(t, c, opts)
+	mustClaim(t, l, "k", "b", ledger.Claimed)
+	if err := l.Fail(ctx, ledger.Failure{Key: "k", Owner: "b", Err: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	old := &v1Ledger{t: t, c: c, table: table, now: clock}
+	if !old.claim("k", "a") || !old.complete("k", "a") {
+		t.Fatal("the older worker's claim and completion on the upgraded table")
+	}
+	r, err := l.Get(ctx, "k")
+	if err != nil || r.State != ledger.StateComplete || len(r.History) != 1 || r.History[0].Owner != "b" || r.History[0].Error != "timeout" {
+		t.Fatalf("after this version's failure and the older worker's completion: %+v, %v", r, err)
+	}
+}

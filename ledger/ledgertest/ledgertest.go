@@ -400,6 +400,10 @@ func Run(t *testing.T, open Open) {
 			FirstSeen: start, Claimed: start.Add(2 * time.Second), Updated: start.Add(3 * time.Second),
 			Completed: start.Add(3 * time.Second), Expires: start.Add(3*time.Second + Retention),
 			MessageID: "m-2", Result: []byte("ok"), OwnFailures: 1,
+			History: []ledger.Attempt{
+				{Start: start, End: start.Add(time.Second), Owner: "a", Outcome: ledger.AttemptFailed, Error: "boom"},
+				{Start: start.Add(2 * time.Second), End: start.Add(3 * time.Second), Owner: "b", Outcome: ledger.AttemptComplete},
+			},
 		}
 		if err := equalRecord(rec, want); err != nil {
 			t.Fatal(err)
@@ -982,8 +986,8 @@ func Run(t *testing.T, open Open) {
 		if fmt.Sprintf("%+v", o.Owners) != "[{Owner:w2 Claims:2 Lapsed:0} {Owner:w1 Claims:1 Lapsed:1}]" {
 			t.Errorf("owners %+v", o.Owners)
 		}
-		if len(o.Failures) != 2 || o.Failures[0].Reason != "timeout" || o.Failures[0].Count != 3 || o.Failures[0].Permanent != 0 ||
-			!strings.HasPrefix(o.Failures[0].Example, "f") || o.Failures[1].Reason != "bad card" || o.Failures[1].Count != 1 ||
+		if len(o.Failures) != 2 || o.Failures[0].Group != "timeout" || o.Failures[0].Count != 3 || o.Failures[0].Permanent != 0 ||
+			!strings.HasPrefix(o.Failures[0].Example, "f") || o.Failures[1].Group != "bad card" || o.Failures[1].Count != 1 ||
 			o.Failures[1].Permanent != 1 || o.Failures[1].Example != "f4" {
 			t.Errorf("failures %+v", o.Failures)
 		}
@@ -1059,6 +1063,7 @@ func Run(t *testing.T, open Open) {
 	})
 
 	runFlow(t, setup)
+	runStory(t, setup)
 }
 
 // listAll reads every page of a List of f, limit records at a time, and
@@ -1130,6 +1135,14 @@ func norm(r ledger.Record) ledger.Record {
 		if !p.IsZero() {
 			*p = p.UTC()
 		}
+	}
+	r.History = slices.Clone(r.History)
+	for i := range r.History {
+		r.History[i].Start, r.History[i].End = r.History[i].Start.UTC(), r.History[i].End.UTC()
+	}
+	if r.Payload != nil {
+		p := *r.Payload
+		r.Payload = &p
 	}
 	return r
 }

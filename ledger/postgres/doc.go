@@ -90,6 +90,17 @@
 // (a rate is undershot, never exceeded), and a PutFlow may answer
 // ErrConflict with its own earlier write as the current document.
 //
+// # History, payload and activity
+//
+// A record's attempt history is a jsonb column (history), to which the
+// statements of Complete, Fail and a takeover append in SQL, keeping the
+// last ledger.MaxHistory; a kept payload is a bytea column (payload). The
+// completions and failures per minute that a process records are counted
+// in memory and added every ledger.MinuteFlush (and at Close) to the
+// _minutes table, one statement, rather than by every transition, so that
+// the hosts of a fleet do not queue on one row per minute; a crash loses
+// the counts not yet added.
+//
 // # Upgrading
 //
 // Init upgrades a table made before flow control: it adds the flow columns
@@ -99,7 +110,9 @@
 // flow tables, and flow_version in the version table, whose version stays
 // 1 so that older workers keep working on it. Init looks before it alters:
 // on an upgraded table it adds no column and builds no index again. Open
-// refuses a table without flow_version with ledger.ErrNoSchema, naming
+// refuses a table without flow_version, or with an older one (flow schema
+// 2 added the history and payload columns and the _minutes table), with
+// ledger.ErrNoSchema, naming
 // `sqsonce ledger init`: run it with the new version before starting its
 // workers.
 package postgres

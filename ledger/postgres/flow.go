@@ -83,18 +83,22 @@ type flowQueries struct {
 	reserve                                                  string
 	ensureSlots, takeSlots, extendSlots, releaseSlots        string
 	mark, explainMark, deadCounts                            string
+	deadGroups                                               string
+	minutesPut, minutesRead                                  string
 	flowSchema                                               string
 	sweep                                                    []string
 }
 
 // flowTables are the names of the flow tables and of the dead-letter index.
 func flowTables(c *config) (docs, rate, slots, procs pgx.Identifier, deadIndex string) {
-	suffixed := func(s string) pgx.Identifier {
-		id := slices.Clone(c.table)
-		id[len(id)-1] += s
-		return id
-	}
-	return suffixed("_flow"), suffixed("_rate"), suffixed("_slots"), suffixed("_procs"), c.table[len(c.table)-1] + "_dlgroup"
+	return suffixed(c, "_flow"), suffixed(c, "_rate"), suffixed(c, "_slots"), suffixed(c, "_procs"), c.table[len(c.table)-1] + "_dlgroup"
+}
+
+// suffixed is the name of the table of the ledger's with suffix s.
+func suffixed(c *config, s string) pgx.Identifier {
+	id := slices.Clone(c.table)
+	id[len(id)-1] += s
+	return id
 }
 
 func newFlowState(c *config) flowState {
@@ -108,6 +112,7 @@ func newFlowQueries(c *config) flowQueries {
 	t := c.table.Sanitize()
 	docsID, rateID, slotsID, procsID, _ := flowTables(c)
 	docs, rate, slots, procs := docsID.Sanitize(), rateID.Sanitize(), slotsID.Sanitize(), procsID.Sanitize()
+	minutes := suffixed(c, "_minutes").Sanitize()
 	// fit is ledger.Reservation.Fit in SQL, for a bucket's TAT raised to
 	// now (from), with the request's columns named by p (r. for the new
 	// row, excluded. for the one in conflict).
@@ -216,7 +221,20 @@ RETURNING o.key`,
 		// carries the expiry: an index-only scan of those records.
 		deadCounts: `SELECT dead_letter_group, count(*) FROM ` + t + `
 WHERE dead_lettered IS NOT NULL AND expires > ` + nowExpr + ` GROUP BY dead_letter_group`,
-		flowSchema: fmt.Sprintf(`SELECT coalesce(flow_version, 0) FROM %s`, c.version.Sanitize()),
+		// The groups of marks with the latest mark's key and reason, for
+		// the overview.
+		deadGroups: `SELECT dead_letter_group, count(*), (array_agg(key ORDER BY dead_lettered DESC, key))[1],
+	(array_agg(dead_letter_reason ORDER BY dead_lettered DESC, key))[1], max(dead_lettered)
+FROM ` + t + ` WHERE dead_lettered IS NOT NULL AND expires > ` + nowExpr + ` GROUP BY dead_letter_group`,
+		// A process's counts per minute ($1 minutes, $2 completions, $3
+		// failures) added, and the minutes older than $4 removed.
+		minutesPut: `WITH add AS (
+	INSERT INTO ` + minutes + ` AS m (minute, completed, failed)
+	SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[]) ORDER BY 1
+	ON CONFLICT (minute) DO UPDATE SET completed = m.completed + excluded.completed, failed = m.failed + excluded.failed)
+DELETE FROM ` + minutes + ` WHERE minute < $4::bigint`,
+		minutesRead: `SELECT minute, completed, failed FROM ` + minutes + ` WHERE minute >= $1::bigint ORDER BY minute`,
+		flowSchema:  fmt.Sprintf(`SELECT coalesce(flow_version, 0) FROM %s`, c.version.Sanitize()),
 
 		// What Sweep removes beyond records (see sweepFlow), each
 		// statement with the clock and how long the state is kept, in
@@ -283,6 +301,15 @@ func initFlow(ctx context.Context, tx pgx.Tx, c *config) error {
 	ADD COLUMN IF NOT EXISTS dead_letter_group bytea,
 	ADD COLUMN IF NOT EXISTS dead_letter_copy_id bytea`)
 	}
+	if ok, err := has(c.table, "history"); err != nil {
+		return err
+	} else if !ok {
+		// The records' history and kept payload (flow schema 2): columns
+		// an older sqsonce does not name either.
+		stmts = append(stmts, `ALTER TABLE `+t+`
+	ADD COLUMN IF NOT EXISTS history jsonb,
+	ADD COLUMN IF NOT EXISTS payload bytea`)
+	}
 	var index *string
 	if err := tx.QueryRow(ctx, `SELECT to_regclass($1)::text`, append(slices.Clone(c.table[:len(c.table)-1]), deadIndex).Sanitize()).Scan(&index); err != nil {
 		return err
@@ -335,6 +362,11 @@ func initFlow(ctx context.Context, tx pgx.Tx, c *config) error {
 	paused_why bytea,
 	expires    timestamptz NOT NULL
 )`,
+		`CREATE TABLE IF NOT EXISTS `+suffixed(c, "_minutes").Sanitize()+` (
+	minute    bigint PRIMARY KEY, -- Unix minute
+	completed bigint NOT NULL,
+	failed    bigint NOT NULL
+)`,
 		fmt.Sprintf(`ALTER TABLE %s ADD COLUMN IF NOT EXISTS flow_version integer`, c.version.Sanitize()),
 		fmt.Sprintf(`UPDATE %s SET flow_version = %d WHERE flow_version IS NULL OR flow_version < %d`,
 			c.version.Sanitize(), ledger.FlowSchemaVersion, ledger.FlowSchemaVersion),
@@ -354,9 +386,9 @@ func (l *Ledger) checkFlowSchema(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("check schema: %w", err)
 	}
-	if v < 1 {
-		return fmt.Errorf("table %s was set up by an older sqsonce, without flow control: run `sqsonce ledger init` with this version to upgrade it (older workers keep working on the upgraded table): %w",
-			l.cfg.tableLabel, ledger.ErrNoSchema)
+	if v < ledger.FlowSchemaVersion {
+		return fmt.Errorf("table %s was set up by an older sqsonce (flow schema %d, this one needs %d): run `sqsonce ledger init` with this version to upgrade it (older workers keep working on the upgraded table): %w",
+			l.cfg.tableLabel, v, ledger.FlowSchemaVersion, ledger.ErrNoSchema)
 	}
 	return nil
 }
@@ -961,4 +993,57 @@ func (l *Ledger) sweepFlow(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// tallyMinutes counts the transitions of a batch that took effect (errs
+// nil) as completions or failures of this minute, and writes the counts
+// gathered when they are due.
+func (l *Ledger) tallyMinutes(ctx context.Context, errs []error, failed bool) {
+	n := 0
+	for _, err := range errs {
+		if err == nil {
+			n++
+		}
+	}
+	if failed {
+		l.minutes.Add(l.localNow(), 0, n)
+	} else {
+		l.minutes.Add(l.localNow(), n, 0)
+	}
+	if l.minutes.Due(ledger.MinuteFlush) {
+		l.flushMinutes(ctx)
+	}
+}
+
+// localNow is the test clock, or this host's: the minute of a count.
+func (l *Ledger) localNow() time.Time {
+	if l.cfg.now != nil {
+		return l.cfg.now()
+	}
+	return time.Now()
+}
+
+// flushMinutes adds the counts gathered to the _minutes table and removes
+// the minutes older than ledger.MinuteKeep, in one statement. Counts that
+// cannot be written are kept for the next time.
+func (l *Ledger) flushMinutes(ctx context.Context) {
+	c := l.minutes.Take()
+	if len(c) == 0 {
+		return
+	}
+	var ms, done, failed []int64
+	for m, n := range c {
+		ms, done, failed = append(ms, m), append(done, int64(n[0])), append(failed, int64(n[1]))
+	}
+	cut := l.localNow().Add(-ledger.MinuteKeep).Unix() / 60
+	err := l.do(ctx, func(ctx context.Context, again bool) error {
+		if again {
+			return nil // it may have been added: not twice
+		}
+		_, err := l.pool.Exec(ctx, l.flow.q.minutesPut, ms, done, failed, cut)
+		return err
+	})
+	if err != nil {
+		l.minutes.Return(c)
+	}
 }

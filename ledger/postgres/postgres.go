@@ -310,6 +310,10 @@ type Ledger struct {
 	closed atomic.Bool
 	q      queries
 	flow   flowState // see flow.go
+	// minutes gathers the completions and failures per minute that this
+	// process recorded, written to the _minutes table every
+	// ledger.MinuteFlush (see tallyMinutes).
+	minutes ledger.MinuteTally
 }
 
 // Open connects to the server and checks the ledger's table. It fails with
@@ -379,6 +383,12 @@ func (l *Ledger) checkSchema(ctx context.Context) error {
 // Calls after Close fail with ledger.ErrClosed. Close is safe to call more
 // than once.
 func (l *Ledger) Close() error {
+	if l.closed.Load() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), l.cfg.timeout)
+	l.flushMinutes(ctx) // the counts this process gathered
+	cancel()
 	if l.closed.CompareAndSwap(false, true) {
 		l.pool.Close()
 	}

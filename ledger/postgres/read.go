@@ -21,12 +21,18 @@ func (l *Ledger) Get(ctx context.Context, key string) (ledger.Record, error) {
 	var rec ledger.Record
 	var missing bool
 	err := l.do(ctx, func(ctx context.Context, _ bool) error {
-		rw, _, err := scanRecord(l.pool.QueryRow(ctx, l.q.get, l.clock(), []byte(key)))
+		var hist, payload []byte
+		rw, _, err := scanRecord(l.pool.QueryRow(ctx, l.q.get, l.clock(), []byte(key)), &hist, &payload)
 		missing = errors.Is(err, pgx.ErrNoRows)
 		if missing {
 			return nil
 		}
 		rec = rw.rec
+		rec.History = decodeHistory(hist)
+		if payload != nil {
+			rec.Payload = ledger.DecodePayload(payload)
+		}
+		ledger.DeriveHistory(&rec)
 		return err
 	})
 	switch {

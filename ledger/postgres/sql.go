@@ -1,6 +1,9 @@
 package postgres
 
 import (
+	"encoding/base64"
+	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 
@@ -75,7 +78,8 @@ type queries struct {
 	overviewInProgress      string
 	overviewOwners          string
 	overviewFailures        string
-	overviewActivity        string
+	listNewest              string
+	listNewestOpen          string
 }
 
 func newQueries(c *config) queries {
@@ -111,8 +115,11 @@ func newQueries(c *config) queries {
 WITH locked AS MATERIALIZED (
 	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
 UPDATE ` + t + ` AS o SET state = 2, attempts = o.attempts + 1, completed = c.now, lease_expiry = NULL, last_error = NULL,
-	result = u.result, updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond'
-FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[]) AS u(key, owner, result),
+	result = u.result, updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond',
+	history = CASE WHEN o.attempts = 0 AND o.history IS NULL THEN NULL
+		ELSE ` + historyAppend("o.history", "u.started", "'complete'", "NULL") + ` END,
+	payload = coalesce(u.payload, o.payload)
+FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::timestamptz[], $7::bytea[]) AS u(key, owner, result, started, payload),
 	(SELECT ` + nowExpr + ` AS now) c
 WHERE o.key = ANY($3::bytea[]) AND o.key = locked.key AND o.key = u.key AND o.owner = u.owner
 	AND o.state = 1 AND o.expires > c.now
@@ -121,8 +128,11 @@ RETURNING o.key, o.owner`,
 WITH locked AS MATERIALIZED (
 	SELECT key FROM ` + t + ` WHERE key = ANY($3::bytea[]) ORDER BY key FOR UPDATE)
 UPDATE ` + t + ` AS o SET state = 3, attempts = o.attempts + 1, permanent = u.permanent, lease_expiry = NULL, last_error = u.err,
-	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond', ` + failFlowSet + `
-FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[], $7::boolean[]) AS u(key, owner, err, permanent, outage),
+	updated = c.now, expires = c.now + $2::bigint * interval '1 microsecond', ` + failFlowSet + `,
+	history = ` + historyAppend("o.history", "u.started", "CASE WHEN u.permanent THEN 'failed_permanently' ELSE 'failed' END", "u.herr") + `,
+	payload = coalesce(u.payload, o.payload)
+FROM locked, unnest($3::bytea[], $4::bytea[], $5::bytea[], $6::boolean[], $7::boolean[], $8::timestamptz[], $9::bytea[], $10::bytea[])
+		AS u(key, owner, err, permanent, outage, started, herr, payload),
 	(SELECT ` + nowExpr + ` AS now) c
 WHERE o.key = ANY($3::bytea[]) AND o.key = locked.key AND o.key = u.key AND o.owner = u.owner
 	AND o.state = 1 AND o.expires > c.now
@@ -155,7 +165,7 @@ WHERE o.key = $3::bytea AND o.state = 3 AND o.expires > c.now
 RETURNING o.key`,
 		forget: `DELETE FROM ` + t + ` WHERE key = $1::bytea`,
 
-		get: `SELECT ` + columns + ` FROM ` + t + ` WHERE key = $2::bytea AND expires > ` + nowExpr,
+		get: `SELECT ` + columns + `, history, payload FROM ` + t + ` WHERE key = $2::bytea AND expires > ` + nowExpr,
 
 		// A page of ForEach: at most $5 records after $2 in key order
 		// within the prefix's range [$3, $4), with the last key looked
@@ -172,8 +182,10 @@ FROM (SELECT (SELECT key FROM scan ORDER BY key DESC LIMIT 1) AS last, (SELECT c
 LEFT JOIN scan s ON s.expires > $1::timestamptz AND ($6::smallint = 0 OR s.state = $6::smallint)
 ORDER BY s.key`,
 
-		list:     listStatement(t, ""),
-		listOpen: listStatement(t, "state <> 2 AND "),
+		list:           listStatement(t, ""),
+		listOpen:       listStatement(t, "state <> 2 AND "),
+		listNewest:     listNewestStatement(t, ""),
+		listNewestOpen: listNewestStatement(t, "state <> 2 AND "),
 
 		// The parts of an Overview. The records that are not complete
 		// are found through their partial index; the activity reads
@@ -181,20 +193,20 @@ ORDER BY s.key`,
 		overviewInProgress: `
 SELECT ` + columns + ` FROM ` + t + ` WHERE state = 1 AND state <> 2 AND expires > ` + nowExpr + `
 ORDER BY claimed, key LIMIT $2::int`,
+		// The owners of the claims, which the overview groups by
+		// process (ledger.ProcessOf), at most $2 of them.
 		overviewOwners: `
 SELECT owner, count(*), count(*) FILTER (WHERE lease_expiry <= ` + nowExpr + `)
 FROM ` + t + ` WHERE state = 1 AND state <> 2 AND expires > ` + nowExpr + `
 GROUP BY owner ORDER BY count(*) DESC, owner LIMIT $2::int`,
+		// The failures by their text, which the overview groups by
+		// ledger.ReasonGroup, at most $2 texts: the permanent ones, the
+		// retryable ones marked dead-lettered, the latest's key, when.
 		overviewFailures: `
-SELECT last_error, count(*), count(*) FILTER (WHERE permanent), (array_agg(key ORDER BY updated DESC, key))[1], max(updated)
+SELECT last_error, count(*), count(*) FILTER (WHERE permanent), count(*) FILTER (WHERE NOT permanent AND dead_lettered IS NOT NULL),
+	(array_agg(key ORDER BY updated DESC, key))[1], max(updated)
 FROM ` + t + ` WHERE state = 3 AND state <> 2 AND expires > ` + nowExpr + `
 GROUP BY last_error ORDER BY count(*) DESC, max(updated) DESC, last_error LIMIT $2::int`,
-		overviewActivity: `
-SELECT floor(extract(epoch FROM CASE WHEN state = 2 THEN completed ELSE updated END) / 60)::bigint AS m,
-	count(*) FILTER (WHERE state = 2), count(*) FILTER (WHERE state = 3)
-FROM ` + t + `
-WHERE expires > ` + nowExpr + ` AND ((state = 2 AND completed >= $2::timestamptz) OR (state = 3 AND updated >= $2::timestamptz))
-GROUP BY m ORDER BY m`,
 
 		// Stats in one snapshot: the open records through their partial
 		// index, and every record through the smallest index.
@@ -278,7 +290,12 @@ ON CONFLICT (key) DO UPDATE SET
 	message_id = CASE WHEN o.expires <= excluded.claimed OR excluded.message_id IS NOT NULL THEN excluded.message_id ELSE o.message_id END,
 	result = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.result END,
 	takeover = o.expires > excluded.claimed AND o.state = 1 AND o.lease_expiry <= excluded.claimed,
-	` + claimFlowSet + `
+	` + claimFlowSet + `,
+	history = CASE WHEN o.expires <= excluded.claimed THEN NULL
+		WHEN o.state = 1 THEN ` + historyAppend("o.history", "NULL", "CASE WHEN o.lease_expiry <= excluded.claimed THEN 'lapsed' ELSE 'superseded' END", "NULL",
+		"excluded.claimed") + `
+		ELSE o.history END,
+	payload = CASE WHEN o.expires <= excluded.claimed THEN NULL ELSE o.payload END
 WHERE o.expires <= excluded.claimed
 	OR ((o.fingerprint IS NULL OR excluded.fingerprint IS NULL OR o.fingerprint = excluded.fingerprint)
 		AND ((o.state = 3 AND NOT o.permanent) OR (o.state = 1 AND ` + inProgress + `)))
@@ -307,6 +324,81 @@ LEFT JOIN scan s ON s.expires > ` + nowExpr + ` AND ($6::smallint = 0 OR s.state
 	AND ($8::timestamptz IS NULL OR s.updated < $8::timestamptz)
 	AND (NOT $9::boolean OR s.last_error IS NOT NULL)
 ORDER BY s.key`
+}
+
+// historyAppend is the SQL of hist (a jsonb array of attempts, or NULL)
+// with one attempt of the record o appended, of the last
+// ledger.MaxHistory: it started at started (NULL, or later than its end:
+// the claim's time o.claimed), ended at end (c.now by default) with
+// outcome, and errText (bytea or NULL). An attempt is an object of s and e
+// (start and end in Unix microseconds), o (the owner, base64), r (the
+// outcome) and x (the error, base64, or null); see decodeHistory.
+func historyAppend(hist, started, outcome, errText string, end ...string) string {
+	e := "c.now"
+	if len(end) > 0 {
+		e = end[0]
+	}
+	start := `CASE WHEN ` + started + `::timestamptz IS NULL OR ` + started + `::timestamptz > ` + e + ` THEN o.claimed ELSE ` + started + `::timestamptz END`
+	micro := func(t string) string { return `(extract(epoch FROM ` + t + `) * 1000000)::bigint` }
+	return `jsonb_path_query_array(coalesce(` + hist + `, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
+			's', ` + micro(start) + `, 'e', ` + micro(e) + `, 'o', encode(o.owner, 'base64'), 'r', ` + outcome + `,
+			'x', encode(` + errText + `::bytea, 'base64'))), '$[last - ` + strconv.Itoa(ledger.MaxHistory-1) + ` to last]')`
+}
+
+// attemptJSON is an attempt as historyAppend writes it.
+type attemptJSON struct {
+	S, E int64
+	O    string
+	R    string
+	X    *string
+}
+
+// decodeHistory reads a history column; what it cannot read counts as
+// none.
+func decodeHistory(b []byte) []ledger.Attempt {
+	var js []attemptJSON
+	if len(b) == 0 || json.Unmarshal(b, &js) != nil {
+		return nil
+	}
+	h := make([]ledger.Attempt, 0, len(js))
+	for _, j := range js {
+		owner, _ := base64.StdEncoding.DecodeString(j.O)
+		a := ledger.Attempt{Start: time.UnixMicro(j.S), End: time.UnixMicro(j.E), Owner: string(owner), Outcome: ledger.AttemptOutcome(j.R)}
+		if j.X != nil {
+			e, _ := base64.StdEncoding.DecodeString(*j.X)
+			a.Error = string(e)
+		}
+		h = append(h, a)
+	}
+	return h
+}
+
+// listNewestStatement is the statement of a chunk of a List of the newest
+// records: at most $5 records written before the cursor ($2 expiry, $3
+// key: NULL from the newest) in the order of their expiry, newest first
+// (the expiry is the last write plus the retention), within the prefix's
+// range [$9, $10) and expiring no earlier than $11 (the window's start plus
+// the retention), with the filters of listStatement, and the last expiry
+// and key looked at and how many. $2 is infinity for the first chunk (with
+// $3 NULL), $11 -infinity without a window, so that the expiry index
+// bounds the scan. where narrows the records looked at, as for
+// listStatement.
+func listNewestStatement(t, where string) string {
+	return `
+WITH scan AS MATERIALIZED (
+	SELECT ` + columns + ` FROM ` + t + `
+	WHERE ` + where + `expires <= $2::timestamptz AND (expires < $2::timestamptz OR key < $3::bytea)
+		AND expires >= $11::timestamptz
+		AND key >= $9::bytea AND ($10::bytea IS NULL OR key < $10::bytea)
+	ORDER BY expires DESC, key DESC LIMIT $5::int),
+last AS (SELECT expires, key FROM scan ORDER BY expires, key LIMIT 1)
+SELECT ` + prefixed("s.", columns) + `, (SELECT expires FROM last), (SELECT key FROM last), (SELECT count(*) FROM scan)
+FROM (SELECT 1) one
+LEFT JOIN scan s ON s.expires > ` + nowExpr + ` AND ($6::smallint = 0 OR s.state = $6::smallint)
+	AND ($7::timestamptz IS NULL OR s.updated >= $7::timestamptz)
+	AND ($8::timestamptz IS NULL OR s.updated < $8::timestamptz)
+	AND (NOT $4::boolean OR s.last_error IS NOT NULL)
+ORDER BY s.expires DESC, s.key DESC`
 }
 
 // prefixed puts p before each name of a comma-separated list.

@@ -31,25 +31,52 @@ func (l *Ledger) Complete(ctx context.Context, c ledger.Completion) error {
 // are committed.
 func (l *Ledger) CompleteBatch(ctx context.Context, cs []ledger.Completion) []error {
 	items := make([]item, len(cs))
-	keys, owners, results := make([][]byte, 0, len(cs)), make([][]byte, 0, len(cs)), make([][]byte, 0, len(cs))
+	var a completeArgs
 	for i, c := range cs {
 		items[i] = item{key: c.Key, owner: c.Owner}
 		if items[i].valid("complete") {
-			result := c.Result
-			if len(result) > ledger.MaxResultLen {
-				result = result[:ledger.MaxResultLen]
-			}
-			keys, owners, results = append(keys, []byte(c.Key)), append(owners, []byte(c.Owner)), append(results, nonEmpty(result))
+			a.add(&c)
 		}
 	}
-	return l.transitionBatch(ctx, "complete", items, func(b *pgx.Batch) {
-		b.Queue(l.q.complete, l.clock(), micros(l.cfg.retention), keys, owners, results)
+	errs := l.transitionBatch(ctx, "complete", items, func(b *pgx.Batch) {
+		b.Queue(l.q.complete, a.args(l)...)
 	}, func(it *item, f *found, again bool) error {
 		if f.state == stateComplete {
 			return nil // already done by this owner: idempotent
 		}
 		return fmt.Errorf("complete %q: record is %s: %w", it.key, ledger.State(f.state), ledger.ErrState)
 	})
+	l.tallyMinutes(ctx, errs, false)
+	return errs
+}
+
+// completeArgs are the arrays of the complete statement: per completion
+// its key, owner, result, start and payload.
+type completeArgs struct {
+	keys, owners, results, payloads [][]byte
+	started                         []pgtype.Timestamptz
+}
+
+func (a *completeArgs) add(c *ledger.Completion) {
+	result := c.Result
+	if len(result) > ledger.MaxResultLen {
+		result = result[:ledger.MaxResultLen]
+	}
+	a.keys, a.owners, a.results = append(a.keys, []byte(c.Key)), append(a.owners, []byte(c.Owner)), append(a.results, nonEmpty(result))
+	a.started = append(a.started, pgtype.Timestamptz{Time: c.Started, Valid: !c.Started.IsZero()})
+	a.payloads = append(a.payloads, payloadBytes(c.Payload))
+}
+
+func (a *completeArgs) args(l *Ledger) []any {
+	return []any{l.clock(), micros(l.cfg.retention), a.keys, a.owners, a.results, a.started, a.payloads}
+}
+
+// payloadBytes is p as the payload column keeps it: NULL for none.
+func payloadBytes(p *ledger.Payload) []byte {
+	if p == nil {
+		return nil
+	}
+	return ledger.EncodePayload(p.Bounded())
 }
 
 // Fail records that the claim's work failed, which ends its attempt: it is
@@ -64,8 +91,9 @@ func (l *Ledger) Fail(ctx context.Context, f ledger.Failure) error {
 // error per failure.
 func (l *Ledger) FailBatch(ctx context.Context, fs []ledger.Failure) []error {
 	items := make([]item, len(fs))
-	var keys, owners, errs [][]byte
+	var keys, owners, errs, herrs, payloads [][]byte
 	var permanent, outage []bool
+	var started []pgtype.Timestamptz
 	texts := make([]string, len(fs))
 	for i, f := range fs {
 		items[i] = item{key: f.Key, owner: f.Owner}
@@ -74,10 +102,13 @@ func (l *Ledger) FailBatch(ctx context.Context, fs []ledger.Failure) []error {
 			keys, owners = append(keys, []byte(f.Key)), append(owners, []byte(f.Owner))
 			errs, permanent = append(errs, bytesOrNil(texts[i])), append(permanent, f.Permanent)
 			outage = append(outage, f.Outage)
+			started = append(started, pgtype.Timestamptz{Time: f.Started, Valid: !f.Started.IsZero()})
+			herrs = append(herrs, bytesOrNil(textcut.Cut(f.Err, ledger.MaxAttemptError)))
+			payloads = append(payloads, payloadBytes(f.Payload))
 		}
 	}
-	return l.transitionBatch(ctx, "fail", items, func(b *pgx.Batch) {
-		b.Queue(l.q.fail, l.clock(), micros(l.cfg.retention), keys, owners, errs, permanent, outage)
+	out := l.transitionBatch(ctx, "fail", items, func(b *pgx.Batch) {
+		b.Queue(l.q.fail, l.clock(), micros(l.cfg.retention), keys, owners, errs, permanent, outage, started, herrs, payloads)
 	}, func(it *item, f *found, again bool) error {
 		i := it.index
 		if again && f.state == stateFailed && f.permanent == fs[i].Permanent && f.lastError == texts[i] {
@@ -85,6 +116,8 @@ func (l *Ledger) FailBatch(ctx context.Context, fs []ledger.Failure) []error {
 		}
 		return fmt.Errorf("fail %q: record is %s: %w", it.key, ledger.State(f.state), ledger.ErrState)
 	})
+	l.tallyMinutes(ctx, out, true)
+	return out
 }
 
 // item is one transition of a batch.

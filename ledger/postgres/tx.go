@@ -177,6 +177,7 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	committed, err := t.l.sendCommit(ctx, t.conn, nil, c)
 	if committed {
 		t.committed = true
+		t.l.tallyMinutes(ctx, []error{nil}, false)
 		return nil
 	}
 	// The transaction did not commit, or it is not known whether it did:
@@ -254,6 +255,7 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 	// connection: while it is open it holds the record's lock.
 	end(committed)
 	if committed {
+		l.tallyMinutes(ctx, []error{nil}, false)
 		return nil
 	}
 	return l.commitError(ctx, c, err)
@@ -272,13 +274,11 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 // known whether the commit took effect. When it did not commit, the
 // statements behind the failure did not run: the caller rolls back.
 func (l *Ledger) sendCommit(ctx context.Context, conn *pgxpool.Conn, pre []*pgx.QueuedQuery, c ledger.Completion) (committed bool, err error) {
-	result := c.Result
-	if len(result) > ledger.MaxResultLen {
-		result = result[:ledger.MaxResultLen]
-	}
+	var a completeArgs
+	a.add(&c)
 	b := &pgx.Batch{QueuedQueries: append(make([]*pgx.QueuedQuery, 0, len(pre)+3+len(resetSession)), pre...)}
 	b.Queue(l.q.checkIsolation)
-	b.Queue(l.q.completeOrAbort, l.clock(), micros(l.cfg.retention), [][]byte{[]byte(c.Key)}, [][]byte{[]byte(c.Owner)}, [][]byte{nonEmpty(result)})
+	b.Queue(l.q.completeOrAbort, a.args(l)...)
 	b.Queue("COMMIT")
 	through := len(b.QueuedQueries) // the statements up to the COMMIT
 	for _, sql := range resetSession {

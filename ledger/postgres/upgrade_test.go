@@ -301,3 +301,63 @@ func TestUpgrade_V1Table(t *testing.T) {
 		t.Fatalf("dead-letter counts: %v, %v", c, err)
 	}
 }
+
+// TestUpgrade_FlowSchema1: a table given flow control by the sqsonce before
+// the history (flow schema 1: no history or payload column, no _minutes
+// table) is refused by Open, naming `sqsonce ledger init`, which adds them;
+// the records written before read with no history (a complete one derives
+// its attempt), and the older worker's statements, which name neither,
+// still write it.
+func TestUpgrade_FlowSchema1(t *testing.T) {
+	t.Parallel()
+	url, _ := pgtest.Schema(t)
+	opts := postgres.Options{URL: url, Retention: 24 * time.Hour}
+	must(t, postgres.Init(ctx, opts))
+	conn := pgtest.Connect(t, url)
+	for _, stmt := range []string{
+		`ALTER TABLE sqsonce_operations DROP COLUMN history, DROP COLUMN payload`,
+		`DROP TABLE sqsonce_operations_minutes`,
+		`UPDATE sqsonce_operations_version SET flow_version = 1`,
+	} {
+		_, err := conn.Exec(ctx, stmt)
+		must(t, err)
+	}
+	old := v1Worker{t: t, conn: conn}
+	if !old.claim("done", "a") || !old.claim("failed", "a") {
+		t.Fatal("the older worker's claims")
+	}
+	old.exec(v1.complete, nil, v1Retention, [][]byte{[]byte("done")}, [][]byte{[]byte("a")}, [][]byte{nil})
+	old.exec(v1.fail, nil, v1Retention, [][]byte{[]byte("failed")}, [][]byte{[]byte("a")}, [][]byte{[]byte("timeout")}, []bool{false})
+	_, err := postgres.Open(ctx, opts)
+	if !errors.Is(err, ledger.ErrNoSchema) || !strings.Contains(err.Error(), "sqsonce ledger init") || !strings.Contains(err.Error(), "flow schema 1") {
+		t.Fatalf("open of a table of flow schema 1: %v", err)
+	}
+	must(t, postgres.Init(ctx, opts))
+	l := open(t, opts)
+	if v, err := l.FlowSchema(ctx); err != nil || v != ledger.FlowSchemaVersion {
+		t.Fatalf("flow schema after init: %d, %v", v, err)
+	}
+	r, err := l.Get(ctx, "done")
+	must(t, err)
+	if len(r.History) != 1 || !r.History[0].Derived || r.Payload != nil {
+		t.Fatalf("a record the older worker completed: history %+v, payload %+v", r.History, r.Payload)
+	}
+	r, err = l.Get(ctx, "failed")
+	must(t, err)
+	if len(r.History) != 0 || r.Attempts != 1 {
+		t.Fatalf("a record the older worker failed: attempts %d, history %+v", r.Attempts, r.History)
+	}
+	// This version's writes keep a history; the older worker's still work.
+	if c, err := l.Claim(ctx, ledger.ClaimRequest{Key: "failed", Owner: "b", Lease: time.Minute}); err != nil || c.Outcome != ledger.Claimed {
+		t.Fatalf("claim: %+v, %v", c, err)
+	}
+	must(t, l.Fail(ctx, ledger.Failure{Key: "failed", Owner: "b", Err: "timeout again"}))
+	if !old.claim("failed", "c") || old.exec(v1.complete, nil, v1Retention, [][]byte{[]byte("failed")}, [][]byte{[]byte("c")}, [][]byte{nil}) != 1 {
+		t.Fatal("the older worker's claim and completion on the upgraded table")
+	}
+	r, err = l.Get(ctx, "failed")
+	must(t, err)
+	if r.State != ledger.StateComplete || r.Attempts != 3 || len(r.History) != 1 || r.History[0].Owner != "b" || r.History[0].Error != "timeout again" {
+		t.Fatalf("after this version's failure and the older worker's completion: %+v", r)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,10 +30,10 @@ import (
 // reads the ledger through the worker's socket, and a client in the
 // driver that keeps its pages open and refreshing as an operator's browser
 // would, more often than the pages refresh themselves: the overview every
-// -console-overview-every, and an operations page every
-// -console-operations-every, in turn the first page, the failed
-// operations (none here: the page reads up to List's bound), the run's
-// keys by prefix, and one operation.
+// -console-overview-every, and another page every
+// -console-operations-every, in turn the first page of the operations,
+// the failed operations to be retried (none here), the run's keys by
+// prefix, one operation, the workers and the dead letters.
 const (
 	vPlain   = "without console"
 	vConsole = "with console"
@@ -42,21 +43,51 @@ var consoleVariants = []string{vPlain, vConsole}
 
 // The pages the console's client opens, as reported.
 const (
-	pageOverview   = "overview"
-	pageOperations = "operations"
-	pageFailed     = "operations?state=failed"
-	pagePrefix     = "operations?prefix"
-	pageOperation  = "operation"
+	pageOverview    = "overview"
+	pageOperations  = "operations"
+	pageFailed      = "operations?state=retry"
+	pagePrefix      = "operations?prefix"
+	pageOperation   = "operation"
+	pageWorkers     = "workers"
+	pageDeadLetters = "dead-letters"
 )
 
-var consolePages = []string{pageOverview, pageOperations, pageFailed, pagePrefix, pageOperation}
+var consolePages = []string{pageOverview, pageOperations, pageFailed, pagePrefix, pageOperation, pageWorkers, pageDeadLetters}
 
 // consoleStats is what the console and its client did during a run.
 type consoleStats struct {
 	cpu   float64       // seconds the console process used while its client browsed
 	wall  time.Duration // how long the client browsed
 	views map[string]int
-	latMS map[string][]float64 // each view's time to the last byte of the page
+	latMS map[string][]float64 // each view's time to the last byte of the page, in order
+	// countsAge is the oldest the overview's counts were when a view
+	// showed them (its "Read … ago").
+	countsAge time.Duration
+}
+
+// firstMS is the time of the first view of each page: the slowest of
+// them, and its page.
+func (c *consoleStats) firstMS() (float64, string) {
+	worst, page := 0.0, ""
+	for p, ms := range c.latMS {
+		if len(ms) > 0 && ms[0] > worst {
+			worst, page = ms[0], p
+		}
+	}
+	return worst, page
+}
+
+// readAgo reads the age of the overview's counts from its page ("Read 3s
+// ago", "Read 1m 5s ago").
+var readAgo = regexp.MustCompile(`Read ((?:[0-9]+[dhms] ?)+) ago`)
+
+func parseAgo(page []byte) (time.Duration, bool) {
+	m := readAgo.FindSubmatch(page)
+	if m == nil {
+		return 0, false
+	}
+	d, err := time.ParseDuration(strings.ReplaceAll(string(m[1]), " ", ""))
+	return d, err == nil
 }
 
 // consoleSection is the [console] table of the sqsonce binary's
@@ -155,7 +186,9 @@ func (b *bench) runConsoleCost(ctx context.Context) ([]*result, error) {
 func (r *result) consoleLine() string {
 	s := r.line()
 	if c := r.console; c != nil {
-		s += fmt.Sprintf("  console: CPU %.2fs in %.1fs (%.1f%% of a core), views %s", c.cpu, c.wall.Seconds(), 100*c.cpu/c.wall.Seconds(), c.viewsText())
+		first, page := c.firstMS()
+		s += fmt.Sprintf("  console: CPU %.2fs in %.1fs (%.1f%% of a core), views %s; slowest first view %.0f ms (%s); counts at most %v old",
+			c.cpu, c.wall.Seconds(), 100*c.cpu/c.wall.Seconds(), c.viewsText(), first, page, c.countsAge)
 	}
 	return s
 }
@@ -261,6 +294,8 @@ func (c *consoleProc) browse(sock string, runID int) {
 		{pageFailed, "/operations?state=failed"},
 		{pagePrefix, fmt.Sprintf("/operations?prefix=op-%d-", runID)},
 		{pageOperation, fmt.Sprintf("/operation?key=op-%d-0", runID)},
+		{pageWorkers, "/workers"},
+		{pageDeadLetters, "/dead-letters"},
 	}
 	ready := make(chan struct{})
 	c.wg.Go(func() {
@@ -343,6 +378,13 @@ func (c *consoleProc) view(ctx context.Context, kind, path string) {
 	c.mu.Lock()
 	c.stats.views[kind]++
 	c.stats.latMS[kind] = append(c.stats.latMS[kind], ms)
+	if kind == pageOverview {
+		if age, ok := parseAgo(body); ok {
+			c.stats.countsAge = max(c.stats.countsAge, age)
+		} else {
+			c.errs = append(c.errs, fmt.Errorf("GET %s: the overview does not say how old its counts are: %.300s", path, body))
+		}
+	}
 	c.mu.Unlock()
 }
 
@@ -445,15 +487,14 @@ func writeConsole(w io.Writer, b *bench, results []*result) {
 		"%d rounds of %d messages, each round without then with the console. Each cell: median (min–max) over the rounds.\n\n",
 		cfg.concurrency, o.loops(cfg), gogc, o.consoleRounds, o.consoleMessages)
 	p("- **with console**: a `sqsonce console` process on the worker's configuration, started before the worker, which reads the ledger through the worker's socket, "+
-		"and a client in the driver that opens the overview every %v and an operations page every %v (in turn: the first page; `?state=failed`, which matches nothing here, so each view reads up to List's bound of records; "+
-		"the run's keys by prefix; one operation), each from a goroutine of its own like two browser tabs, from the moment the worker's socket is there until the queue is empty. "+
-		"The pages refresh themselves every 30 s: this is more. As shipped, the console keeps the overview's reads (the ledger's overview, the queue's depth, the dead letters) for %v "+
-		"(`console.DefaultRefresh`; `sqsonce console` does not change it), and the worker's socket keeps the ledger's overview, which walks every record, "+
-		"for 5 s or a hundred times what it took to read, at most 2 minutes (`overviewKeep` in cmd/sqsonce), so that the first view of a run reads it and later ones seldom do; "+
-		"each operations page is read when it is opened. The queues have no dead-letter queue.\n",
+		"and a client in the driver that opens the overview every %v and another page every %v (in turn: the first page of the operations, newest first; "+
+		"`?state=retry`, the failures to be retried, none here; the run's keys by prefix; one operation; the workers; the dead letters), each from a goroutine of its own like two browser tabs, "+
+		"from the moment the worker's socket is there until the queue is empty. The pages refresh themselves every 5 to 30 s: this is more. "+
+		"The console keeps what the pages of live state share (the ledger's overview, registry and pause states, the queues' depths) for %v (`console.DefaultRefresh`); "+
+		"the ledger's overview reads counters and indexes, not the records, so its cost does not grow with the ledger. The queues have no dead-letter queue.\n",
 		o.consoleOverviewEvery, o.consoleOperationsEvery, console.DefaultRefresh)
 	p("- **ledger**: one file per size, shared by that size's runs (each adds its %d records): the size's complete records (keys `pre-<i>`, written first by a separate process) "+
-		"and the earlier runs'. The bbolt overview walks every record, so its cost grows with the ledger.\n\n", o.consoleMessages)
+		"and the earlier runs'.\n\n", o.consoleMessages)
 
 	verdict := func(ok bool) string {
 		if ok {
@@ -474,6 +515,19 @@ func writeConsole(w io.Writer, b *bench, results []*result) {
 		return 100 * r.console.cpu / r.console.wall.Seconds()
 	}
 	mActive := func(r *result) float64 { return r.active.Seconds() }
+	mFirst := func(r *result) float64 {
+		if r.console == nil {
+			return math.NaN()
+		}
+		ms, _ := r.console.firstMS()
+		return ms
+	}
+	mAge := func(r *result) float64 {
+		if r.console == nil {
+			return math.NaN()
+		}
+		return r.console.countsAge.Seconds()
+	}
 	views := func(page string) func(*result) float64 {
 		return func(r *result) float64 {
 			if r.console == nil {
@@ -501,11 +555,11 @@ func writeConsole(w io.Writer, b *bench, results []*result) {
 			continue
 		}
 		p("### A ledger of %d records before the first run\n\n", records)
-		p("| | msg/s | run s | worker CPU s / 1k msg | peak RSS MB | server CPU s / 1k msg | machine busy %% | other load %% | console CPU s per run | console CPU %% of a core | overview views | overview p50 ms | operations views | operations p50 ms | `state=failed` p50 ms |\n")
-		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+		p("| | msg/s | run s | worker CPU s / 1k msg | peak RSS MB | server CPU s / 1k msg | machine busy %% | other load %% | console CPU s per run | console CPU %% of a core | overview views | overview p50 ms | other views | operations p50 ms | `state=retry` p50 ms | prefix p50 ms | slowest first view ms | counts' age, most s |\n")
+		p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 		for _, v := range consoleVariants {
 			rs := by[v]
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v,
 				spreadOf(rs, mThroughput).cell(0), spreadOf(rs, mActive).cell(1), spreadOf(rs, mCPU).cell(3), spreadOf(rs, mRSS).cell(1),
 				spreadOf(rs, mServerCPU).cell(3), spreadOf(rs, mBusy).cell(0), spreadOf(rs, mOther).cell(0),
 				spreadOf(rs, mConsoleCPU).cell(2), spreadOf(rs, mConsoleBusy).cell(1),
@@ -516,7 +570,8 @@ func writeConsole(w io.Writer, b *bench, results []*result) {
 						n += views(pg)(r)
 					}
 					return n
-				}).cell(0), spreadOf(rs, latency(pageOperations)).cell(1), spreadOf(rs, latency(pageFailed)).cell(1))
+				}).cell(0), spreadOf(rs, latency(pageOperations)).cell(1), spreadOf(rs, latency(pageFailed)).cell(1),
+				spreadOf(rs, latency(pagePrefix)).cell(1), spreadOf(rs, mFirst).cell(0), spreadOf(rs, mAge).cell(1))
 		}
 		med := func(v string, f func(*result) float64) float64 { return spreadOf(by[v], f).med }
 		ratio := med(vConsole, mThroughput) / med(vPlain, mThroughput)
@@ -527,8 +582,19 @@ func writeConsole(w io.Writer, b *bench, results []*result) {
 		slices.Sort(perRound)
 		p("\n- with ÷ without, medians: msg/s %.3f× (the rounds' ratios: %s), worker CPU per message %.2f×.\n",
 			ratio, joinFloats(perRound, 3), med(vConsole, mCPU)/med(vPlain, mCPU))
-		p("- target, a worker at full speed loses at most 5 %% of its throughput with a console open and refreshing: %.1f %% lost — %s\n\n",
+		p("- target, a worker at full speed loses at most 5 %% of its throughput with a console open and refreshing: %.1f %% lost — %s\n",
 			100*(1-ratio), verdict(ratio >= 0.95))
+		worstFirst, worstFilter, oldest := 0.0, 0.0, 0.0
+		for _, r := range by[vConsole] {
+			worstFirst = max(worstFirst, mFirst(r))
+			worstFilter = max(worstFilter, latency(pageFailed)(r), latency(pagePrefix)(r), latency(pageOperations)(r))
+			oldest = max(oldest, mAge(r))
+		}
+		rss := med(vConsole, mRSS) - med(vPlain, mRSS)
+		p("- target, every page's first view under 1 s: the slowest, over the rounds, %.0f ms — %s\n", worstFirst, verdict(worstFirst < 1000))
+		p("- target, a filtered list under 100 ms a page: the slowest median of the lists, over the rounds, %.0f ms — %s\n", worstFilter, verdict(worstFilter < 100))
+		p("- target, counts no older than 30 s: the oldest the overview showed, %.0f s — %s\n", oldest, verdict(oldest <= 30))
+		p("- target, a worker's RSS not above 100 MB for having served the console: its peak RSS with ÷ without, medians, %+.1f MB — %s\n\n", rss, verdict(rss <= 100))
 	}
 	p("Notes: msg/s and CPU as in the contenders' tables (the worker's CPU includes serving the console through its socket); " +
 		"console CPU: the `sqsonce console` process's own, from /proc/PID/stat, while its client browsed (not in the other load); a view's time is the client's, to the page's last byte; " +
