@@ -113,7 +113,7 @@ func siblingsFixture(t *testing.T, n int, linger time.Duration) (*Worker, *count
 		t.Fatal(err)
 	}
 	l := &countingLedger{DB: db}
-	w := &Worker{ledger: l, completes: make(chan completion, 4*MaxMessagesPerReceive), completeLinger: linger}
+	w := &Worker{ledger: l, slots: make(chan struct{}, n), completes: make(chan completion, 4*MaxMessagesPerReceive), completeLinger: linger}
 	done := make(chan struct{})
 	go func() { w.completeLoop(); close(done) }()
 	t.Cleanup(func() {
