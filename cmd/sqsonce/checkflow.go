@@ -99,7 +99,11 @@ func checkFlowPauses(ctx context.Context, c *checker, cfg Config, retention time
 			continue
 		}
 		p := sp.pause
+		// To the minute once it is one: a pause's age is read in hours.
 		age := st.now.Sub(p.Since).Round(time.Second)
+		if age >= time.Minute {
+			age = age.Round(time.Minute)
+		}
 		r := describeState(ledger.FlowRead{Doc: sp.doc, Found: true}, p)
 		switch {
 		case retention > 0 && age >= retention/2:

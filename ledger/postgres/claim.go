@@ -161,6 +161,10 @@ func (l *Ledger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}
+	// The counts of completions committed with a transactional handler's
+	// writes (see OpTx) are written here too, when due: those commits
+	// only count, since some hold their connection while they do.
+	l.flushMinutesIfDue(ctx)
 	return out, nil
 }
 

@@ -1010,6 +1010,11 @@ func (l *Ledger) tallyMinutes(ctx context.Context, errs []error, failed bool) {
 	} else {
 		l.minutes.Add(l.localNow(), n, 0)
 	}
+	l.flushMinutesIfDue(ctx)
+}
+
+// flushMinutesIfDue writes the counts gathered when they are due.
+func (l *Ledger) flushMinutesIfDue(ctx context.Context) {
 	if l.minutes.Due(ledger.MinuteFlush) {
 		l.flushMinutes(ctx)
 	}

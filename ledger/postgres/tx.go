@@ -177,7 +177,9 @@ func (t *OpTx) CommitComplete(ctx context.Context, c ledger.Completion) error {
 	committed, err := t.l.sendCommit(ctx, t.conn, nil, c)
 	if committed {
 		t.committed = true
-		t.l.tallyMinutes(ctx, []error{nil}, false)
+		// Counted only: this connection is still held, and the pool
+		// may have no other to write the counts with.
+		t.l.minutes.Add(t.l.localNow(), 1, 0)
 		return nil
 	}
 	// The transaction did not commit, or it is not known whether it did:
@@ -255,7 +257,7 @@ func (l *Ledger) CommitOp(ctx context.Context, writes *pgx.Batch, c ledger.Compl
 	// connection: while it is open it holds the record's lock.
 	end(committed)
 	if committed {
-		l.tallyMinutes(ctx, []error{nil}, false)
+		l.minutes.Add(l.localNow(), 1, 0) // written with the next claims, when due
 		return nil
 	}
 	return l.commitError(ctx, c, err)
