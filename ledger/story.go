@@ -276,6 +276,11 @@ func (m *MinuteTally) Add(t time.Time, completed, failed int) {
 	if m.counts == nil {
 		m.counts = map[int64][2]int{}
 	}
+	if m.taken.IsZero() {
+		// The first counts wait their turn like the next ones: the
+		// first transitions of a process pay no write for them.
+		m.taken = time.Now()
+	}
 	c := m.counts[t.Unix()/60]
 	c[0] += completed
 	c[1] += failed
