@@ -713,11 +713,14 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 	cancel()
 	took := time.Since(start)
 	if err != nil {
-		// Held a second without tokens, then they try again as they
-		// start: none starts above the rate unmeasured.
-		f.w.log.Warn("flow control: could not reserve rate tokens: the messages wait a second", "error", err)
+		// Held without tokens for as long as the call took (at least
+		// 100 ms, at most a second: a store that is contended answers
+		// soon, one that is away takes its timeout), then they try
+		// again as they start: none starts above the rate unmeasured.
+		wait := min(max(took, 100*time.Millisecond), time.Second)
+		f.w.log.Warn("flow control: could not reserve rate tokens: the messages wait", "wait", wait, "error", err)
 		for _, j := range js {
-			j.notBefore, j.interval, j.slack = start.Add(time.Second), time.Second, 0
+			j.notBefore, j.interval, j.slack = start.Add(took+wait), wait, 0
 		}
 		return nil, nil
 	}

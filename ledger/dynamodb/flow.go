@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -782,6 +783,12 @@ func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Gra
 			return err
 		})
 		if isConditionFailed(err) {
+			// Another reserver was first. Its writes and this one's
+			// would meet again at once: wait a random part of a few
+			// milliseconds per try first, then look.
+			if err := pause(ctx, time.Duration(mrand.Int64N(int64(try+1)*int64(5*time.Millisecond)))); err != nil {
+				return ledger.Grant{}, fmt.Errorf("rate bucket %q: %w", r.Bucket, err)
+			}
 			tat, _, _, ok, err := l.readBucket(ctx, pk)
 			if err != nil {
 				return ledger.Grant{}, fmt.Errorf("rate bucket %q: %w", r.Bucket, err)
@@ -805,6 +812,18 @@ func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Gra
 		return r.Granted(from, k, now, rate, burst), nil
 	}
 	return ledger.Grant{}, errContended("reserve", r.Bucket)
+}
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func rateAV(r float64) types.AttributeValue {
