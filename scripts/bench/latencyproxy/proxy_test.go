@@ -196,7 +196,10 @@ func TestProxyDelaysConcurrentRequestsTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	took := time.Since(t0)
-	if took < delay || took > 4*delay {
+	// In turn they would take n delays; together, about one. The bound
+	// between is half of n delays, so that a loaded machine's slowness
+	// does not read as requests waiting for each other.
+	if took < delay || took > n*delay/2 {
 		t.Errorf("%d concurrent requests took %v together, want about one delay (%v), far less than %v in turn", n, took, delay, n*delay)
 	}
 }
