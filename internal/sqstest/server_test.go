@@ -474,6 +474,45 @@ func TestRedriveFIFOToDeadLetterQueue(t *testing.T) {
 	}
 }
 
+// A receive that moves a FIFO group's visible head to the dead-letter
+// queue (its receives past maxReceiveCount) still holds the group at its
+// first message in flight: the messages behind that one stay, as they do
+// for every other receive (AWS delivers a group's visible messages up to
+// its first in flight, see TestFIFOGroupUpToFirstInFlight; a redrive is
+// no exception). Here "bad" (given back) and "held" (in flight) were
+// received together; the next receive moves "bad" and must not return
+// "after". (fauxqs took the next message of the group once it had moved
+// the head, past the one in flight.)
+func TestFIFORedriveKeepsTheGroupHeld(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{FIFO: true, MaxReceiveCount: 1, VisibilityTimeout: time.Minute})
+	for _, b := range []string{"bad", "held", "after"} {
+		sendFIFO(t, c, q.URL, b, "g", b)
+	}
+	first := receive(t, c, q.URL, 2, 0)
+	if got := bodies(first); !slices.Equal(got, []string{"bad", "held"}) {
+		t.Fatalf("received %q, want [bad held]", got)
+	}
+	if _, err := c.ChangeMessageVisibility(testContext(t), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q.URL), ReceiptHandle: first[0].ReceiptHandle, VisibilityTimeout: 0,
+	}); err != nil {
+		t.Fatalf("ChangeMessageVisibility: %v", err)
+	}
+	if got := bodies(receive(t, c, q.URL, 10, 0)); len(got) != 0 {
+		t.Fatalf("with bad moved to the dead-letter queue and held in flight received %q, want nothing", got)
+	}
+	if dl := sqstest.Drain(t, c, q.DLQURL, 1, 2*time.Second); len(dl) != 1 || aws.ToString(dl[0].Body) != "bad" {
+		t.Fatalf("DLQ holds %q, want [bad]", bodies(dl))
+	}
+	if _, err := c.DeleteMessage(testContext(t), &sqs.DeleteMessageInput{QueueUrl: aws.String(q.URL), ReceiptHandle: first[1].ReceiptHandle}); err != nil {
+		t.Fatalf("DeleteMessage: %v", err)
+	}
+	if got := bodies(receive(t, c, q.URL, 10, 0)); !slices.Equal(got, []string{"after"}) {
+		t.Fatalf("with held deleted received %q, want [after]", got)
+	}
+}
+
 func TestQueueAttributes(t *testing.T) {
 	t.Parallel()
 	c := sqstest.NewClient(t, nil)

@@ -61,6 +61,8 @@ import { HOST, intFromEnv, serve } from "../lib/server.mjs";
 //     head given back while the second is in flight, the head again
 //     (test_fifo_group_visibility_extends_with_change_message_visibility,
 //     test_fifo_message_group_visibility_after_terminate_visibility_timeout);
+//   - a head moved to the dead-letter queue by the redrive policy leaves
+//     the group held at its first message in flight all the same;
 //   - each message once, also with a VisibilityTimeout of 0, after which
 //     the messages are visible to the next receive
 //     (test_fifo_receive_message_with_zero_visibility_timeout).
@@ -91,11 +93,12 @@ function fifoReceiveUpToFirstInFlight(Queue) {
         while (out.length < want && headIsFree(this, group, firstInFlight)) {
           const others = [...this.fifoMessages.keys()].filter((g) => g !== group);
           this.fifoLockedGroups = new Map(others.map((g) => [g, 1]));
-          const got = dequeueOne.call(this, 1, RECEIVE_HOLD_SECONDS, dlqResolver);
-          if (got.length === 0) {
-            break; // what was left of the group went to the dead-letter queue
-          }
+          const head = this.fifoMessages.get(group)[0];
+          const got = headOnly(this, group, () => dequeueOne.call(this, 1, RECEIVE_HOLD_SECONDS, dlqResolver));
           out.push(...got);
+          if (got.length === 0 && this.fifoMessages.get(group)?.[0] === head) {
+            break; // nothing taken, nothing moved
+          }
         }
       }
     } finally {
@@ -113,6 +116,29 @@ function fifoReceiveUpToFirstInFlight(Queue) {
     const firstInFlight = firstInFlightOfGroups(this);
     return [...this.fifoMessages.keys()].some((group) => headIsFree(this, group, firstInFlight));
   };
+}
+
+// headOnly runs take with only the head of a FIFO group visible to it:
+// fauxqs' dequeueFifo, having moved a message to the dead-letter queue,
+// takes the next one of its group, which may come after a message in
+// flight. The rest of the group is put back behind what is left, in the
+// order of arrival, and the group keeps its place among the groups.
+function headOnly(queue, group, take) {
+  const groups = [...queue.fifoMessages.keys()];
+  const rest = queue.fifoMessages.get(group).splice(1);
+  try {
+    return take();
+  } finally {
+    const msgs = [...(queue.fifoMessages.get(group) ?? []), ...rest].sort((a, b) => arrivalOf(a) - arrivalOf(b));
+    const next = new Map();
+    for (const g of [...groups, ...queue.fifoMessages.keys()]) {
+      const m = g === group ? msgs : queue.fifoMessages.get(g);
+      if (m !== undefined && m.length > 0 && !next.has(g)) {
+        next.set(g, m);
+      }
+    }
+    queue.fifoMessages = next;
+  }
 }
 
 // RECEIVE_HOLD_SECONDS is the visibility timeout of a message while the
