@@ -68,7 +68,7 @@
 //	starting   → running, waiting, given back, lost
 //	running    → completing, failed, lost
 //	completing → settled, retrying, lost
-//	failed     → retrying, dead-lettered, deferred
+//	failed     → retrying, dead-lettered, deferred, waiting
 //
 // A message is received by a poller, which holds one of the worker's room
 // for messages in hand (Config.Concurrency + Config.Prefetch) until the
@@ -86,5 +86,9 @@
 // dead-lettered unclaimed; a heartbeat that learns that a claim is lost (or
 // on a FIFO queue that SQS no longer takes a waiting message's receipt)
 // ends it as lost, cutting a running attempt off; a stop gives back what
-// has not started.
+// has not started. A failed attempt goes back to waiting in one case: its
+// failure was an outage's, its next receive could be its last before the
+// redrive, and SQS refused the copy that would defer it; it keeps its
+// claim, its failure is not recorded, and it runs again when flow control
+// lets it.
 package worker

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -19,7 +20,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsonce/sqsonce/internal/dynamotest"
+	"github.com/sqsonce/sqsonce/internal/loopback"
 	"github.com/sqsonce/sqsonce/internal/pgtest"
+	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/dynamodb"
 	"github.com/sqsonce/sqsonce/ledger/postgres"
@@ -304,8 +307,11 @@ func TestWorker_RateHeldAcrossWorkers(t *testing.T) {
 				}))
 				stops = append(stops, stop)
 			}
-			waitUntil(t, "every operation to start", 60*time.Second, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.at) == 600 })
-			b.waitEmpty(30 * time.Second)
+			// 15 s at the rate; a slow store (moto's DynamoDB answers
+			// a reservation in seconds under load) takes longer, and is
+			// held to the same bound in every second.
+			waitUntil(t, "every operation to start", 3*time.Minute, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.at) == 600 })
+			b.waitEmpty(time.Minute)
 			var deferred int64
 			for _, stop := range stops {
 				deferred += stop().Deferred
@@ -419,4 +425,61 @@ func TestWorker_StopDuringPauseDefers(t *testing.T) {
 	if n := b.dlqCount(); n != 0 {
 		t.Fatalf("%d messages in the dead-letter queue", n)
 	}
+}
+
+// refuseSends answers every SendMessage as SQS does a caller without
+// sqs:SendMessage on the queue, and passes everything else on.
+type refuseSends struct {
+	base    http.RoundTripper
+	refused atomic.Int64
+}
+
+func (r *refuseSends) RoundTrip(req *http.Request) (*http.Response, error) {
+	if sqstest.Operation(req) != "SendMessage" {
+		return r.base.RoundTrip(req)
+	}
+	r.refused.Add(1)
+	body := `{"__type":"com.amazonaws.sqs#AccessDenied","message":"User is not authorized to perform: sqs:SendMessage"}`
+	return &http.Response{StatusCode: http.StatusForbidden, Status: "403 Forbidden", Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Query-Error": {"AccessDenied;Sender"}},
+		Body:    io.NopCloser(strings.NewReader(body)),
+		Request: req, ContentLength: int64(len(body))}, nil
+}
+
+// A deferral whose copy SQS refuses (no sqs:SendMessage on the queue)
+// leaves the message held: never deleted, never dead-lettered, and run
+// once the downstream is back.
+func TestWorker_DeferRefusedKeepsTheMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 2})
+	d, url := newDownstream(t)
+	d.down.Store(true)
+	const n = 10
+	b.sendMany(n, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refuse := &refuseSends{base: loopback.Transport()}
+	cfg := b.config()
+	cfg.VisibilityTimeout = 10 * time.Second
+	cfg.Flow.Trip = worker.Trip{Failures: 3, Keys: 2}
+	w, stop := b.startOn(cfg, sqstest.NewClient(t, refuse), b.db, h)
+	// Every message's receive count (1) is maxReceiveCount − 1: once its
+	// failure is the outage's, the worker tries to defer it.
+	waitUntil(t, "the worker to try a deferral", 30*time.Second, func() bool { return refuse.refused.Load() > 0 && w.Health().Paused })
+	time.Sleep(3 * time.Second) // a few beats and probes more
+	if visible, inFlight := sqstest.Count(t, b.client, b.queue.URL); visible+inFlight != n {
+		t.Fatalf("%d messages left in the queue (%d visible, %d in flight) after refused copies, want all %d", visible+inFlight, visible, inFlight, n)
+	}
+	if c := b.dlqCount(); c != 0 {
+		t.Fatalf("%d messages dead-lettered after refused copies", c)
+	}
+	d.down.Store(false)
+	waitUntil(t, "every operation to complete", 60*time.Second, func() bool { done, _ := d.doneCount(); return done == n })
+	s := stop()
+	if c := b.dlqCount(); c != 0 {
+		t.Fatalf("%d messages in the dead-letter queue", c)
+	}
+	t.Logf("%d copies refused; stats %+v", refuse.refused.Load(), s)
 }

@@ -780,14 +780,20 @@ func (w *Worker) deferMsg(j *job, d time.Duration, why string) bool {
 		w.log.Warn("could not defer the message (send its copy): it stays held", "message_id", j.id(), "key", j.key.key, "error", err)
 		return false
 	}
+	w.deferred(j, d, why)
+	return true
+}
+
+// deferred ends j, whose copy SQS took with a delay of d, as deferred:
+// the original deleted, its claim released.
+func (w *Worker) deferred(j *job, d time.Duration, why string) {
 	if !j.b.end(j, deferred) {
-		return true // given back meanwhile: the copy and the original both come back, one key
+		return // given back meanwhile: the copy and the original both come back, one key
 	}
 	w.stats.deferred.Add(1)
 	w.log.Info("deferred the message: sent again with a delay, the original deleted", "message_id", j.id(), "key", j.key.key, "delay", d, "why", why)
 	w.delete(j.msg)
 	w.giveBack(nil, []ledger.ClaimRef{{Key: j.key.key, Owner: j.owner}}, 0)
-	return true
 }
 
 // systemTraceHeader is the system attribute a copy carries on, as the

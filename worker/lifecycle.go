@@ -88,7 +88,7 @@ var transitions = map[state][]state{
 	starting:   {running, waiting, givenBack, lost},
 	running:    {completing, failed, lost},
 	completing: {settled, retrying, lost},
-	failed:     {retrying, deadLettered, deferred},
+	failed:     {retrying, deadLettered, deferred, waiting},
 }
 
 // batch keeps the messages of one receive until each has ended: it holds

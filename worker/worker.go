@@ -842,7 +842,6 @@ var errHandlerTimeout = errors.New("handler timeout")
 // the ledger records and a handler is free, starts, runs the handler and
 // records the outcome. It returns j's end.
 func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
-	b := j.b
 	// A beat that learns that the claim is lost cuts the attempt off.
 	leaseCtx, cancelLease := context.WithCancelCause(workCtx)
 	defer cancelLease(nil)
@@ -851,15 +850,28 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 		return w.deferHeld(ctx, j, "the rate limit cannot start it within half the visibility timeout")
 	}
 	for {
+		st, again := w.startAndRun(ctx, workCtx, j, log, leaseCtx, cancelLease)
+		if !again {
+			return st
+		}
+	}
+}
+
+// startAndRun waits until j can start, starts it and runs its attempt. It
+// reports again when the attempt's failure left j waiting to run again
+// (a deferral whose copy SQS refused), and j's end otherwise.
+func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, leaseCtx context.Context, cancelLease context.CancelCauseFunc) (_ state, again bool) {
+	b := j.b
+	for {
 		if !w.await(ctx, j) {
 			if ctx.Err() != nil && w.deferAtStop(j) {
 				j.deferFor = w.cfg.Flow.ProbeMax
-				return w.deferHeld(ctx, j, "held for flow control at a stop, near the redrive's receive count")
+				return w.deferHeld(ctx, j, "held for flow control at a stop, near the redrive's receive count"), false
 			}
 			if ctx.Err() != nil {
 				b.giveBack([]*job{j}, true, 0)
 			}
-			return w.notStarted(j, log)
+			return w.notStarted(j, log), false
 		}
 		err := b.start(leaseCtx, j, cancelLease)
 		if err == nil {
@@ -881,7 +893,7 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 			log.Warn("could not confirm the claim's lease before starting the work: giving the message back for later", "error", err, "retry_in", w.cfg.MinBackoff)
 			b.giveBack([]*job{j}, false, w.cfg.MinBackoff)
 		}
-		return w.notStarted(j, log)
+		return w.notStarted(j, log), false
 	}
 	// The handler's room is held until the message has ended: its
 	// completion durable, or its failure dealt with.
@@ -925,14 +937,15 @@ func (w *Worker) run(ctx, workCtx context.Context, j *job, log *jobLog) state {
 		w.stats.leaseLost.Add(1)
 		log.Error("lost the operation's lease while running: another claim owns it now; leaving the message", "error", err)
 		span.end(spanLeaseLost, err)
-		return lost
+		return lost, false
 	}
 	done := log.withDuration(elapsed)
 	outage := w.flow.ended(ctx, j, true, err)
 	if err == nil {
-		return w.complete(workCtx, j, m, &done, span)
+		return w.complete(workCtx, j, m, &done, span), false
 	}
-	return w.fail(ctx, workCtx, j, m, err, outage, &done, span)
+	st := w.fail(ctx, workCtx, j, m, err, outage, &done, span)
+	return st, st == waiting
 }
 
 // await waits, with j waiting, until the ledger records, flow control lets
@@ -1102,6 +1115,32 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 	f := ledger.Failure{Key: j.key.key, Owner: j.owner, Err: err.Error(), Permanent: permanent, Outage: outage,
 		Started: j.started, Payload: w.kept(m)}
 	record := func() error { return w.ledger.Fail(context.WithoutCancel(ctx), f) }
+	redrive := w.queue.maxReceiveCount
+	if outage && redrive > 0 && m.ReceiveCount >= redrive-1 && !w.queue.fifo && w.flow.act {
+		// Its next receive could be its last: a copy is sent first. When
+		// SQS refuses it (no sqs:SendMessage, say), the message is held
+		// instead, its claim kept and its failure not recorded, and runs
+		// again once flow control lets it: given back, it would reach the
+		// dead-letter queue because of the outage.
+		j.deferFor = w.cfg.Flow.ProbeMax
+		if cerr := (&sqsSendCopy{w: w, j: j, delay: j.deferFor}).send(); cerr != nil {
+			j.deferFor = 0
+			span.end(spanRetry, err)
+			log.Warn("could not defer the message near the redrive's receive count (send its copy): it stays held, its failure not recorded, and runs again once the downstream answers",
+				"error", err, "copy_error", cerr, "receive_count", m.ReceiveCount)
+			if j.b.move(j, waiting, failed) {
+				return waiting
+			}
+			return j.b.ended(j)
+		}
+		w.stats.retried.Add(1)
+		if ferr := record(); ferr != nil {
+			log.Error("could not record the failure in the ledger: the claim stays until its lease lapses", "error", ferr)
+		}
+		span.end(spanRetry, err)
+		w.deferred(j, j.deferFor, "failed during an outage near the redrive's receive count")
+		return deferred
+	}
 	var ferr error
 	if permanent {
 		// Its dead-lettering waits for the record: tried again while the
@@ -1121,7 +1160,6 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 	if ferr != nil {
 		log.Error("could not record the failure in the ledger: the claim stays until this process sees the message again and takes it over, or its lease lapses", "error", ferr)
 	}
-	redrive := w.queue.maxReceiveCount
 	switch {
 	case ferr != nil:
 		// A permanent failure not recorded comes back too: dead-lettered
@@ -1130,11 +1168,6 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 	case permanent:
 		log.Error("work failed permanently", "error", err)
 		return w.deadLetter(j, "failed permanently: "+err.Error(), log)
-	case outage && redrive > 0 && m.ReceiveCount >= redrive-1 && !w.queue.fifo && w.flow.act:
-		j.deferFor = w.cfg.Flow.ProbeMax
-		if w.deferMsg(j, j.deferFor, "failed during an outage near the redrive's receive count") {
-			return deferred
-		}
 	case !outage && redrive > 0 && m.ReceiveCount >= redrive && w.queue.dlqURL != "":
 		log.Warn("work failed on the message's last receive before the redrive: dead-lettering it", "error", err, "receive_count", m.ReceiveCount)
 		return w.deadLetter(j, fmt.Sprintf("failed on receive %d of %d: %v", m.ReceiveCount, redrive, err), log)
