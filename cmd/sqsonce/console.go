@@ -63,7 +63,7 @@ func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+		return usageErrorf("unexpected arguments %q", fs.Args())
 	}
 	auth, err := consoleAuth(cfg.Console, m.LookupEnv)
 	if err != nil {

@@ -60,8 +60,23 @@ type Main struct {
 	Signals <-chan os.Signal
 }
 
-// errUsage marks errors that exit with status 2: bad flags or configuration.
+// errUsage marks errors that exit with status 2: bad flags, arguments or
+// input. Make them with usageErrorf, whose text does not mention it.
 var errUsage = errors.New("usage")
+
+// usageError is an error that exits with status 2 (errors.Is(err,
+// errUsage)); its text is its own alone.
+type usageError struct{ err error }
+
+func (e usageError) Error() string        { return e.err.Error() }
+func (e usageError) Unwrap() error        { return e.err }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
+// usageErrorf formats an error as fmt.Errorf does and marks it as a usage
+// error (exit status 2).
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
 
 const usage = `sqsonce consumes an Amazon SQS queue and runs each operation once.
 
@@ -195,7 +210,7 @@ func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *
 			if errors.Is(err, flag.ErrHelp) {
 				return Config{}, nil, err
 			}
-			return Config{}, nil, fmt.Errorf("%v: %w", err, errUsage)
+			return Config{}, nil, usageErrorf("%v", err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -224,7 +239,7 @@ func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *
 func newLogger(w io.Writer, format, level string, lookupEnv func(string) (string, bool)) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", level, errUsage)
+		return nil, usageErrorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	if v, ok := lookupEnv("JOURNAL_STREAM"); ok && v != "" {
@@ -248,5 +263,5 @@ func newLogger(w io.Writer, format, level string, lookupEnv func(string) (string
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want text, json or auto: %w", format, errUsage)
+	return nil, usageErrorf("--log-format %q: want text, json or auto", format)
 }
