@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -241,16 +242,17 @@ func newLogger(w io.Writer, format, level string, lookupEnv func(string) (string
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
 		return nil, usageErrorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	// Under systemd the journal stamps each line itself.
+	journal := false
 	if v, ok := lookupEnv("JOURNAL_STREAM"); ok && v != "" {
-		// Under systemd the journal stamps each line itself.
-		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		}
+		journal = true
 	}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if journal && len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return readableAttr(a)
+	}}
 	if format == "auto" {
 		format = "json"
 		if isTerminal(w) {
@@ -264,4 +266,25 @@ func newLogger(w io.Writer, format, level string, lookupEnv func(string) (string
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
 	return nil, usageErrorf("--log-format %q: want text, json or auto", format)
+}
+
+// readableAttr writes a value as a log pipeline reads it best, under the
+// same key, in text and JSON alike: a duration as text ("5s", "1m30s"),
+// not a number of nanoseconds, and a value of an integer type with a
+// String method (a state such as ledger.State: "in_progress") by its name,
+// not its number.
+func readableAttr(a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindDuration:
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	case slog.KindAny:
+		if s, ok := a.Value.Any().(fmt.Stringer); ok {
+			switch reflect.ValueOf(s).Kind() {
+			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+				a.Value = slog.StringValue(s.String())
+			}
+		}
+	}
+	return a
 }
