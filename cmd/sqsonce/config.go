@@ -773,6 +773,18 @@ func EnvVars() []string {
 	return names
 }
 
+// keyEnv is the environment variable of the configuration key key
+// ("console.listen": "SQSONCE_CONSOLE_LISTEN"). It panics for a key that
+// Config does not have.
+func keyEnv(key string) string {
+	for _, s := range settings() {
+		if s.key == key {
+			return s.env
+		}
+	}
+	panic("config: no key " + key)
+}
+
 // applyEnv sets every key whose variable lookupEnv finds, and reports every
 // variable whose value does not parse.
 func applyEnv(c *Config, lookupEnv func(string) (string, bool)) error {

@@ -28,10 +28,10 @@ const (
 	ConsoleAuthBasic = "basic"
 )
 
-const consoleSynopsis = `Usage: sqsonce console [--config FILE]
+const consoleSynopsis = `Usage: sqsonce console [--config FILE] [--listen HOST:PORT]
 
-Serve the web console of the queue's ledger on console.listen (default
-127.0.0.1:9465): the operations by what will become of them, lapsed
+Serve the web console of the queue's ledger on --listen or console.listen
+(default 127.0.0.1:9465): the operations by what will become of them, lapsed
 leases, the workers up and down, paused scopes, failures and dead letters
 by reason group, the queues' depths, the last three hours' completions and
 failures, each operation's record, attempts and message, and the dead
@@ -58,6 +58,7 @@ way finishes its moves in hand and gives the rest back.`
 func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 	var c commonFlags
 	fs := m.flagSet("console", consoleSynopsis, &c)
+	c.keyFlag(fs, "listen", "console.listen", "the host:port to serve")
 	cfg, log, err := m.parse(fs, &c, args)
 	if err != nil {
 		return err

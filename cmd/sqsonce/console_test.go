@@ -483,3 +483,35 @@ func TestConsole_Guard(t *testing.T) {
 		}
 	})
 }
+
+// --listen sets console.listen, over SQSONCE_CONSOLE_LISTEN and the file,
+// and is held to the same rules: beyond loopback it needs a credential.
+func TestMain_ConsoleListenFlag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "exit 0\n")
+	db, err := ledger.Open(filepath.Join(e.dir, "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	addr := freePort(t)
+	console, out := e.start(`["console", "--listen", "`+addr+`"]`, "SQSONCE_CONSOLE_LISTEN=127.0.0.1:1")
+	defer func() { console.Process.Signal(syscall.SIGTERM); wait(t, console, 15*time.Second) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the console's output:\n%s", out)
+		}
+	})
+	e.waitFor("the console to listen on --listen's address", 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/static/console.css")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+
+	code, msg := e.runArgs([]string{"console", "--listen", "0.0.0.0:1"}, "")
+	if want := "console.listen: 0.0.0.0:1 reaches beyond loopback: it needs console.auth"; code != exitUsage || !strings.Contains(msg, want) {
+		t.Fatalf("--listen beyond loopback without a credential: exit %d, want %d and %q:\n%s", code, exitUsage, want, msg)
+	}
+}

@@ -176,6 +176,20 @@ type commonFlags struct {
 	config    string
 	logFormat string
 	logLevel  string
+	// keys maps a command's own flags that set a configuration key to that
+	// key ("listen": "console.listen"): a flag that is given wins over the
+	// key's environment variable and the file, and is validated with them.
+	keys map[string]string
+}
+
+// keyFlag defines a string flag of fs that sets the configuration key, as
+// commonFlags.keys says.
+func (c *commonFlags) keyFlag(fs *flag.FlagSet, name, key, usage string) {
+	if c.keys == nil {
+		c.keys = map[string]string{}
+	}
+	c.keys[name] = key
+	fs.String(name, "", usage+" ("+key+"; wins over "+keyEnv(key)+" and the file)")
 }
 
 func (m *Main) flagSet(name, synopsis string, c *commonFlags) *flag.FlagSet {
@@ -228,7 +242,23 @@ func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *
 	if path == "" {
 		path, _ = m.LookupEnv("SQSONCE_CONFIG")
 	}
-	cfg, err := LoadConfig(path, m.LookupEnv)
+	// The keys set by flags, read as their variables are.
+	lookupEnv := m.LookupEnv
+	if len(c.keys) > 0 {
+		set := map[string]string{}
+		fs.Visit(func(f *flag.Flag) {
+			if key, ok := c.keys[f.Name]; ok {
+				set[keyEnv(key)] = f.Value.String()
+			}
+		})
+		lookupEnv = func(name string) (string, bool) {
+			if v, ok := set[name]; ok {
+				return v, true
+			}
+			return m.LookupEnv(name)
+		}
+	}
+	cfg, err := LoadConfig(path, lookupEnv)
 	if err != nil {
 		return Config{}, nil, err
 	}
