@@ -118,7 +118,8 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 		}
 		before, after, err := ledger.Compact(cfg.Ledger.Path, 300*time.Millisecond)
 		if errors.Is(err, ledger.ErrLocked) {
-			return fmt.Errorf("%w: stop the worker before compacting", err)
+			// Said once: ErrLocked's own words and Open's say it again.
+			return fmt.Errorf("cannot compact %s while another sqsonce process (a running worker) has it open: stop the worker, then compact", cfg.Ledger.Path)
 		}
 		if err != nil {
 			return err
