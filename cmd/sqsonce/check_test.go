@@ -23,13 +23,15 @@ import (
 func TestMain_Check(t *testing.T) {
 	t.Parallel()
 
-	// The default handler.timeout and shutdown.grace among them: the
-	// defaults open no window that check warns about.
+	// The default handler.timeout, shutdown.grace and ledger.retention
+	// among them: the defaults open no window that check warns about, on
+	// a queue and a dead-letter queue made with SQS's default retention (4
+	// days each).
 	t.Run("AllGood", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, "exit 0\n")
 		e.vars = slices.DeleteFunc(e.vars, func(v string) bool { return strings.HasPrefix(v, "SQSONCE_SHUTDOWN_GRACE=") })
-		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
+		code, out := e.run("check", "", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
 			"AWS_SECRET_ACCESS_KEY=secret", "SQSONCE_HANDLER_ENV=PATH HOME")
 		if code != 0 || strings.Contains(out, "fail") || strings.Contains(out, "warn") {
 			t.Fatalf("exit %d:\n%s", code, out)
@@ -40,7 +42,8 @@ func TestMain_Check(t *testing.T) {
 		if sqstest.Server(t) == "moto" {
 			region = "ok region us-east-1 (from the AWS SDK's chain"
 		}
-		for _, want := range []string{"ok config", region, "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
+		for _, want := range []string{"ok config", region, "ok credentials", "ok queue", "message retention 96h0m0s", "ok dead-letter queue",
+			"(retention 96h0m0s)", "ok retention ledger.retention 336h covers the queues' 192h0m0s", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}

@@ -517,7 +517,7 @@ func DefaultConfig() Config {
 			Backend:       BackendBbolt,
 			Path:          "/var/lib/sqsonce/ledger.db",
 			Table:         defaultTable,
-			Retention:     Duration{168 * time.Hour},
+			Retention:     Duration{ledger.DefaultRetention},
 			CompleteDelay: Duration{ledger.DefaultCompleteDelay},
 		},
 		Handler: HandlerConfig{

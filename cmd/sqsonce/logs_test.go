@@ -75,3 +75,17 @@ func TestMain_RunLogsReadable(t *testing.T) {
 		t.Errorf("retry_in = %#v, want \"500ms\" (retry.min_backoff): %v", line["retry_in"], line)
 	}
 }
+
+// The default ledger.retention outlasts a queue and a dead-letter queue
+// made with SQS's default retention (4 days each): the worker does not warn
+// at start.
+func TestMain_RunDefaultRetention(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "exit 0\n")
+	cmd, out := e.start("run")
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	e.waitFor("the worker to start", 30*time.Second, func() bool { return strings.Contains(out.String(), `"msg":"worker started"`) })
+	if strings.Contains(out.String(), "ledger retention is shorter") {
+		t.Fatalf("the default retention warns against SQS's default queues:\n%s", out)
+	}
+}
