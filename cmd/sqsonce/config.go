@@ -210,7 +210,8 @@ type LedgerConfig struct {
 	URL string `toml:"url"`
 	// Table is the table of the shared backends.
 	Table string `toml:"table"`
-	// Region and Endpoint are DynamoDB's region (empty: queue.region) and,
+	// Region and Endpoint are DynamoDB's region (empty: the queue's, as
+	// QueueConfig.region finds it, else the AWS SDK's) and,
 	// when set, an endpoint that replaces AWS's (an absolute http or https
 	// URL). Only for the dynamodb backend.
 	Region   string `toml:"region"`
