@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -185,19 +186,23 @@ func consoleAuth(c ConsoleConfig, lookupEnv func(string) (string, bool)) (consol
 		where = "console.credential_env " + c.CredentialEnv
 	}
 	if c.Auth == ConsoleAuthToken {
-		if len(raw) < minTokenLen || strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' }) {
+		if utf8.RuneCountInString(raw) < minTokenLen || strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' }) {
 			return console.Auth{}, fmt.Errorf("%s: want a token of at least %d characters without spaces: %w", where, minTokenLen, ErrInvalidConfig)
 		}
 		return console.Auth{Token: raw}, nil
 	}
 	user, pass, ok := strings.Cut(raw, ":")
-	if !ok || user == "" || len(pass) < minTokenLen {
-		return console.Auth{}, fmt.Errorf("%s: want user:password, the password at least %d characters: %w", where, minTokenLen, ErrInvalidConfig)
+	switch n := utf8.RuneCountInString(pass); {
+	case !ok || user == "":
+		return console.Auth{}, fmt.Errorf("%s: want user:password (a user name, a colon, then the password): %w", where, ErrInvalidConfig)
+	case n < minTokenLen:
+		return console.Auth{}, fmt.Errorf("%s: the password (after the colon; the user name does not count) has %d characters, want at least %d: %w", where, n, minTokenLen, ErrInvalidConfig)
 	}
 	return console.Auth{User: user, Password: pass}, nil
 }
 
-// minTokenLen is the shortest token or password the console takes.
+// minTokenLen is the fewest characters of a token, or of a password (the
+// user name not counted), that the console takes.
 const minTokenLen = 16
 
 // maxSessionLifetime is the longest console.session_lifetime.

@@ -84,10 +84,16 @@ func TestConsoleAuth(t *testing.T) {
 		vars map[string]string
 		want string
 	}{
-		"short token":  {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, map[string]string{"CRED": "short"}, "at least 16"},
-		"no colon":     {ConsoleConfig{Auth: "basic", CredentialEnv: "CRED"}, map[string]string{"CRED": "0123456789abcdefgh"}, "want user:password"},
-		"unset":        {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, nil, "CRED is not set"},
-		"missing file": {ConsoleConfig{Auth: "token", CredentialFile: filepath.Join(dir, "none")}, nil, "no such file"},
+		"short token": {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, map[string]string{"CRED": "short"}, "at least 16"},
+		"no colon":    {ConsoleConfig{Auth: "basic", CredentialEnv: "CRED"}, map[string]string{"CRED": "0123456789abcdefgh"}, "want user:password"},
+		// The user name does not count towards the password's 16.
+		"short password": {ConsoleConfig{Auth: "basic", CredentialEnv: "CRED"}, map[string]string{"CRED": "operations-team:short-pass"},
+			"console.credential_env CRED: the password (after the colon; the user name does not count) has 10 characters, want at least 16"},
+		// Characters, not bytes: nine of two bytes each are nine.
+		"short in bytes": {ConsoleConfig{Auth: "basic", CredentialEnv: "CRED"}, map[string]string{"CRED": "ops:ééééééééé"}, "has 9 characters"},
+		"token in bytes": {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, map[string]string{"CRED": "ééééééééé"}, "at least 16 characters"},
+		"unset":          {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, nil, "CRED is not set"},
+		"missing file":   {ConsoleConfig{Auth: "token", CredentialFile: filepath.Join(dir, "none")}, nil, "no such file"},
 	} {
 		if _, err := consoleAuth(c.cfg, env(c.vars)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
