@@ -189,7 +189,7 @@ func TestDefaultConfig(t *testing.T) {
 			Backend:       "bbolt",
 			Path:          "/var/lib/sqsonce/ledger.db",
 			Table:         "sqsonce_operations",
-			Retention:     Duration{168 * time.Hour},
+			Retention:     Duration{336 * time.Hour},
 			CompleteDelay: Duration{time.Millisecond},
 		},
 		Handler: HandlerConfig{
