@@ -153,6 +153,13 @@ demo-tx: build ## Transactional handlers: a Go handler's inserts and the complet
 demo-ingest: build ## Webhooks: sqsonce ingest in front of a FIFO queue, signed GitHub, Stripe and Standard Webhooks requests (curl, openssl), each event's handler run once.
 	$(WITH_SQS) go run ./scripts/demo --bin bin/sqsonce -ingest
 
+# The port of `make local-sqs`, e.g. make local-sqs SQS_PORT=9325.
+SQS_PORT ?= 9324
+
+.PHONY: local-sqs
+local-sqs: ## Run a local SQS-compatible server in the foreground with a queue and its dead-letter queue, and print a configuration for them (docs/getting-started.md).
+	scripts/local-sqs.sh $(SQS_PORT)
+
 .PHONY: clean
 clean: ## Remove build output and the installed test servers.
 	rm -rf bin scripts/sqs/node_modules scripts/dynalite/node_modules
