@@ -123,7 +123,7 @@ BENCH_ROUNDS             ?= 3
 BENCH_FLAGS              ?=
 
 .PHONY: bench
-bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then what an open console costs it, then its ledgers, on local servers (BENCHMARKS.md).
+bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then what an open console costs it, then its ledgers, on local servers (docs/benchmarks.md).
 	@test -f scripts/bench/node/node_modules/sqs-consumer/package.json || npm ci --prefix scripts/bench/node --no-audit --no-fund
 	SQSONCE_TEST_POSTGRES_DURABLE=1 $(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -realistic-n $(BENCH_REALISTIC_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
 
