@@ -319,18 +319,21 @@ func TestDocs_Metrics(t *testing.T) {
 			t.Errorf("%s: registered as a %s %v, served as a %s %v", name, r.typ, labelNames(r.labels), got.typ, labelNames(got.labels))
 		}
 	}
-	for _, code := range []map[string]*metricInfo{reg, run} {
-		for name, got := range code {
+	for _, code := range []struct {
+		how     string
+		metrics map[string]*metricInfo
+	}{{"registered by a command", reg}, {"served by a running worker", run}} {
+		for name, got := range code.metrics {
 			d, ok := docs[name]
 			if !ok {
-				t.Errorf("docs/operating.md: %s (a %s, labels %v) is not in the table of metrics", name, got.typ, labelNames(got.labels))
+				t.Errorf("docs/operating.md: %s (a %s, labels %v, %s) is not in the table of metrics", name, got.typ, labelNames(got.labels), code.how)
 				continue
 			}
 			if d.typ != got.typ {
-				t.Errorf("%s: %s is documented as a %s, the code's is a %s", d.where, name, d.typ, got.typ)
+				t.Errorf("%s: %s is documented as a %s, the one %s is a %s", d.where, name, d.typ, code.how, got.typ)
 			}
 			if !slices.Equal(labelNames(d.labels), labelNames(got.labels)) {
-				t.Errorf("%s: %s is documented with the labels %v, the code's are %v", d.where, name, labelNames(d.labels), labelNames(got.labels))
+				t.Errorf("%s: %s is documented with the labels %v, the one %s has %v", d.where, name, labelNames(d.labels), code.how, labelNames(got.labels))
 				continue
 			}
 			for l, values := range got.labels {
@@ -340,7 +343,7 @@ func TestDocs_Metrics(t *testing.T) {
 				}
 				for _, v := range values {
 					if !slices.Contains(want, v) {
-						t.Errorf("%s: %s{%s=%q}: the table lists the values %v", d.where, name, l, v, want)
+						t.Errorf("%s: %s{%s=%q}, %s: the table lists the values %v", d.where, name, l, v, code.how, want)
 					}
 				}
 			}
