@@ -1,7 +1,7 @@
 # sqsonce container image: a static binary on a minimal, non-root base.
 #
 #   docker build -t sqsonce .
-#   docker run --rm -v sqsonce-ledger:/var/lib/sqsonce \
+#   docker run --rm --stop-timeout 40 -v sqsonce-ledger:/var/lib/sqsonce \
 #     -e SQSONCE_QUEUE_URL=https://sqs.us-east-1.amazonaws.com/123456789012/orders \
 #     -e SQSONCE_HANDLER_TYPE=http -e SQSONCE_HANDLER_URL=http://orders.internal/events \
 #     sqsonce
@@ -34,7 +34,12 @@ ENV SQSONCE_LEDGER_PATH=/var/lib/sqsonce/ledger.db \
     SQSONCE_INGEST_ADMIN_LISTEN=:9466
 EXPOSE 9464 9466
 # SIGTERM drains: running work finishes within SQSONCE_SHUTDOWN_GRACE (25s),
-# under the 30s that Docker, ECS and Kubernetes wait before SIGKILL.
+# then what never started is given back. The supervisor must wait longer
+# than that before SIGKILL, and an image cannot say so: Docker waits 10s
+# unless told (docker run --stop-timeout 40, as above; Compose:
+# stop_grace_period: 40s), ECS 30s (the container's stopTimeout, up to
+# 120s), Kubernetes 30s (terminationGracePeriodSeconds; the manifests in
+# deploy/kubernetes/ set 40). Keep it 15s above the grace.
 STOPSIGNAL SIGTERM
 # The worker's health; a container that runs `ingest` asks the receiver's:
 # docker run --health-cmd '/usr/local/bin/sqsonce health --ingest' ... ingest

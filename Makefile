@@ -9,14 +9,15 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WITH_SQS    := scripts/with-sqs.sh
 # The same for the tests of the shared ledger on PostgreSQL: a throwaway
 # cluster on a free loopback port (Debian's postgresql package, installed
-# with apt-get when missing), stopped and removed afterwards.
+# with apt-get when missing, with sudo when not root), stopped and removed
+# afterwards.
 WITH_PG     := scripts/with-postgres.sh
 # The same for the local DynamoDB-compatible server (dynalite), which the
 # DynamoDB ledger's tests need. Wrappers compose: $(WITH_SQS) $(WITH_DYNALITE) CMD.
 WITH_DYNALITE := scripts/with-dynalite.sh
 # promtool, for the tests of the alert rules in deploy/prometheus/: Debian's
-# prometheus package, installed with apt-get when missing (its server is
-# never started).
+# prometheus package, installed with apt-get when missing, with sudo when
+# not root (its server is never started).
 WITH_PROMTOOL := scripts/with-promtool.sh
 # A second implementation of the AWS APIs for `make interop`: Python moto
 # (installed with pip, not from npm) serving SQS, SNS, S3 and DynamoDB on
@@ -61,16 +62,16 @@ rules: ## Check the alert rules (deploy/prometheus/) and run their unit tests wi
 	cd deploy/prometheus && ../../$(WITH_PROMTOOL) sh -c 'promtool check rules sqsonce.rules.yml && promtool test rules sqsonce.rules.test.yml'
 
 # The console in headless Chromium (Debian's chromium, installed with apt-get
-# when missing), driven from Go with chromedp. Screenshots of each page go
-# to $(SCREENSHOTS) (default: a new folder under the system's temporary
-# directory; the test names it). With SQSONCE_README_SCREENSHOT set to a
+# when missing, with sudo when not root), driven from Go with chromedp.
+# Screenshots of each page go to $(SCREENSHOTS) (default: a new folder under
+# the system's temporary directory; the test names it). With SQSONCE_README_SCREENSHOT set to a
 # path (of docs/console-overview.png, say), the overview's is also written
 # there.
 SCREENSHOTS ?=
 
 .PHONY: test-browser
 test-browser: ## Drive the console in headless Chromium: overview, workers, filters, an operation's story, dead letters, a replay by reason group after its dry run, a forget by filter, a pause and a resume, the action log, refused writes; keeps screenshots.
-	@command -v chromium >/dev/null || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium; }
+	@scripts/apt-install.sh chromium chromium
 	SQSONCE_SCREENSHOTS=$(SCREENSHOTS) $(WITH_SQS) go test -tags browser -count=1 -run '^TestConsole_Browser$$' -v ./cmd/sqsonce/
 
 # How long `make fuzz` runs each fuzz target, e.g. make fuzz FUZZTIME=5m.

@@ -22,7 +22,10 @@ const SchemaVersion = 1
 
 // Defaults and limits for Options.
 const (
-	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultRetention is 14 days, SQS's longest message retention: it
+	// outlasts a queue and its dead-letter queue made with SQS's defaults
+	// (4 days each) with room for a sender's retries.
+	DefaultRetention = 14 * 24 * time.Hour
 	// MaxRetention keeps expiry times far from the year 2262, where Unix
 	// nanoseconds overflow.
 	MaxRetention       = 10 * 365 * 24 * time.Hour

@@ -17,8 +17,9 @@
 # durability the embedded one pays for.
 #
 # The server binaries are Debian's, under /usr/lib/postgresql/*/bin (the
-# newest version found); when there are none and this runs as root, the
-# `postgresql` package is installed with apt-get, without the cluster that
+# newest version found); when there are none, the `postgresql` package is
+# installed with apt-get (as root, or with sudo when not root; without sudo
+# it fails, naming the command to run as root), without the cluster that
 # its installation would otherwise create and start. PostgreSQL refuses to
 # run as root: as root, the cluster belongs to the unprivileged user
 # `nobody` (SQSONCE_TEST_POSTGRES_USER names another).
@@ -27,6 +28,8 @@ set -euo pipefail
 script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source-path=SCRIPTDIR source=lib/server.sh
 source "$script_dir/lib/server.sh"
+# shellcheck source-path=SCRIPTDIR source=lib/apt.sh
+source "$script_dir/lib/apt.sh"
 
 start_timeout_s=30
 run_as="${SQSONCE_TEST_POSTGRES_USER:-nobody}"
@@ -79,16 +82,12 @@ if [[ -n "${SQSONCE_TEST_POSTGRES_URL:-}" ]]; then
 fi
 
 if [[ -z "$bindir" ]]; then
-	((EUID == 0)) || die "no PostgreSQL server under /usr/lib/postgresql/*/bin; install Debian's postgresql package"
-	log "installing Debian's postgresql package"
+	need_root "PostgreSQL's server (/usr/lib/postgresql/*/bin)" postgresql
 	# Only the binaries: no cluster of the package's own on port 5432.
-	mkdir -p /etc/postgresql-common/createcluster.d
-	printf 'create_main_cluster = false\n' >/etc/postgresql-common/createcluster.d/sqsonce-tests.conf
-	export DEBIAN_FRONTEND=noninteractive
-	if ! apt-get install -y -q --no-install-recommends postgresql >&2; then
-		apt-get update -q >&2 || die "apt-get update failed"
-		apt-get install -y -q --no-install-recommends postgresql >&2 || die "apt-get install postgresql failed"
-	fi
+	"${as_root[@]}" mkdir -p /etc/postgresql-common/createcluster.d
+	printf 'create_main_cluster = false\n' |
+		"${as_root[@]}" tee /etc/postgresql-common/createcluster.d/sqsonce-tests.conf >/dev/null
+	apt_install postgresql
 	bindir="$(newest_bindir)"
 	[[ -n "$bindir" ]] || die "postgresql installed, but no server under /usr/lib/postgresql/*/bin"
 fi

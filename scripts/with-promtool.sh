@@ -5,13 +5,13 @@
 #
 # The tests check the alert rules in deploy/prometheus/ with promtool
 # (`promtool check rules`, `promtool test rules`). When promtool is not on
-# the PATH and this runs as root, Debian's `prometheus` package, which
-# ships it, is installed with apt-get, without its recommendations; the
+# the PATH, Debian's `prometheus` package, which ships it, is installed
+# with apt-get, without its recommendations: as root, or with sudo when
+# not root (without sudo it fails, naming the command to run as root). The
 # Prometheus server the package also installs is never started: while the
 # package installs, invoke-rc.d is told (through /usr/sbin/policy-rc.d,
 # put there only when there is none, and removed afterwards) to start no
-# service. Otherwise it fails, naming the package to install. Then CMD
-# runs, and the exit status is CMD's.
+# service. Then CMD runs, and the exit status is CMD's.
 set -euo pipefail
 
 prog="${0##*/}"
@@ -27,25 +27,24 @@ if [[ $# -eq 0 ]]; then
 	exit 2
 fi
 
+script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source-path=SCRIPTDIR source=lib/apt.sh
+source "$script_dir/lib/apt.sh"
+
 if ! command -v promtool >/dev/null 2>&1; then
-	((EUID == 0)) || die "promtool is missing: install Debian's prometheus package (apt-get install --no-install-recommends prometheus)"
-	command -v apt-get >/dev/null 2>&1 || die "promtool is missing and there is no apt-get to install Debian's prometheus package with"
-	log "installing Debian's prometheus package for promtool"
+	need_root promtool prometheus
 	policy=/usr/sbin/policy-rc.d
 	put_policy=""
 	if [[ ! -e "$policy" ]]; then
 		put_policy=1
-		trap 'rm -f "$policy"' EXIT
-		printf '#!/bin/sh\n# Put by scripts/with-promtool.sh while it installs prometheus: start no service.\nexit 101\n' >"$policy"
-		chmod 755 "$policy"
+		trap '"${as_root[@]}" rm -f "$policy"' EXIT
+		printf '#!/bin/sh\n# Put by scripts/with-promtool.sh while it installs prometheus: start no service.\nexit 101\n' |
+			"${as_root[@]}" tee "$policy" >/dev/null
+		"${as_root[@]}" chmod 755 "$policy"
 	fi
-	export DEBIAN_FRONTEND=noninteractive
-	if ! apt-get install -y -q --no-install-recommends prometheus >&2; then
-		apt-get update -q >&2 || die "apt-get update failed"
-		apt-get install -y -q --no-install-recommends prometheus >&2 || die "apt-get install prometheus failed"
-	fi
+	apt_install prometheus
 	if [[ -n "$put_policy" ]]; then
-		rm -f "$policy"
+		"${as_root[@]}" rm -f "$policy"
 		trap - EXIT
 	fi
 	command -v promtool >/dev/null 2>&1 || die "prometheus installed, but promtool is not on the PATH"

@@ -113,7 +113,8 @@ func siblingsFixture(t *testing.T, n int, linger time.Duration) (*Worker, *count
 		t.Fatal(err)
 	}
 	l := &countingLedger{DB: db}
-	w := &Worker{ledger: l, completes: make(chan completion, 4*MaxMessagesPerReceive), completeLinger: linger}
+	// slots takes the room in hand that a completing message gives back.
+	w := &Worker{ledger: l, completes: make(chan completion, 4*MaxMessagesPerReceive), completeLinger: linger, slots: make(chan struct{}, n)}
 	done := make(chan struct{})
 	go func() { w.completeLoop(); close(done) }()
 	t.Cleanup(func() {

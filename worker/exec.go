@@ -25,9 +25,12 @@ import (
 	"github.com/sqsonce/sqsonce/internal/textcut"
 )
 
+// DefaultKillGrace is how long an exec command stopped because its context
+// ended has between SIGTERM and SIGKILL when ExecConfig.KillGrace is zero.
+const DefaultKillGrace = 5 * time.Second
+
 // Defaults and limits of the exec handler.
 const (
-	execDefaultKillGrace = 5 * time.Second
 	execDefaultRetryCode = 75 // EX_TEMPFAIL from sysexits.h
 
 	execMaxStdout      = 4096 // bytes of stdout kept as the result
@@ -68,8 +71,8 @@ type ExecConfig struct {
 	// Logger receives the command's stderr. Nil means slog.Default().
 	Logger *slog.Logger
 	// KillGrace is how long a command stopped because its context ended
-	// has between SIGTERM and SIGKILL. Zero means 5s; it must not be
-	// negative.
+	// has between SIGTERM and SIGKILL. Zero means DefaultKillGrace (5s);
+	// it must not be negative.
 	KillGrace time.Duration
 	// Env lists the variables of the worker's environment that the command
 	// inherits: exact names, or prefixes ending in "*" ("APP_*"; "*" alone
@@ -176,7 +179,7 @@ func NewExecHandler(cfg ExecConfig) (*ExecHandler, error) {
 		argv:      slices.Clone(cfg.Command),
 		retry:     slices.Clone(cfg.RetryExitCodes),
 		log:       cmp.Or(cfg.Logger, slog.Default()),
-		killGrace: cmp.Or(cfg.KillGrace, execDefaultKillGrace),
+		killGrace: cmp.Or(cfg.KillGrace, DefaultKillGrace),
 		env:       slices.Clone(cfg.Env), // keeps nil apart from empty
 		withhold:  slices.Clone(cfg.Withhold),
 	}

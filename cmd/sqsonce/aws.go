@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
@@ -77,7 +79,9 @@ func (q QueueConfig) region() (region, from string) {
 // default chain, in region; an empty region is the SDK's own (AWS_REGION,
 // AWS_DEFAULT_REGION, the profile's). With no region found at all it
 // fails, naming what to set, rather than guess one: requests signed for
-// another region than the queue's are refused.
+// another region than the queue's are refused. When the chain found no
+// credentials but the EC2 instance role, the last it tries, and that fails
+// too, the error wraps errNoCredentials, which names what to set.
 func loadAWSConfig(ctx context.Context, region string, opts ...func(*awsconfig.LoadOptions) error) (aws.Config, error) {
 	if region != "" {
 		opts = append(opts, awsconfig.WithRegion(region))
@@ -89,18 +93,46 @@ func loadAWSConfig(ctx context.Context, region string, opts ...func(*awsconfig.L
 	if cfg.Region == "" {
 		return aws.Config{}, fmt.Errorf("queue.region: no region: queue.url names none, and neither AWS_REGION, AWS_DEFAULT_REGION nor the AWS profile sets one: set queue.region: %w", ErrInvalidConfig)
 	}
+	if aws.IsCredentialsProvider(cfg.Credentials, (*ec2rolecreds.Provider)(nil)) {
+		cfg.Credentials = instanceRole{cfg.Credentials}
+	}
 	return cfg, nil
 }
 
+// errNoCredentials is the error of a host where the AWS SDK's chain found
+// no credentials at all.
+var errNoCredentials = errors.New("no AWS credentials: none in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; for a local SQS-compatible server any values do), no AWS profile (AWS_PROFILE, ~/.aws/credentials, ~/.aws/config) and no role of an EC2 instance, ECS task or EKS pod")
+
+// instanceRole is the AWS SDK's last resort, the role of the EC2 instance
+// (its metadata service), on a host where the SDK found no other
+// credentials: when that fails too, the error wraps errNoCredentials
+// before what the metadata service answered.
+type instanceRole struct{ aws.CredentialsProvider }
+
+func (p instanceRole) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	c, err := p.CredentialsProvider.Retrieve(ctx)
+	if err != nil {
+		return c, fmt.Errorf("%w (the instance metadata service: %w)", errNoCredentials, err)
+	}
+	return c, nil
+}
+
+// IsCredentialsProvider lets aws.IsCredentialsProvider see the provider
+// inside.
+func (p instanceRole) IsCredentialsProvider(target aws.CredentialsProvider) bool {
+	return aws.IsCredentialsProvider(p.CredentialsProvider, target)
+}
+
 // newSQSClient makes an SQS client for the queue section, in the queue's
-// region (QueueConfig.region, else the SDK's). Credentials come from the
-// AWS SDK's default chain, never from the configuration file.
-func newSQSClient(ctx context.Context, q QueueConfig) (*sqs.Client, error) {
+// region (QueueConfig.region, else the SDK's), with opts for the AWS SDK's
+// configuration. Credentials come from the AWS SDK's default chain, never
+// from the configuration file.
+func newSQSClient(ctx context.Context, q QueueConfig, opts ...func(*awsconfig.LoadOptions) error) (*sqs.Client, error) {
 	// Bound every HTTP exchange, long polls included, so that a network
 	// that swallows a request cannot stall a receive loop for ever.
 	httpClient := awshttp.NewBuildableClient().WithTimeout(q.WaitTime.Duration + 30*time.Second)
 	region, _ := q.region()
-	awsCfg, err := loadAWSConfig(ctx, region, awsconfig.WithHTTPClient(httpClient))
+	awsCfg, err := loadAWSConfig(ctx, region, append(opts, awsconfig.WithHTTPClient(httpClient))...)
 	if err != nil {
 		return nil, err
 	}

@@ -12,25 +12,31 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
+	"golang.org/x/sys/unix"
 
 	"github.com/sqsonce/sqsonce/ingest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
 )
 
-// checker prints one line per check and remembers whether any failed.
+// checker prints one line per check and remembers whether any failed, and
+// whether a failure was of the configuration.
 type checker struct {
-	tw     *tabwriter.Writer
-	failed bool
+	tw      *tabwriter.Writer
+	failed  bool
+	invalid bool // a failure that `sqsonce run` would refuse to start on (exit status 2)
 }
 
 func (c *checker) line(level, what, format string, args ...any) {
@@ -40,11 +46,34 @@ func (c *checker) line(level, what, format string, args ...any) {
 	fmt.Fprintf(c.tw, "%s\t%s\t%s\n", level, what, fmt.Sprintf(format, args...))
 }
 
+// fail prints a failed check of what, err saying why; an err of the
+// configuration (ErrInvalidConfig, errUsage) makes check exit with status 2,
+// as `sqsonce run` would.
+func (c *checker) fail(what string, err error) {
+	if errors.Is(err, ErrInvalidConfig) || errors.Is(err, errUsage) {
+		c.invalid = true
+	}
+	c.line("fail", what, "%v", err)
+}
+
+// result is check's error: nil when no check failed; one that exits with
+// status 2 when the configuration is not valid, else one that exits 1.
+func (c *checker) result() error {
+	c.tw.Flush()
+	switch {
+	case c.invalid:
+		return fmt.Errorf("some checks failed, the configuration among them: %w", ErrInvalidConfig)
+	case c.failed:
+		return errors.New("some checks failed")
+	}
+	return nil
+}
+
 // checkCommand is `sqsonce check`: configuration and reachability before a
 // deployment.
 func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	var cf commonFlags
-	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE] [--sample FILE [--sample-attribute NAME=VALUE]...]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, where run and ingest serve their admin listeners\n(admin.listen, ingest.admin_listen), the console's exposure (its address,\nwrites and credential), files of secrets open to other users, with\n[[ingest.source]] tables each source's secrets, keys and queue, and flow\ncontrol: its scope, pause, limits and partitions, a rate too low for a\nfull receive, what deferring needs, and a pause in the ledger (its age\nagainst the queue's retention). Prints one line per check (ok, warn or\nfail) and exits 1 if any check fails.\n\nWith --sample FILE (\"-\": stdin) it checks the configuration alone and\nprints what the worker would make of a message with that body (and the\nstring attributes of --sample-attribute): its key, and each partition's\nvalue or why it has none. Nothing is received or sent.", &cf)
+	fs := m.flagSet("check", "Usage: sqsonce check [--config FILE] [--sample FILE [--sample-attribute NAME=VALUE]...]\n\nCheck the configuration and everything the worker will need: the region\nand where it comes from, credentials, the queue and its dead-letter queue,\ntimeouts, retention, the ledger, the handler and which of sqsonce's own\nsecrets an exec command gets, where payloads in S3 are read from (endpoint,\nregion, payload.buckets) and payload.bucket's permissions, the OTEL_\ntracing variables, where run and ingest serve their admin listeners\n(admin.listen, ingest.admin_listen), the console's exposure (its address,\nwrites and credential), files of secrets open to other users, with\n[[ingest.source]] tables each source's secrets, keys and queue, and flow\ncontrol: its scope, pause, limits and partitions, a rate too low for a\nfull receive, what deferring needs, and a pause in the ledger (its age\nagainst the queue's retention). Prints one line per check (ok, warn or\nfail) and exits 2 if the configuration is not valid (as `sqsonce run`\nwould refuse it: the file, the environment, the region, the OTEL_\nvariables, the console's credential), 1 if another check fails. It creates\nnothing: neither the ledger nor its directory (the check of payload.bucket\nputs an empty object there and deletes it at once).\n\nWith --sample FILE (\"-\": stdin) it checks the configuration alone and\nprints what the worker would make of a message with that body (and the\nstring attributes of --sample-attribute): its key, and each partition's\nvalue or why it has none. Nothing is received or sent.", &cf)
 	sample := fs.String("sample", "", "a message body to read as the worker would: its key and partition values (\"-\": stdin)")
 	attrs := attrFlags{}
 	fs.Var(attrs, "sample-attribute", "with --sample: a string attribute of the message, NAME=VALUE (repeat for more)")
@@ -52,18 +81,17 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	defer c.tw.Flush()
 	cfg, _, err := m.parse(fs, &cf, args)
 	if errors.Is(err, ErrInvalidConfig) {
-		c.line("fail", "config", "%v", err)
-		c.tw.Flush()
-		return errors.New("configuration is not valid")
+		c.fail("config", err)
+		return c.result()
 	}
 	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+		return usageErrorf("unexpected arguments %q", fs.Args())
 	}
 	if *sample == "" && len(attrs) > 0 {
-		return fmt.Errorf("--sample-attribute needs --sample: %w", errUsage)
+		return usageErrorf("--sample-attribute needs --sample")
 	}
 	c.line("ok", "config", "parsed and valid")
 	checkFlowSettings(c, cfg)
@@ -73,34 +101,34 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 			return fmt.Errorf("--sample: %w", err)
 		}
 		checkSample(c, cfg, *sample, body, attrs)
-		c.tw.Flush()
-		if c.failed {
-			return errors.New("some checks failed")
-		}
-		return nil
+		return c.result()
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 
-	// Without a region nothing of AWS can be asked; the rest is checked.
+	// Without a region, or without credentials, nothing of AWS can be
+	// asked; the rest is checked. check reports what it finds itself: the
+	// AWS SDK's own warnings (falling back to IMDSv1, say) would only
+	// interleave with its lines.
+	quiet := awsconfig.WithLogger(logging.Nop{})
 	region, from := cfg.Queue.region()
-	awsCfg, err := loadAWSConfig(ctx, region)
+	awsCfg, err := loadAWSConfig(ctx, region, quiet)
 	var client *sqs.Client
 	var queue worker.QueueInfo
 	var queueOK bool
 	switch {
 	case errors.Is(err, ErrInvalidConfig):
-		c.line("fail", "region", "%v", err)
+		c.fail("region", err)
 	case err != nil:
-		c.line("fail", "credentials", "%v", err)
+		c.fail("credentials", err)
 	default:
 		c.line("ok", "region", "%s (from %s)", awsCfg.Region, from)
 		if _, err := awsCfg.Credentials.Retrieve(ctx); err != nil {
-			c.line("fail", "credentials", "%v", err)
-		} else {
-			c.line("ok", "credentials", "found in the AWS default chain")
+			c.fail("credentials", err)
+			break
 		}
-		if client, err = newSQSClient(ctx, cfg.Queue); err != nil {
+		c.line("ok", "credentials", "found in the AWS default chain")
+		if client, err = newSQSClient(ctx, cfg.Queue, quiet); err != nil {
 			return err
 		}
 		queue, queueOK = checkQueue(ctx, c, cfg, client)
@@ -116,8 +144,14 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	default:
 		c.line("ok", "timeouts", "visibility %v, extended every %v while a handler runs (handler.timeout %v)", vis, vis/3, timeout)
 	}
-	if grace < timeout {
+	// An exec command that outlasts handler.timeout gets SIGTERM, and
+	// SIGKILL worker.DefaultKillGrace later: a stop lets it end by itself
+	// only when the grace covers both.
+	switch {
+	case grace < timeout:
 		c.line("warn", "shutdown", "shutdown.grace %v is shorter than handler.timeout %v: a stop may cut running work short (it is retried, not lost)", grace, timeout)
+	case cfg.Handler.Type == HandlerExec && grace < timeout+worker.DefaultKillGrace:
+		c.line("warn", "shutdown", "shutdown.grace %v is shorter than handler.timeout %v plus the %v an exec command has between SIGTERM and SIGKILL: a stop may kill a command that overran (it is retried, not lost)", grace, timeout, worker.DefaultKillGrace)
 	}
 
 	if cfg.Ledger.Backend == BackendBbolt {
@@ -133,7 +167,7 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	c.line(level, "console", "%s", exposure)
 	if cfg.Console.Auth != ConsoleAuthNone {
 		if _, err := consoleAuth(cfg.Console, m.LookupEnv); err != nil {
-			c.line("fail", "console", "%v", err)
+			c.fail("console", err)
 		}
 	}
 	for _, e := range exposedSecrets(slices.Concat(consoleSecretFiles(cfg), ingestSecretFiles(cfg))) {
@@ -169,11 +203,7 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 			checkIngest(ctx, c, cfg, client, m.LookupEnv)
 		}
 	}
-	c.tw.Flush()
-	if c.failed {
-		return errors.New("some checks failed")
-	}
-	return nil
+	return c.result()
 }
 
 // checkAdmin says where `sqsonce run` and `sqsonce ingest` serve their
@@ -270,7 +300,7 @@ func checkQueue(ctx context.Context, c *checker, cfg Config, client *sqs.Client)
 func checkIngest(ctx context.Context, c *checker, cfg Config, client *sqs.Client, lookupEnv func(string) (string, bool)) {
 	icfg, err := ingestConfig(cfg, lookupEnv, nil)
 	if err != nil {
-		c.line("fail", "ingest", "%v", err)
+		c.fail("ingest", err)
 		return
 	}
 	if err := icfg.Validate(); err != nil {
@@ -412,22 +442,39 @@ func s3Problem(err error, permission string) string {
 }
 
 // checkLedgerPath checks that the ledger can be opened for writing and is
-// not held by another process, without leaving a file behind.
+// not held by another process, creating nothing: for a file that does not
+// exist yet, that its directory, or the nearest of its parents that exists
+// (where `sqsonce run` will create the rest), is writable.
 func checkLedgerPath(c *checker, path string) {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+	// A missing file, or a parent that is a file (ENOTDIR).
+	missing := func(err error) bool { return errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) }
+	if _, err := os.Stat(path); missing(err) {
 		dir := filepath.Dir(path)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			c.line("fail", "ledger", "cannot create %s: %v", dir, err)
+		parent := dir
+		for {
+			fi, err := os.Stat(parent)
+			if err == nil {
+				if !fi.IsDir() {
+					c.line("fail", "ledger", "cannot create %s: %s is not a directory", path, parent)
+					return
+				}
+				break
+			}
+			if !missing(err) || filepath.Dir(parent) == parent {
+				c.line("fail", "ledger", "cannot create %s: %v", path, err)
+				return
+			}
+			parent = filepath.Dir(parent)
+		}
+		if err := unix.Access(parent, unix.W_OK|unix.X_OK); err != nil {
+			c.line("fail", "ledger", "cannot create %s: %s is not writable: %v", path, parent, err)
 			return
 		}
-		f, err := os.CreateTemp(dir, ".sqsonce-check-*")
-		if err != nil {
-			c.line("fail", "ledger", "%s is not writable: %v", dir, err)
-			return
+		if parent == dir {
+			c.line("ok", "ledger", "%s will be created (its directory is writable)", path)
+		} else {
+			c.line("ok", "ledger", "%s will be created, with its directory %s (%s is writable)", path, dir, parent)
 		}
-		f.Close()
-		os.Remove(f.Name())
-		c.line("ok", "ledger", "%s will be created (its directory is writable)", path)
 		return
 	}
 	db, err := ledger.Open(path, ledger.Options{LockTimeout: 300 * time.Millisecond})
@@ -479,7 +526,7 @@ func checkTracing(c *checker, lookupEnv func(string) (string, bool)) {
 	on, err := tracingOn(lookupEnv)
 	switch {
 	case err != nil:
-		c.line("fail", "tracing", "%v", err)
+		c.fail("tracing", err)
 	case !on:
 		c.line("ok", "tracing", "off (on with %s=otlp or an OTLP endpoint)", envTracesExporter)
 	default:

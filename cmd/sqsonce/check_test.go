@@ -23,13 +23,15 @@ import (
 func TestMain_Check(t *testing.T) {
 	t.Parallel()
 
-	// The default handler.timeout and shutdown.grace among them: the
-	// defaults open no window that check warns about.
+	// The default handler.timeout, shutdown.grace and ledger.retention
+	// among them: the defaults open no window that check warns about, on
+	// a queue and a dead-letter queue made with SQS's default retention (4
+	// days each).
 	t.Run("AllGood", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, "exit 0\n")
 		e.vars = slices.DeleteFunc(e.vars, func(v string) bool { return strings.HasPrefix(v, "SQSONCE_SHUTDOWN_GRACE=") })
-		code, out := e.run("check", "", "SQSONCE_LEDGER_RETENTION=800h", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
+		code, out := e.run("check", "", "SQSONCE_QUEUE_VISIBILITY_TIMEOUT=30s",
 			"AWS_SECRET_ACCESS_KEY=secret", "SQSONCE_HANDLER_ENV=PATH HOME")
 		if code != 0 || strings.Contains(out, "fail") || strings.Contains(out, "warn") {
 			t.Fatalf("exit %d:\n%s", code, out)
@@ -40,7 +42,8 @@ func TestMain_Check(t *testing.T) {
 		if sqstest.Server(t) == "moto" {
 			region = "ok region us-east-1 (from the AWS SDK's chain"
 		}
-		for _, want := range []string{"ok config", region, "ok credentials", "ok queue", "ok dead-letter queue", "ok retention", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
+		for _, want := range []string{"ok config", region, "ok credentials", "ok queue", "message retention 96h0m0s", "ok dead-letter queue",
+			"(retention 96h0m0s)", "ok retention ledger.retention 336h covers the queues' 192h0m0s", "ok ledger", "will be created", "ok handler", "ok tracing off"} {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}
@@ -57,8 +60,9 @@ func TestMain_Check(t *testing.T) {
 		if !strings.Contains(squash(out), "ok tracing spans exported by OTLP over HTTP to http://127.0.0.1:4318 (OTEL_EXPORTER_OTLP_ENDPOINT)") {
 			t.Errorf("exit %d, no tracing line for an endpoint in:\n%s", code, out)
 		}
+		// A configuration error, as for sqsonce run: exit status 2.
 		code, out = e.run("check", "", "OTEL_TRACES_EXPORTER=zipkin")
-		if code != 1 || !strings.Contains(squash(out), `fail tracing OTEL_TRACES_EXPORTER="zipkin": supported: otlp`) {
+		if code != exitUsage || !strings.Contains(squash(out), `fail tracing OTEL_TRACES_EXPORTER="zipkin": supported: otlp`) {
 			t.Errorf("an exporter that is not built in: exit %d:\n%s", code, out)
 		}
 	})
@@ -78,6 +82,97 @@ func TestMain_Check(t *testing.T) {
 			if !strings.Contains(squash(out), want) {
 				t.Errorf("no %q in:\n%s", want, out)
 			}
+		}
+	})
+
+	// An exec command that outlasts handler.timeout has 5 s between SIGTERM
+	// and SIGKILL: the grace must cover both, as config.example.toml says.
+	// An http handler has no such 5 s.
+	t.Run("Grace", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+		defer srv.Close()
+		for _, tc := range []struct {
+			env  []string
+			want string // "" for no warning about the shutdown
+		}{
+			{[]string{"SQSONCE_HANDLER_TIMEOUT=12s", "SQSONCE_SHUTDOWN_GRACE=15s"},
+				"warn shutdown shutdown.grace 15s is shorter than handler.timeout 12s plus the 5s an exec command has between SIGTERM and SIGKILL"},
+			{[]string{"SQSONCE_HANDLER_TIMEOUT=10s", "SQSONCE_SHUTDOWN_GRACE=15s"}, ""},
+			{[]string{"SQSONCE_HANDLER_TIMEOUT=20s", "SQSONCE_SHUTDOWN_GRACE=15s"},
+				"warn shutdown shutdown.grace 15s is shorter than handler.timeout 20s"},
+			{[]string{"SQSONCE_HANDLER_TIMEOUT=12s", "SQSONCE_SHUTDOWN_GRACE=15s", "SQSONCE_HANDLER_TYPE=http", "SQSONCE_HANDLER_URL=" + srv.URL}, ""},
+		} {
+			code, out := e.run("check", "", tc.env...)
+			if code == exitUsage {
+				t.Fatalf("%q: exit %d:\n%s", tc.env, code, out)
+			}
+			got := regexp.MustCompile(`(?m)^warn +shutdown .*$`).FindString(out)
+			if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(squash(got), tc.want) {
+				t.Errorf("%q: shutdown line %q, want %q", tc.env, got, tc.want)
+			}
+		}
+	})
+
+	// Without credentials anywhere (as on a laptop against a local server)
+	// check says what is missing and what to set, not only what the
+	// instance metadata service answered, and asks nothing else of AWS.
+	t.Run("NoCredentials", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		none := filepath.Join(e.dir, "none")
+		code, out := e.run("check", "", "AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY=", "AWS_SESSION_TOKEN=", "AWS_PROFILE=",
+			"AWS_CONFIG_FILE="+none, "AWS_SHARED_CREDENTIALS_FILE="+none, "AWS_WEB_IDENTITY_TOKEN_FILE=",
+			"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI=", "AWS_CONTAINER_CREDENTIALS_FULL_URI=", "HOME="+e.dir,
+			"AWS_EC2_METADATA_DISABLED=true")
+		if code != exitFailure {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+		want := "fail credentials no AWS credentials: none in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; for a local SQS-compatible server any values do), no AWS profile"
+		if !strings.Contains(squash(out), want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+		if regexp.MustCompile(`(?m)^(ok|warn|fail) +queue `).MatchString(out) {
+			t.Errorf("the queue was asked for without credentials:\n%s", out)
+		}
+		if strings.Contains(out, "SDK ") {
+			t.Errorf("the AWS SDK's own log lines are among check's:\n%s", out)
+		}
+	})
+
+	// check creates nothing: not the ledger, nor its directory.
+	t.Run("LedgerCreatesNothing", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		dir := filepath.Join(e.dir, "state", "sqsonce")
+		code, out := e.run("check", "", "SQSONCE_LEDGER_PATH="+filepath.Join(dir, "ledger.db"))
+		if want := "ok ledger " + filepath.Join(dir, "ledger.db") + " will be created, with its directory " + dir + " (" + e.dir + " is writable)"; !strings.Contains(squash(out), want) {
+			t.Errorf("exit %d, no %q in:\n%s", code, want, out)
+		}
+		if _, err := os.Stat(filepath.Join(e.dir, "state")); !os.IsNotExist(err) {
+			t.Errorf("check created the ledger's directory: %v", err)
+		}
+
+		file := filepath.Join(e.dir, "a-file")
+		if err := os.WriteFile(file, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out = e.run("check", "", "SQSONCE_LEDGER_PATH="+filepath.Join(file, "sub", "ledger.db"))
+		if want := "fail ledger cannot create " + filepath.Join(file, "sub", "ledger.db") + ": " + file + " is not a directory"; code != exitFailure || !strings.Contains(squash(out), want) {
+			t.Errorf("exit %d, no %q in:\n%s", code, want, out)
+		}
+
+		if os.Geteuid() == 0 {
+			return // root may write anywhere
+		}
+		locked := filepath.Join(e.dir, "locked")
+		if err := os.Mkdir(locked, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		code, out = e.run("check", "", "SQSONCE_LEDGER_PATH="+filepath.Join(locked, "sub", "ledger.db"))
+		if want := "fail ledger cannot create " + filepath.Join(locked, "sub", "ledger.db") + ": " + locked + " is not writable"; code != exitFailure || !strings.Contains(squash(out), want) {
+			t.Errorf("exit %d, no %q in:\n%s", code, want, out)
 		}
 	})
 
@@ -106,8 +201,8 @@ func TestMain_Check(t *testing.T) {
 		code, out = e.run("check", "",
 			"SQSONCE_QUEUE_URL="+sqstest.Endpoint(t)+"/000000000000/"+path.Base(e.queue.URL),
 			"AWS_REGION=", "AWS_DEFAULT_REGION=", "AWS_PROFILE=", "AWS_CONFIG_FILE="+filepath.Join(e.dir, "none"))
-		if code != exitFailure {
-			t.Fatalf("no region: exit %d:\n%s", code, out)
+		if code != exitUsage {
+			t.Fatalf("no region (a configuration error, as for sqsonce run): exit %d:\n%s", code, out)
 		}
 		for _, want := range []string{"fail region queue.region: no region", "fail ledger", "ok tracing"} {
 			if !strings.Contains(squash(out), want) {
@@ -222,17 +317,34 @@ func TestMain_Check(t *testing.T) {
 		}
 	})
 
+	// A configuration that is not valid exits with status 2 from check as
+	// from run: a bad value, a key sqsonce does not know, a record that
+	// could expire while its work runs.
 	t.Run("BadConfig", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, "exit 0\n")
-		code, out := e.run("check", "", "SQSONCE_QUEUE_MAX_MESSAGES=99")
-		if code != exitFailure || !strings.Contains(squash(out), "fail config") || !strings.Contains(out, "queue.max_messages") {
-			t.Fatalf("exit %d:\n%s", code, out)
+		unknown := filepath.Join(e.dir, "unknown.toml")
+		if err := os.WriteFile(unknown, []byte("[queue]\nmax_mesages = 5\n"), 0o600); err != nil {
+			t.Fatal(err)
 		}
-		// A record could expire while its work runs.
-		code, out = e.run("check", "", "SQSONCE_LEDGER_RETENTION=2m", "SQSONCE_HANDLER_TIMEOUT=3m")
-		if code != exitFailure || !strings.Contains(squash(out), "fail config") || !strings.Contains(out, "ledger.retention: must be at least the visibility timeout plus the handler timeout (3m2s)") {
-			t.Fatalf("retention shorter than a claim: exit %d:\n%s", code, out)
+		for _, tc := range []struct {
+			args string
+			env  []string
+			want string
+		}{
+			{"", []string{"SQSONCE_QUEUE_MAX_MESSAGES=99"}, "queue.max_messages"},
+			{"--config " + unknown, nil, "queue.max_mesages: unknown key"},
+			{"", []string{"SQSONCE_LEDGER_RETENTION=2m", "SQSONCE_HANDLER_TIMEOUT=3m"},
+				"ledger.retention: must be at least the visibility timeout plus the handler timeout (3m2s)"},
+		} {
+			code, out := e.run("check "+tc.args, "", tc.env...)
+			if code != exitUsage || !strings.Contains(squash(out), "fail config") || !strings.Contains(out, tc.want) {
+				t.Errorf("check %s %q: exit %d, want %d and %q:\n%s", tc.args, tc.env, code, exitUsage, tc.want, out)
+			}
+			code, out = e.run("run "+tc.args, "", tc.env...)
+			if code != exitUsage || !strings.Contains(out, tc.want) {
+				t.Errorf("run %s %q: exit %d, want %d and %q:\n%s", tc.args, tc.env, code, exitUsage, tc.want, out)
+			}
 		}
 	})
 }

@@ -210,7 +210,8 @@ type LedgerConfig struct {
 	URL string `toml:"url"`
 	// Table is the table of the shared backends.
 	Table string `toml:"table"`
-	// Region and Endpoint are DynamoDB's region (empty: queue.region) and,
+	// Region and Endpoint are DynamoDB's region (empty: the queue's, as
+	// QueueConfig.region finds it, else the AWS SDK's) and,
 	// when set, an endpoint that replaces AWS's (an absolute http or https
 	// URL). Only for the dynamodb backend.
 	Region   string `toml:"region"`
@@ -517,7 +518,7 @@ func DefaultConfig() Config {
 			Backend:       BackendBbolt,
 			Path:          "/var/lib/sqsonce/ledger.db",
 			Table:         defaultTable,
-			Retention:     Duration{168 * time.Hour},
+			Retention:     Duration{ledger.DefaultRetention},
 			CompleteDelay: Duration{ledger.DefaultCompleteDelay},
 		},
 		Handler: HandlerConfig{
@@ -771,6 +772,18 @@ func EnvVars() []string {
 		names = append(names, s.env)
 	}
 	return names
+}
+
+// keyEnv is the environment variable of the configuration key key
+// ("console.listen": "SQSONCE_CONSOLE_LISTEN"). It panics for a key that
+// Config does not have.
+func keyEnv(key string) string {
+	for _, s := range settings() {
+		if s.key == key {
+			return s.env
+		}
+	}
+	panic("config: no key " + key)
 }
 
 // applyEnv sets every key whose variable lookupEnv finds, and reports every

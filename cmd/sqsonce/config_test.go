@@ -189,7 +189,7 @@ func TestDefaultConfig(t *testing.T) {
 			Backend:       "bbolt",
 			Path:          "/var/lib/sqsonce/ledger.db",
 			Table:         "sqsonce_operations",
-			Retention:     Duration{168 * time.Hour},
+			Retention:     Duration{336 * time.Hour},
 			CompleteDelay: Duration{time.Millisecond},
 		},
 		Handler: HandlerConfig{
@@ -979,6 +979,7 @@ func TestEnvVars(t *testing.T) {
 		"SQSONCE_LEDGER_ENDPOINT",
 		"SQSONCE_LEDGER_RETENTION",
 		"SQSONCE_LEDGER_COMPLETE_DELAY",
+		"SQSONCE_LEDGER_KEEP_BODY",
 		"SQSONCE_HANDLER_TYPE",
 		"SQSONCE_HANDLER_COMMAND",
 		"SQSONCE_HANDLER_URL",
@@ -1041,7 +1042,7 @@ func TestEnvVars(t *testing.T) {
 		ruled[key] = true
 	}
 	for _, s := range settings() {
-		if !ruled[s.key] && s.key != "key.sns" && s.key != "flow.pause" && s.key != "admin.pprof" && s.key != "payload.s3" && s.key != "console.writes" && s.key != "console.secure_cookie" {
+		if !ruled[s.key] && s.key != "key.sns" && s.key != "flow.pause" && s.key != "admin.pprof" && s.key != "payload.s3" && s.key != "console.writes" && s.key != "console.secure_cookie" && s.key != "ledger.keep_body" {
 			t.Errorf("no validation rule for %s", s.key)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -28,10 +29,10 @@ const (
 	ConsoleAuthBasic = "basic"
 )
 
-const consoleSynopsis = `Usage: sqsonce console [--config FILE]
+const consoleSynopsis = `Usage: sqsonce console [--config FILE] [--listen HOST:PORT]
 
-Serve the web console of the queue's ledger on console.listen (default
-127.0.0.1:9465): the operations by what will become of them, lapsed
+Serve the web console of the queue's ledger on --listen or console.listen
+(default 127.0.0.1:9465): the operations by what will become of them, lapsed
 leases, the workers up and down, paused scopes, failures and dead letters
 by reason group, the queues' depths, the last three hours' completions and
 failures, each operation's record, attempts and message, and the dead
@@ -58,12 +59,13 @@ way finishes its moves in hand and gives the rest back.`
 func (m *Main) consoleCommand(ctx context.Context, args []string) error {
 	var c commonFlags
 	fs := m.flagSet("console", consoleSynopsis, &c)
+	c.keyFlag(fs, "listen", "console.listen", "the host:port to serve")
 	cfg, log, err := m.parse(fs, &c, args)
 	if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+		return usageErrorf("unexpected arguments %q", fs.Args())
 	}
 	auth, err := consoleAuth(cfg.Console, m.LookupEnv)
 	if err != nil {
@@ -184,19 +186,23 @@ func consoleAuth(c ConsoleConfig, lookupEnv func(string) (string, bool)) (consol
 		where = "console.credential_env " + c.CredentialEnv
 	}
 	if c.Auth == ConsoleAuthToken {
-		if len(raw) < minTokenLen || strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' }) {
+		if utf8.RuneCountInString(raw) < minTokenLen || strings.ContainsFunc(raw, func(r rune) bool { return r <= ' ' }) {
 			return console.Auth{}, fmt.Errorf("%s: want a token of at least %d characters without spaces: %w", where, minTokenLen, ErrInvalidConfig)
 		}
 		return console.Auth{Token: raw}, nil
 	}
 	user, pass, ok := strings.Cut(raw, ":")
-	if !ok || user == "" || len(pass) < minTokenLen {
-		return console.Auth{}, fmt.Errorf("%s: want user:password, the password at least %d characters: %w", where, minTokenLen, ErrInvalidConfig)
+	switch n := utf8.RuneCountInString(pass); {
+	case !ok || user == "":
+		return console.Auth{}, fmt.Errorf("%s: want user:password (a user name, a colon, then the password): %w", where, ErrInvalidConfig)
+	case n < minTokenLen:
+		return console.Auth{}, fmt.Errorf("%s: the password (after the colon; the user name does not count) has %d characters, want at least %d: %w", where, n, minTokenLen, ErrInvalidConfig)
 	}
 	return console.Auth{User: user, Password: pass}, nil
 }
 
-// minTokenLen is the shortest token or password the console takes.
+// minTokenLen is the fewest characters of a token, or of a password (the
+// user name not counted), that the console takes.
 const minTokenLen = 16
 
 // maxSessionLifetime is the longest console.session_lifetime.

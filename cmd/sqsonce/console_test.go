@@ -84,10 +84,16 @@ func TestConsoleAuth(t *testing.T) {
 		vars map[string]string
 		want string
 	}{
-		"short token":  {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, map[string]string{"CRED": "short"}, "at least 16"},
-		"no colon":     {ConsoleConfig{Auth: "basic", CredentialEnv: "CRED"}, map[string]string{"CRED": "0123456789abcdefgh"}, "want user:password"},
-		"unset":        {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, nil, "CRED is not set"},
-		"missing file": {ConsoleConfig{Auth: "token", CredentialFile: filepath.Join(dir, "none")}, nil, "no such file"},
+		"short token": {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, map[string]string{"CRED": "short"}, "at least 16"},
+		"no colon":    {ConsoleConfig{Auth: "basic", CredentialEnv: "CRED"}, map[string]string{"CRED": "0123456789abcdefgh"}, "want user:password"},
+		// The user name does not count towards the password's 16.
+		"short password": {ConsoleConfig{Auth: "basic", CredentialEnv: "CRED"}, map[string]string{"CRED": "operations-team:short-pass"},
+			"console.credential_env CRED: the password (after the colon; the user name does not count) has 10 characters, want at least 16"},
+		// Characters, not bytes: nine of two bytes each are nine.
+		"short in bytes": {ConsoleConfig{Auth: "basic", CredentialEnv: "CRED"}, map[string]string{"CRED": "ops:ééééééééé"}, "has 9 characters"},
+		"token in bytes": {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, map[string]string{"CRED": "ééééééééé"}, "at least 16 characters"},
+		"unset":          {ConsoleConfig{Auth: "token", CredentialEnv: "CRED"}, nil, "CRED is not set"},
+		"missing file":   {ConsoleConfig{Auth: "token", CredentialFile: filepath.Join(dir, "none")}, nil, "no such file"},
 	} {
 		if _, err := consoleAuth(c.cfg, env(c.vars)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", name, err, c.want)
@@ -482,4 +488,36 @@ func TestConsole_Guard(t *testing.T) {
 			}
 		}
 	})
+}
+
+// --listen sets console.listen, over SQSONCE_CONSOLE_LISTEN and the file,
+// and is held to the same rules: beyond loopback it needs a credential.
+func TestMain_ConsoleListenFlag(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, false, "exit 0\n")
+	db, err := ledger.Open(filepath.Join(e.dir, "ledger.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	addr := freePort(t)
+	console, out := e.start(`["console", "--listen", "`+addr+`"]`, "SQSONCE_CONSOLE_LISTEN=127.0.0.1:1")
+	defer func() { console.Process.Signal(syscall.SIGTERM); wait(t, console, 15*time.Second) }()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the console's output:\n%s", out)
+		}
+	})
+	e.waitFor("the console to listen on --listen's address", 30*time.Second, func() bool {
+		resp, err := http.Get("http://" + addr + "/static/console.css")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+
+	code, msg := e.runArgs([]string{"console", "--listen", "0.0.0.0:1"}, "")
+	if want := "console.listen: 0.0.0.0:1 reaches beyond loopback: it needs console.auth"; code != exitUsage || !strings.Contains(msg, want) {
+		t.Fatalf("--listen beyond loopback without a credential: exit %d, want %d and %q:\n%s", code, exitUsage, want, msg)
+	}
 }

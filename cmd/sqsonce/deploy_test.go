@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 // need finds a tool the test cannot do without. In CI a missing tool fails
@@ -90,19 +91,22 @@ func TestDeploy_SystemdUnits(t *testing.T) {
 	}
 }
 
-// Every supervisor in deploy/ waits for a stop longer than the grace it
-// gives sqsonce: the grace (the file's SQSONCE_SHUTDOWN_GRACE, else the
-// default), then up to the exec kill grace for a command still running,
-// then the release of what never started and the last ledger writes.
+// Every supervisor in deploy/, and the Dockerfile's `docker run` example
+// (Docker waits only 10s by default), waits for a stop longer than the
+// grace it gives sqsonce: the grace (the file's SQSONCE_SHUTDOWN_GRACE,
+// else the default), then up to the exec kill grace for a command still
+// running, then the release of what never started and the last ledger
+// writes.
 func TestDeploy_StopTimeouts(t *testing.T) {
 	t.Parallel()
-	const margin = 10 * time.Second // exec's kill grace (5s) and 5s to give back and flush
-	timeout := regexp.MustCompile(`(?m)^(?:TimeoutStopSec=(\d+)s|\s*terminationGracePeriodSeconds: (\d+))$`)
+	const margin = worker.DefaultKillGrace + 5*time.Second // exec's kill grace and 5s to give back and flush
+	timeout := regexp.MustCompile(`(?m)^(?:TimeoutStopSec=(\d+)s|\s*terminationGracePeriodSeconds: (\d+)|#\s+docker run .*--stop-timeout[ =](\d+) .*)$`)
 	graceVar := regexp.MustCompile(`SQSONCE_SHUTDOWN_GRACE["]?[:,]\s*(?:value:\s*)?"([^"]+)"`)
 	files, err := filepath.Glob("../../deploy/*/*")
 	if err != nil {
 		t.Fatal(err)
 	}
+	files = append(files, "../../Dockerfile")
 	checked := 0
 	for _, f := range files {
 		b, err := os.ReadFile(f)
@@ -115,23 +119,74 @@ func TestDeploy_StopTimeouts(t *testing.T) {
 				t.Fatalf("%s: SQSONCE_SHUTDOWN_GRACE %q: %v", f, m[1], err)
 			}
 		}
-		for _, m := range timeout.FindAllSubmatch(b, -1) {
-			secs, _ := strconv.Atoi(string(m[1]) + string(m[2]))
+		found := timeout.FindAllSubmatch(b, -1)
+		for _, m := range found {
+			secs, _ := strconv.Atoi(string(m[1]) + string(m[2]) + string(m[3]))
 			checked++
 			if stop := time.Duration(secs) * time.Second; stop < grace+margin {
 				t.Errorf("%s: the supervisor kills after %v, less than shutdown.grace %v plus %v", f, stop, grace, margin)
 			}
 		}
+		if filepath.Base(f) == "Dockerfile" && len(found) == 0 {
+			t.Errorf("%s: its docker run example gives no --stop-timeout: Docker's default, 10s, cuts shutdown.grace %v short", f, grace)
+		}
 	}
-	if checked < 5 { // three systemd units, two manifests
-		t.Fatalf("found %d stop timeouts in deploy/, want 5", checked)
+	if checked < 7 { // three systemd units, three manifests, the Dockerfile's example
+		t.Fatalf("found %d stop timeouts in deploy/ and the Dockerfile, want 7", checked)
+	}
+}
+
+// imageUser is the user and group the Dockerfile runs sqsonce as (its
+// USER line).
+func imageUser(t *testing.T) (uid, gid string) {
+	t.Helper()
+	b, err := os.ReadFile("../../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^USER (\d+):(\d+)$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("Dockerfile: no USER UID:GID line")
+	}
+	return string(m[1]), string(m[2])
+}
+
+// The Kubernetes manifests run sqsonce as the image's user.
+func TestDeploy_ImageUser(t *testing.T) {
+	t.Parallel()
+	uid, gid := imageUser(t)
+	files, err := filepath.Glob("../../deploy/kubernetes/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := regexp.MustCompile(`(?m)^\s*(runAsUser|runAsGroup|fsGroup): (\d+)$`)
+	seen := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range id.FindAllSubmatch(b, -1) {
+			seen++
+			want := gid
+			if string(m[1]) == "runAsUser" {
+				want = uid
+			}
+			if string(m[2]) != want {
+				t.Errorf("%s: %s %s, but the image runs as %s:%s", f, m[1], m[2], uid, gid)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("no runAsUser in deploy/kubernetes: the test tested nothing")
 	}
 }
 
 // TestDeploy_ContainerLikeRun runs the binary as a container would: a
-// read-only root file system, a non-root user, no $HOME, configuration from
-// the environment alone, the ledger on a writable volume; then SIGTERM with
-// work in flight must drain within a Kubernetes-style 30s grace.
+// read-only root file system, the image's non-root user (the Dockerfile's
+// USER), no $HOME, configuration from the environment alone, the ledger on
+// a writable volume; then SIGTERM with work in flight must drain within a
+// Kubernetes-style 30s grace.
 func TestDeploy_ContainerLikeRun(t *testing.T) {
 	t.Parallel()
 	unshare := need(t, "unshare", "util-linux")
@@ -139,6 +194,7 @@ func TestDeploy_ContainerLikeRun(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to make a mount namespace with a read-only root")
 	}
+	uid, gid := imageUser(t)
 	bin := buildBinary(t)
 	binDir := filepath.Dir(bin)
 	volume := filepath.Join(binDir, "volume")
@@ -174,8 +230,8 @@ echo "$SQSONCE_KEY" >>"$VOLUME/effects"
 mount --bind %[1]s %[1]s
 mount -o remount,ro,bind /
 touch /probe 2>/dev/null && { echo "root is writable"; exit 9; }
-exec setpriv --reuid 65534 --regid 65534 --clear-groups --inh-caps=-all env -i %[2]s %[3]s run --log-format json`,
-		volume, strings.Join(env, " "), bin)
+exec setpriv --reuid %[4]s --regid %[5]s --clear-groups --inh-caps=-all env -i %[2]s %[3]s run --log-format json`,
+		volume, strings.Join(env, " "), bin, uid, gid)
 	cmd := exec.Command(unshare, "--mount", "--propagation", "private", "--", "sh", "-c", script)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -54,13 +54,13 @@ func (m *Main) flowCommand(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(m.Stdout, flowUsage)
 		if len(args) == 0 {
-			return fmt.Errorf("missing flow command: %w", errUsage)
+			return usageErrorf("missing flow command")
 		}
 		return nil
 	}
 	sub, rest := args[0], args[1:]
 	if sub != "status" && sub != "pause" && sub != "resume" {
-		return fmt.Errorf("unknown flow command %q (want status, pause or resume): %w", sub, errUsage)
+		return usageErrorf("unknown flow command %q (want status, pause or resume)", sub)
 	}
 	var c commonFlags
 	fs := m.flagSet("flow "+sub, flowUsage, &c)
@@ -73,13 +73,13 @@ func (m *Main) flowCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("flow %s takes no arguments, got %q: %w", sub, fs.Args(), errUsage)
+		return usageErrorf("flow %s takes no arguments, got %q", sub, fs.Args())
 	}
 	if *scope == "" {
 		*scope = flowScope(cfg)
 	}
 	if err := ledger.ValidateScope(*scope); err != nil {
-		return fmt.Errorf("--scope: %v: %w", err, errUsage)
+		return usageErrorf("--scope: %v", err)
 	}
 	var pause pauseRequest
 	if sub == "pause" {
@@ -156,7 +156,7 @@ const maxPauseReason = 512
 // --reason.
 func parsePause(until, reason string, now time.Time) (pauseRequest, error) {
 	if until == "" {
-		return pauseRequest{}, fmt.Errorf("--until is required: when the pause ends by itself (RFC 3339, or a duration such as 30m): %w", errUsage)
+		return pauseRequest{}, usageErrorf("--until is required: when the pause ends by itself (RFC 3339, or a duration such as 30m)")
 	}
 	p := pauseRequest{reason: strings.Join(strings.Fields(reason), " ")}
 	if t, err := time.Parse(time.RFC3339, until); err == nil {
@@ -164,15 +164,15 @@ func parsePause(until, reason string, now time.Time) (pauseRequest, error) {
 	} else if d, err := time.ParseDuration(until); err == nil {
 		p.until = now.Add(d)
 	} else {
-		return pauseRequest{}, fmt.Errorf("--until %q: want an RFC 3339 time (2030-01-02T15:04:05Z) or a duration (30m, 2h): %w", until, errUsage)
+		return pauseRequest{}, usageErrorf("--until %q: want an RFC 3339 time (2030-01-02T15:04:05Z) or a duration (30m, 2h)", until)
 	}
 	switch {
 	case !p.until.After(now):
-		return pauseRequest{}, fmt.Errorf("--until %s is not in the future: %w", until, errUsage)
+		return pauseRequest{}, usageErrorf("--until %s is not in the future", until)
 	case p.reason == "":
-		return pauseRequest{}, fmt.Errorf("--reason is required: why the intake is paused, for whoever finds it paused: %w", errUsage)
+		return pauseRequest{}, usageErrorf("--reason is required: why the intake is paused, for whoever finds it paused")
 	case len(p.reason) > maxPauseReason:
-		return pauseRequest{}, fmt.Errorf("--reason of %d bytes, over %d: %w", len(p.reason), maxPauseReason, errUsage)
+		return pauseRequest{}, usageErrorf("--reason of %d bytes, over %d", len(p.reason), maxPauseReason)
 	}
 	return p, nil
 }
@@ -210,11 +210,11 @@ func actor(lookupEnv func(string) (string, bool)) string {
 // worker.PauseByHand).
 func (m *Main) flowPause(ctx context.Context, l flowLedger, log *slog.Logger, scope string, p pauseRequest, by string, retention time.Duration) error {
 	if time.Until(p.until) <= 0 {
-		return fmt.Errorf("--until %s has passed: %w", p.until.UTC().Format(time.RFC3339), errUsage)
+		return usageErrorf("--until %s has passed", p.until.UTC().Format(time.RFC3339))
 	}
 	got, err := worker.PauseByHand(ctx, l, scope, p.until, p.reason, by, retention)
 	if errors.Is(err, worker.ErrPauseTooLong) {
-		return fmt.Errorf("%w: messages would expire in SQS while paused; pause for less, or raise the queue's MessageRetentionPeriod: %w", err, errUsage)
+		return usageErrorf("%w: messages would expire in SQS while paused; pause for less, or raise the queue's MessageRetentionPeriod", err)
 	}
 	if err != nil {
 		return err

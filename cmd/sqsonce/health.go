@@ -27,10 +27,10 @@ func (m *Main) healthCommand(ctx context.Context, args []string) error {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return fmt.Errorf("%v: %w", err, errUsage)
+		return usageErrorf("%v", err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+		return usageErrorf("unexpected arguments %q", fs.Args())
 	}
 	target := *addr
 	variable, fallback := envPrefix+"ADMIN_LISTEN", DefaultConfig().Admin.Listen
@@ -45,7 +45,7 @@ func (m *Main) healthCommand(ctx context.Context, args []string) error {
 	}
 	host, port, err := net.SplitHostPort(target)
 	if err != nil {
-		return fmt.Errorf("admin address %q: %v: %w", target, err, errUsage)
+		return usageErrorf("admin address %q: %v", target, err)
 	}
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"

@@ -23,7 +23,7 @@ func (m *Main) ingestCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+		return usageErrorf("unexpected arguments %q", fs.Args())
 	}
 	icfg, err := ingestConfig(cfg, m.LookupEnv, log)
 	if err != nil {

@@ -402,7 +402,9 @@ func TestIngest_Check(t *testing.T) {
 	code, out = e.run("check", "", append(common, "SQSONCE_INGEST_SOURCE="+
 		`[{"name":"gh","path":"/gh","verify":"github","secret_env":"UNSET_SECRET_VARIABLE"},`+
 		`{"name":"other","path":"/o","verify":"github","secret_env":"S","queue_url":"`+e.queue.URL+`-missing"}]`, "S=x")...)
-	if code != 1 || !strings.Contains(squash(out), "fail ingest") || !strings.Contains(out, "UNSET_SECRET_VARIABLE is not set") {
+	// A secret that is not set is a configuration error, on which sqsonce
+	// ingest exits 2: check does too.
+	if code != exitUsage || !strings.Contains(squash(out), "fail ingest") || !strings.Contains(out, "UNSET_SECRET_VARIABLE is not set") {
 		t.Fatalf("exit %d:\n%s", code, out)
 	}
 	// Two sources on one queue with one explicit key prefix share a key

@@ -52,7 +52,7 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(m.Stdout, ledgerUsage)
 		if len(args) == 0 {
-			return fmt.Errorf("missing ledger command: %w", errUsage)
+			return usageErrorf("missing ledger command")
 		}
 		return nil
 	}
@@ -71,18 +71,18 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 	wantArgs := map[string]int{"init": 0, "get": 1, "forget": 1, "reset": 1, "list": 0, "stats": 0, "export": 0, "compact": 0}
 	n, ok := wantArgs[sub]
 	if !ok {
-		return fmt.Errorf("unknown ledger command %q (want init, get, list, stats, forget, reset, export or compact): %w", sub, errUsage)
+		return usageErrorf("unknown ledger command %q (want init, get, list, stats, forget, reset, export or compact)", sub)
 	}
 	if fs.NArg() != n {
-		return fmt.Errorf("ledger %s takes %d argument(s), got %q: %w", sub, n, fs.Args(), errUsage)
+		return usageErrorf("ledger %s takes %d argument(s), got %q", sub, n, fs.Args())
 	}
 	if *limit < 0 {
-		return fmt.Errorf("--limit %d: want 0 or more: %w", *limit, errUsage)
+		return usageErrorf("--limit %d: want 0 or more", *limit)
 	}
 	var filter ledger.Filter
 	if *state != "" {
 		if filter.State, err = ledger.ParseState(*state); err != nil {
-			return fmt.Errorf("--state: %v: %w", err, errUsage)
+			return usageErrorf("--state: %v", err)
 		}
 	}
 	filter.Prefix = *prefix
@@ -114,11 +114,12 @@ func (m *Main) ledgerCommand(ctx context.Context, args []string) error {
 	}
 	if sub == "compact" {
 		if cfg.Ledger.Backend != BackendBbolt {
-			return fmt.Errorf("compact rewrites a bbolt file; ledger.backend is %q, whose store reclaims space itself: %w", cfg.Ledger.Backend, errUsage)
+			return usageErrorf("compact rewrites a bbolt file; ledger.backend is %q, whose store reclaims space itself", cfg.Ledger.Backend)
 		}
 		before, after, err := ledger.Compact(cfg.Ledger.Path, 300*time.Millisecond)
 		if errors.Is(err, ledger.ErrLocked) {
-			return fmt.Errorf("%w: stop the worker before compacting", err)
+			// Said once: ErrLocked's own words and Open's say it again.
+			return fmt.Errorf("cannot compact %s while another sqsonce process (a running worker) has it open: stop the worker, then compact", cfg.Ledger.Path)
 		}
 		if err != nil {
 			return err
@@ -205,7 +206,7 @@ func (m *Main) ledgerSub(ctx context.Context, sub string, fs *flag.FlagSet, cfg 
 		}
 		if !yes {
 			if !isTerminal(m.Stdin) {
-				return fmt.Errorf("forget %q: not a terminal to ask on; pass --yes: %w", key, errUsage)
+				return usageErrorf("forget %q: not a terminal to ask on; pass --yes", key)
 			}
 			fmt.Fprintf(out, "%q is %s; forgetting it lets its next delivery run the work again. Forget it? [y/N] ", key, was)
 			answer, _ := bufio.NewReader(m.Stdin).ReadString('\n')

@@ -117,8 +117,10 @@ func TestMain_Ledger(t *testing.T) {
 			}
 			code, out = e.run("ledger compact", "")
 			if running {
-				if code != exitFailure || !strings.Contains(out, "stop the worker") {
-					t.Fatalf("compact under a running worker: exit %d: %s", code, out)
+				// Said once, and clearly.
+				want := "sqsonce ledger: cannot compact " + filepath.Join(e.dir, "ledger.db") + " while another sqsonce process (a running worker) has it open: stop the worker, then compact\n"
+				if code != exitFailure || out != want {
+					t.Fatalf("compact under a running worker: exit %d, want %d and %q; got:\n%s", code, exitFailure, want, out)
 				}
 			} else if code != 0 || !strings.Contains(out, "compacted") {
 				t.Fatalf("compact: exit %d: %s", code, out)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -60,8 +61,23 @@ type Main struct {
 	Signals <-chan os.Signal
 }
 
-// errUsage marks errors that exit with status 2: bad flags or configuration.
+// errUsage marks errors that exit with status 2: bad flags, arguments or
+// input. Make them with usageErrorf, whose text does not mention it.
 var errUsage = errors.New("usage")
+
+// usageError is an error that exits with status 2 (errors.Is(err,
+// errUsage)); its text is its own alone.
+type usageError struct{ err error }
+
+func (e usageError) Error() string        { return e.err.Error() }
+func (e usageError) Unwrap() error        { return e.err }
+func (e usageError) Is(target error) bool { return target == errUsage }
+
+// usageErrorf formats an error as fmt.Errorf does and marks it as a usage
+// error (exit status 2).
+func usageErrorf(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
 
 const usage = `sqsonce consumes an Amazon SQS queue and runs each operation once.
 
@@ -160,6 +176,20 @@ type commonFlags struct {
 	config    string
 	logFormat string
 	logLevel  string
+	// keys maps a command's own flags that set a configuration key to that
+	// key ("listen": "console.listen"): a flag that is given wins over the
+	// key's environment variable and the file, and is validated with them.
+	keys map[string]string
+}
+
+// keyFlag defines a string flag of fs that sets the configuration key, as
+// commonFlags.keys says.
+func (c *commonFlags) keyFlag(fs *flag.FlagSet, name, key, usage string) {
+	if c.keys == nil {
+		c.keys = map[string]string{}
+	}
+	c.keys[name] = key
+	fs.String(name, "", usage+" ("+key+"; wins over "+keyEnv(key)+" and the file)")
 }
 
 func (m *Main) flagSet(name, synopsis string, c *commonFlags) *flag.FlagSet {
@@ -195,7 +225,7 @@ func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *
 			if errors.Is(err, flag.ErrHelp) {
 				return Config{}, nil, err
 			}
-			return Config{}, nil, fmt.Errorf("%v: %w", err, errUsage)
+			return Config{}, nil, usageErrorf("%v", err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -212,7 +242,23 @@ func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *
 	if path == "" {
 		path, _ = m.LookupEnv("SQSONCE_CONFIG")
 	}
-	cfg, err := LoadConfig(path, m.LookupEnv)
+	// The keys set by flags, read as their variables are.
+	lookupEnv := m.LookupEnv
+	if len(c.keys) > 0 {
+		set := map[string]string{}
+		fs.Visit(func(f *flag.Flag) {
+			if key, ok := c.keys[f.Name]; ok {
+				set[keyEnv(key)] = f.Value.String()
+			}
+		})
+		lookupEnv = func(name string) (string, bool) {
+			if v, ok := set[name]; ok {
+				return v, true
+			}
+			return m.LookupEnv(name)
+		}
+	}
+	cfg, err := LoadConfig(path, lookupEnv)
 	if err != nil {
 		return Config{}, nil, err
 	}
@@ -224,18 +270,19 @@ func (m *Main) parse(fs *flag.FlagSet, c *commonFlags, args []string) (Config, *
 func newLogger(w io.Writer, format, level string, lookupEnv func(string) (string, bool)) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error: %w", level, errUsage)
+		return nil, usageErrorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	// Under systemd the journal stamps each line itself.
+	journal := false
 	if v, ok := lookupEnv("JOURNAL_STREAM"); ok && v != "" {
-		// Under systemd the journal stamps each line itself.
-		opts.ReplaceAttr = func(groups []string, a slog.Attr) slog.Attr {
-			if len(groups) == 0 && a.Key == slog.TimeKey {
-				return slog.Attr{}
-			}
-			return a
-		}
+		journal = true
 	}
+	opts := &slog.HandlerOptions{Level: lvl, ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+		if journal && len(groups) == 0 && a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return readableAttr(a)
+	}}
 	if format == "auto" {
 		format = "json"
 		if isTerminal(w) {
@@ -248,5 +295,26 @@ func newLogger(w io.Writer, format, level string, lookupEnv func(string) (string
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("--log-format %q: want text, json or auto: %w", format, errUsage)
+	return nil, usageErrorf("--log-format %q: want text, json or auto", format)
+}
+
+// readableAttr writes a value as a log pipeline reads it best, under the
+// same key, in text and JSON alike: a duration as text ("5s", "1m30s"),
+// not a number of nanoseconds, and a value of an integer type with a
+// String method (a state such as ledger.State: "in_progress") by its name,
+// not its number.
+func readableAttr(a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindDuration:
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	case slog.KindAny:
+		if s, ok := a.Value.Any().(fmt.Stringer); ok {
+			switch reflect.ValueOf(s).Kind() {
+			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+				reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+				a.Value = slog.StringValue(s.String())
+			}
+		}
+	}
+	return a
 }

@@ -233,6 +233,10 @@ func TestMain_Usage(t *testing.T) {
 			if code != tc.code || !strings.Contains(out, tc.want) {
 				t.Fatalf("exit %d, want %d; output should contain %q:\n%s", code, tc.code, tc.want, out)
 			}
+			// The mark of a usage error (exit status 2) is not a reason.
+			if strings.Contains(out, ": usage") {
+				t.Errorf("the error ends in the word of its exit status:\n%s", out)
+			}
 		})
 	}
 }
@@ -260,12 +264,56 @@ func TestMain_Send(t *testing.T) {
 		if v, _ := sqstest.Count(t, e.client, e.queue.URL); v != 2 {
 			t.Fatalf("%d messages in the queue", v)
 		}
-		code, out = e.run("send", "{\"id\":\"c\"}\nnot json\n")
-		if code != exitUsage || !strings.Contains(out, "line 2: not valid JSON") {
-			t.Fatalf("bad line: exit %d: %s", code, out)
+		// A bad line says what is wrong with it, and stops the command:
+		// the lines before it are sent, none after it.
+		code, out = e.run("send", "{\"id\":\"c\"}\nnot json\n{\"id\":\"d\"}\n")
+		want := "standard input line 2: not valid JSON: invalid character 'o' in literal null (expecting 'u'): the 1 messages before it were sent, nothing after"
+		if code != exitUsage || !strings.Contains(out, want) {
+			t.Fatalf("bad line: exit %d, want %d and %q:\n%s", code, exitUsage, want, out)
 		}
-		if v, _ := sqstest.Count(t, e.client, e.queue.URL); v != 2 {
-			t.Fatalf("a refused input sent messages: %d in the queue", v)
+		if v, _ := sqstest.Count(t, e.client, e.queue.URL); v != 3 {
+			t.Fatalf("%d messages in the queue, want 3: the 2 sent before and the line before the bad one", v)
+		}
+		code, out = e.run("send", "{\"id\":\n")
+		if want := "standard input line 1: not valid JSON: unexpected end of JSON input: nothing was sent"; code != exitUsage || !strings.Contains(out, want) {
+			t.Fatalf("bad first line: exit %d, want %d and %q:\n%s", code, exitUsage, want, out)
+		}
+	})
+
+	// Lines are sent as they come: a line written to a pipe that stays
+	// open (tail -f | sqsonce send) reaches the queue before the input ends.
+	t.Run("Streams", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t, false, "exit 0\n")
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(append(os.Environ(), e.vars...), "SQSONCE_TEST_AS_BINARY=1", "SQSONCE_TEST_ARGS=send")
+		out := &syncBuffer{}
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = r, out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				cmd.Process.Kill()
+				cmd.Wait()
+			}
+		})
+		for i := 1; i <= 2; i++ {
+			fmt.Fprintf(w, "{\"id\":\"s-%d\"}\n", i)
+			e.waitFor(fmt.Sprintf("line %d in the queue while the input is open", i), 30*time.Second, func() bool {
+				v, n := sqstest.Count(t, e.client, e.queue.URL)
+				return v+n == i
+			})
+		}
+		w.Close()
+		if code := wait(t, cmd, 30*time.Second); code != 0 || !strings.Contains(out.String(), "sent 2 messages") {
+			t.Fatalf("exit %d:\n%s", code, out)
 		}
 	})
 

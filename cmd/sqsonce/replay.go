@@ -248,7 +248,7 @@ func replayUsage(rest []string, invalid error) error {
 	if len(problems) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: %w", strings.Join(problems, "; "), errUsage)
+	return usageErrorf("%s", strings.Join(problems, "; "))
 }
 
 func (m *Main) printReplaySummary(s replay.Summary, rc replay.Config, asJSON bool) error {

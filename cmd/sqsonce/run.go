@@ -19,7 +19,7 @@ func (m *Main) runCommand(ctx context.Context, args []string) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: %w", fs.Args(), errUsage)
+		return usageErrorf("unexpected arguments %q", fs.Args())
 	}
 	tp, flush, err := m.newTracing(ctx, log)
 	if err != nil {

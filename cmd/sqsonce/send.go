@@ -38,13 +38,13 @@ const maxInline = maxBody - (len(w3ctrace.TraceParent) + len("String") + w3ctrac
 // sendCommand is `sqsonce send`: each line of JSON becomes one message.
 func (m *Main) sendCommand(ctx context.Context, args []string) error {
 	var c commonFlags
-	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Each message carries a traceparent attribute: its\nproducer span's context when tracing is on, else a fresh unsampled one.\nPrints how many messages were sent.\n\nA line over SQS's 256 KiB limit is refused, unless payload.bucket names an\nS3 bucket: the line is then put there (s3:PutObject) under a random key, and\nthe message carries a pointer to it in the SQS Extended Client's format,\nwith the attribute ExtendedPayloadSize; the worker reads it back. The FIFO\nkeys still come from the line itself.", &c)
+	fs := m.flagSet("send", "Usage: sqsonce send [--config FILE] [FILE|-]\n\nSend each line of JSON in FILE (default: standard input) as one message to\nthe configured queue. On a FIFO queue, MessageGroupId and\nMessageDeduplicationId are set from the operation key (key.pointer), so that\nSQS deduplicates resends. Each message carries a traceparent attribute: its\nproducer span's context when tracing is on, else a fresh unsampled one.\nPrints how many messages were sent.\n\nLines are sent as they are read, up to ten in one request: a line of\n`tail -f events.jsonl | sqsonce send` goes when it is written. A line that\nis not JSON (or on a FIFO queue has no key) stops the command with exit\nstatus 2, naming the line and what is wrong with it: the lines before it\nare sent, none after.\n\nA line over SQS's 256 KiB limit is refused, unless payload.bucket names an\nS3 bucket: the line is then put there (s3:PutObject) under a random key, and\nthe message carries a pointer to it in the SQS Extended Client's format,\nwith the attribute ExtendedPayloadSize; the worker reads it back. The FIFO\nkeys still come from the line itself.", &c)
 	cfg, log, err := m.parse(fs, &c, args)
 	if err != nil {
 		return err
 	}
 	if fs.NArg() > 1 {
-		return fmt.Errorf("want at most one input file, got %q: %w", fs.Args(), errUsage)
+		return usageErrorf("want at most one input file, got %q", fs.Args())
 	}
 	tp, flush, err := m.newTracing(ctx, log)
 	if err != nil {
@@ -66,64 +66,117 @@ func (m *Main) sendCommand(ctx context.Context, args []string) error {
 	if fifo {
 		keyOf, err = worker.BodyKeyFunc(keyConfig(cfg.Key))
 		if err != nil {
-			return fmt.Errorf("a FIFO queue needs the key from the body to set MessageDeduplicationId: %v: %w", err, errUsage)
+			return usageErrorf("a FIFO queue needs the key from the body to set MessageDeduplicationId: %v", err)
 		}
 	}
-	// Read and check everything before sending anything.
 	maxLine, tooLong := maxInline, fmt.Sprintf("longer than %d bytes, SQS's %d-byte message limit less the traceparent attribute (set payload.bucket to send it through S3)", maxInline, maxBody)
 	if cfg.Payload.Bucket != "" {
 		maxLine = max(cfg.Payload.MaxSize, maxInline)
 		tooLong = fmt.Sprintf("longer than SQS's %d-byte message limit and than payload.max_size (%d bytes), the most the worker reads from S3", maxBody, cfg.Payload.MaxSize)
 	}
-	// A read from a terminal or a pipe cannot be cut short: it runs on its
-	// own, and a signal ends the command while it waits (nothing is sent).
-	type read struct {
-		entries []types.SendMessageBatchRequestEntry
-		err     error
-	}
-	lines := make(chan read, 1)
-	go func() {
-		entries, err := readLines(in, name, keyOf, maxLine, tooLong)
-		lines <- read{entries, err}
-	}()
-	var entries []types.SendMessageBatchRequestEntry
-	select {
-	case r := <-lines:
-		if r.err != nil {
-			return r.err
-		}
-		entries = r.entries
-	case <-ctx.Done():
-		return fmt.Errorf("%v while reading %s: nothing was sent", context.Cause(ctx), name)
-	}
 	client, err := newSQSClient(ctx, cfg.Queue)
 	if err != nil {
 		return err
 	}
-	if err := m.offload(ctx, cfg, entries); err != nil {
-		return err
+	s := &sender{m: m, cfg: cfg, client: client, tr: newSendTracer(tp, cfg.Queue.URL)}
+
+	// A read from a terminal or a pipe cannot be cut short: the lines are
+	// read on their own, and a signal ends the command while it waits.
+	// What was read is sent as it comes: a batch goes as soon as it is full
+	// or no further line is waiting, so that a line of `tail -f | sqsonce
+	// send` goes when it is written.
+	lines := make(chan line, 10)
+	done := make(chan struct{})
+	defer close(done)
+	go readLines(in, name, keyOf, maxLine, tooLong, lines, done)
+	var batch []types.SendMessageBatchRequestEntry
+	for {
+		var l line
+		var more bool
+		select {
+		case l, more = <-lines:
+		case <-ctx.Done():
+			return s.stopped(fmt.Errorf("%v while reading %s", context.Cause(ctx), name))
+		}
+		// Take what else is waiting, without waiting for more.
+		for more && l.err == nil {
+			batch = append(batch, l.entry)
+			if len(batch) == 10 {
+				break
+			}
+			select {
+			case l, more = <-lines:
+				continue
+			default:
+			}
+			break
+		}
+		if err := s.send(ctx, batch); err != nil {
+			return err
+		}
+		batch = batch[:0]
+		switch {
+		case l.err != nil:
+			return s.stopped(l.err)
+		case !more:
+			fmt.Fprintf(m.Stdout, "sent %d messages\n", s.sent)
+			return nil
+		}
 	}
-	sent := 0
-	tr := newSendTracer(tp, cfg.Queue.URL)
+}
+
+// line is one line of send's input: a batch entry, or why there is none
+// (and no line after it).
+type line struct {
+	entry types.SendMessageBatchRequestEntry
+	err   error
+}
+
+// sender sends the entries of send's input, as they come, and counts them.
+type sender struct {
+	m      *Main
+	cfg    Config
+	client *sqs.Client
+	s3c    *s3.Client // made at the first body that goes through S3
+	tr     sendTracer
+	sent   int
+}
+
+// stopped is send's error after err: it says how many messages were sent
+// before it, and keeps err's exit status.
+func (s *sender) stopped(err error) error {
+	if s.sent == 0 {
+		return fmt.Errorf("%w: nothing was sent", err)
+	}
+	return fmt.Errorf("%w: the %d messages before it were sent, nothing after", err, s.sent)
+}
+
+// send sends entries, in as few batches as SQS takes.
+func (s *sender) send(ctx context.Context, entries []types.SendMessageBatchRequestEntry) error {
+	if err := s.offload(ctx, entries); err != nil {
+		return s.stopped(err)
+	}
 	for start, end := 0, 0; start < len(entries); start = end {
 		end = batchEnd(entries, start)
 		batch := entries[start:end]
-		spans := tr.start(batch)
-		out, err := client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &cfg.Queue.URL, Entries: batch})
+		for i := range batch {
+			batch[i].Id = aws.String(strconv.Itoa(i))
+		}
+		spans := s.tr.start(batch)
+		out, err := s.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &s.cfg.Queue.URL, Entries: batch})
 		spans.end(out, err)
 		if err != nil {
 			if ctx.Err() != nil {
 				err = context.Cause(ctx)
 			}
-			return fmt.Errorf("sent %d of %d messages, then: %w", sent, len(entries), err)
+			return fmt.Errorf("sent %d messages, then: %w", s.sent, err)
 		}
-		sent += len(out.Successful)
+		s.sent += len(out.Successful)
 		if len(out.Failed) > 0 {
 			f := out.Failed[0]
-			return fmt.Errorf("sent %d of %d messages; %d refused, first: %s: %s", sent, len(entries), len(out.Failed), aws.ToString(f.Code), aws.ToString(f.Message))
+			return fmt.Errorf("sent %d messages; %d refused, first: %s: %s", s.sent, len(out.Failed), aws.ToString(f.Code), aws.ToString(f.Message))
 		}
 	}
-	fmt.Fprintf(m.Stdout, "sent %d messages\n", sent)
 	return nil
 }
 
@@ -151,25 +204,24 @@ func batchEnd(entries []types.SendMessageBatchRequestEntry, start int) int {
 // payload bucket and makes the entry a pointer to it, as the SQS Extended
 // Client does: the pointer body and the attribute ExtendedPayloadSize, the
 // only message attribute send sets (SQS allows ten).
-func (m *Main) offload(ctx context.Context, cfg Config, entries []types.SendMessageBatchRequestEntry) error {
-	var s3c *s3.Client
+func (s *sender) offload(ctx context.Context, entries []types.SendMessageBatchRequestEntry) error {
 	for i := range entries {
 		e := &entries[i]
 		body := aws.ToString(e.MessageBody)
 		if len(body) <= maxInline {
 			continue
 		}
-		if s3c == nil {
+		if s.s3c == nil {
 			var err error
-			if s3c, err = newS3Client(ctx, cfg); err != nil {
+			if s.s3c, err = newS3Client(ctx, s.cfg); err != nil {
 				return err
 			}
 		}
-		p := worker.S3Pointer{Bucket: cfg.Payload.Bucket, Key: randomKey()}
-		if _, err := s3c.PutObject(ctx, &s3.PutObjectInput{
+		p := worker.S3Pointer{Bucket: s.cfg.Payload.Bucket, Key: randomKey()}
+		if _, err := s.s3c.PutObject(ctx, &s3.PutObjectInput{
 			Bucket: &p.Bucket, Key: &p.Key, Body: strings.NewReader(body), ContentLength: aws.Int64(int64(len(body))),
 		}); err != nil {
-			return fmt.Errorf("put a %d-byte body into S3 bucket %s (payload.bucket): nothing was sent: %w", len(body), p.Bucket, err)
+			return fmt.Errorf("put a %d-byte body into S3 bucket %s (payload.bucket): %w", len(body), p.Bucket, err)
 		}
 		e.MessageBody = aws.String(p.Body())
 		e.MessageAttributes = map[string]types.MessageAttributeValue{
@@ -188,42 +240,54 @@ func randomKey() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
 }
 
-// readLines turns each non-blank line into a batch entry, refusing lines that
-// are not JSON, longer than maxLine (saying they are tooLong) or (on FIFO
-// queues) have no operation key.
-func readLines(r io.Reader, name string, keyOf func([]byte) (string, error), maxLine int, tooLong string) ([]types.SendMessageBatchRequestEntry, error) {
-	var entries []types.SendMessageBatchRequestEntry
+// readLines turns each non-blank line of r into a batch entry on lines,
+// as it is read, refusing (with an error on lines, which ends them) a line
+// that is not JSON, longer than maxLine (saying it is tooLong) or (on FIFO
+// queues, where keyOf is set) has no operation key. It closes lines at the
+// end of r, and returns early when done is closed.
+func readLines(r io.Reader, name string, keyOf func([]byte) (string, error), maxLine int, tooLong string, lines chan<- line, done <-chan struct{}) {
+	put := func(l line) bool {
+		select {
+		case lines <- l:
+			return true
+		case <-done:
+			return false
+		}
+	}
+	defer close(lines)
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLine+1)
 	for n := 1; sc.Scan(); n++ {
-		line := bytes.TrimSpace(sc.Bytes())
-		if len(line) == 0 {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
 			continue
 		}
-		if !json.Valid(line) {
-			return nil, fmt.Errorf("%s line %d: not valid JSON: %w", name, n, errUsage)
+		var v json.RawMessage
+		if err := json.Unmarshal(text, &v); err != nil {
+			put(line{err: usageErrorf("%s line %d: not valid JSON: %v", name, n, err)})
+			return
 		}
-		e := types.SendMessageBatchRequestEntry{
-			Id:          aws.String(strconv.Itoa(len(entries) % 10)),
-			MessageBody: aws.String(string(line)),
-		}
+		e := types.SendMessageBatchRequestEntry{MessageBody: aws.String(string(text))}
 		if keyOf != nil {
-			key, err := keyOf(line)
+			key, err := keyOf(text)
 			if err != nil {
-				return nil, fmt.Errorf("%s line %d: %v: %w", name, n, err, errUsage)
+				put(line{err: usageErrorf("%s line %d: %v", name, n, err)})
+				return
 			}
 			id := worker.DeduplicationID(key)
 			e.MessageGroupId, e.MessageDeduplicationId = aws.String(id), aws.String(id)
 		}
-		entries = append(entries, e)
+		if !put(line{entry: e}) {
+			return
+		}
 	}
 	if err := sc.Err(); err != nil {
 		if err == bufio.ErrTooLong {
-			return nil, fmt.Errorf("%s: a line is %s: %w", name, tooLong, errUsage)
+			put(line{err: usageErrorf("%s: a line is %s", name, tooLong)})
+			return
 		}
-		return nil, fmt.Errorf("read %s: %w", name, err)
+		put(line{err: fmt.Errorf("read %s: %w", name, err)})
 	}
-	return entries, nil
 }
 
 // sendTracer gives each message sent a traceparent attribute: the context
