@@ -124,7 +124,7 @@ BENCH_ROUNDS             ?= 3
 BENCH_FLAGS              ?=
 
 .PHONY: bench
-bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then what an open console costs it, then its ledgers, on local servers (BENCHMARKS.md).
+bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then what an open console costs it, then its ledgers, on local servers (docs/benchmarks.md).
 	@test -f scripts/bench/node/node_modules/sqs-consumer/package.json || npm ci --prefix scripts/bench/node --no-audit --no-fund
 	SQSONCE_TEST_POSTGRES_DURABLE=1 $(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -realistic-n $(BENCH_REALISTIC_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
 
@@ -153,6 +153,13 @@ demo-tx: build ## Transactional handlers: a Go handler's inserts and the complet
 .PHONY: demo-ingest
 demo-ingest: build ## Webhooks: sqsonce ingest in front of a FIFO queue, signed GitHub, Stripe and Standard Webhooks requests (curl, openssl), each event's handler run once.
 	$(WITH_SQS) go run ./scripts/demo --bin bin/sqsonce -ingest
+
+# The port of `make local-sqs`, e.g. make local-sqs SQS_PORT=9325.
+SQS_PORT ?= 9324
+
+.PHONY: local-sqs
+local-sqs: ## Run a local SQS-compatible server in the foreground with a queue and its dead-letter queue, and print a configuration for them (docs/getting-started.md).
+	scripts/local-sqs.sh $(SQS_PORT)
 
 .PHONY: clean
 clean: ## Remove build output and the installed test servers.

@@ -167,8 +167,8 @@ const (
 	logClaimLost    = "lost the operation's claim before its work started"
 )
 
-// The windows the README names (When an operation can run twice, Other
-// caveats) in which the test accepts what it sees, each read from the
+// The windows docs/guarantees.md names (When an operation can run twice,
+// Other caveats) in which the test accepts what it sees, each read from the
 // workers' logs.
 const (
 	windowCrash = "window 1: its worker was killed (SIGKILL) with the operation in hand"
@@ -261,7 +261,7 @@ func severalLease(t *testing.T, backend string) time.Duration {
 // TestMain_SeveralWorkers runs three workers on one queue and one shared
 // ledger, with every operation delivered several times, then kills one of
 // them in the middle of its work. Each operation runs once, or again only
-// in a window the README names, which the test reads from the workers' logs
+// in a window docs/guarantees.md names, which the test reads from the workers' logs
 // (as make chaos does from its workers' events): after the killed worker
 // had it in hand, or when a lease lapsed while the ledger did not answer in
 // time (a slow server on a loaded machine) and another claim took the
@@ -360,7 +360,7 @@ func TestMain_SeveralWorkers(t *testing.T) {
 			e.sendOps(again)
 			e.waitFor("the queue to empty again", patience, e.queueEmpty)
 
-			// Each operation ran once, or again only in a window the README
+			// Each operation ran once, or again only in a window docs/guarantees.md
 			// names, as the workers' logs show it; every copy whose payload
 			// differs from the one that ran is in the dead-letter queue.
 			wlogs := readLogs()
@@ -379,7 +379,7 @@ func TestMain_SeveralWorkers(t *testing.T) {
 				for i := 1; i < len(runs); i++ {
 					why := explainAgain(wlogs, key, runs, i, "")
 					if why == "" {
-						t.Errorf("%s ran by %v: again by %s after %s, in no window the README names; the workers' logs about it:\n%s", key, runs, runs[i], runs[i-1], logsAbout(wlogs, key))
+						t.Errorf("%s ran by %v: again by %s after %s, in no window docs/guarantees.md names; the workers' logs about it:\n%s", key, runs, runs[i], runs[i-1], logsAbout(wlogs, key))
 						continue
 					}
 					ranAgain++
@@ -553,7 +553,7 @@ func TestMain_SeveralWorkers(t *testing.T) {
 						why := explainAgain(wlogs, k, runs, i, victim)
 						switch why {
 						case "":
-							t.Errorf("%s: started by %v, done by %v: again by %s after %s, in no window the README names (killed: %s); the workers' logs about it:\n%s",
+							t.Errorf("%s: started by %v, done by %v: again by %s after %s, in no window docs/guarantees.md names (killed: %s); the workers' logs about it:\n%s",
 								k, s, f, runs[i], runs[i-1], victim, logsAbout(wlogs, k))
 						case windowCrash:
 						default:

@@ -18,8 +18,8 @@ import (
 // those of its faults.
 
 // Causes of an execution beyond the first successful one, found from what
-// happened to the run that made the earlier one: the windows named in the
-// README's "When an operation can run twice", and the campaign's own
+// happened to the run that made the earlier one: the windows named in
+// docs/guarantees.md ("When an operation can run twice"), and the campaign's own
 // doings (a record it forgot, a replay).
 const (
 	causeWindowA        = "crash in window a (handler done, completion not durable)"

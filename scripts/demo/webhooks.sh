@@ -2,8 +2,8 @@
 # Send signed webhooks to `sqsonce ingest` as GitHub, Stripe and a Standard
 # Webhooks sender (Svix and others) would, each twice (senders retry), the
 # GitHub one once more under another delivery id (a captured request
-# replayed), and a forged one. These are the requests of the README's
-# "Receiving webhooks".
+# replayed), and a forged one. These are the requests of docs/webhooks.md
+# ("Running it").
 #
 # Usage: scripts/demo/webhooks.sh BASE_URL
 # with GITHUB_WEBHOOK_SECRET, STRIPE_WEBHOOK_SECRET and STANDARD_WEBHOOK_SECRET
