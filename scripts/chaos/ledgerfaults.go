@@ -415,7 +415,7 @@ func (e *env) raceCompaction(ctx context.Context, r *compactRace) (*proc, error)
 	})
 	now := inode(e.ledger)
 	compacted := exit == 0 && now != before
-	locked := exit != 0 && strings.Contains(output, "stop the worker before compacting")
+	locked := exit != 0 && strings.Contains(output, "stop the worker, then compact")
 	switch {
 	case m == nil && !p.alive() && p.outputHas("another sqsonce process"):
 		r.outcome, r.detail = raceWorkerRefused, fmt.Sprintf("the worker gave up waiting for the lock (compaction exit %d)", exit)
