@@ -83,7 +83,9 @@ const (
 // Trip says when counted failures mean that the downstream is down:
 // at least Failures of them within Window, from at least Keys distinct
 // operation keys, making at least Ratio of the attempts that ended in the
-// window. Defaults: 10 in 30s, from 3 keys, 90 %.
+// window, or in its latest part (its newest tenths: the successes of a
+// busy spell before an outage do not hold the trip off for the whole
+// window). Defaults: 10 in 30s, from 3 keys, 90 %.
 type Trip struct {
 	Failures int           // 1..100000
 	Window   time.Duration // 1s..1h

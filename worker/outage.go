@@ -6,9 +6,10 @@ import (
 )
 
 // detector tells an outage of the handlers' downstream from a message's
-// own failures: it trips when, within the window, enough attempts failed
-// in a way that counts (see FlowConfig.PauseOn), from enough distinct
-// keys, and nearly all the attempts that ended failed. A key that fails
+// own failures: it trips when, within the window or its latest part,
+// enough attempts failed in a way that counts (see FlowConfig.PauseOn),
+// from enough distinct keys, and nearly all the attempts that ended there
+// failed. A key that fails
 // while others succeed trips nothing: that is its own message's problem.
 //
 // It keeps one bucket per tenth of the window, so that its memory and
@@ -48,24 +49,32 @@ func (d *detector) add(now time.Time, key string, failed bool) bool {
 	return d.tripped(now)
 }
 
-// tripped reports whether the window that ends at now holds an outage.
+// tripped reports whether the window that ends at now holds an outage: the
+// whole window, or its latest part (its newest tenths), so that the
+// successes of a busy spell before an outage do not hold the trip off for
+// the whole window while the messages burn their receives.
 func (d *detector) tripped(now time.Time) bool {
+	width := d.trip.Window / time.Duration(len(d.buckets))
 	ok, fail := 0, 0
 	var keys []string
-	for i := range d.buckets {
-		b := &d.buckets[i]
-		if b.start.IsZero() || now.Sub(b.start) >= d.trip.Window {
+	for k := range len(d.buckets) { // newest first
+		start := now.Truncate(width).Add(-time.Duration(k) * width)
+		b := &d.buckets[int(start.UnixNano()/int64(width))%len(d.buckets)]
+		if !b.start.Equal(start) {
 			continue
 		}
 		ok += b.ok
 		fail += b.fail
-		for _, k := range b.keys {
-			if len(keys) < d.trip.Keys && !slices.Contains(keys, k) {
-				keys = append(keys, k)
+		for _, key := range b.keys {
+			if len(keys) < d.trip.Keys && !slices.Contains(keys, key) {
+				keys = append(keys, key)
 			}
 		}
+		if fail >= d.trip.Failures && len(keys) >= d.trip.Keys && float64(fail) >= d.trip.Ratio*float64(ok+fail) {
+			return true
+		}
 	}
-	return fail >= d.trip.Failures && len(keys) >= d.trip.Keys && float64(fail) >= d.trip.Ratio*float64(ok+fail)
+	return false
 }
 
 // reset forgets every attempt: a pause that ends starts a fresh window.
