@@ -85,7 +85,8 @@ const (
 // operation keys, making at least Ratio of the attempts that ended in the
 // window, or in its latest part (its newest tenths: the successes of a
 // busy spell before an outage do not hold the trip off for the whole
-// window). Defaults: 10 in 30s, from 3 keys, 90 %.
+// window); or Failures of them in a row within Window, from Keys keys,
+// with no success between them. Defaults: 10 in 30s, from 3 keys, 90 %.
 type Trip struct {
 	Failures int           // 1..100000
 	Window   time.Duration // 1s..1h

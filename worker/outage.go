@@ -9,8 +9,9 @@ import (
 // own failures: it trips when, within the window or its latest part,
 // enough attempts failed in a way that counts (see FlowConfig.PauseOn),
 // from enough distinct keys, and nearly all the attempts that ended there
-// failed. A key that fails
-// while others succeed trips nothing: that is its own message's problem.
+// failed; or when that many failed in a row within the window, from as
+// many keys, with no success between them. A key that fails while others
+// succeed trips nothing: that is its own message's problem.
 //
 // It keeps one bucket per tenth of the window, so that its memory and
 // cost do not grow with the rate of attempts. It is not safe for
@@ -18,6 +19,11 @@ import (
 type detector struct {
 	trip    Trip
 	buckets [10]outcomeBucket
+	// The counted failures in a row since the last success: how many,
+	// since when, and their distinct keys (at most Trip.Keys).
+	streak      int
+	streakSince time.Time
+	streakKeys  []string
 }
 
 // outcomeBucket counts the attempts that ended within one tenth of the
@@ -40,9 +46,16 @@ func (d *detector) add(now time.Time, key string, failed bool) bool {
 	}
 	if !failed {
 		b.ok++
+		d.streak = 0
 		return false
 	}
 	b.fail++
+	if d.streak == 0 || now.Sub(d.streakSince) >= d.trip.Window {
+		d.streak, d.streakSince, d.streakKeys = 0, now, d.streakKeys[:0]
+	}
+	if d.streak++; len(d.streakKeys) < d.trip.Keys && !slices.Contains(d.streakKeys, key) {
+		d.streakKeys = append(d.streakKeys, key)
+	}
 	if len(b.keys) < d.trip.Keys && !slices.Contains(b.keys, key) {
 		b.keys = append(b.keys, key)
 	}
@@ -50,10 +63,15 @@ func (d *detector) add(now time.Time, key string, failed bool) bool {
 }
 
 // tripped reports whether the window that ends at now holds an outage: the
-// whole window, or its latest part (its newest tenths), so that the
+// trip's failures in a row (no success between them, from its keys), or
+// in the whole window or its latest part (its newest tenths), so that the
 // successes of a busy spell before an outage do not hold the trip off for
-// the whole window while the messages burn their receives.
+// the whole window, nor for a tenth of it, while the messages burn their
+// receives.
 func (d *detector) tripped(now time.Time) bool {
+	if d.streak >= d.trip.Failures && len(d.streakKeys) >= d.trip.Keys && now.Sub(d.streakSince) < d.trip.Window {
+		return true
+	}
 	width := d.trip.Window / time.Duration(len(d.buckets))
 	ok, fail := 0, 0
 	var keys []string
@@ -82,4 +100,5 @@ func (d *detector) reset() {
 	for i := range d.buckets {
 		d.buckets[i] = outcomeBucket{}
 	}
+	d.streak = 0
 }

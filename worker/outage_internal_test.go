@@ -35,6 +35,24 @@ func TestDetector_TripsSoonAfterABusySpell(t *testing.T) {
 		}
 		t.Fatalf("50 failures from 3 keys over 10 s after 20 s of successes did not trip the detector (%+v): the successes before the outage held it off", DefaultTrip)
 	})
+	t.Run("OutageMidTenthAtARate", func(t *testing.T) {
+		// A rate-limited intake (5 a second) that meets an outage in the
+		// middle of a tenth of the window, right after a second of
+		// successes: the trip's failures in a row, from its keys, trip it,
+		// rather than a whole tenth more of the downstream's refusals.
+		d := detector{trip: DefaultTrip}
+		busy(&d, t0, 30)
+		down := t0.Add(time.Second)
+		for i := range 40 {
+			if d.add(down.Add(time.Duration(i)*200*time.Millisecond), fmt.Sprint("k", i), true) {
+				if i+1 > DefaultTrip.Failures {
+					t.Fatalf("tripped at failure %d, want at failure %d: no success came between them", i+1, DefaultTrip.Failures)
+				}
+				return
+			}
+		}
+		t.Fatal("40 failures in a row did not trip the detector")
+	})
 	t.Run("FailingKeysAmongSuccesses", func(t *testing.T) {
 		d := detector{trip: DefaultTrip}
 		for i := range 900 {
