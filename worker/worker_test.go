@@ -530,6 +530,10 @@ func TestWorker_Run(t *testing.T) {
 			return nil
 		}))
 		b.send(`{"id":"orphan"}`)
+		// The run first: while the message waits out the lease, given
+		// back for seconds, a server's approximate counts may show the
+		// queue empty (moto's did).
+		waitUntil(t, "the orphan to run", 20*time.Second, func() bool { return b.runs.count("orphan") > 0 })
 		b.waitEmpty(20 * time.Second)
 		s := stop()
 		if b.runs.count("orphan") != 1 || s.Takeovers != 1 || s.InProgressElsewhere < 1 {
