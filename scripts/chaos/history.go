@@ -294,10 +294,8 @@ func readEffects(ctx context.Context, url string) ([]event.Execution, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []event.Execution
-	var x event.Execution
-	var attempt int
-	var at time.Time
+	out, x := []event.Execution(nil), event.Execution{}
+	attempt, at := 0, time.Time{}
 	_, err = pgx.ForEachRow(rows, []any{&x.Key, &x.BodyHash, &x.Owner, &x.MessageID, &x.Run, &attempt, &x.Seq, &at}, func() error {
 		x.BodyID, x.Attempt, x.T, x.Status, x.Effect = x.Key, strconv.Itoa(attempt), at.UnixNano(), 200, true
 		out = append(out, x)

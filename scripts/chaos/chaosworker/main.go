@@ -178,9 +178,7 @@ func run(o event.WorkerConfig) (code int) {
 	// The ledger first: a second process on the same file must fail here,
 	// before it touches the queue.
 	var commitErrors atomic.Int64
-	var st store
-	var db *ledger.DB
-	var pgl *postgres.Ledger
+	st, db, pgl := store(nil), (*ledger.DB)(nil), (*postgres.Ledger)(nil)
 	opened := time.Now()
 	var err error
 	if o.Postgres != "" {
