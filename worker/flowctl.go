@@ -780,13 +780,13 @@ func (w *Worker) deferMsg(j *job, d time.Duration, why string) bool {
 		w.log.Warn("could not defer the message (send its copy): it stays held", "message_id", j.id(), "key", j.key.key, "error", err)
 		return false
 	}
-	w.deferred(j, d, why)
+	w.endDeferred(j, d, why)
 	return true
 }
 
-// deferred ends j, whose copy SQS took with a delay of d, as deferred:
+// endDeferred ends j, whose copy SQS took with a delay of d, as deferred:
 // the original deleted, its claim released.
-func (w *Worker) deferred(j *job, d time.Duration, why string) {
+func (w *Worker) endDeferred(j *job, d time.Duration, why string) {
 	if !j.b.end(j, deferred) {
 		return // given back meanwhile: the copy and the original both come back, one key
 	}

@@ -1138,7 +1138,7 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 			log.Error("could not record the failure in the ledger: the claim stays until its lease lapses", "error", ferr)
 		}
 		span.end(spanRetry, err)
-		w.deferred(j, j.deferFor, "failed during an outage near the redrive's receive count")
+		w.endDeferred(j, j.deferFor, "failed during an outage near the redrive's receive count")
 		return deferred
 	}
 	var ferr error
