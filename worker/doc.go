@@ -81,14 +81,18 @@
 // its completion durable and its delete queued, so that no work starts
 // while completions cannot be recorded. settled, retrying, given back,
 // dead-lettered and lost are its ends: a duplicate of a complete operation
-// is settled at once; a message whose operation runs elsewhere, whose key
-// is missing or whose ledger record cannot be read is given back or
-// dead-lettered unclaimed; a heartbeat that learns that a claim is lost (or
-// on a FIFO queue that SQS no longer takes a waiting message's receipt)
-// ends it as lost, cutting a running attempt off; a stop gives back what
-// has not started. A failed attempt goes back to waiting in one case: its
-// failure was an outage's, its next receive could be its last before the
-// redrive, and SQS refused the copy that would defer it; it keeps its
-// claim, its failure is not recorded, and it runs again when flow control
-// lets it.
+// is settled at once; a copy of an operation at work in this worker stays
+// received, out of sight, until that work ends, and is then claimed; a
+// message whose operation runs elsewhere, whose key is missing or whose
+// ledger record cannot be read is given back or dead-lettered unclaimed; a
+// heartbeat that learns that a claim is lost (or on a FIFO queue that SQS
+// no longer takes a waiting message's receipt) ends it as lost, cutting a
+// running attempt off; a stop gives back what has not started. A failed
+// attempt goes back to waiting, keeping its claim, its failure not
+// recorded, to run again after its back-off when flow control lets it, in
+// two cases: its failure was an outage's and its next receive could be its
+// last before the redrive, on a FIFO queue or when SQS refused the copy
+// that would defer it; or it failed as an unavailable downstream does on
+// its last receive before any outage is known, and waits (at most the
+// trip's window, until another key succeeds) for a pause to find one.
 package worker

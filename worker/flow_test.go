@@ -156,8 +156,10 @@ func TestWorker_PoisonKeyPausesNothing(t *testing.T) {
 	ok := 0
 	cfg := b.config()
 	cfg.MinBackoff, cfg.MaxBackoff = 500*time.Millisecond, time.Second
+	var poisoned atomic.Int64
 	_, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
 		if m.Key == "poison" {
+			poisoned.Add(1)
 			return worker.Unavailable(0, fmt.Errorf("503 for this one"))
 		}
 		mu.Lock()
@@ -166,8 +168,13 @@ func TestWorker_PoisonKeyPausesNothing(t *testing.T) {
 		return nil
 	}))
 	b.send(`{"id":"poison"}`)
-	b.sendMany(60, func(i int) string { return fmt.Sprintf(`{"id":"ok-%d"}`, i) })
-	waitUntil(t, "the poison message in the dead-letter queue", 30*time.Second, func() bool { return b.dlqCount() == 1 })
+	b.sendMany(30, func(i int) string { return fmt.Sprintf(`{"id":"ok-%d"}`, i) })
+	// On its last receive it is held, to learn whether an outage has
+	// begun; others that succeed meanwhile say it has not, well within
+	// the trip's window (30 s).
+	waitUntil(t, "the poison message's last receive", 20*time.Second, func() bool { return poisoned.Load() >= 3 })
+	b.sendMany(30, func(i int) string { return fmt.Sprintf(`{"id":"ok-%d"}`, 30+i) })
+	waitUntil(t, "the poison message in the dead-letter queue", 15*time.Second, func() bool { return b.dlqCount() == 1 })
 	b.waitEmpty(30 * time.Second)
 	s := stop()
 	if s.FlowPauses != 0 || ok != 60 {
@@ -482,4 +489,58 @@ func TestWorker_DeferRefusedKeepsTheMessage(t *testing.T) {
 		t.Fatalf("%d messages in the dead-letter queue", c)
 	}
 	t.Logf("%d copies refused; stats %+v", refuse.refused.Load(), s)
+}
+
+// A FIFO message that fails during an outage near the redrive's receive
+// count is held with its group, never sent again: given back, its next
+// receives burned its last before the pause tripped (here it never trips),
+// and SQS's redrive moved it to the dead-letter queue.
+func TestWorker_FIFOOutageNearRedriveHeld(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{fifo: true, maxReceive: 2})
+	d, url := newDownstream(t)
+	d.down.Store(true)
+	for g := range 3 {
+		b.sendGroup(fmt.Sprintf("g-%d", g), fmt.Sprintf(`{"id":"g%d-a"}`, g), fmt.Sprintf(`{"id":"g%d-b"}`, g))
+	}
+	h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Flow.Trip = worker.Trip{Failures: 1000} // no pause: the outage is the messages' to bear
+	_, stop := b.startOn(cfg, b.client, b.db, h)
+	// Each first message fails once every back-off: a few visibility
+	// timeouts' worth, receive counts held at 1.
+	waitUntil(t, "the downstream to be called during the outage", 10*time.Second, func() bool { return d.callsWhileDown() >= 3 })
+	time.Sleep(8 * time.Second)
+	if c := b.dlqCount(); c != 0 {
+		t.Fatalf("%d messages dead-lettered during the outage", c)
+	}
+	d.down.Store(false)
+	waitUntil(t, "every operation to complete", 30*time.Second, func() bool { done, _ := d.doneCount(); return done == 6 })
+	b.waitEmpty(10 * time.Second)
+	s := stop()
+	if _, most := d.doneCount(); most != 1 {
+		t.Fatalf("an operation done %d times", most)
+	}
+	if c := b.dlqCount(); c != 0 {
+		t.Fatalf("%d messages in the dead-letter queue", c)
+	}
+	whileDown := d.callsWhileDown()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var order []string
+	for _, c := range d.calls {
+		if !c.down {
+			order = append(order, c.key)
+		}
+	}
+	for g := range 3 {
+		a, bb := slices.Index(order, fmt.Sprintf("g%d-a", g)), slices.Index(order, fmt.Sprintf("g%d-b", g))
+		if a < 0 || bb < 0 || a > bb {
+			t.Fatalf("group g-%d done out of order: %v", g, order)
+		}
+	}
+	t.Logf("%d calls while down; stats %+v", whileDown, s)
 }

@@ -302,6 +302,26 @@ func (f *flowCtl) ended(ctx context.Context, j *job, started bool, err error) (o
 	return outage
 }
 
+// countsAsDown reports whether flow control acts on err as an unavailable
+// downstream's failure: before a pause trips, such a failure may be the
+// operation's own or among the first of an outage.
+func (f *flowCtl) countsAsDown(err error) bool {
+	return f.act && !f.cfg.NoPause && f.cfg.counts(err)
+}
+
+// answeredSince reports whether an attempt in one of j's scopes ended
+// after t other than as an unavailable downstream's failure.
+func (f *flowCtl) answeredSince(j *job, t time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, name := range j.scopes {
+		if f.scopeOf(name).det.lastOK.After(t) {
+			return true
+		}
+	}
+	return false
+}
+
 // retryAfterOf is the wait an outage's failure asked for, or zero.
 func retryAfterOf(err error) time.Duration {
 	var un *UnavailableError

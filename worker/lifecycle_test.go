@@ -274,3 +274,40 @@ func TestWorker_VisibilityWithinTwelveHoursOfReceive(t *testing.T) {
 		t.Fatalf("ran %d times within %v of a 12-hour back-off; stats %+v", b.runs.count("later"), 3*cfg.VisibilityTimeout, s)
 	}
 }
+
+// A copy of an operation at work in this worker waits for it out of sight,
+// its receive count unchanged, and is then settled by the ledger's answer:
+// given back every recheck, it came back again and again while the
+// operation ran, until SQS's redrive moved it to the dead-letter queue.
+// Both copies of another receive and copies in the same receive.
+func TestWorker_CopyWaitsForItsOperation(t *testing.T) {
+	t.Parallel()
+	for _, sameReceive := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sameReceive=%v", sameReceive), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, options{maxReceive: 2})
+			var running atomic.Bool
+			stop := b.start(b.config(), worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+				b.runs.add(m.Key)
+				running.Store(true)
+				time.Sleep(6 * time.Second) // three visibility timeouts, six rechecks
+				return nil
+			}))
+			if sameReceive {
+				b.sendBatch(`{"id":"slow"}`, `{"id":"slow"}`)
+			} else {
+				b.send(`{"id":"slow"}`)
+				waitUntil(t, "the operation to run", 10*time.Second, running.Load)
+				b.send(`{"id":"slow"}`)
+			}
+			b.waitEmpty(30 * time.Second)
+			s := stop()
+			if n := b.runs.count("slow"); n != 1 || s.Completed != 1 || s.Duplicates != 1 || s.Received != 2 {
+				t.Fatalf("ran %d times (want once), %d completed, %d duplicates deleted, %d receives (want 1, 1, 2); stats %+v", n, s.Completed, s.Duplicates, s.Received, s)
+			}
+			if n := b.dlqCount(); n != 0 {
+				t.Fatalf("%d messages in the dead-letter queue", n)
+			}
+		})
+	}
+}

@@ -24,6 +24,7 @@ type detector struct {
 	streak      int
 	streakSince time.Time
 	streakKeys  []string
+	lastOK      time.Time // when the last attempt ended that was not a counted failure
 }
 
 // outcomeBucket counts the attempts that ended within one tenth of the
@@ -46,7 +47,7 @@ func (d *detector) add(now time.Time, key string, failed bool) bool {
 	}
 	if !failed {
 		b.ok++
-		d.streak = 0
+		d.streak, d.lastOK = 0, now
 		return false
 	}
 	b.fail++

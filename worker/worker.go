@@ -444,6 +444,10 @@ type job struct {
 	slack     time.Duration // how long its reservation took
 	deferFor  time.Duration
 	slots     []ledger.Slot
+	// verdictBy: failing as an unavailable downstream does on its last
+	// receive (first at heldSince), it is held until then for a pause to
+	// find an outage.
+	heldSince, verdictBy time.Time
 	// started is when its attempt started, for the ledger's history.
 	started time.Time
 
@@ -669,8 +673,18 @@ func (w *Worker) processAlone(ctx, workCtx context.Context, j *job, jobs *sync.W
 func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 	log := newJobLog(w.log, j.id())
 	b := j.b
-	if j.claim.Err == nil && j.claim.Outcome == ledger.InProgress && w.ownedHere(j.claim.Record.Owner) && !w.isActive(j.key.key) {
-		w.reclaim(ctx, j, &log)
+	// A copy of an operation at work in this process (for another receive,
+	// or under another message's claim of this one) waits for it here, out
+	// of sight, and is then claimed: given back, it would come back every
+	// recheck while the operation runs or is held, its receive count
+	// running up towards the redrive.
+	if j.here || j.claim.Err == nil && j.claim.Outcome == ledger.InProgress && w.ownedHere(j.claim.Record.Owner) {
+		if w.awaitKey(ctx, j) && w.reclaim(ctx, j, &log) {
+			j.here = false
+			if st, _ := b.state(j); st == waiting {
+				w.flow.reserve(ctx, []*job{j}, false)
+			}
+		}
 	}
 	if st, _ := b.state(j); st != received {
 		if st == waiting {
@@ -752,8 +766,35 @@ func (w *Worker) untilLapsed(left time.Duration) time.Duration {
 	return min(max(left+time.Second, w.recheck()), MaxVisibility)
 }
 
+// awaitKey waits while j's key is at work in this process for another
+// message, j kept out of sight by its batch. It reports false when ctx
+// ended or j ended meanwhile.
+func (w *Worker) awaitKey(ctx context.Context, j *job) bool {
+	if !w.isActive(j.key.key) {
+		return true
+	}
+	t := time.NewTicker(keyPoll)
+	defer t.Stop()
+	for w.isActive(j.key.key) {
+		if st, _ := j.b.state(j); st != received {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// keyPoll is how often a copy waiting for its operation at work in this
+// process looks whether it has ended.
+const keyPoll = 50 * time.Millisecond
+
 // reclaim deals with a record in progress under one of this process's own
-// claims that no job here works on. Either it is stale (a claim whose
+// claims that no job here works on, or with a copy of an operation that
+// was at work here (j.here: not claimed yet). Either it is stale (a claim whose
 // failure, release or outcome could not be recorded: the ledger failed at
 // that moment), and nobody will settle it: its lease would send every
 // redelivery back until it lapsed, each raising the receive count towards
@@ -764,11 +805,11 @@ func (w *Worker) untilLapsed(left time.Duration) time.Duration {
 // takes the stale claim over if it is still in progress, and otherwise
 // answers as any claim. j then goes on with the new claim's outcome. When
 // the ledger cannot do it now, j keeps its InProgress answer, to look
-// again soon.
-func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
+// again soon. It reports whether the ledger answered.
+func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) bool {
 	prev := j.claim.Record.Owner
 	if !w.hold(j, nil) {
-		return // another job here took the key meanwhile: it is running
+		return false // another job here took the key meanwhile: it is running
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.claimTimeout())
 	defer cancel()
@@ -782,7 +823,7 @@ func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
 		log.Warn("could not claim the operation again over this process's earlier claim of it: leaving the message",
 			"key", j.key.key, "stale_owner", prev, "error", err)
 		j.claim.LeaseLeft = 0
-		return
+		return false
 	}
 	w.claimsRecorded()
 	j.owner = owner
@@ -792,8 +833,9 @@ func (w *Worker) reclaim(ctx context.Context, j *job, log *jobLog) {
 		log.Warn("took over this process's own stale claim of an operation it was not running (its failure or release could not be recorded)",
 			"key", j.key.key, "stale_owner", prev)
 	} else {
-		log.Debug("this process's earlier claim of the operation was settled since: claimed it again", "key", j.key.key, "outcome", cs[0].Outcome)
+		log.Debug("the operation's work in this process ended since: claimed it again", "key", j.key.key, "outcome", cs[0].Outcome)
 	}
+	return true
 }
 
 // hold makes j the holder of its key in Worker.active and reports true,
@@ -1116,30 +1158,52 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 		Started: j.started, Payload: w.kept(m)}
 	record := func() error { return w.ledger.Fail(context.WithoutCancel(ctx), f) }
 	redrive := w.queue.maxReceiveCount
-	if outage && redrive > 0 && m.ReceiveCount >= redrive-1 && !w.queue.fifo && w.flow.act {
-		// Its next receive could be its last: a copy is sent first. When
-		// SQS refuses it (no sqs:SendMessage, say), the message is held
-		// instead, its claim kept and its failure not recorded, and runs
-		// again once flow control lets it: given back, it would reach the
+	if outage && redrive > 0 && m.ReceiveCount >= redrive-1 && w.flow.act {
+		// Its next receive could be its last. On a standard queue a copy
+		// is sent first. When SQS refuses it (no sqs:SendMessage, say),
+		// and always on a FIFO queue (a copy would join the tail of its
+		// group), the message is held instead, its claim kept and its
+		// failure not recorded, and runs again after its back-off once
+		// flow control lets it: given back, it would reach the
 		// dead-letter queue because of the outage.
-		j.deferFor = w.cfg.Flow.ProbeMax
-		if cerr := (&sqsSendCopy{w: w, j: j, delay: j.deferFor}).send(); cerr != nil {
+		if !w.queue.fifo {
+			j.deferFor = w.cfg.Flow.ProbeMax
+			cerr := (&sqsSendCopy{w: w, j: j, delay: j.deferFor}).send()
+			if cerr == nil {
+				w.stats.retried.Add(1)
+				if ferr := record(); ferr != nil {
+					log.Error("could not record the failure in the ledger: the claim stays until its lease lapses", "error", ferr)
+				}
+				span.end(spanRetry, err)
+				w.endDeferred(j, j.deferFor, "failed during an outage near the redrive's receive count")
+				return deferred
+			}
 			j.deferFor = 0
-			span.end(spanRetry, err)
 			log.Warn("could not defer the message near the redrive's receive count (send its copy): it stays held, its failure not recorded, and runs again once the downstream answers",
 				"error", err, "copy_error", cerr, "receive_count", m.ReceiveCount)
-			if j.b.move(j, waiting, failed) {
-				return waiting
-			}
-			return j.b.ended(j)
+		} else {
+			log.Warn("failed during an outage near the redrive's receive count: the FIFO message stays held with its group, its failure not recorded, and runs again once the downstream answers",
+				"error", err, "receive_count", m.ReceiveCount)
 		}
-		w.stats.retried.Add(1)
-		if ferr := record(); ferr != nil {
-			log.Error("could not record the failure in the ledger: the claim stays until its lease lapses", "error", ferr)
+		return w.holdAgain(j, err, outage, span)
+	}
+	if !outage && !permanent && w.flow.countsAsDown(err) && redrive > 0 && m.ReceiveCount >= redrive && w.queue.dlqURL != "" {
+		// The downstream's kind of failure on the last receive, with no
+		// outage known yet: the operation's own, or the first of an
+		// outage whose pause trips soon. It waits for the verdict held,
+		// running again after its back-off: a pause makes its failures
+		// the outage's; still failing once others succeeded meanwhile, or
+		// once the trip's window has passed without a pause, it is
+		// dead-lettered as its own.
+		now := time.Now()
+		if j.verdictBy.IsZero() {
+			j.heldSince, j.verdictBy = now, now.Add(w.cfg.Flow.Trip.Window)
 		}
-		span.end(spanRetry, err)
-		w.endDeferred(j, j.deferFor, "failed during an outage near the redrive's receive count")
-		return deferred
+		if now.Before(j.verdictBy) && !w.flow.answeredSince(j, j.heldSince) {
+			log.Warn("failed on the message's last receive as an unavailable downstream does, no outage known yet: it stays held and runs again; dead-lettered if no outage is found by then",
+				"error", err, "receive_count", m.ReceiveCount, "until", j.verdictBy.Format(time.RFC3339))
+			return w.holdAgain(j, err, outage, span)
+		}
 	}
 	var ferr error
 	if permanent {
@@ -1172,23 +1236,41 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 		log.Warn("work failed on the message's last receive before the redrive: dead-lettering it", "error", err, "receive_count", m.ReceiveCount)
 		return w.deadLetter(j, fmt.Sprintf("failed on receive %d of %d: %v", m.ReceiveCount, redrive, err), log)
 	}
-	own := j.claim.Record.OwnFailures
-	if !outage {
-		own++
-	}
-	wait := backoff(max(own, 1), w.cfg.MinBackoff, w.cfg.MaxBackoff)
-	var re *RetryError
-	if errors.As(err, &re) {
-		// Bounded below as a recheck is: neither an endpoint's clock nor
-		// a Retry-After of 0 makes the message come back at once.
-		wait = min(max(re.After, w.recheck()), MaxVisibility)
-	}
+	wait := w.retryWait(j, err, outage)
 	if workCtx.Err() != nil {
 		wait = 0 // cut off by shutdown: let another worker take it now
 	}
 	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "permanent", permanent, "outage", outage)
 	w.comeBack(j, retrying, wait)
 	return retrying
+}
+
+// holdAgain keeps j, whose attempt failed with err, in hand: back to
+// waiting, its claim kept and its failure not recorded, to run again after
+// its back-off (with new rate tokens) once flow control lets it.
+func (w *Worker) holdAgain(j *job, err error, outage bool, span attemptSpan) state {
+	span.end(spanRetry, err)
+	j.notBefore, j.tokens = time.Now().Add(w.retryWait(j, err, outage)), false
+	if j.b.move(j, waiting, failed) {
+		return waiting
+	}
+	return j.b.ended(j)
+}
+
+// retryWait is the back-off of j after its attempt failed with err: by
+// its own failures (an outage's do not count), or as a Retry-After asks.
+func (w *Worker) retryWait(j *job, err error, outage bool) time.Duration {
+	own := j.claim.Record.OwnFailures
+	if !outage {
+		own++
+	}
+	var re *RetryError
+	if errors.As(err, &re) {
+		// Bounded below as a recheck is: neither an endpoint's clock nor
+		// a Retry-After of 0 makes the message come back at once.
+		return min(max(re.After, w.recheck()), MaxVisibility)
+	}
+	return backoff(max(own, 1), w.cfg.MinBackoff, w.cfg.MaxBackoff)
 }
 
 // comeBack ends j in next (retrying, givenBack), then, once no beat that
