@@ -675,13 +675,10 @@ func (f *flowCtl) register(ctx context.Context, gone bool) {
 // reserve takes rate tokens for the claimed messages js of one receive, in
 // one ledger call: each gets its start (notBefore) from the handler's
 // scope's bucket and its partition value's. When bounded, those that
-// cannot start within half the visibility timeout for their partition
-// value's tokens are returned, with the wait they need, to be deferred
-// (standard queues), so that quiet partitions keep flowing; those short of
-// the handler's scope's tokens alone are held without tokens until theirs
-// would be due, then take them. FIFO messages take their tokens whenever
-// they start, and are held, as are messages that take new tokens for
-// lapsed ones.
+// cannot start within half the visibility timeout are returned, with the
+// wait they need, to be deferred (standard queues); FIFO messages take
+// their tokens whenever they start, and are held, as are messages that
+// take new tokens for lapsed ones.
 func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess []*job, waits []time.Duration) {
 	if f.off() {
 		return nil, nil
@@ -748,7 +745,6 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		return nil, nil
 	}
 	short := map[*job]time.Duration{}
-	behind := map[*job]time.Time{} // short of the handler's scope's tokens only: when they would be due
 	for i, name := range order {
 		b, g := buckets[name], grants[i]
 		at := start.Add(min(max(g.Now.Sub(start), 0), took))
@@ -768,18 +764,6 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 				continue
 			}
 			wait := g.Next + time.Duration(k-len(g.Starts))*b.r.Interval()
-			if name == f.cfg.Scope {
-				// Every message shares the handler's bucket: deferring
-				// one lets no other start sooner, and its copy would
-				// find the bucket taken again by the receives made
-				// meanwhile. It is held, and takes its tokens when
-				// they would be due; the messages in hand fill the
-				// worker, which then receives no more.
-				if due := at.Add(wait); due.After(behind[j]) {
-					behind[j] = due
-				}
-				continue
-			}
 			short[j] = max(short[j], wait)
 		}
 	}
@@ -796,9 +780,6 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		if w, ok := short[j]; ok {
 			excess = append(excess, j)
 			waits = append(waits, w)
-			f.w.stats.throttled.Add(1)
-		} else if due, ok := behind[j]; ok {
-			j.notBefore, j.tokens = due, false
 			f.w.stats.throttled.Add(1)
 		} else if j.notBefore.After(time.Now()) {
 			f.w.stats.throttled.Add(1)
