@@ -231,7 +231,7 @@ type timedReserves struct {
 	longest *atomic.Int64
 }
 
-func (l timedReserves) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
+func (l timedReserves) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error) {
 	start := time.Now()
 	defer func() {
 		for d := int64(time.Since(start)); ; {
@@ -240,7 +240,7 @@ func (l timedReserves) Reserve(ctx context.Context, rs []ledger.Reservation) ([]
 			}
 		}
 	}()
-	return l.FlowLedger.Reserve(ctx, rs)
+	return l.FlowLedger.Reserve(ctx, r)
 }
 
 // sharedLedgers opens n ledgers on one store of the backend named: the

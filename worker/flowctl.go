@@ -27,7 +27,7 @@ type FlowLedger interface {
 	GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error)
 	PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error)
 	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
-	Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error)
+	Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error)
 	TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error)
 	ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error
 	ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error
@@ -683,43 +683,40 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 	if f.off() {
 		return nil, nil
 	}
-	type bucket struct {
-		r    ledger.Reservation
-		jobs []*job
-	}
-	var order []string
-	buckets := map[string]*bucket{}
-	add := func(name string, rate float64, burst int, j *job) {
+	var r ledger.Reservation
+	index := map[string]int{}
+	add := func(t *ledger.Token, name string, rate float64, burst int) {
 		if rate <= 0 {
 			return
 		}
-		b := buckets[name]
-		if b == nil {
-			b = &bucket{r: ledger.Reservation{Bucket: name, Rate: rate, Burst: burst}}
-			if bounded && !f.w.queue.fifo {
-				b.r.Within = f.w.cfg.VisibilityTimeout / 2
-			}
-			buckets[name] = b
-			order = append(order, name)
+		i, ok := index[name]
+		if !ok {
+			i = len(r.Buckets)
+			index[name] = i
+			r.Buckets = append(r.Buckets, ledger.Bucket{Name: name, Rate: rate, Burst: burst})
 		}
-		b.r.N++
-		b.jobs = append(b.jobs, j)
+		t.Buckets = append(t.Buckets, i)
 	}
+	var asked []*job
 	for _, j := range js {
 		j.scopes, j.notBefore, j.interval, j.tokens = f.names(j), time.Time{}, 0, false
-		add(f.cfg.Scope, f.cfg.Rate, f.cfg.Burst, j)
+		var t ledger.Token
+		if bounded && !f.w.queue.fifo {
+			t.Within = f.w.cfg.VisibilityTimeout / 2
+		}
+		add(&t, f.cfg.Scope, f.cfg.Rate, f.cfg.Burst)
 		for i, p := range f.cfg.Partitions {
 			if v := f.partValue(j, i); v != "" {
-				add(f.partName(i, v), p.Rate, p.Burst, j)
+				add(&t, f.partName(i, v), p.Rate, p.Burst)
 			}
 		}
+		if len(t.Buckets) > 0 {
+			r.Tokens = append(r.Tokens, t)
+			asked = append(asked, j)
+		}
 	}
-	if len(order) == 0 {
+	if len(asked) == 0 {
 		return nil, nil
-	}
-	rs := make([]ledger.Reservation, len(order))
-	for i, name := range order {
-		rs[i] = buckets[name].r
 	}
 	// The starts are offsets from the ledger's clock when it took the
 	// tokens (Grant.Now): on the embedded ledger and on DynamoDB the
@@ -729,7 +726,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 	// call took (or an interval) lapses (see late).
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.w.claimTimeout())
-	grants, err := f.l.Reserve(rctx, rs)
+	g, err := f.l.Reserve(rctx, r)
 	cancel()
 	took := time.Since(start)
 	if err != nil {
@@ -739,33 +736,30 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		// again as they start: none starts above the rate unmeasured.
 		wait := min(max(took, 100*time.Millisecond), time.Second)
 		f.w.log.Warn("flow control: could not reserve rate tokens: the messages wait", "wait", wait, "error", err)
-		for _, j := range js {
+		for _, j := range asked {
 			j.notBefore, j.interval, j.slack = start.Add(took+wait), wait, 0
 		}
 		return nil, nil
 	}
-	short := map[*job]time.Duration{}
-	for i, name := range order {
-		b, g := buckets[name], grants[i]
-		at := start.Add(min(max(g.Now.Sub(start), 0), took))
-		if g.Rate != b.r.Rate || g.Burst != b.r.Burst {
-			f.w.log.Warn("flow control: the workers sharing a rate bucket disagree on its limit", "bucket", name,
-				"rate", b.r.Rate, "burst", b.r.Burst, "others_rate", g.Rate, "others_burst", g.Burst)
+	for i, b := range r.Buckets {
+		if g.Rates[i] != b.Rate || g.Bursts[i] != b.Burst {
+			f.w.log.Warn("flow control: the workers sharing a rate bucket disagree on its limit", "bucket", b.Name,
+				"rate", b.Rate, "burst", b.Burst, "others_rate", g.Rates[i], "others_burst", g.Bursts[i])
 		}
-		for k, j := range b.jobs {
-			if t := b.r.Interval(); j.interval == 0 || t < j.interval {
+	}
+	at := start.Add(min(max(g.Now.Sub(start), 0), took))
+	short := map[*job]time.Duration{}
+	for k, j := range asked {
+		for _, b := range r.Tokens[k].Buckets {
+			if t := r.Buckets[b].Interval(); j.interval == 0 || t < j.interval {
 				j.interval = t
 			}
-			j.tokens, j.slack = true, took
-			if k < len(g.Starts) {
-				if due := at.Add(g.Starts[k]); due.After(j.notBefore) {
-					j.notBefore = due
-				}
-				continue
-			}
-			wait := g.Next + time.Duration(k-len(g.Starts))*b.r.Interval()
-			short[j] = max(short[j], wait)
 		}
+		if !g.Taken[k] {
+			short[j] = g.Starts[k]
+			continue
+		}
+		j.tokens, j.slack, j.notBefore = true, took, at.Add(g.Starts[k])
 	}
 	if !f.act {
 		for _, j := range js {
@@ -904,18 +898,22 @@ func (l *localFlow) DeleteFlow(ctx context.Context, scope string, ifVersion int6
 	return nil
 }
 
-func (l *localFlow) Reserve(_ context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
-	if err := ledger.ValidateReservations(rs); err != nil {
-		return nil, err
+func (l *localFlow) Reserve(_ context.Context, r ledger.Reservation) (ledger.Grant, error) {
+	if err := r.Validate(); err != nil {
+		return ledger.Grant{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := time.Now().UnixNano()
-	out := make([]ledger.Grant, len(rs))
-	for i := range rs {
-		out[i], l.tats[rs[i].Bucket] = rs[i].Take(l.tats[rs[i].Bucket], now, rs[i].Rate, rs[i].Burst)
+	n := len(r.Buckets)
+	tats, rates, bursts := make([]int64, n), make([]float64, n), make([]int, n)
+	for i, b := range r.Buckets {
+		tats[i] = l.tats[b.Name]
 	}
-	return out, nil
+	g := r.Plan(tats, rates, bursts, time.Now().UnixNano())
+	for i, b := range r.Buckets {
+		l.tats[b.Name] = tats[i]
+	}
+	return g, nil
 }
 
 func (l *localFlow) TakeSlots(_ context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error) {
