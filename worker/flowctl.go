@@ -674,11 +674,13 @@ func (f *flowCtl) register(ctx context.Context, gone bool) {
 
 // reserve takes rate tokens for the claimed messages js of one receive, in
 // one ledger call: each gets its start (notBefore) from the handler's
-// scope's bucket and its partition value's. When bounded, those that
-// cannot start within half the visibility timeout are returned, with the
-// wait they need, to be deferred (standard queues); FIFO messages take
-// their tokens whenever they start, and are held, as are messages that
-// take new tokens for lapsed ones.
+// scope's bucket and its partition value's, at once. When bounded, those
+// that cannot start within half the visibility timeout because of a busy
+// partition are returned, with the wait they need, to be deferred
+// (standard queues), and those held back by the handler's rate alone are
+// held without tokens until theirs would be due; FIFO messages take their
+// tokens whenever they start, and are held, as are messages that take new
+// tokens for lapsed ones.
 func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess []*job, waits []time.Duration) {
 	if f.off() {
 		return nil, nil
@@ -755,11 +757,23 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 				j.interval = t
 			}
 		}
-		if !g.Taken[k] {
+		switch {
+		case g.Taken[k]:
+			j.tokens, j.slack, j.notBefore = true, took, at.Add(g.Starts[k])
+		case slices.ContainsFunc(r.Tokens[k].Buckets, func(b int) bool { return r.Buckets[b].Name != f.cfg.Scope && g.Next[b] > r.Tokens[k].Within }):
+			// A busy partition: deferred, so that quiet ones keep
+			// flowing.
 			short[j] = g.Starts[k]
-			continue
+		default:
+			// Only the handler's rate, which every message shares:
+			// deferring it would let no other start sooner, and its
+			// copy would find the bucket taken again by the receives
+			// made meanwhile. It is held, and takes its tokens when
+			// they would be due (for every bucket at once); the
+			// messages in hand fill the worker, which then receives
+			// no more.
+			j.notBefore = at.Add(g.Starts[k])
 		}
-		j.tokens, j.slack, j.notBefore = true, took, at.Add(g.Starts[k])
 	}
 	if !f.act {
 		for _, j := range js {
