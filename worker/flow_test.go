@@ -33,6 +33,7 @@ import (
 // per operation key, counted) otherwise, and records every call.
 type downstream struct {
 	down  atomic.Bool
+	once  atomic.Bool // while down, answer the next call 200
 	mu    sync.Mutex
 	calls []call
 	done  map[string]int
@@ -48,7 +49,7 @@ func newDownstream(t *testing.T) (*downstream, string) {
 	d := &downstream{done: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
-		down := d.down.Load()
+		down := d.down.Load() && !d.once.CompareAndSwap(true, false)
 		d.mu.Lock()
 		d.calls = append(d.calls, call{time.Now(), key, down})
 		if !down {
@@ -97,6 +98,46 @@ func (b *bundle) sendMany(n int, body func(i int) string) {
 		if err != nil || len(out.Failed) > 0 {
 			b.t.Fatalf("send: %v %+v", err, out)
 		}
+	}
+}
+
+// A downstream that answers one probe and is down again pauses the intake
+// again: the ramp that followed the probe does not go on calling it.
+func TestWorker_DownAgainWhileRamping(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 4})
+	d, url := newDownstream(t)
+	d.down.Store(true)
+	b.sendMany(200, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.VisibilityTimeout = 10 * time.Second
+	cfg.MinBackoff, cfg.MaxBackoff = time.Second, 8*time.Second
+	cfg.Flow.Rate = 20 // a hundred messages in hand, held for the rate
+	w, stop := b.startOn(cfg, b.client, b.db, h)
+	waitUntil(t, "the intake to pause", 30*time.Second, func() bool { return w.Stats().FlowPauses == 1 })
+	d.once.Store(true) // the next probe succeeds
+	waitUntil(t, "the probe to succeed", 30*time.Second, func() bool { return !d.once.Load() })
+	before := d.callsWhileDown()
+	time.Sleep(20 * time.Second)
+	after := d.callsWhileDown() - before
+	d.down.Store(false)
+	waitUntil(t, "every operation to complete", 120*time.Second, func() bool { n, _ := d.doneCount(); return n == 200 })
+	s := stop()
+	t.Logf("%d calls in the 20 s after the probe, the downstream down; stats %+v", after, s)
+	if s.FlowPauses < 2 {
+		t.Errorf("paused %d times: the ramp after the probe did not pause again", s.FlowPauses)
+	}
+	// The trip's ten failures, the handlers running when it tripped, and
+	// probes at most 10 s apart.
+	if after > 10+cfg.Concurrency+4 {
+		t.Errorf("%d calls to the endpoint in the 20 s after the probe, down again", after)
+	}
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue", n)
 	}
 }
 

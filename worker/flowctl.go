@@ -284,7 +284,9 @@ func (f *flowCtl) ended(ctx context.Context, j *job, started bool, err error) (o
 			continue
 		}
 		s.running--
-		if s.det.add(now, j.key.key, counted) && !s.found && !s.tripping {
+		// A scope trips open or ramping: the failures of a ramp that
+		// found the downstream down again pause it again.
+		if s.det.add(now, j.key.key, counted) && (!s.found || s.doc.State == PauseRamping) && !s.tripping {
 			s.tripping = true
 			trip = append(trip, s)
 		}
