@@ -340,6 +340,13 @@ func (h *history) explain(prev, next event.Execution, permanent bool) string {
 			return causeReplayed
 		}
 	}
+	// The later execution may be the stale one: an attempt whose run was
+	// stopped (SIGSTOP) while its request was in flight reaches the
+	// downstream when the run goes on, after the lease lapsed and another
+	// claim ran the operation.
+	if next.Run != run && during(e.paused[next.Run], time.Unix(0, next.T).Add(-killAfterInFlight), time.Unix(0, next.T)) {
+		return causeLeasePaused
+	}
 	if h.crashes[fmt.Sprint(run, " ", prev.Key)] == event.WindowA {
 		return causeWindowA
 	}
