@@ -98,11 +98,11 @@ type sharedServers struct {
 // processes.
 func (b *bench) prepareShared(ctx context.Context) error {
 	s := &b.shared
-	if slices.ContainsFunc(b.o.ledgers, isPostgres) {
+	if slices.ContainsFunc(b.o.ledgers, isPostgres) || b.o.fleetRate > 0 {
 		s.pgURL = os.Getenv("SQSONCE_TEST_POSTGRES_URL")
 		u, err := url.Parse(s.pgURL)
 		if s.pgURL == "" || err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-			return errors.New("-ledger postgres: SQSONCE_TEST_POSTGRES_URL must name the local PostgreSQL server as a postgres:// URL: run through scripts/with-postgres.sh or `make bench`")
+			return errors.New("-ledger postgres, -fleet-rate: SQSONCE_TEST_POSTGRES_URL must name the local PostgreSQL server as a postgres:// URL: run through scripts/with-postgres.sh or `make bench`")
 		}
 		s.pgAddr = u.Host
 		if u.Port() == "" {
@@ -115,7 +115,7 @@ func (b *bench) prepareShared(ctx context.Context) error {
 			fmt.Fprintln(b.log, "bench: could not find the PostgreSQL server's process: its CPU will not be reported")
 		}
 		if s.pgSettings, err = pgSettings(ctx, s.pgURL); err != nil {
-			return fmt.Errorf("-ledger postgres: %w", err)
+			return fmt.Errorf("-ledger postgres, -fleet-rate: %w", err)
 		}
 	}
 	if contains(b.o.ledgers, lDynamoDB) {

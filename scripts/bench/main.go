@@ -66,10 +66,20 @@
 // reports msg/s with and without, their ratio against the target (at most
 // 5 % lost), the worker's CPU per message, and the console's CPU.
 //
+// Last, it measures a fleet-wide rate (-fleet-rate, fleetrate.go):
+// -fleet-workers `sqsonce run` processes on one queue and one PostgreSQL
+// ledger table with [flow] rate = -fleet-rate and burst = 1, on a backlog
+// of -fleet-n messages sent before they start, their http handler POSTing
+// to an endpoint in the driver that records when it was called. It
+// reports the most calls in any whole second of wall time and in any
+// sliding second, and the calls per second from the first to the last,
+// each as a share of the rate.
+//
 // Run it from the repository root through scripts/with-sqs.sh, which starts
 // the server and sets SQSONCE_TEST_SQS_ENDPOINT, and, for the ledger
-// comparison, scripts/with-postgres.sh and scripts/with-dynalite.sh;
-// `make bench` does that and builds bin/sqsonce first.
+// comparison and the fleet-wide rate, scripts/with-postgres.sh and
+// scripts/with-dynalite.sh; `make bench` does that and builds bin/sqsonce
+// first.
 package main
 
 import (
@@ -173,6 +183,11 @@ type options struct {
 	consoleOverviewEvery   time.Duration
 	consoleOperationsEvery time.Duration
 	consoleProfileSeconds  int
+
+	// The fleet-wide rate (fleetrate.go).
+	fleetRate     float64 // operations per second; 0: not run
+	fleetWorkers  int
+	fleetMessages int
 }
 
 func main() {
@@ -230,6 +245,10 @@ func main() {
 	flag.DurationVar(&o.consoleOverviewEvery, "console-overview-every", time.Second, "console comparison: how often the client opens the overview (its page refreshes itself every 30 s)")
 	flag.DurationVar(&o.consoleOperationsEvery, "console-operations-every", 2*time.Second, "console comparison: how often the client opens an operations page, in turn the first page, the failed operations, the run's keys by prefix and one operation")
 	flag.IntVar(&o.consoleProfileSeconds, "console-profile-seconds", 5, "console comparison, with -cpuprofile: the worker's first seconds profiled in each measured run (through admin.pprof)")
+	var fleetRate string
+	flag.StringVar(&fleetRate, "fleet-rate", "40", "fleet-wide rate: the [flow] rate (burst 1) of -fleet-workers sqsonce run processes on one queue and one PostgreSQL ledger table, measured at their http handler (empty: not run; needs SQSONCE_TEST_POSTGRES_URL)")
+	flag.IntVar(&o.fleetWorkers, "fleet-workers", 3, "fleet-wide rate: the worker processes")
+	flag.IntVar(&o.fleetMessages, "fleet-n", 600, "fleet-wide rate: the backlog, messages sent before the workers start")
 	flag.Parse()
 	o.contenders = splitList(contenders)
 	if o.before != "" && !contains(o.contenders, cBefore) {
@@ -284,8 +303,16 @@ func main() {
 	if o.consoleRounds == 0 {
 		o.consoleRounds = o.rounds
 	}
+	if fleetRate != "" {
+		r, err := strconv.ParseFloat(fleetRate, 64)
+		if err != nil || !(r > 0) {
+			fmt.Fprintf(os.Stderr, "bench: -fleet-rate: %q is not a positive rate\n", fleetRate)
+			os.Exit(2)
+		}
+		o.fleetRate = r
+	}
 	if o.consoleCost {
-		o.contenders, o.ledgers = nil, nil
+		o.contenders, o.ledgers, o.fleetRate = nil, nil, 0
 	} else if !contains(o.contenders, cSqsonceHTTP) {
 		o.consolePrefill = nil
 	}
@@ -340,8 +367,11 @@ func (o *options) check() error {
 		o.consoleOverviewEvery <= 0 || o.consoleOperationsEvery <= 0 || o.consoleProfileSeconds < 1) {
 		return errors.New("-console-concurrency, -console-rounds and -console-profile-seconds must be at least 1, -console-n at least 10, -console-overview-every and -console-operations-every positive")
 	}
-	if len(o.contenders) == 0 && len(o.ledgers) == 0 && len(o.consolePrefill) == 0 {
-		return errors.New("nothing to run: -contenders, -ledger and -console-prefill are all empty")
+	if len(o.contenders) == 0 && len(o.ledgers) == 0 && len(o.consolePrefill) == 0 && o.fleetRate == 0 {
+		return errors.New("nothing to run: -contenders, -ledger, -console-prefill and -fleet-rate are all empty")
+	}
+	if o.fleetRate > 0 && (o.fleetWorkers < 1 || o.fleetMessages < 10) {
+		return errors.New("-fleet-workers must be at least 1, -fleet-n at least 10")
 	}
 	if o.prefill < 0 {
 		return errors.New("-prefill must not be negative")
@@ -381,6 +411,7 @@ type bench struct {
 	proxy      *helperProc       // the latency proxy, for the realistic profile
 	workSrv    *helperProc       // sqsonce-http's endpoint
 	execFloors map[int]execFloor // by processes at once
+	fleetBin   string            // the sqsonce binary, for the fleet-wide rate
 }
 
 // endpointOf returns the SQS endpoint the contenders use in c: the proxy's
@@ -507,11 +538,20 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	fmt.Fprintf(b.log, "bench: the contenders took %v, the console comparison %v, the ledger comparison %v\n",
-		contendersTook.Round(time.Second), consoleTook.Round(time.Second), (time.Since(b.started) - contendersTook - consoleTook).Round(time.Second))
+	ledgersTook := time.Since(b.started) - contendersTook - consoleTook
+	var fleet *fleetResult
+	if o.fleetRate > 0 {
+		if fleet, err = b.runFleetRate(ctx); err != nil {
+			return fmt.Errorf("fleet-wide rate: %w", err)
+		}
+		fmt.Fprintf(b.log, "fleet rate  %d workers  %s\n", fleet.workers, fleet.line())
+	}
+	fmt.Fprintf(b.log, "bench: the contenders took %v, the console comparison %v, the ledger comparison %v, the fleet-wide rate %v\n",
+		contendersTook.Round(time.Second), consoleTook.Round(time.Second), ledgersTook.Round(time.Second),
+		(time.Since(b.started) - contendersTook - consoleTook - ledgersTook).Round(time.Second))
 
 	var report bytes.Buffer
-	writeReport(&report, b, env, results, dup, consoleResults, ledgerResults, ledgerWarmups)
+	writeReport(&report, b, env, results, dup, consoleResults, ledgerResults, ledgerWarmups, fleet)
 	os.Stdout.Write(report.Bytes())
 	if o.out != "" {
 		if err := os.WriteFile(o.out, report.Bytes(), 0o644); err != nil {
@@ -563,12 +603,9 @@ func (b *bench) prepare(ctx context.Context) error {
 			}
 			b.exe[c] = out
 		case cSqsonceExec, cSqsonceHTTP:
-			bin, err := filepath.Abs(b.o.bin)
+			bin, err := sqsonceBinary(b.o.bin)
 			if err != nil {
 				return err
-			}
-			if _, err := os.Stat(bin); err != nil {
-				return fmt.Errorf("%s: %w (run `make build`)", b.o.bin, err)
 			}
 			b.exe[c] = bin
 		case cSQSConsumer:
@@ -581,6 +618,13 @@ func (b *bench) prepare(ctx context.Context) error {
 			}
 			b.exe[c] = node
 		}
+	}
+	if b.o.fleetRate > 0 {
+		bin, err := sqsonceBinary(b.o.bin)
+		if err != nil {
+			return err
+		}
+		b.fleetBin = bin
 	}
 	if b.o.ledgerDir != "" {
 		d, err := os.MkdirTemp(b.o.ledgerDir, "sqsonce-bench-ledgers-")
@@ -595,6 +639,19 @@ func (b *bench) prepare(ctx context.Context) error {
 	}
 	b.ledgerBase = base
 	return nil
+}
+
+// sqsonceBinary returns the absolute path of the sqsonce binary bin, which
+// must be there.
+func sqsonceBinary(bin string) (string, error) {
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", fmt.Errorf("%s: %w (run `make build`)", bin, err)
+	}
+	return abs, nil
 }
 
 // buildBefore builds scripts/bench/sqsonce-go as it was at git revision

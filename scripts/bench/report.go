@@ -61,7 +61,7 @@ var (
 	mAllocs     = func(r *result) float64 { return r.mallocs / float64(r.processed) }
 )
 
-func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *result, consoleResults, ledgerResults, ledgerWarmups []*result) {
+func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *result, consoleResults, ledgerResults, ledgerWarmups []*result, fleet *fleetResult) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("## Machine\n\n")
 	p("- CPUs: %d × %s (kernel %s)\n", m.nproc, m.cpu, m.kernel)
@@ -86,6 +86,9 @@ func writeReport(w io.Writer, b *bench, m machine, results []*result, dup *resul
 	}
 	if len(ledgerResults) > 0 {
 		writeLedgers(w, b, ledgerResults, ledgerWarmups)
+	}
+	if fleet != nil {
+		writeFleetRate(w, b, fleet)
 	}
 }
 
