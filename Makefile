@@ -118,13 +118,15 @@ bench-ingest: ## The webhook receiver against a plain net/http handler that send
 # and refreshing, on an empty ledger and on one of a million records):
 # make bench BENCH_FLAGS='-console-cost'
 # or, smaller: make bench BENCH_FLAGS='-console-cost -console-prefill 200000 -console-n 30000'
+# The fleet-wide rate alone (three workers on one PostgreSQL ledger, rate 40):
+# make bench BENCH_FLAGS='-contenders "" -ledger "" -console-prefill ""'
 BENCH_MESSAGES           ?= 20000
 BENCH_REALISTIC_MESSAGES ?= 5000
 BENCH_ROUNDS             ?= 3
 BENCH_FLAGS              ?=
 
 .PHONY: bench
-bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then what an open console costs it, then its ledgers, on local servers (docs/benchmarks.md).
+bench: build ## Compare sqsonce with a plain Go poller and sqs-consumer, stress and realistic (delayed SQS, handlers that work), then what an open console costs it, then its ledgers, then a fleet-wide rate (three workers on PostgreSQL), on local servers (docs/benchmarks.md).
 	@test -f scripts/bench/node/node_modules/sqs-consumer/package.json || npm ci --prefix scripts/bench/node --no-audit --no-fund
 	SQSONCE_TEST_POSTGRES_DURABLE=1 $(WITH_SQS) $(WITH_PG) $(WITH_DYNALITE) go run ./scripts/bench --bin bin/sqsonce -n $(BENCH_MESSAGES) -realistic-n $(BENCH_REALISTIC_MESSAGES) -rounds $(BENCH_ROUNDS) $(BENCH_FLAGS)
 
