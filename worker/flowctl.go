@@ -76,6 +76,9 @@ type flowCtl struct {
 	scopes  map[string]*scope // by name: the handler's scope, and each partition value's
 	scope   []string          // the handler's scope alone
 	held    []*job            // messages held for a pause or a limit, oldest first
+	// rateFree is when the handler's rate bucket had its next token
+	// free, fleet-wide, as the last reservation found it.
+	rateFree time.Time
 }
 
 // scope is one pause scope as this worker sees it.
@@ -505,7 +508,9 @@ func (f *flowCtl) ramp(ctx context.Context, j *job, err error) {
 // intake is how many messages a poller may receive now, at most most:
 // none while the handler's scope is paused, but one when its probe is due
 // and no message is held to probe with; while ramping, its cap; with a
-// rate, no more than start within half the visibility timeout.
+// rate, no more than start within half the visibility timeout, as far as
+// this worker holds and as far as the fleet had reserved at this worker's
+// last reservation.
 func (f *flowCtl) intake(most int) int {
 	if !f.act {
 		return most
@@ -523,7 +528,11 @@ func (f *flowCtl) intake(most int) int {
 		most = min(most, max(s.doc.Cap-s.running, 0))
 	}
 	if r := f.cfg.Rate; r > 0 {
-		most = min(most, max(int(math.Ceil(r*f.w.cfg.VisibilityTimeout.Seconds()/2))-f.w.inFlight(), 0))
+		// What this worker holds, and what the fleet has reserved: the
+		// tokens free within the horizon since the last reservation.
+		horizon := f.w.cfg.VisibilityTimeout / 2
+		most = min(most, max(int(math.Ceil(r*horizon.Seconds()))-f.w.inFlight(), 0),
+			max(int(math.Ceil(r*(horizon-max(time.Until(f.rateFree), 0)).Seconds())), 0))
 	}
 	return most
 }
@@ -752,6 +761,11 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		}
 	}
 	at := start.Add(min(max(g.Now.Sub(start), 0), took))
+	if i, ok := index[f.cfg.Scope]; ok {
+		f.mu.Lock()
+		f.rateFree = at.Add(g.Next[i])
+		f.mu.Unlock()
+	}
 	short := map[*job]time.Duration{}
 	for k, j := range asked {
 		for _, b := range r.Tokens[k].Buckets {
