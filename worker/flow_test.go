@@ -101,6 +101,61 @@ func (b *bundle) sendMany(n int, body func(i int) string) {
 	}
 }
 
+// A pause holds the messages in hand; those whose receive count is one
+// short of the redrive's are sent again at once (standard queue), their
+// copies' counts starting again: a worker killed during the outage, which
+// cannot defer at its stop, leaves none of them at its last receive.
+func TestWorker_PauseDefersNearRedrive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, options{maxReceive: 3})
+	b.sendMany(10, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	// Each message received once elsewhere and given back: the worker's
+	// receive is its second, one short of the redrive.
+	for seen := 0; seen < 10; {
+		out, err := b.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &b.queue.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			if _, err := b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &b.queue.URL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+			seen++
+		}
+	}
+	var st starts
+	cfg := b.config()
+	cfg.VisibilityTimeout = 30 * time.Second
+	cfg.Flow.Scope = "near-redrive"
+	cfg.Flow.Rate, cfg.Flow.Burst = 1, 1 // one start a second: the rest are held in hand
+	w, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		st.add(m.Key)
+		return nil
+	}))
+	started := func() int { st.mu.Lock(); defer st.mu.Unlock(); return len(st.at) }
+	waitUntil(t, "the first operation to start", 15*time.Second, func() bool { return started() >= 1 })
+	if _, err := worker.PauseByHand(ctx, b.db, cfg.Flow.Scope, time.Now().Add(time.Minute), "maintenance", "test", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the held messages to be deferred", 15*time.Second, func() bool { return w.Stats().Deferred >= 5 })
+	if _, _, _, err := worker.Resume(ctx, b.db, cfg.Flow.Scope); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "every operation to start", time.Minute, func() bool { return started() == 10 })
+	b.waitEmpty(30 * time.Second)
+	s := stop()
+	t.Logf("stats %+v", s)
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue", n)
+	}
+	for key, at := range st.at {
+		if len(at) != 1 {
+			t.Errorf("%s started %d times", key, len(at))
+		}
+	}
+}
+
 // A downstream that answers one probe and is down again pauses the intake
 // again: the ramp that followed the probe does not go on calling it.
 func TestWorker_DownAgainWhileRamping(t *testing.T) {

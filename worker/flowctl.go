@@ -212,6 +212,25 @@ func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time
 	return true, nil, time.Time{}
 }
 
+// pausing reports whether a pause of one of j's scopes holds it (not a
+// ramp, not a limit) and j is neither that scope's probe nor the next one:
+// the oldest message held for it.
+func (f *flowCtl) pausing(j *job) bool {
+	if !f.act {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(j.scopes, func(name string) bool {
+		s := f.scopeOf(name)
+		if !s.found || s.doc.State != PausePaused || s.probe == j {
+			return false
+		}
+		i := slices.IndexFunc(f.held, func(h *job) bool { return slices.Contains(h.scopes, name) })
+		return i >= 0 && f.held[i] != j
+	})
+}
+
 // late reports whether j's rate tokens lapsed: it did not start within
 // one emission interval of the tightest of its buckets, or the time its
 // reservation took, or lateSlack, whichever is longest, after they were
