@@ -717,7 +717,7 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 		defer l.flow.mu.Unlock()
 		l.flow.bucket[r.Buckets[i].Name] = b
 	}
-	for try := 0; try < maxTries; try++ {
+	for try := 0; try < 2*maxTries; try++ {
 		errs := l.batch("reserve: rate bucket", len(stale), func(k int) string { return name(stale[k]) }, func(k int) error {
 			i := stale[k]
 			tat, rate, burst, ok, err := l.readBucket(ctx, ratePrefix+name(i))
@@ -744,6 +744,7 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 			}
 		}
 		done := make([]bool, len(moved))
+		began := time.Now()
 		errs = l.batch("reserve: rate bucket", len(moved), func(k int) string { return name(moved[k]) }, func(k int) error {
 			i := moved[k]
 			old, err := l.writeBucket(ctx, &r.Buckets[i], seen[i].tat, tats[i], now)
@@ -779,9 +780,11 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 		}
 		stale = moved
 		// Another reserver was first. Its writes and this one's would
-		// meet again at once: wait a random part of a few milliseconds
-		// per try first, then look.
-		if err := pause(ctx, time.Duration(mrand.Int64N(int64(try+1)*int64(5*time.Millisecond)))); err != nil {
+		// meet again at once: wait a random part of as many round trips
+		// as tries so far (at least 5 ms each), then look, so that
+		// reservers of a slow store spread out as those of a fast one do.
+		rt := max(time.Since(began), 5*time.Millisecond)
+		if err := pause(ctx, time.Duration(mrand.Int64N(int64(try+1)*int64(rt)))); err != nil {
 			return ledger.Grant{}, fmt.Errorf("reserve: %w", err)
 		}
 	}
