@@ -163,7 +163,7 @@ func TestWorker_DownAgainWhileRamping(t *testing.T) {
 	b := setup(t, options{maxReceive: 4})
 	d, url := newDownstream(t)
 	d.down.Store(true)
-	b.sendMany(200, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	b.sendMany(60, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
 	h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: url})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func TestWorker_DownAgainWhileRamping(t *testing.T) {
 	cfg := b.config()
 	cfg.VisibilityTimeout = 10 * time.Second
 	cfg.MinBackoff, cfg.MaxBackoff = time.Second, 8*time.Second
-	cfg.Flow.Rate = 20 // a hundred messages in hand, held for the rate
+	cfg.Flow.Rate = 20 // every message in hand, held for the rate
 	w, stop := b.startOn(cfg, b.client, b.db, h)
 	waitUntil(t, "the intake to pause", 30*time.Second, func() bool { return w.Stats().FlowPauses == 1 })
 	d.once.Store(true) // the next probe succeeds
@@ -180,7 +180,7 @@ func TestWorker_DownAgainWhileRamping(t *testing.T) {
 	time.Sleep(20 * time.Second)
 	after := d.callsWhileDown() - before
 	d.down.Store(false)
-	waitUntil(t, "every operation to complete", 120*time.Second, func() bool { n, _ := d.doneCount(); return n == 200 })
+	waitUntil(t, "every operation to complete", 120*time.Second, func() bool { n, _ := d.doneCount(); return n == 60 })
 	s := stop()
 	t.Logf("%d calls in the 20 s after the probe, the downstream down; stats %+v", after, s)
 	if s.FlowPauses < 2 {
