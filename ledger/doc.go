@@ -44,7 +44,8 @@
 //     ledger, written with a compare-and-set on their version (PutFlow,
 //     DeleteFlow; ErrConflict), for the worker's pause, probe and ramp;
 //   - rate buckets (Reserve): the generic cell rate algorithm, a batch of
-//     tokens of several buckets per call, answered as start offsets;
+//     tokens per call, each taking one or several buckets at one start
+//     (a handler's rate and a tenant's), answered as start offsets;
 //   - concurrency slots (TakeSlots, ExtendSlots, ReleaseSlots): at most a
 //     pool's limit held at once, by leases;
 //   - a process registry (PutProcess, RemoveProcess, Processes).

@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -31,7 +32,7 @@ const (
 	MaxSlotLimit = 10_000
 	// MaxSlotLease bounds the lease of a slot.
 	MaxSlotLease = 24 * time.Hour
-	// MaxReserve bounds Reservation.N and Reservation.Burst.
+	// MaxReserve bounds the tokens of a Reservation and a bucket's Burst.
 	MaxReserve = 1_000_000
 	// MaxProcessText bounds Process.Host, Version and Queue; longer
 	// texts are cut. Process.PausedWhy is cut to MaxErrorLen.
@@ -229,137 +230,151 @@ func (d *FlowDoc) Live(now time.Time) bool {
 	return d.Expires.IsZero() || d.Expires.After(now)
 }
 
-// Reservation asks a rate bucket for tokens. A bucket follows the generic
-// cell rate algorithm (GCRA): with T = 1/Rate and τ = (Burst−1)·T, the
-// bucket holds a theoretical arrival time TAT; each token i is given at
-// tat = max(TAT, now), starts max(0, tat − τ − now) from now, and moves
-// TAT to tat + T. Tokens are given in order until N or until one would
-// start later than Within.
+// A Reservation takes rate tokens: each of its Tokens takes one token of
+// every bucket it names, all at one start. A bucket follows the generic
+// cell rate algorithm (GCRA): with T = 1/Rate and τ = (Burst−1)·T, it holds
+// a theoretical arrival time TAT and lets a token start at max(now,
+// TAT − τ). A token's start is the latest its buckets allow; taking it
+// moves each of its buckets' TAT to max(TAT, start) + T. Tokens are taken
+// in order; one that would start later than its Within is not taken and
+// moves nothing, and those after it are still tried. Because a token's
+// buckets move together from its start, a message limited by several
+// buckets (a handler's rate and a tenant's) never uses one bucket's token
+// later than its time while another bucket holds it back.
 type Reservation struct {
-	Bucket string
-	// Rate is the bucket's rate in tokens per second: more than 0, at
-	// least one a day, at most 10⁹.
+	Buckets []Bucket
+	Tokens  []Token
+}
+
+// Bucket is a rate bucket and the limits its reserver sets.
+type Bucket struct {
+	Name string
+	// Rate is the bucket's rate in tokens per second: at least one a
+	// day, at most 10⁹.
 	Rate float64
 	// Burst is how many tokens may start at once after the bucket was
 	// idle: at least 1.
 	Burst int
-	// N is how many tokens to take: at least 1.
-	N int
-	// Within, when positive, takes only tokens that can start within
-	// Within from now; zero takes N whatever their start.
+}
+
+// Token is one token asked for.
+type Token struct {
+	// Buckets are the buckets it takes from, as indexes into
+	// Reservation.Buckets: at least one, each once.
+	Buckets []int
+	// Within, when positive, takes the token only when it can start
+	// within Within from now; zero takes it whatever its start (up to
+	// MaxRetention ahead).
 	Within time.Duration
 }
 
 // Grant is what a reservation took.
 type Grant struct {
-	// Starts are when each token taken may start, as offsets from the
-	// ledger's now at the reservation, ascending; at most N of them,
-	// fewer when Within bounded them (none when not even the first
-	// could start within it).
-	Starts []time.Duration
-	// Next is when a further token would start, from the same now.
-	Next time.Duration
-	// Now is that now: the ledger's clock when it took the tokens (the
-	// host's on the embedded ledger and on DynamoDB, the server's on
-	// PostgreSQL).
+	// Now is the ledger's clock when it took the tokens (the host's on
+	// the embedded ledger and on DynamoDB, the server's on PostgreSQL).
 	Now time.Time
-	// Rate and Burst are what the bucket held before this reservation:
-	// the last other reserver's, or this one's own for a new or idle
-	// bucket. When they differ from the reservation's, the callers
-	// sharing the bucket disagree on its limits.
-	Rate  float64
-	Burst int
+	// Starts are when each token starts, as offsets from Now; for a
+	// token not taken, when it would have started.
+	Starts []time.Duration
+	// Taken tells, for each token, whether it was taken.
+	Taken []bool
+	// Next is, for each bucket, when a further token of it alone would
+	// start, from Now.
+	Next []time.Duration
+	// Rates and Bursts are, for each bucket, what it held before this
+	// reservation: the last reserver's limits, or this one's own for a
+	// new bucket. When they differ from the reservation's,
+	// the callers sharing the bucket disagree on its limits.
+	Rates  []float64
+	Bursts []int
 }
 
-// Validate checks a reservation as every ledger does.
+// Validate checks a reservation as every ledger does: each bucket named
+// once, every token naming at least one bucket, each at most once.
 func (r *Reservation) Validate() error {
-	if err := validName("rate bucket", r.Bucket); err != nil {
-		return err
+	if len(r.Buckets) == 0 || len(r.Tokens) == 0 {
+		return fmt.Errorf("reserve: %d buckets, %d tokens: want at least one of each: %w", len(r.Buckets), len(r.Tokens), ErrInvalidArgument)
 	}
-	switch {
-	case math.IsNaN(r.Rate) || r.Rate < 1.0/86400 || r.Rate > 1e9:
-		return fmt.Errorf("rate bucket %q: rate %v: want 1/86400 to 10⁹ per second: %w", r.Bucket, r.Rate, ErrInvalidArgument)
-	case r.Burst < 1 || r.Burst > MaxReserve:
-		return fmt.Errorf("rate bucket %q: burst %d: want 1 to %d: %w", r.Bucket, r.Burst, MaxReserve, ErrInvalidArgument)
-	case r.N < 1 || r.N > MaxReserve:
-		return fmt.Errorf("rate bucket %q: n %d: want 1 to %d: %w", r.Bucket, r.N, MaxReserve, ErrInvalidArgument)
-	case r.Within < 0 || r.Within > MaxRetention:
-		return fmt.Errorf("rate bucket %q: within %v: want 0 to %v: %w", r.Bucket, r.Within, MaxRetention, ErrInvalidArgument)
-	case float64(r.Burst+r.N)*float64(r.Interval()) > float64(MaxRetention):
-		return fmt.Errorf("rate bucket %q: burst and n of %d tokens at %v per second span more than %v: %w",
-			r.Bucket, r.Burst+r.N, r.Rate, MaxRetention, ErrInvalidArgument)
+	if len(r.Tokens) > MaxReserve {
+		return fmt.Errorf("reserve: %d tokens: want at most %d: %w", len(r.Tokens), MaxReserve, ErrInvalidArgument)
 	}
-	return nil
-}
-
-// ValidateReservations checks rs as every ledger does: each reservation, and
-// each bucket named once (a caller that wants tokens of one bucket for
-// several uses adds them up in one reservation).
-func ValidateReservations(rs []Reservation) error {
-	seen := make(map[string]bool, len(rs))
-	for i := range rs {
-		if err := rs[i].Validate(); err != nil {
+	seen := make(map[string]bool, len(r.Buckets))
+	for i := range r.Buckets {
+		b := &r.Buckets[i]
+		if err := validName("rate bucket", b.Name); err != nil {
 			return fmt.Errorf("reserve: %w", err)
 		}
-		if seen[rs[i].Bucket] {
-			return fmt.Errorf("reserve: rate bucket %q named twice in one call: %w", rs[i].Bucket, ErrInvalidArgument)
+		switch {
+		case math.IsNaN(b.Rate) || b.Rate < 1.0/86400 || b.Rate > 1e9:
+			return fmt.Errorf("reserve: rate bucket %q: rate %v: want 1/86400 to 10⁹ per second: %w", b.Name, b.Rate, ErrInvalidArgument)
+		case b.Burst < 1 || b.Burst > MaxReserve:
+			return fmt.Errorf("reserve: rate bucket %q: burst %d: want 1 to %d: %w", b.Name, b.Burst, MaxReserve, ErrInvalidArgument)
+		case float64(b.Burst)*float64(b.Interval()) > float64(MaxRetention):
+			return fmt.Errorf("reserve: rate bucket %q: a burst of %d at %v per second spans more than %v: %w", b.Name, b.Burst, b.Rate, MaxRetention, ErrInvalidArgument)
+		case seen[b.Name]:
+			return fmt.Errorf("reserve: rate bucket %q named twice in one call: %w", b.Name, ErrInvalidArgument)
 		}
-		seen[rs[i].Bucket] = true
+		seen[b.Name] = true
+	}
+	for i, t := range r.Tokens {
+		if len(t.Buckets) == 0 {
+			return fmt.Errorf("reserve: token %d names no bucket: %w", i, ErrInvalidArgument)
+		}
+		if t.Within < 0 || t.Within > MaxRetention {
+			return fmt.Errorf("reserve: token %d: within %v: want 0 to %v: %w", i, t.Within, MaxRetention, ErrInvalidArgument)
+		}
+		for k, b := range t.Buckets {
+			if b < 0 || b >= len(r.Buckets) || slices.Contains(t.Buckets[:k], b) {
+				return fmt.Errorf("reserve: token %d: bucket index %d out of range or named twice: %w", i, b, ErrInvalidArgument)
+			}
+		}
 	}
 	return nil
 }
 
 // Interval is the emission interval T = 1/Rate, rounded to the nanosecond
 // and at least one: what every ledger adds to a bucket's TAT per token.
-func (r *Reservation) Interval() time.Duration {
-	return max(time.Duration(math.Round(float64(time.Second)/r.Rate)), 1)
+func (b *Bucket) Interval() time.Duration {
+	return max(time.Duration(math.Round(float64(time.Second)/b.Rate)), 1)
 }
 
 // Tolerance is τ = (Burst−1)·T.
-func (r *Reservation) Tolerance() time.Duration {
-	return time.Duration(r.Burst-1) * r.Interval()
+func (b *Bucket) Tolerance() time.Duration {
+	return time.Duration(b.Burst-1) * b.Interval()
 }
 
-// Fit is how many tokens r takes from a bucket whose TAT, raised to now,
-// is from (from ≥ now), at now: N, or fewer when Within bounds them; none
-// from a bucket reserved more than MaxRetention ahead, so that its TAT
-// stays far from overflowing. Times are Unix nanoseconds, as the shared
-// backends compute them.
-func (r *Reservation) Fit(from, now int64) int {
-	if from-now > int64(MaxRetention) {
-		return 0
+// Plan applies r at now to its buckets, whose TATs are tats (0 for a new
+// bucket) and whose held limits are rates and bursts (zero for a new
+// bucket): the grant, and the buckets' new TATs in tats. Every ledger
+// takes tokens with it, holding the buckets meanwhile. Times are Unix
+// nanoseconds.
+func (r *Reservation) Plan(tats []int64, rates []float64, bursts []int, now int64) Grant {
+	g := Grant{Now: time.Unix(0, now), Starts: make([]time.Duration, len(r.Tokens)), Taken: make([]bool, len(r.Tokens)),
+		Next: make([]time.Duration, len(r.Buckets)), Rates: make([]float64, len(r.Buckets)), Bursts: make([]int, len(r.Buckets))}
+	for i := range r.Buckets {
+		g.Rates[i], g.Bursts[i] = rates[i], bursts[i]
+		if rates[i] == 0 {
+			g.Rates[i], g.Bursts[i] = r.Buckets[i].Rate, r.Buckets[i].Burst
+		}
 	}
-	if r.Within <= 0 {
-		return r.N
+	for i, t := range r.Tokens {
+		start := now
+		for _, b := range t.Buckets {
+			start = max(start, tats[b]-int64(r.Buckets[b].Tolerance()))
+		}
+		g.Starts[i] = time.Duration(start - now)
+		if start-now > int64(MaxRetention) || t.Within > 0 && start-now > int64(t.Within) {
+			continue
+		}
+		g.Taken[i] = true
+		for _, b := range t.Buckets {
+			tats[b] = max(tats[b], start) + int64(r.Buckets[b].Interval())
+		}
 	}
-	t := int64(r.Interval())
-	// Token i starts within Within iff from + i·T − τ − now ≤ Within.
-	room := int64(r.Within) + int64(r.Tolerance()) + now - from
-	if room < 0 {
-		return 0
+	for i := range r.Buckets {
+		g.Next[i] = time.Duration(max(0, tats[i]-int64(r.Buckets[i].Tolerance())-now))
 	}
-	return int(min(room/t+1, int64(r.N)))
-}
-
-// Granted is the grant of k tokens taken at now from a bucket whose TAT,
-// raised to now, was from; rate and burst are what the bucket held. Times
-// are Unix nanoseconds.
-func (r *Reservation) Granted(from int64, k int, now int64, rate float64, burst int) Grant {
-	t, tau := int64(r.Interval()), int64(r.Tolerance())
-	g := Grant{Starts: make([]time.Duration, k), Rate: rate, Burst: burst, Now: time.Unix(0, now)}
-	for i := range k {
-		g.Starts[i] = time.Duration(max(0, from+int64(i)*t-tau-now))
-	}
-	g.Next = time.Duration(max(0, from+int64(k)*t-tau-now))
 	return g
-}
-
-// Take applies r at now to a bucket whose TAT is tat (0 for a new bucket):
-// the grant and the bucket's new TAT. Times are Unix nanoseconds.
-func (r *Reservation) Take(tat, now int64, rate float64, burst int) (Grant, int64) {
-	from := max(tat, now)
-	k := r.Fit(from, now)
-	return r.Granted(from, k, now, rate, burst), from + int64(k)*int64(r.Interval())
 }
 
 // SlotRequest asks for concurrency slots of a pool: at most Limit slots of a

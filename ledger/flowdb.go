@@ -339,17 +339,16 @@ func (db *DB) Processes(ctx context.Context) ([]Process, error) {
 	return ps, nil
 }
 
-// Reserve takes tokens of rate buckets, every reservation at once (see
-// Reservation and Grant). An invalid reservation, or a bucket named twice,
-// fails the call before anything is taken. On the embedded ledger the
-// buckets are in memory (see the package documentation): a restart starts
-// them full.
-func (db *DB) Reserve(ctx context.Context, rs []Reservation) ([]Grant, error) {
-	if err := ValidateReservations(rs); err != nil {
-		return nil, err
+// Reserve takes rate tokens (see Reservation and Grant). An invalid
+// reservation fails the call before anything is taken. On the embedded
+// ledger the buckets are in memory (see the package documentation): a
+// restart starts them full.
+func (db *DB) Reserve(ctx context.Context, r Reservation) (Grant, error) {
+	if err := r.Validate(); err != nil {
+		return Grant{}, err
 	}
 	if err := db.checkOpen(); err != nil {
-		return nil, fmt.Errorf("reserve: %w", err)
+		return Grant{}, fmt.Errorf("reserve: %w", err)
 	}
 	m := &db.mem
 	m.mu.Lock()
@@ -357,19 +356,18 @@ func (db *DB) Reserve(ctx context.Context, rs []Reservation) ([]Grant, error) {
 	if m.buckets == nil {
 		m.buckets = map[string]*memBucket{}
 	}
-	now := db.now().UnixNano()
-	gs := make([]Grant, len(rs))
-	for i := range rs {
-		r := &rs[i]
-		b := m.buckets[r.Bucket]
-		if b == nil {
-			b = &memBucket{rate: r.Rate, burst: r.Burst}
-			m.buckets[r.Bucket] = b
+	n := len(r.Buckets)
+	tats, rates, bursts := make([]int64, n), make([]float64, n), make([]int, n)
+	for i, b := range r.Buckets {
+		if mb := m.buckets[b.Name]; mb != nil {
+			tats[i], rates[i], bursts[i] = mb.tat, mb.rate, mb.burst
 		}
-		gs[i], b.tat = r.Take(b.tat, now, b.rate, b.burst)
-		b.rate, b.burst = r.Rate, r.Burst
 	}
-	return gs, nil
+	g := r.Plan(tats, rates, bursts, db.now().UnixNano())
+	for i, b := range r.Buckets {
+		m.buckets[b.Name] = &memBucket{tat: tats[i], rate: b.Rate, burst: b.Burst}
+	}
+	return g, nil
 }
 
 // TakeSlots takes free slots for each request, at once (see SlotRequest):

@@ -33,6 +33,7 @@ import (
 // per operation key, counted) otherwise, and records every call.
 type downstream struct {
 	down  atomic.Bool
+	once  atomic.Bool // while down, answer the next call 200
 	mu    sync.Mutex
 	calls []call
 	done  map[string]int
@@ -48,7 +49,7 @@ func newDownstream(t *testing.T) (*downstream, string) {
 	d := &downstream{done: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("Idempotency-Key")
-		down := d.down.Load()
+		down := d.down.Load() && !d.once.CompareAndSwap(true, false)
 		d.mu.Lock()
 		d.calls = append(d.calls, call{time.Now(), key, down})
 		if !down {
@@ -97,6 +98,101 @@ func (b *bundle) sendMany(n int, body func(i int) string) {
 		if err != nil || len(out.Failed) > 0 {
 			b.t.Fatalf("send: %v %+v", err, out)
 		}
+	}
+}
+
+// A pause holds the messages in hand; those whose receive count is one
+// short of the redrive's are sent again at once (standard queue), their
+// copies' counts starting again: a worker killed during the outage, which
+// cannot defer at its stop, leaves none of them at its last receive.
+func TestWorker_PauseDefersNearRedrive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, options{maxReceive: 3})
+	b.sendMany(10, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	// Each message received once elsewhere and given back: the worker's
+	// receive is its second, one short of the redrive.
+	for seen := 0; seen < 10; {
+		out, err := b.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &b.queue.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			if _, err := b.client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &b.queue.URL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+			seen++
+		}
+	}
+	var st starts
+	cfg := b.config()
+	cfg.VisibilityTimeout = 30 * time.Second
+	cfg.Flow.Scope = "near-redrive"
+	cfg.Flow.Rate, cfg.Flow.Burst = 1, 1 // one start a second: the rest are held in hand
+	w, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		st.add(m.Key)
+		return nil
+	}))
+	started := func() int { st.mu.Lock(); defer st.mu.Unlock(); return len(st.at) }
+	waitUntil(t, "the first operation to start", 15*time.Second, func() bool { return started() >= 1 })
+	if _, err := worker.PauseByHand(ctx, b.db, cfg.Flow.Scope, time.Now().Add(time.Minute), "maintenance", "test", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the held messages to be deferred", 15*time.Second, func() bool { return w.Stats().Deferred >= 5 })
+	if _, _, _, err := worker.Resume(ctx, b.db, cfg.Flow.Scope); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "every operation to start", time.Minute, func() bool { return started() == 10 })
+	b.waitEmpty(30 * time.Second)
+	s := stop()
+	t.Logf("stats %+v", s)
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue", n)
+	}
+	for key, at := range st.at {
+		if len(at) != 1 {
+			t.Errorf("%s started %d times", key, len(at))
+		}
+	}
+}
+
+// A downstream that answers one probe and is down again pauses the intake
+// again: the ramp that followed the probe does not go on calling it.
+func TestWorker_DownAgainWhileRamping(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 4})
+	d, url := newDownstream(t)
+	d.down.Store(true)
+	b.sendMany(60, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.VisibilityTimeout = 10 * time.Second
+	cfg.MinBackoff, cfg.MaxBackoff = time.Second, 8*time.Second
+	cfg.Flow.Rate = 20 // every message in hand, held for the rate
+	w, stop := b.startOn(cfg, b.client, b.db, h)
+	waitUntil(t, "the intake to pause", 30*time.Second, func() bool { return w.Stats().FlowPauses == 1 })
+	d.once.Store(true) // the next probe succeeds
+	waitUntil(t, "the probe to succeed", 30*time.Second, func() bool { return !d.once.Load() })
+	before := d.callsWhileDown()
+	time.Sleep(20 * time.Second)
+	after := d.callsWhileDown() - before
+	d.down.Store(false)
+	waitUntil(t, "every operation to complete", 120*time.Second, func() bool { n, _ := d.doneCount(); return n == 60 })
+	s := stop()
+	t.Logf("%d calls in the 20 s after the probe, the downstream down; stats %+v", after, s)
+	if s.FlowPauses < 2 {
+		t.Errorf("paused %d times: the ramp after the probe did not pause again", s.FlowPauses)
+	}
+	// The trip's ten failures, the handlers running when it tripped, and
+	// probes at most 10 s apart.
+	if after > 10+cfg.Concurrency+4 {
+		t.Errorf("%d calls to the endpoint in the 20 s after the probe, down again", after)
+	}
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue", n)
 	}
 }
 
@@ -231,7 +327,7 @@ type timedReserves struct {
 	longest *atomic.Int64
 }
 
-func (l timedReserves) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
+func (l timedReserves) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error) {
 	start := time.Now()
 	defer func() {
 		for d := int64(time.Since(start)); ; {
@@ -240,7 +336,7 @@ func (l timedReserves) Reserve(ctx context.Context, rs []ledger.Reservation) ([]
 			}
 		}
 	}()
-	return l.FlowLedger.Reserve(ctx, rs)
+	return l.FlowLedger.Reserve(ctx, r)
 }
 
 // sharedLedgers opens n ledgers on one store of the backend named: the

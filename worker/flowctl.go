@@ -27,7 +27,7 @@ type FlowLedger interface {
 	GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error)
 	PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error)
 	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
-	Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error)
+	Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error)
 	TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error)
 	ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error
 	ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error
@@ -76,6 +76,9 @@ type flowCtl struct {
 	scopes  map[string]*scope // by name: the handler's scope, and each partition value's
 	scope   []string          // the handler's scope alone
 	held    []*job            // messages held for a pause or a limit, oldest first
+	// rateFree is when the handler's rate bucket had its next token
+	// free, fleet-wide, as the last reservation found it.
+	rateFree time.Time
 }
 
 // scope is one pause scope as this worker sees it.
@@ -209,6 +212,25 @@ func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time
 	return true, nil, time.Time{}
 }
 
+// pausing reports whether a pause of one of j's scopes holds it (not a
+// ramp, not a limit) and j is neither that scope's probe nor the next one:
+// the oldest message held for it.
+func (f *flowCtl) pausing(j *job) bool {
+	if !f.act {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.ContainsFunc(j.scopes, func(name string) bool {
+		s := f.scopeOf(name)
+		if !s.found || s.doc.State != PausePaused || s.probe == j {
+			return false
+		}
+		i := slices.IndexFunc(f.held, func(h *job) bool { return slices.Contains(h.scopes, name) })
+		return i >= 0 && f.held[i] != j
+	})
+}
+
 // late reports whether j's rate tokens lapsed: it did not start within
 // one emission interval of the tightest of its buckets, or the time its
 // reservation took, or lateSlack, whichever is longest, after they were
@@ -284,7 +306,9 @@ func (f *flowCtl) ended(ctx context.Context, j *job, started bool, err error) (o
 			continue
 		}
 		s.running--
-		if s.det.add(now, j.key.key, counted) && !s.found && !s.tripping {
+		// A scope trips open or ramping: the failures of a ramp that
+		// found the downstream down again pause it again.
+		if s.det.add(now, j.key.key, counted) && (!s.found || s.doc.State == PauseRamping) && !s.tripping {
 			s.tripping = true
 			trip = append(trip, s)
 		}
@@ -503,7 +527,9 @@ func (f *flowCtl) ramp(ctx context.Context, j *job, err error) {
 // intake is how many messages a poller may receive now, at most most:
 // none while the handler's scope is paused, but one when its probe is due
 // and no message is held to probe with; while ramping, its cap; with a
-// rate, no more than start within half the visibility timeout.
+// rate, no more than start within half the visibility timeout, as far as
+// this worker holds and as far as the fleet had reserved at this worker's
+// last reservation.
 func (f *flowCtl) intake(most int) int {
 	if !f.act {
 		return most
@@ -521,7 +547,11 @@ func (f *flowCtl) intake(most int) int {
 		most = min(most, max(s.doc.Cap-s.running, 0))
 	}
 	if r := f.cfg.Rate; r > 0 {
-		most = min(most, max(int(math.Ceil(r*f.w.cfg.VisibilityTimeout.Seconds()/2))-f.w.inFlight(), 0))
+		// What this worker holds, and what the fleet has reserved: the
+		// tokens free within the horizon since the last reservation.
+		horizon := f.w.cfg.VisibilityTimeout / 2
+		most = min(most, max(int(math.Ceil(r*horizon.Seconds()))-f.w.inFlight(), 0),
+			max(int(math.Ceil(r*(horizon-max(time.Until(f.rateFree), 0)).Seconds())), 0))
 	}
 	return most
 }
@@ -674,52 +704,51 @@ func (f *flowCtl) register(ctx context.Context, gone bool) {
 
 // reserve takes rate tokens for the claimed messages js of one receive, in
 // one ledger call: each gets its start (notBefore) from the handler's
-// scope's bucket and its partition value's. When bounded, those that
-// cannot start within half the visibility timeout are returned, with the
-// wait they need, to be deferred (standard queues); FIFO messages take
-// their tokens whenever they start, and are held, as are messages that
-// take new tokens for lapsed ones.
+// scope's bucket and its partition value's, at once. When bounded, those
+// that cannot start within half the visibility timeout because of a busy
+// partition are returned, with the wait they need, to be deferred
+// (standard queues), and those held back by the handler's rate alone are
+// held without tokens until theirs would be due; FIFO messages take their
+// tokens whenever they start, and are held, as are messages that take new
+// tokens for lapsed ones.
 func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess []*job, waits []time.Duration) {
 	if f.off() {
 		return nil, nil
 	}
-	type bucket struct {
-		r    ledger.Reservation
-		jobs []*job
-	}
-	var order []string
-	buckets := map[string]*bucket{}
-	add := func(name string, rate float64, burst int, j *job) {
+	var r ledger.Reservation
+	index := map[string]int{}
+	add := func(t *ledger.Token, name string, rate float64, burst int) {
 		if rate <= 0 {
 			return
 		}
-		b := buckets[name]
-		if b == nil {
-			b = &bucket{r: ledger.Reservation{Bucket: name, Rate: rate, Burst: burst}}
-			if bounded && !f.w.queue.fifo {
-				b.r.Within = f.w.cfg.VisibilityTimeout / 2
-			}
-			buckets[name] = b
-			order = append(order, name)
+		i, ok := index[name]
+		if !ok {
+			i = len(r.Buckets)
+			index[name] = i
+			r.Buckets = append(r.Buckets, ledger.Bucket{Name: name, Rate: rate, Burst: burst})
 		}
-		b.r.N++
-		b.jobs = append(b.jobs, j)
+		t.Buckets = append(t.Buckets, i)
 	}
+	var asked []*job
 	for _, j := range js {
 		j.scopes, j.notBefore, j.interval, j.tokens = f.names(j), time.Time{}, 0, false
-		add(f.cfg.Scope, f.cfg.Rate, f.cfg.Burst, j)
+		var t ledger.Token
+		if bounded && !f.w.queue.fifo {
+			t.Within = f.w.cfg.VisibilityTimeout / 2
+		}
+		add(&t, f.cfg.Scope, f.cfg.Rate, f.cfg.Burst)
 		for i, p := range f.cfg.Partitions {
 			if v := f.partValue(j, i); v != "" {
-				add(f.partName(i, v), p.Rate, p.Burst, j)
+				add(&t, f.partName(i, v), p.Rate, p.Burst)
 			}
 		}
+		if len(t.Buckets) > 0 {
+			r.Tokens = append(r.Tokens, t)
+			asked = append(asked, j)
+		}
 	}
-	if len(order) == 0 {
+	if len(asked) == 0 {
 		return nil, nil
-	}
-	rs := make([]ledger.Reservation, len(order))
-	for i, name := range order {
-		rs[i] = buckets[name].r
 	}
 	// The starts are offsets from the ledger's clock when it took the
 	// tokens (Grant.Now): on the embedded ledger and on DynamoDB the
@@ -729,7 +758,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 	// call took (or an interval) lapses (see late).
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.w.claimTimeout())
-	grants, err := f.l.Reserve(rctx, rs)
+	g, err := f.l.Reserve(rctx, r)
 	cancel()
 	took := time.Since(start)
 	if err != nil {
@@ -739,32 +768,46 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		// again as they start: none starts above the rate unmeasured.
 		wait := min(max(took, 100*time.Millisecond), time.Second)
 		f.w.log.Warn("flow control: could not reserve rate tokens: the messages wait", "wait", wait, "error", err)
-		for _, j := range js {
+		for _, j := range asked {
 			j.notBefore, j.interval, j.slack = start.Add(took+wait), wait, 0
 		}
 		return nil, nil
 	}
-	short := map[*job]time.Duration{}
-	for i, name := range order {
-		b, g := buckets[name], grants[i]
-		at := start.Add(min(max(g.Now.Sub(start), 0), took))
-		if g.Rate != b.r.Rate || g.Burst != b.r.Burst {
-			f.w.log.Warn("flow control: the workers sharing a rate bucket disagree on its limit", "bucket", name,
-				"rate", b.r.Rate, "burst", b.r.Burst, "others_rate", g.Rate, "others_burst", g.Burst)
+	for i, b := range r.Buckets {
+		if g.Rates[i] != b.Rate || g.Bursts[i] != b.Burst {
+			f.w.log.Warn("flow control: the workers sharing a rate bucket disagree on its limit", "bucket", b.Name,
+				"rate", b.Rate, "burst", b.Burst, "others_rate", g.Rates[i], "others_burst", g.Bursts[i])
 		}
-		for k, j := range b.jobs {
-			if t := b.r.Interval(); j.interval == 0 || t < j.interval {
+	}
+	at := start.Add(min(max(g.Now.Sub(start), 0), took))
+	if i, ok := index[f.cfg.Scope]; ok {
+		f.mu.Lock()
+		f.rateFree = at.Add(g.Next[i])
+		f.mu.Unlock()
+	}
+	short := map[*job]time.Duration{}
+	for k, j := range asked {
+		for _, b := range r.Tokens[k].Buckets {
+			if t := r.Buckets[b].Interval(); j.interval == 0 || t < j.interval {
 				j.interval = t
 			}
-			j.tokens, j.slack = true, took
-			if k < len(g.Starts) {
-				if due := at.Add(g.Starts[k]); due.After(j.notBefore) {
-					j.notBefore = due
-				}
-				continue
-			}
-			wait := g.Next + time.Duration(k-len(g.Starts))*b.r.Interval()
-			short[j] = max(short[j], wait)
+		}
+		switch {
+		case g.Taken[k]:
+			j.tokens, j.slack, j.notBefore = true, took, at.Add(g.Starts[k])
+		case slices.ContainsFunc(r.Tokens[k].Buckets, func(b int) bool { return r.Buckets[b].Name != f.cfg.Scope && g.Next[b] > r.Tokens[k].Within }):
+			// A busy partition: deferred, so that quiet ones keep
+			// flowing.
+			short[j] = g.Starts[k]
+		default:
+			// Only the handler's rate, which every message shares:
+			// deferring it would let no other start sooner, and its
+			// copy would find the bucket taken again by the receives
+			// made meanwhile. It is held, and takes its tokens when
+			// they would be due (for every bucket at once); the
+			// messages in hand fill the worker, which then receives
+			// no more.
+			j.notBefore = at.Add(g.Starts[k])
 		}
 	}
 	if !f.act {
@@ -904,18 +947,22 @@ func (l *localFlow) DeleteFlow(ctx context.Context, scope string, ifVersion int6
 	return nil
 }
 
-func (l *localFlow) Reserve(_ context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
-	if err := ledger.ValidateReservations(rs); err != nil {
-		return nil, err
+func (l *localFlow) Reserve(_ context.Context, r ledger.Reservation) (ledger.Grant, error) {
+	if err := r.Validate(); err != nil {
+		return ledger.Grant{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := time.Now().UnixNano()
-	out := make([]ledger.Grant, len(rs))
-	for i := range rs {
-		out[i], l.tats[rs[i].Bucket] = rs[i].Take(l.tats[rs[i].Bucket], now, rs[i].Rate, rs[i].Burst)
+	n := len(r.Buckets)
+	tats, rates, bursts := make([]int64, n), make([]float64, n), make([]int, n)
+	for i, b := range r.Buckets {
+		tats[i] = l.tats[b.Name]
 	}
-	return out, nil
+	g := r.Plan(tats, rates, bursts, time.Now().UnixNano())
+	for i, b := range r.Buckets {
+		l.tats[b.Name] = tats[i]
+	}
+	return g, nil
 }
 
 func (l *localFlow) TakeSlots(_ context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error) {

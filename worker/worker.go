@@ -444,6 +444,9 @@ type job struct {
 	slack     time.Duration // how long its reservation took
 	deferFor  time.Duration
 	slots     []ledger.Slot
+	// deferAfter: SQS refused its copy while a pause held it; it is not
+	// deferred for the pause again before then.
+	deferAfter time.Time
 	// verdictBy: failing as an unavailable downstream does on its last
 	// receive (first at heldSince), it is held until then for a pause to
 	// find an outage.
@@ -906,6 +909,13 @@ func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, 
 	b := j.b
 	for {
 		if !w.await(ctx, j) {
+			if ctx.Err() == nil && w.pausedNearRedrive(j) {
+				if w.deferMsg(j, w.cfg.Flow.ProbeMax, "held by a pause near the redrive's receive count, where a crash would leave it to the dead-letter queue") {
+					return b.ended(j), false
+				}
+				j.deferAfter = time.Now().Add(pauseDeferRetry) // held meanwhile
+				continue
+			}
 			if ctx.Err() != nil && w.deferAtStop(j) {
 				j.deferFor = w.cfg.Flow.ProbeMax
 				return w.deferHeld(ctx, j, "held for flow control at a stop, near the redrive's receive count"), false
@@ -1009,6 +1019,9 @@ func (w *Worker) await(ctx context.Context, j *job) bool {
 			continue
 		}
 		if ok, changed, due := w.flow.admit(j); !ok {
+			if w.pausedNearRedrive(j) {
+				return false
+			}
 			var timer <-chan time.Time
 			if !due.IsZero() {
 				t := time.NewTimer(time.Until(due))
@@ -1045,6 +1058,25 @@ func (w *Worker) deferAtStop(j *job) bool {
 	r := w.queue.maxReceiveCount
 	return !w.queue.fifo && r > 0 && n >= r-1 && w.flow.act && (w.flow.holds(j) || w.flow.pausedNow())
 }
+
+// pausedNearRedrive reports whether j, waiting, is held by a pause with
+// its receive count near the redrive's, on a standard queue: it is then
+// deferred at once, its copy's count starting again, so that a worker
+// killed during the outage, which cannot defer at its stop, leaves
+// nothing at its last receive for the redrive but the message kept for
+// the next probe.
+func (w *Worker) pausedNearRedrive(j *job) bool {
+	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	r := w.queue.maxReceiveCount
+	if st, _ := j.b.state(j); st != waiting || time.Now().Before(j.deferAfter) {
+		return false
+	}
+	return !w.queue.fifo && r > 0 && n >= r-1 && w.queue.dlqURL != "" && w.flow.pausing(j)
+}
+
+// pauseDeferRetry is how long a message held by a pause stays held after
+// SQS refused its copy before it is deferred again.
+const pauseDeferRetry = 30 * time.Second
 
 // deferHeld defers j, held, trying again while the worker runs when SQS
 // does not take the copy (on AccessDenied, say: the message stays held,

@@ -75,10 +75,10 @@ const busyHint = time.Second
 // flowState is what a Ledger remembers between flow calls.
 type flowState struct {
 	mu sync.Mutex
-	// tat is the last TAT seen of each rate bucket: Reserve writes
-	// conditioned on it, so that a bucket costs one request when no
-	// other host moved it past what the reservation can take.
-	tat map[string]int64
+	// bucket is what this host last saw of each rate bucket: Reserve
+	// writes conditioned on its TAT, so that a bucket costs one request
+	// when no other host moved it since.
+	bucket map[string]seenBucket
 	// busy is when each slot this host found held may be free again, by
 	// this host's clock: TakeSlots does not try it before.
 	busy map[string]time.Time
@@ -87,8 +87,8 @@ type flowState struct {
 }
 
 func (f *flowState) init() {
-	if f.tat == nil {
-		f.tat, f.busy, f.listed = map[string]int64{}, map[string]time.Time{}, map[string]bool{}
+	if f.bucket == nil {
+		f.bucket, f.busy, f.listed = map[string]seenBucket{}, map[string]time.Time{}, map[string]bool{}
 	}
 }
 
@@ -669,53 +669,164 @@ func (l *Ledger) Processes(ctx context.Context) ([]ledger.Process, error) {
 	return ps, nil
 }
 
-// Reserve takes tokens of rate buckets (see ledger.Reservation), with this
-// host's clock: one conditional UpdateItem per bucket, all buckets at once.
-//
-// A bucket's write is conditioned on what this handle last saw of its TAT:
-// when the bucket is idle (TAT not after now), the write sets TAT from now
-// and holds only while it is still idle; when it is busy, the write adds
-// the tokens' intervals to TAT, whatever it is, and holds while it is busy
-// and no later than the last TAT from which the reservation's tokens can
-// start within Within. Writes of several hosts to a busy bucket add up, in
-// any order, without conflict: in the common case a bucket costs one
-// request. When the condition fails (the bucket went idle or busy, or
-// another host moved it past the bound), a strongly consistent read
-// learns its TAT and the write is made again.
+// seenBucket is a rate bucket as this host last saw it.
+type seenBucket struct {
+	tat   int64
+	rate  float64
+	burst int
+	found bool
+}
+
+// Reserve takes rate tokens (see ledger.Reservation) with this host's
+// clock. It plans the reservation on the buckets as this host last saw
+// them (reading those it never saw, strongly consistent), then writes each
+// bucket whose TAT moved, all at once, each conditioned on the TAT it was
+// planned from (an idle bucket: on being idle still). DynamoDB Local and
+// dynalite have no transactions, so the writes are apart: when one's
+// condition fails (another host moved that bucket), those that held are
+// undone where nothing moved them since, the buckets are read again, and
+// the reservation is planned and written again. A write that could not be
+// undone leaves its tokens unused: the rate is undershot, never exceeded.
 //
 // The hosts' clocks decide: a host whose clock runs ahead of another's by
 // s sees the bucket's tokens start s early, so that in any window the
 // bucket may give about rate·s more starts than its rate (s = 10 ms at 40
 // per second: less than one).
-func (l *Ledger) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
-	if err := ledger.ValidateReservations(rs); err != nil {
-		return nil, err
+func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error) {
+	if err := r.Validate(); err != nil {
+		return ledger.Grant{}, err
 	}
-	gs := make([]ledger.Grant, len(rs))
-	errs := l.batch("reserve", len(rs), func(i int) string { return rs[i].Bucket }, func(i int) (err error) {
-		gs[i], err = l.reserve(ctx, &rs[i])
-		return err
-	})
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("reserve: %w", err)
+	if len(r.Buckets) == 1 && !slices.ContainsFunc(r.Tokens, func(t ledger.Token) bool { return t.Within != r.Tokens[0].Within }) {
+		return l.reserveOne(ctx, &r)
 	}
-	return gs, nil
-}
-
-func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Grant, error) {
-	pk := ratePrefix + r.Bucket
-	t := int64(r.Interval())
+	n := len(r.Buckets)
+	name := func(i int) string { return r.Buckets[i].Name }
+	seen := make([]seenBucket, n)
+	var stale []int
 	l.flow.mu.Lock()
 	l.flow.init()
-	cached, known := l.flow.tat[r.Bucket]
+	for i, b := range r.Buckets {
+		var ok bool
+		if seen[i], ok = l.flow.bucket[b.Name]; !ok {
+			stale = append(stale, i)
+		}
+	}
+	l.flow.mu.Unlock()
+	remember := func(i int, b seenBucket) {
+		l.flow.mu.Lock()
+		defer l.flow.mu.Unlock()
+		l.flow.bucket[r.Buckets[i].Name] = b
+	}
+	for try := 0; try < 2*maxTries; try++ {
+		errs := l.batch("reserve: rate bucket", len(stale), func(k int) string { return name(stale[k]) }, func(k int) error {
+			i := stale[k]
+			tat, rate, burst, ok, err := l.readBucket(ctx, ratePrefix+name(i))
+			if err != nil {
+				return fmt.Errorf("reserve: rate bucket %q: %w", name(i), err)
+			}
+			seen[i] = seenBucket{tat: tat, rate: rate, burst: burst, found: ok}
+			remember(i, seen[i])
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			return ledger.Grant{}, err
+		}
+		tats, rates, bursts := make([]int64, n), make([]float64, n), make([]int, n)
+		for i, b := range seen {
+			tats[i], rates[i], bursts[i] = b.tat, b.rate, b.burst
+		}
+		now := l.now().UnixNano()
+		g := r.Plan(tats, rates, bursts, now)
+		var moved []int
+		for i := range tats {
+			if tats[i] != seen[i].tat {
+				moved = append(moved, i)
+			}
+		}
+		done := make([]bool, len(moved))
+		began := time.Now()
+		errs = l.batch("reserve: rate bucket", len(moved), func(k int) string { return name(moved[k]) }, func(k int) error {
+			i := moved[k]
+			old, err := l.writeBucket(ctx, &r.Buckets[i], seen[i].tat, tats[i], now)
+			if err == nil {
+				done[k] = true
+				if old.found {
+					g.Rates[i], g.Bursts[i] = old.rate, old.burst
+				}
+				remember(i, seenBucket{tat: tats[i], rate: r.Buckets[i].Rate, burst: r.Buckets[i].Burst, found: true})
+			}
+			return err
+		})
+		var failed error
+		for k, err := range errs {
+			if err != nil && !isConditionFailed(err) {
+				failed = fmt.Errorf("reserve: rate bucket %q: %w", name(moved[k]), err)
+			}
+		}
+		if !slices.Contains(done, false) {
+			return g, nil
+		}
+		// Undo what held, so that the tokens planned with the failed
+		// buckets' are not taken in the others alone; then read them
+		// all again.
+		l.batch("reserve: undo rate bucket", len(moved), func(k int) string { return name(moved[k]) }, func(k int) error {
+			if i := moved[k]; done[k] {
+				l.writeBucket(ctx, &r.Buckets[i], tats[i], seen[i].tat, now)
+			}
+			return nil
+		})
+		if failed != nil {
+			return ledger.Grant{}, failed
+		}
+		stale = moved
+		// Another reserver was first. Its writes and this one's would
+		// meet again at once: wait a random part of as many round trips
+		// as tries so far (at least 5 ms each), then look, so that
+		// reservers of a slow store spread out as those of a fast one do.
+		rt := max(time.Since(began), 5*time.Millisecond)
+		if err := pause(ctx, time.Duration(mrand.Int64N(int64(try+1)*int64(rt)))); err != nil {
+			return ledger.Grant{}, fmt.Errorf("reserve: %w", err)
+		}
+	}
+	return ledger.Grant{}, errContended("reserve", name(0))
+}
+
+// reserveOne is Reserve for tokens of one bucket that share a Within: a
+// bucket that this host saw busy takes them with a write that adds their
+// intervals to its TAT, whatever it is, and holds while it is busy and no
+// later than the last TAT from which the tokens can start within Within.
+// Writes of several hosts to a busy bucket add up, in any order, without
+// conflict: in the common case (a handler's rate, no partition) a
+// reservation costs one request. An idle bucket's write sets its TAT from
+// now and holds only while it is still idle.
+func (l *Ledger) reserveOne(ctx context.Context, r *ledger.Reservation) (ledger.Grant, error) {
+	bk := &r.Buckets[0]
+	pk := ratePrefix + bk.Name
+	t := int64(bk.Interval())
+	// plan plans r from a TAT raised to now: the grant, and how many
+	// tokens it takes.
+	plan := func(from, now int64, rate float64, burst int) (ledger.Grant, int) {
+		g := r.Plan([]int64{from}, []float64{rate}, []int{burst}, now)
+		k := 0
+		for _, taken := range g.Taken {
+			if taken {
+				k++
+			}
+		}
+		return g, k
+	}
+	l.flow.mu.Lock()
+	l.flow.init()
+	seen, known := l.flow.bucket[bk.Name]
+	cached := seen.tat
 	l.flow.mu.Unlock()
 	remember := func(tat int64, ok bool) {
 		l.flow.mu.Lock()
 		defer l.flow.mu.Unlock()
 		if ok {
-			l.flow.tat[r.Bucket] = tat
+			l.flow.bucket[bk.Name] = seenBucket{tat: tat, rate: bk.Rate, burst: bk.Burst, found: true}
 		} else {
-			delete(l.flow.tat, r.Bucket)
+			delete(l.flow.bucket, bk.Name)
 		}
 	}
 	for try := 0; try < maxTries; try++ {
@@ -725,19 +836,20 @@ func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Gra
 		if !idle {
 			from = cached
 		}
-		k := r.Fit(from, now)
+		_, k := plan(from, now, 0, 0)
 		if k == 0 {
 			// Nothing fits, if what was seen is still so: look.
 			tat, rate, burst, ok, err := l.readBucket(ctx, pk)
 			if err != nil {
-				return ledger.Grant{}, fmt.Errorf("rate bucket %q: %w", r.Bucket, err)
+				return ledger.Grant{}, fmt.Errorf("reserve: rate bucket %q: %w", bk.Name, err)
 			}
 			remember(tat, ok)
 			cached, known = tat, ok
-			if from = max(tat, now); !ok || r.Fit(from, now) > 0 {
+			g, k := plan(max(tat, now), now, rate, burst)
+			if !ok || k > 0 {
 				continue
 			}
-			return r.Granted(from, 0, now, rate, burst), nil
+			return g, nil
 		}
 		e := newExpr()
 		nowV := e.v("now", nsAV(now))
@@ -746,16 +858,16 @@ func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Gra
 		if idle {
 			tat := now + int64(k)*t
 			u = set(e.n(attrTAT)+" = "+e.v("tat", nsAV(tat)),
-				e.n(attrRate)+" = "+e.v("rate", rateAV(r.Rate)), e.n(attrBurst)+" = "+e.v("burst", intAV(int64(r.Burst))),
+				e.n(attrRate)+" = "+e.v("rate", rateAV(bk.Rate)), e.n(attrBurst)+" = "+e.v("burst", intAV(int64(bk.Burst))),
 				e.n(attrExpires)+" = "+e.v("exp", nsAV(tat+int64(ledger.BucketIdle))),
 				e.n(attrTTL)+" = "+e.v("ttl", intAV(ttlSeconds(time.Unix(0, tat+int64(ledger.BucketIdle))))))
 			cond = "attribute_not_exists(" + e.n(attrTAT) + ") OR " + e.n(attrTAT) + " <= " + nowV
 		} else {
 			// The latest TAT from which k tokens still fit.
-			tau := int64(r.Tolerance())
+			tau := int64(bk.Tolerance())
 			limit := now + int64(ledger.MaxRetention)
-			if r.Within > 0 {
-				limit = min(limit, now+int64(r.Within)+tau-int64(k-1)*t)
+			if w := r.Tokens[0].Within; w > 0 {
+				limit = min(limit, now+int64(w)+tau-int64(k-1)*t)
 			}
 			add := int64(k) * t
 			// expires is exact (it is computed from TAT as stored); the
@@ -764,7 +876,7 @@ func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Gra
 			// deletion then never takes a bucket that is not idle; a
 			// bucket reserved without Within waits for Sweep.
 			u = set(e.n(attrTAT)+" = "+e.n(attrTAT)+" + "+e.v("add", nsAV(add)),
-				e.n(attrRate)+" = "+e.v("rate", rateAV(r.Rate)), e.n(attrBurst)+" = "+e.v("burst", intAV(int64(r.Burst))),
+				e.n(attrRate)+" = "+e.v("rate", rateAV(bk.Rate)), e.n(attrBurst)+" = "+e.v("burst", intAV(int64(bk.Burst))),
 				e.n(attrExpires)+" = "+e.n(attrTAT)+" + "+e.v("addexp", nsAV(add+int64(ledger.BucketIdle))),
 				e.n(attrTTL)+" = "+e.v("ttl", intAV(ttlSeconds(time.Unix(0, limit+add+int64(ledger.BucketIdle))))))
 			cond = e.n(attrTAT) + " > " + nowV + " AND " + e.n(attrTAT) + " <= " + e.v("limit", nsAV(limit))
@@ -787,31 +899,66 @@ func (l *Ledger) reserve(ctx context.Context, r *ledger.Reservation) (ledger.Gra
 			// would meet again at once: wait a random part of a few
 			// milliseconds per try first, then look.
 			if err := pause(ctx, time.Duration(mrand.Int64N(int64(try+1)*int64(5*time.Millisecond)))); err != nil {
-				return ledger.Grant{}, fmt.Errorf("rate bucket %q: %w", r.Bucket, err)
+				return ledger.Grant{}, fmt.Errorf("reserve: rate bucket %q: %w", bk.Name, err)
 			}
 			tat, _, _, ok, err := l.readBucket(ctx, pk)
 			if err != nil {
-				return ledger.Grant{}, fmt.Errorf("rate bucket %q: %w", r.Bucket, err)
+				return ledger.Grant{}, fmt.Errorf("reserve: rate bucket %q: %w", bk.Name, err)
 			}
 			remember(tat, ok)
 			cached, known = tat, ok
 			continue
 		}
 		if err != nil {
-			return ledger.Grant{}, fmt.Errorf("rate bucket %q: %w", r.Bucket, err)
+			return ledger.Grant{}, fmt.Errorf("reserve: rate bucket %q: %w", bk.Name, err)
 		}
-		oldTAT, rate, burst, existed := bucketOf(out.Attributes)
-		if !existed {
-			rate, burst = r.Rate, r.Burst
-		}
+		oldTAT, rate, burst, _ := bucketOf(out.Attributes)
 		if !idle {
 			from = oldTAT
 		}
-		newTAT := from + int64(k)*t
-		remember(newTAT, true)
-		return r.Granted(from, k, now, rate, burst), nil
+		g, _ := plan(from, now, rate, burst)
+		remember(from+int64(k)*t, true)
+		return g, nil
 	}
-	return ledger.Grant{}, errContended("reserve", r.Bucket)
+	return ledger.Grant{}, errContended("reserve", bk.Name)
+}
+
+// writeBucket sets a bucket's TAT from was to tat, with b's limits,
+// conditioned on its TAT being was (or, was being idle at now, on its
+// being idle still, or missing), and returns what the bucket held.
+func (l *Ledger) writeBucket(ctx context.Context, b *ledger.Bucket, was, tat, now int64) (seenBucket, error) {
+	e := newExpr()
+	expires := tat + int64(ledger.BucketIdle)
+	u := "SET " + strings.Join([]string{e.n(attrTAT) + " = " + e.v("tat", nsAV(tat)),
+		e.n(attrRate) + " = " + e.v("rate", rateAV(b.Rate)), e.n(attrBurst) + " = " + e.v("burst", intAV(int64(b.Burst))),
+		e.n(attrExpires) + " = " + e.v("exp", nsAV(expires)),
+		e.n(attrTTL) + " = " + e.v("ttl", intAV(ttlSeconds(time.Unix(0, expires)))),
+	}, ", ")
+	var cond string
+	if was <= now {
+		cond = "attribute_not_exists(" + e.n(attrTAT) + ") OR " + e.n(attrTAT) + " <= " + e.v("now", nsAV(now))
+	} else {
+		cond = e.n(attrTAT) + " = " + e.v("was", nsAV(was))
+	}
+	var out *ddb.UpdateItemOutput
+	err := l.call(ctx, func(ctx context.Context) (err error) {
+		out, err = l.client.UpdateItem(ctx, &ddb.UpdateItemInput{
+			TableName:                 l.table,
+			Key:                       map[string]types.AttributeValue{attrPK: strAV(ratePrefix + b.Name)},
+			UpdateExpression:          aws.String(u),
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  e.nameMap(),
+			ExpressionAttributeValues: e.vals(),
+			ReturnValues:              types.ReturnValueAllOld,
+		})
+		return err
+	})
+	if err != nil {
+		return seenBucket{}, err
+	}
+	var old seenBucket
+	old.tat, old.rate, old.burst, old.found = bucketOf(out.Attributes)
+	return old, nil
 }
 
 // pause waits d, or until ctx ends.

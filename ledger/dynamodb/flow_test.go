@@ -31,7 +31,7 @@ func TestFlow_Requests(t *testing.T) {
 	}
 	reserve := func(l *dynamodb.Ledger, n int) {
 		t.Helper()
-		_, err := l.Reserve(ctx, []ledger.Reservation{{Bucket: "hot", Rate: 40, Burst: 1, N: n, Within: time.Minute}})
+		_, err := ledgertest.ReserveEach(ctx, l, []ledgertest.Ask{{Bucket: "hot", Rate: 40, Burst: 1, N: n, Within: time.Minute}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/sqsonce/sqsonce/internal/dynamotest"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/ledger/dynamodb"
+	"github.com/sqsonce/sqsonce/ledger/ledgertest"
 )
 
 // v1Ledger is a worker of the sqsonce before flow control on a table, with
@@ -274,7 +275,7 @@ func TestUpgrade_V1Table(t *testing.T) {
 	}
 	for _, step := range []error{
 		second(l.PutFlow(ctx, ledger.FlowDoc{Scope: "q", Data: []byte("paused")}, 0)),
-		second(l.Reserve(ctx, []ledger.Reservation{{Bucket: "b", Rate: 10, Burst: 1, N: 2}})),
+		second(ledgertest.ReserveEach(ctx, l, []ledgertest.Ask{{Bucket: "b", Rate: 10, Burst: 1, N: 2}})),
 		second(l.TakeSlots(ctx, []ledger.SlotRequest{{Pool: "p", Limit: 2, N: 1, Owner: "b", Lease: time.Minute}})),
 		l.PutProcess(ctx, ledger.Process{ID: "h/1/x", TTL: time.Minute}),
 	} {

@@ -24,7 +24,7 @@ type Flow interface {
 	PutFlow(ctx context.Context, doc ledger.FlowDoc, ifVersion int64) (ledger.FlowRead, error)
 	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
 	ListFlows(ctx context.Context) ([]ledger.FlowDoc, error)
-	Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error)
+	Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error)
 	TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error)
 	ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error
 	ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error
@@ -294,7 +294,7 @@ func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
 			}
 			return ds
 		}
-		gs, err := l.Reserve(ctx, []ledger.Reservation{
+		gs, err := ReserveEach(ctx, l, []Ask{
 			{Bucket: "b1", Rate: 10, Burst: 1, N: 5},
 			{Bucket: "b3", Rate: 10, Burst: 3, N: 4},
 			{Bucket: "w", Rate: 10, Burst: 1, N: 10, Within: 250 * time.Millisecond},
@@ -304,26 +304,26 @@ func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
 		wantGrant(t, "burst 3", gs[1], ms(0, 0, 0, 100), 200*time.Millisecond, 10, 3)
 		wantGrant(t, "within 250ms", gs[2], ms(0, 100, 200), 300*time.Millisecond, 10, 1)
 		// The same instant: the tokens go on where the last ones ended.
-		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b1", Rate: 10, Burst: 1, N: 1}, {Bucket: "w", Rate: 10, Burst: 1, N: 3, Within: 50 * time.Millisecond}})
+		gs, err = ReserveEach(ctx, l, []Ask{{Bucket: "b1", Rate: 10, Burst: 1, N: 1}, {Bucket: "w", Rate: 10, Burst: 1, N: 3, Within: 50 * time.Millisecond}})
 		must(t, err)
 		wantGrant(t, "burst 1 again", gs[0], ms(500), 600*time.Millisecond, 10, 1)
 		wantGrant(t, "nothing within 50ms", gs[1], nil, 300*time.Millisecond, 10, 1)
 		// Later: offsets from the new now; an idle bucket has its burst.
 		clock.Advance(250 * time.Millisecond)
-		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b1", Rate: 10, Burst: 1, N: 2}, {Bucket: "b3", Rate: 10, Burst: 3, N: 1}})
+		gs, err = ReserveEach(ctx, l, []Ask{{Bucket: "b1", Rate: 10, Burst: 1, N: 2}, {Bucket: "b3", Rate: 10, Burst: 3, N: 1}})
 		must(t, err)
 		wantGrant(t, "burst 1 later", gs[0], ms(350, 450), 550*time.Millisecond, 10, 1)
 		wantGrant(t, "burst 3 later", gs[1], ms(0), 50*time.Millisecond, 10, 3)
 		clock.Advance(10 * time.Second)
-		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b3", Rate: 10, Burst: 3, N: 4}})
+		gs, err = ReserveEach(ctx, l, []Ask{{Bucket: "b3", Rate: 10, Burst: 3, N: 4}})
 		must(t, err)
 		wantGrant(t, "burst 3 idle", gs[0], ms(0, 0, 0, 100), 200*time.Millisecond, 10, 3)
 		// A reserver with other limits is told the bucket's; its
 		// reservation follows its own (no tolerance with burst 1).
-		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b3", Rate: 20, Burst: 1, N: 1}})
+		gs, err = ReserveEach(ctx, l, []Ask{{Bucket: "b3", Rate: 20, Burst: 1, N: 1}})
 		must(t, err)
 		wantGrant(t, "other limits", gs[0], ms(400), 450*time.Millisecond, 10, 3)
-		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b3", Rate: 20, Burst: 1, N: 1}})
+		gs, err = ReserveEach(ctx, l, []Ask{{Bucket: "b3", Rate: 20, Burst: 1, N: 1}})
 		must(t, err)
 		if gs[0].Rate != 20 || gs[0].Burst != 1 {
 			t.Fatalf("the bucket's limits after another reserver's: %v/%d", gs[0].Rate, gs[0].Burst)
@@ -333,11 +333,11 @@ func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
 		clock.Advance(ledger.BucketIdle + time.Minute)
 		_, err = l.Sweep(ctx)
 		must(t, err)
-		gs, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b3", Rate: 5, Burst: 2, N: 1}})
+		gs, err = ReserveEach(ctx, l, []Ask{{Bucket: "b3", Rate: 5, Burst: 2, N: 1}})
 		must(t, err)
 		wantGrant(t, "swept", gs[0], ms(0), 0, 5, 2)
 		// Bounds.
-		for _, r := range [][]ledger.Reservation{
+		for _, r := range [][]Ask{
 			{{Bucket: "x", Rate: 0, Burst: 1, N: 1}},
 			{{Bucket: "x", Rate: math.NaN(), Burst: 1, N: 1}},
 			{{Bucket: "x", Rate: 1, Burst: 0, N: 1}},
@@ -346,9 +346,34 @@ func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
 			{{Bucket: "", Rate: 1, Burst: 1, N: 1}},
 			{{Bucket: "x", Rate: 1, Burst: 1, N: 1}, {Bucket: "x", Rate: 1, Burst: 1, N: 1}},
 		} {
-			if _, err := l.Reserve(ctx, r); !errors.Is(err, ledger.ErrInvalidArgument) {
+			if _, err := ReserveEach(ctx, l, r); !errors.Is(err, ledger.ErrInvalidArgument) {
 				t.Fatalf("reserve %+v: %v", r, err)
 			}
+		}
+	})
+
+	t.Run("ReserveTogether", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		fleet, tenant := ledger.Bucket{Name: "fleet", Rate: 10, Burst: 1}, ledger.Bucket{Name: "tenant", Rate: 5, Burst: 1}
+		_, err := ReserveEach(ctx, l, []Ask{{Bucket: "fleet", Rate: 10, Burst: 1, N: 10}})
+		must(t, err)
+		// The fleet is a second ahead, the tenant idle: the tenant's
+		// tokens start with the fleet's and move on from there.
+		g, err := l.Reserve(ctx, ledger.Reservation{Buckets: []ledger.Bucket{fleet, tenant},
+			Tokens: []ledger.Token{{Buckets: []int{0, 1}}, {Buckets: []int{0, 1}}, {Buckets: []int{0}}, {Buckets: []int{1}, Within: 2 * time.Second}}})
+		must(t, err)
+		if fmt.Sprint(g.Starts, g.Taken, g.Next) != "[1s 1.2s 1.3s 1.4s] [true true true true] [1.4s 1.6s]" || !g.Now.Equal(clock.Now()) {
+			t.Fatalf("tokens of a busy fleet and an idle tenant: %+v at %v", g, clock.Now())
+		}
+		// A token that does not fit is not taken and moves nothing;
+		// the next one, of a quiet tenant, is taken.
+		clock.Advance(400 * time.Millisecond)
+		g, err = l.Reserve(ctx, ledger.Reservation{Buckets: []ledger.Bucket{fleet, tenant, {Name: "quiet", Rate: 5, Burst: 1}},
+			Tokens: []ledger.Token{{Buckets: []int{0, 1}, Within: 1100 * time.Millisecond}, {Buckets: []int{0, 2}, Within: 1100 * time.Millisecond}}})
+		must(t, err)
+		if fmt.Sprint(g.Starts, g.Taken, g.Next) != "[1.2s 1s] [false true] [1.1s 1.2s 1.2s]" {
+			t.Fatalf("a busy tenant's token before a quiet one's: %+v", g)
 		}
 	})
 
@@ -578,11 +603,66 @@ func runFlowShared(t *testing.T, open OpenShared) {
 		reserveConcurrent(t, open(t, clock, 3), clock)
 	})
 
+	t.Run("ReserveTogetherConcurrentHosts", func(t *testing.T) {
+		t.Parallel()
+		clock := NewClock()
+		reserveTogether(t, open(t, clock, 3), clock)
+	})
+
 	t.Run("SlotsAcrossHosts", func(t *testing.T) {
 		t.Parallel()
 		ls := open(t, NewClock(), 4)
 		slotsConcurrent(t, ls)
 	})
+}
+
+// Ask asks a bucket for N tokens, each taking that bucket alone (the
+// reservations of a handler's rate alone).
+type Ask struct {
+	Bucket string
+	Rate   float64
+	Burst  int
+	N      int
+	Within time.Duration
+}
+
+// Got is what an Ask took: the starts of the tokens taken, in order, when
+// a further token would start, and the limits the bucket held.
+type Got struct {
+	Starts []time.Duration
+	Next   time.Duration
+	Rate   float64
+	Burst  int
+}
+
+// ReserveEach reserves the tokens of asks in one call of r, each ask's
+// tokens taking its bucket alone.
+func ReserveEach(ctx context.Context, r interface {
+	Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error)
+}, asks []Ask) ([]Got, error) {
+	var res ledger.Reservation
+	for i, a := range asks {
+		res.Buckets = append(res.Buckets, ledger.Bucket{Name: a.Bucket, Rate: a.Rate, Burst: a.Burst})
+		for range a.N {
+			res.Tokens = append(res.Tokens, ledger.Token{Buckets: []int{i}, Within: a.Within})
+		}
+	}
+	g, err := r.Reserve(ctx, res)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Got, len(asks))
+	k := 0
+	for i, a := range asks {
+		out[i] = Got{Next: g.Next[i], Rate: g.Rates[i], Burst: g.Bursts[i]}
+		for range a.N {
+			if g.Taken[k] {
+				out[i].Starts = append(out[i].Starts, g.Starts[k])
+			}
+			k++
+		}
+	}
+	return out, nil
 }
 
 func wantCounts(t *testing.T, l Ledger, want map[string]int) {
@@ -594,7 +674,7 @@ func wantCounts(t *testing.T, l Ledger, want map[string]int) {
 	}
 }
 
-func wantGrant(t *testing.T, what string, g ledger.Grant, starts []time.Duration, next time.Duration, rate float64, burst int) {
+func wantGrant(t *testing.T, what string, g Got, starts []time.Duration, next time.Duration, rate float64, burst int) {
 	t.Helper()
 	if len(starts) == 0 {
 		starts = []time.Duration{}
@@ -667,7 +747,7 @@ func reserveInterleaved(t *testing.T, ls []Ledger, clock *Clock) {
 	var starts []time.Time
 	for i := range 30 {
 		l := ls[i%len(ls)]
-		gs, err := l.Reserve(ctx, []ledger.Reservation{{Bucket: "shared", Rate: 20, Burst: 1, N: 1 + i%3}})
+		gs, err := ReserveEach(ctx, l, []Ask{{Bucket: "shared", Rate: 20, Burst: 1, N: 1 + i%3}})
 		must(t, err)
 		now := clock.Now()
 		for _, s := range gs[0].Starts {
@@ -683,6 +763,74 @@ func reserveInterleaved(t *testing.T, ls []Ledger, clock *Clock) {
 	}
 	if len(starts) != 60 {
 		t.Fatalf("%d tokens, want 60", len(starts))
+	}
+}
+
+// reserveTogether has reservers take tokens that each take a fleet's
+// bucket (40/s) and one of two tenants' (10/s), all at once, while the
+// clock moves: within every bucket the tokens start at least its interval
+// apart (burst 1), although each token starts at the later of its two
+// buckets' times.
+func reserveTogether(t *testing.T, ls []Ledger, clock *Clock) {
+	t.Helper()
+	ctx := context.Background()
+	buckets := []ledger.Bucket{{Name: "fleet", Rate: 40, Burst: 1}, {Name: "tenant-a", Rate: 10, Burst: 1}, {Name: "tenant-b", Rate: 10, Burst: 1}}
+	var mu sync.Mutex
+	var step sync.RWMutex
+	starts := map[string][]time.Time{}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ls))
+	for h, l := range ls {
+		wg.Go(func() {
+			for i := range 12 {
+				// Two or three tokens: of tenant a, of tenant b, and
+				// of the fleet alone.
+				r := ledger.Reservation{Buckets: buckets, Tokens: []ledger.Token{{Buckets: []int{0, 1 + (h+i)%2}}, {Buckets: []int{0, 2 - (h+i)%2}}}}
+				if i%3 == 0 {
+					r.Tokens = append(r.Tokens, ledger.Token{Buckets: []int{0}})
+				}
+				step.RLock()
+				g, err := l.Reserve(ctx, r)
+				now := clock.Now()
+				step.RUnlock()
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				for k, tk := range r.Tokens {
+					if !g.Taken[k] {
+						errs <- fmt.Errorf("token %d not taken without a bound", k)
+					}
+					for _, b := range tk.Buckets {
+						starts[buckets[b].Name] = append(starts[buckets[b].Name], now.Add(g.Starts[k]))
+					}
+				}
+				mu.Unlock()
+				if h == 0 && i%2 == 1 {
+					step.Lock()
+					clock.Advance(70 * time.Millisecond)
+					step.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, b := range buckets {
+		ss := starts[b.Name]
+		slices.SortFunc(ss, func(a, b time.Time) int { return a.Compare(b) })
+		for i := 1; i < len(ss); i++ {
+			if d := ss[i].Sub(ss[i-1]); d < b.Interval() {
+				t.Fatalf("bucket %s: tokens %d and %d start %v apart, closer than its interval %v", b.Name, i-1, i, d, b.Interval())
+			}
+		}
+	}
+	if n := len(starts["fleet"]); n != 3*(24+4) {
+		t.Fatalf("%d tokens of the fleet, want %d", n, 3*28)
 	}
 }
 
@@ -704,7 +852,7 @@ func reserveConcurrent(t *testing.T, ls []Ledger, clock *Clock) {
 		wg.Go(func() {
 			for i := range each {
 				step.RLock()
-				gs, err := l.Reserve(ctx, []ledger.Reservation{{Bucket: "hot", Rate: rate, Burst: burst, N: 1}})
+				gs, err := ReserveEach(ctx, l, []Ask{{Bucket: "hot", Rate: rate, Burst: burst, N: 1}})
 				now := clock.Now()
 				step.RUnlock()
 				if err != nil {

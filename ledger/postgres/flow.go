@@ -65,6 +65,9 @@ type flowState struct {
 	// made (or touched) and when, by this host's clock: see TakeSlots.
 	mu       sync.Mutex
 	verified map[string]slotRows
+	// made remembers when this host last made sure each rate bucket's
+	// row exists, by its clock: see Reserve.
+	made map[string]time.Time
 }
 
 type slotRows struct {
@@ -77,10 +80,24 @@ type slotRows struct {
 // remove rows untouched and free.
 const slotVerify = time.Minute
 
+// bucketVerify is how long a rate bucket's row is taken to exist after this
+// host made sure of it: well within ledger.BucketIdle, after which Sweep
+// may remove it.
+const bucketVerify = time.Minute
+
+// subset is the n elements of xs that pick names.
+func subset[T any](xs []T, pick func(int) int, n int) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = xs[pick(i)]
+	}
+	return out
+}
+
 type flowQueries struct {
 	putFlowNew, putFlowOver, readFlow, deleteFlow, listFlows string
 	putProc, removeProc, procs                               string
-	reserve                                                  string
+	makeBuckets, reserve                                     string
 	ensureSlots, takeSlots, extendSlots, releaseSlots        string
 	mark, explainMark, deadCounts                            string
 	deadGroups                                               string
@@ -102,7 +119,7 @@ func suffixed(c *config, s string) pgx.Identifier {
 }
 
 func newFlowState(c *config) flowState {
-	return flowState{q: newFlowQueries(c), verified: map[string]slotRows{}}
+	return flowState{q: newFlowQueries(c), verified: map[string]slotRows{}, made: map[string]time.Time{}}
 }
 
 // nowNanos is the statement's clock (see nowExpr) in Unix nanoseconds.
@@ -113,16 +130,6 @@ func newFlowQueries(c *config) flowQueries {
 	docsID, rateID, slotsID, procsID, _ := flowTables(c)
 	docs, rate, slots, procs := docsID.Sanitize(), rateID.Sanitize(), slotsID.Sanitize(), procsID.Sanitize()
 	minutes := suffixed(c, "_minutes").Sanitize()
-	// fit is ledger.Reservation.Fit in SQL, for a bucket's TAT raised to
-	// now (from), with the request's columns named by p (r. for the new
-	// row, excluded. for the one in conflict).
-	fit := func(from, p, now string) string {
-		tau := `(` + p + `burst - 1)::bigint * ` + p + `emission`
-		return `(CASE WHEN ` + from + ` - ` + now + ` > ` + fmt.Sprint(int64(ledger.MaxRetention)) + ` THEN 0
-		WHEN ` + p + `within_ns = 0 THEN ` + p + `asked
-		ELSE least(` + p + `asked, greatest(0, floor((` + p + `within_ns + ` + tau + ` + ` + now + ` - ` + from + `)::numeric / ` + p + `emission)::bigint + 1)) END)`
-	}
-	from := `greatest(b.tat, excluded.at_ns)`
 	return flowQueries{
 		// A creation ($5 the expiry, $6 a TTL in microseconds) writes
 		// only where the scope has no row; a write over version $7 only
@@ -160,24 +167,58 @@ ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, version
 FROM ` + procs + ` p, (SELECT ` + nowExpr + ` AS now) c
 WHERE p.expires + $2::bigint * interval '1 microsecond' > c.now ORDER BY p.id`,
 
-		// Every bucket of a call in one statement: a new bucket is
-		// inserted with its first tokens, an existing one takes them
-		// from its TAT raised to now. took and at_ns tell the caller
-		// where its tokens began; prev_ the limits the bucket held.
-		// Buckets are locked in their order, as claims lock records.
-		reserve: `
-INSERT INTO ` + rate + ` AS b (bucket, tat, emission, rate, burst, asked, within_ns, at_ns, took, prev_rate, prev_burst)
-SELECT r.bucket, c.now + ` + fit("c.now", "r.", "c.now") + ` * r.emission, r.emission, r.rate, r.burst, r.asked, r.within_ns,
-	c.now, ` + fit("c.now", "r.", "c.now") + `, r.rate, r.burst
-FROM unnest($2::bytea[], $3::float8[], $4::int[], $5::bigint[], $6::int[], $7::bigint[]) AS r(bucket, rate, burst, emission, asked, within_ns),
-	(SELECT ` + nowNanos + ` AS now) c
+		// The rows of rate buckets, made idle where missing, so that
+		// the reservation after it, in the same transaction, finds and
+		// locks them.
+		makeBuckets: `
+INSERT INTO ` + rate + ` (bucket, tat, emission, rate, burst, asked, within_ns, at_ns, took, prev_rate, prev_burst)
+SELECT r.bucket, 0, r.emission, r.rate, r.burst, 0, 0, 0, 0, r.rate, r.burst
+FROM unnest($1::bytea[], $2::float8[], $3::int[], $4::bigint[]) AS r(bucket, rate, burst, emission)
 ORDER BY r.bucket
-ON CONFLICT (bucket) DO UPDATE SET
-	tat = ` + from + ` + ` + fit(from, "excluded.", "excluded.at_ns") + ` * excluded.emission,
-	took = ` + fit(from, "excluded.", "excluded.at_ns") + `,
-	emission = excluded.emission, rate = excluded.rate, burst = excluded.burst, asked = excluded.asked,
-	within_ns = excluded.within_ns, at_ns = excluded.at_ns, prev_rate = b.rate, prev_burst = b.burst
-RETURNING b.bucket, b.tat, b.took, b.at_ns, b.emission, b.prev_rate, b.prev_burst`,
+ON CONFLICT (bucket) DO NOTHING`,
+		// A reservation in one statement (see Reserve): cur locks the
+		// buckets that exist, in their order, as claims lock records;
+		// plan is ledger.Reservation.Plan, a token per step ($6 and $7
+		// pair tokens with their buckets' indexes, 1-based; $8 are the
+		// tokens' bounds), its last step the buckets' new TATs; upd and
+		// ins write those that moved, ins only where no other reserver
+		// made the bucket meanwhile. A row per bucket tells the caller
+		// what the plan started from, and whether the bucket was
+		// written.
+		reserve: `
+WITH RECURSIVE
+req AS (SELECT * FROM unnest($2::bytea[], $3::float8[], $4::int[], $5::bigint[]) WITH ORDINALITY AS r(bucket, rate, burst, emission, i)),
+cur AS (SELECT b.bucket, b.tat, b.rate, b.burst FROM ` + rate + ` b WHERE b.bucket = ANY($2::bytea[]) ORDER BY b.bucket FOR UPDATE),
+c AS (SELECT ` + nowNanos + ` AS now),
+was AS (SELECT r.i, r.bucket, r.rate, r.burst, r.emission, (r.burst - 1)::bigint * r.emission AS tau,
+	coalesce(cur.tat, 0) AS tat, cur.rate AS held_rate, cur.burst AS held_burst
+	FROM req r LEFT JOIN cur ON cur.bucket = r.bucket),
+m AS (SELECT * FROM unnest($6::int[], $7::int[]) AS m(tok, bi)),
+plan(k, tats) AS (
+	SELECT 0, array(SELECT w.tat FROM was w ORDER BY w.i)
+	UNION ALL
+	SELECT p.k + 1, (
+		SELECT array_agg(CASE WHEN s.fits AND w.i IN (SELECT m.bi FROM m WHERE m.tok = p.k + 1)
+			THEN greatest(p.tats[w.i], s.start) + w.emission ELSE p.tats[w.i] END ORDER BY w.i)
+		FROM was w, (
+			SELECT st.start, st.start - c.now <= CASE WHEN ($8::bigint[])[p.k + 1] > 0 THEN ($8::bigint[])[p.k + 1]
+				ELSE ` + fmt.Sprint(int64(ledger.MaxRetention)) + ` END AS fits
+			FROM c, (SELECT greatest((SELECT now FROM c), max(p.tats[w2.i] - w2.tau)) AS start
+				FROM was w2 JOIN m ON m.bi = w2.i AND m.tok = p.k + 1) st) s)
+	FROM plan p WHERE p.k < $9::int),
+fin AS (SELECT p.tats FROM plan p ORDER BY p.k DESC LIMIT 1),
+upd AS (UPDATE ` + rate + ` AS b SET tat = fin.tats[w.i], emission = w.emission, rate = w.rate, burst = w.burst,
+		at_ns = c.now, prev_rate = b.rate, prev_burst = b.burst
+	FROM was w, fin, c WHERE b.bucket = w.bucket AND w.held_rate IS NOT NULL AND fin.tats[w.i] <> w.tat
+	RETURNING b.bucket),
+ins AS (INSERT INTO ` + rate + ` (bucket, tat, emission, rate, burst, asked, within_ns, at_ns, took, prev_rate, prev_burst)
+	SELECT w.bucket, fin.tats[w.i], w.emission, w.rate, w.burst, 0, 0, c.now, 0, w.rate, w.burst
+	FROM was w, fin, c WHERE w.held_rate IS NULL AND fin.tats[w.i] <> w.tat ORDER BY w.bucket
+	ON CONFLICT (bucket) DO NOTHING
+	RETURNING bucket)
+SELECT w.i, w.tat, coalesce(w.held_rate, 0), coalesce(w.held_burst, 0), fin.tats[w.i],
+	fin.tats[w.i] = w.tat OR w.bucket IN (SELECT bucket FROM upd UNION ALL SELECT bucket FROM ins), c.now
+FROM was w, fin, c ORDER BY w.i`,
 
 		// The rows 0..limit-1 of pools, made where missing and touched
 		// where present, so that Sweep leaves them for a while.
@@ -771,59 +812,115 @@ func (l *Ledger) Processes(ctx context.Context) ([]ledger.Process, error) {
 	return ps, nil
 }
 
-// Reserve takes tokens of rate buckets (see ledger.Reservation), every
-// bucket of the call in one statement and one round trip, with the
-// server's clock. A call whose answer was lost with its connection is
-// tried once more: the tokens of the first attempt, if it committed, are
-// then lost to everyone (the rate is undershot, never exceeded).
-func (l *Ledger) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
-	if err := ledger.ValidateReservations(rs); err != nil {
-		return nil, err
+// Reserve takes rate tokens (see ledger.Reservation) with the server's
+// clock, in one statement and one round trip: it locks the buckets, plans
+// the reservation in SQL as ledger.Reservation.Plan does, and writes the
+// buckets that moved. Buckets this host has not seen for a while are made
+// first where missing, by a statement sent in the same round trip and
+// transaction. The plan is made again here from the TATs the
+// statement started from, and must agree. A bucket that was missing and
+// that another reserver made meanwhile is not written: the tokens that
+// take it are not taken (those of its other buckets go unused: the rate
+// is undershot, never exceeded). A call whose answer was lost with its
+// connection is tried once more: the tokens of the first attempt, if it
+// committed, are then lost to everyone in the same way.
+func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error) {
+	if err := r.Validate(); err != nil {
+		return ledger.Grant{}, err
 	}
-	buckets, rates, emissions, withins := make([][]byte, len(rs)), make([]float64, len(rs)), make([]int64, len(rs)), make([]int64, len(rs))
-	bursts, ns := make([]int32, len(rs)), make([]int32, len(rs))
-	index := make(map[string]int, len(rs))
-	for i := range rs {
-		r := &rs[i]
-		buckets[i], rates[i], emissions[i], withins[i] = []byte(r.Bucket), r.Rate, int64(r.Interval()), int64(r.Within)
-		bursts[i], ns[i] = int32(r.Burst), int32(r.N)
-		index[r.Bucket] = i
+	n := len(r.Buckets)
+	names, rates, bursts, emissions := make([][]byte, n), make([]float64, n), make([]int32, n), make([]int64, n)
+	for i, b := range r.Buckets {
+		names[i], rates[i], bursts[i], emissions[i] = []byte(b.Name), b.Rate, int32(b.Burst), int64(b.Interval())
 	}
-	gs := make([]ledger.Grant, len(rs))
+	var toks, bks []int32
+	withins := make([]int64, len(r.Tokens))
+	for k, t := range r.Tokens {
+		withins[k] = int64(t.Within)
+		for _, b := range t.Buckets {
+			toks, bks = append(toks, int32(k+1)), append(bks, int32(b+1))
+		}
+	}
+	var fresh []int
+	seen := time.Now()
+	l.flow.mu.Lock()
+	for i, b := range r.Buckets {
+		if at, ok := l.flow.made[b.Name]; !ok || seen.Sub(at) > bucketVerify {
+			fresh = append(fresh, i)
+		}
+	}
+	l.flow.mu.Unlock()
+	var g ledger.Grant
 	err := l.do(ctx, func(ctx context.Context, _ bool) error {
-		rows, err := l.pool.Query(ctx, l.flow.q.reserve, l.clock(), buckets, rates, bursts, emissions, ns, withins)
+		b := &pgx.Batch{}
+		if len(fresh) > 0 {
+			pick := func(i int) int { return fresh[i] }
+			b.Queue(l.flow.q.makeBuckets, subset(names, pick, len(fresh)), subset(rates, pick, len(fresh)),
+				subset(bursts, pick, len(fresh)), subset(emissions, pick, len(fresh)))
+		}
+		b.Queue(l.flow.q.reserve, l.clock(), names, rates, bursts, emissions, toks, bks, withins, int32(len(r.Tokens)))
+		br := l.pool.SendBatch(ctx, b)
+		defer br.Close()
+		if len(fresh) > 0 {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
+		tats, held, heldBurst, planned := make([]int64, n), make([]float64, n), make([]int, n), make([]int64, n)
+		written := make([]bool, n)
+		var now int64
 		got := 0
 		for rows.Next() {
-			var bucket []byte
-			var tat, at, emission int64
-			var took, prevBurst int32
-			var prevRate float64
-			if err := rows.Scan(&bucket, &tat, &took, &at, &emission, &prevRate, &prevBurst); err != nil {
+			var i int64
+			var burst int32
+			var tat, next int64
+			var rate float64
+			var ok bool
+			if err := rows.Scan(&i, &tat, &rate, &burst, &next, &ok, &now); err != nil {
 				return err
 			}
-			i, ok := index[string(bucket)]
-			if !ok {
-				return fmt.Errorf("reserve: a row for bucket %q, not asked for", bucket)
+			if i < 1 || i > int64(n) {
+				return fmt.Errorf("a row for bucket %d of %d", i, n)
 			}
-			gs[i] = rs[i].Granted(tat-int64(took)*emission, int(took), at, prevRate, int(prevBurst))
+			tats[i-1], held[i-1], heldBurst[i-1], planned[i-1], written[i-1] = tat, rate, int(burst), next, ok
 			got++
 		}
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		if got != len(rs) {
-			return fmt.Errorf("reserve: %d rows for %d buckets", got, len(rs))
+		if got != n {
+			return fmt.Errorf("%d rows for %d buckets", got, n)
 		}
-		return nil
+		g = r.Plan(tats, held, heldBurst, now)
+		if !slices.Equal(tats, planned) {
+			return fmt.Errorf("the server planned TATs %v, this host %v", planned, tats)
+		}
+		for k, t := range r.Tokens {
+			for _, b := range t.Buckets {
+				if !written[b] {
+					g.Taken[k] = false
+				}
+			}
+		}
+		rows.Close()
+		return br.Close()
 	})
-	if err != nil {
-		return nil, fmt.Errorf("reserve: %w", err)
+	if err == nil {
+		l.flow.mu.Lock()
+		for _, i := range fresh {
+			l.flow.made[r.Buckets[i].Name] = seen
+		}
+		l.flow.mu.Unlock()
 	}
-	return gs, nil
+	if err != nil {
+		return ledger.Grant{}, fmt.Errorf("reserve: %w", err)
+	}
+	return g, nil
 }
 
 // TakeSlots takes free slots for each request (see ledger.SlotRequest), in

@@ -6,6 +6,7 @@ import (
 
 	"github.com/sqsonce/sqsonce/internal/pgtest"
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/ledgertest"
 )
 
 // TestFlow_RoundTrips counts, through a proxy, the round trips of each flow
@@ -22,7 +23,7 @@ func TestFlow_RoundTrips(t *testing.T) {
 	mustClaim(t, l, claimReq("k2", "o"), ledger.Claimed)
 	reserve := func(tag string) func() error {
 		return func() error {
-			_, err := l.Reserve(ctx, []ledger.Reservation{
+			_, err := ledgertest.ReserveEach(ctx, l, []ledgertest.Ask{
 				{Bucket: "a" + tag, Rate: 40, Burst: 1, N: 10},
 				{Bucket: "b" + tag, Rate: 5, Burst: 2, N: 10, Within: time.Second},
 				{Bucket: "c" + tag, Rate: 1000, Burst: 10, N: 3},

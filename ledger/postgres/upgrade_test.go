@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqsonce/sqsonce/internal/pgtest"
 	"github.com/sqsonce/sqsonce/ledger"
+	"github.com/sqsonce/sqsonce/ledger/ledgertest"
 	"github.com/sqsonce/sqsonce/ledger/postgres"
 )
 
@@ -245,7 +246,7 @@ func TestUpgrade_V1Table(t *testing.T) {
 	must(t, l.MarkDeadLettered(ctx, []ledger.DeadLetter{{Key: "perm", Owner: "b", Reason: "bad card 4242", CopyID: "copy-1"}})[0])
 	_, err = l.PutFlow(ctx, ledger.FlowDoc{Scope: "q", Data: []byte("paused")}, 0)
 	must(t, err)
-	_, err = l.Reserve(ctx, []ledger.Reservation{{Bucket: "b", Rate: 10, Burst: 1, N: 3}})
+	_, err = ledgertest.ReserveEach(ctx, l, []ledgertest.Ask{{Bucket: "b", Rate: 10, Burst: 1, N: 3}})
 	must(t, err)
 	_, err = l.TakeSlots(ctx, []ledger.SlotRequest{{Pool: "p", Limit: 2, N: 1, Owner: "b", Lease: time.Minute}})
 	must(t, err)
