@@ -530,6 +530,71 @@ func TestWorker_StopDuringPauseDefers(t *testing.T) {
 	}
 }
 
+// claimsHeld is a ledger whose first claim call waits until released.
+type claimsHeld struct {
+	*ledger.DB
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (l *claimsHeld) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
+	first := false
+	l.once.Do(func() { first = true; close(l.entered) })
+	if first {
+		<-l.release
+	}
+	return l.DB.ClaimBatch(ctx, reqs)
+}
+
+// A stop that comes while a received batch's claims are being written,
+// during a pause, defers what the pause holds near the redrive's receive
+// count rather than give it back for its last receive.
+func TestWorker_StopDuringClaimsDefers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 2})
+	b.sendMany(3, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	l := &claimsHeld{DB: b.db, entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := b.config()
+	cfg.Flow.Scope = "stop-during-claims"
+	w, err := worker.New(cfg, b.client, l, worker.HandlerFunc(func(context.Context, *worker.Message) error {
+		t.Error("a handler ran during the pause")
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-l.entered:
+	case <-time.After(15 * time.Second):
+		t.Fatal("no claim within 15s")
+	}
+	if _, err := worker.PauseByHand(context.Background(), b.db, cfg.Flow.Scope, time.Now().Add(time.Minute), "maintenance", "test", 0); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the worker to see the pause", 15*time.Second, func() bool { return w.Health().Paused })
+	cancel()
+	close(l.release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return 30s after its context ended")
+	}
+	s := w.Stats()
+	t.Logf("stats %+v", s)
+	if s.GivenBack != 0 || s.Deferred != s.Received {
+		t.Fatalf("%d of %d received given back for their last receive, %d deferred", s.GivenBack, s.Received, s.Deferred)
+	}
+	if n := b.dlqCount(); n != 0 {
+		t.Fatalf("%d messages in the dead-letter queue", n)
+	}
+}
+
 // refuseSends answers every SendMessage as SQS does a caller without
 // sqs:SendMessage on the queue, and passes everything else on.
 type refuseSends struct {

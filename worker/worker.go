@@ -524,8 +524,16 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 	}
 	if ctx.Err() != nil {
 		// The stop came while the claims were being written: none of
-		// this batch has started, so all of it goes back.
-		b.giveBack(all, false, 0)
+		// this batch has started, so all of it goes back, but for what a
+		// pause holds near the redrive's receive count: given back, its
+		// next receive would be its last.
+		back := all[:0:0]
+		for _, j := range all {
+			if st, _ := b.state(j); st != waiting || !w.deferAtStop(j) || !w.deferMsg(j, w.cfg.Flow.ProbeMax, "held for flow control at a stop, near the redrive's receive count") {
+				back = append(back, j)
+			}
+		}
+		b.giveBack(back, false, 0)
 		return
 	}
 	var claimed []*job
