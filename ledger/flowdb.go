@@ -370,6 +370,22 @@ func (db *DB) Reserve(ctx context.Context, r Reservation) (Grant, error) {
 	return g, nil
 }
 
+// BucketLimits returns the rate and burst that the rate bucket name holds
+// (see Grant.Rates): the limits its last reserver took tokens with;
+// found is false for a bucket with none. On the embedded ledger buckets
+// live in memory, in the one process that reserves.
+func (db *DB) BucketLimits(ctx context.Context, name string) (rate float64, burst int, found bool, err error) {
+	if err := db.checkOpen(); err != nil {
+		return 0, 0, false, fmt.Errorf("bucket limits: %w", err)
+	}
+	db.mem.mu.Lock()
+	defer db.mem.mu.Unlock()
+	if mb := db.mem.buckets[name]; mb != nil {
+		return mb.rate, mb.burst, true, nil
+	}
+	return 0, 0, false, nil
+}
+
 // TakeSlots takes free slots for each request, at once (see SlotRequest):
 // for each request the slots taken, fewer than N (or none) when fewer are
 // free. An invalid request, or a pool named twice, fails the call before

@@ -89,6 +89,9 @@ func checkFlowPauses(ctx context.Context, c *checker, cfg Config, retention time
 	}
 	defer l.Close()
 	scope := flowScope(cfg)
+	if sl, ok := l.(sharedLedger); ok && cfg.Flow.Rate > 0 {
+		checkRateAgreement(ctx, c, sl, scope, cfg.Flow.Rate, max(cfg.Flow.Burst, 1))
+	}
 	st, err := readFlowStatus(ctx, l, scope)
 	if err != nil {
 		c.line("warn", "flow paused", "cannot read the pauses in the ledger: %v", err)
@@ -112,6 +115,25 @@ func checkFlowPauses(ctx context.Context, c *checker, cfg Config, retention time
 		default:
 			c.line("warn", "flow paused", "%q is %s: %v old; `sqsonce flow status` shows it, `sqsonce flow resume` ends it", sp.doc.Scope, r, age)
 		}
+	}
+}
+
+// checkRateAgreement compares flow.rate and flow.burst with the limits the
+// scope's rate bucket in a shared ledger holds, those of the worker that
+// last took its tokens: workers that disagree take turns at setting it.
+func checkRateAgreement(ctx context.Context, c *checker, l sharedLedger, scope string, rate float64, burst int) {
+	held, heldBurst, found, err := l.BucketLimits(ctx, scope)
+	switch {
+	case err != nil:
+		c.line("warn", "flow rate bucket", "cannot read the rate bucket %q in the ledger: %v", scope, err)
+	case !found:
+		c.line("ok", "flow rate bucket", "%q: no worker has taken its tokens yet (or it was idle long enough to be swept)", scope)
+	case held != rate || heldBurst != burst:
+		c.line("warn", "flow rate bucket", "%q holds rate %s/s (burst %d), from the worker that last took its tokens; this configuration says %s/s (burst %d): "+
+			"workers that share the scope with different limits take turns at setting it, and the fleet follows neither; give every worker of the scope the same flow.rate and flow.burst",
+			scope, num(held), heldBurst, num(rate), burst)
+	default:
+		c.line("ok", "flow rate bucket", "%q holds rate %s/s (burst %d), as configured", scope, num(held), heldBurst)
 	}
 }
 

@@ -84,6 +84,35 @@ func TestMain_CheckFlow(t *testing.T) {
 		}
 	})
 
+	// On a shared ledger the rate lives with its bucket: check compares
+	// the configured limits with those the bucket holds.
+	for _, b := range sharedBackends {
+		t.Run("RateBucket/"+b.name, func(t *testing.T) {
+			t.Parallel()
+			st := b.new(t)
+			e := newSharedEnv(t, st, "", "exit 0\n")
+			e.initTable()
+			scope := queueNameOf(e.queue.URL) + " " + filepath.Join(e.dir, "handler.sh")
+			_, out := e.run("check", "", "SQSONCE_FLOW_RATE=40")
+			if want := `ok flow rate bucket "` + scope + `": no worker has taken its tokens yet`; !strings.Contains(squash(out), want) {
+				t.Errorf("no %q in:\n%s", want, out)
+			}
+			db := st.open(t)
+			if _, err := db.(worker.FlowLedger).Reserve(context.Background(), ledger.Reservation{Buckets: []ledger.Bucket{{Name: scope, Rate: 40, Burst: 1}},
+				Tokens: []ledger.Token{{Buckets: []int{0}}}}); err != nil {
+				t.Fatal(err)
+			}
+			_, out = e.run("check", "", "SQSONCE_FLOW_RATE=40")
+			if want := `ok flow rate bucket "` + scope + `" holds rate 40/s (burst 1), as configured`; !strings.Contains(squash(out), want) || strings.Contains(out, "warn flow rate bucket") {
+				t.Errorf("no %q in:\n%s", want, out)
+			}
+			_, out = e.run("check", "", "SQSONCE_FLOW_RATE=50", "SQSONCE_FLOW_BURST=2")
+			if want := `warn flow rate bucket "` + scope + `" holds rate 40/s (burst 1), from the worker that last took its tokens; this configuration says 50/s (burst 2)`; !strings.Contains(squash(out), want) {
+				t.Errorf("no %q in:\n%s", want, out)
+			}
+		})
+	}
+
 	t.Run("Paused", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, false, "exit 0\n")

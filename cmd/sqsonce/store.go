@@ -25,6 +25,7 @@ type store interface {
 	Forget(ctx context.Context, key string) error
 	Reset(ctx context.Context, key string) error
 	flowAccess
+	BucketLimits(ctx context.Context, name string) (rate float64, burst int, found bool, err error)
 	Close() error
 }
 

@@ -1005,6 +1005,16 @@ func (l *Ledger) readBucket(ctx context.Context, pk string) (tat int64, rate flo
 	return tat, rate, burst, ok, nil
 }
 
+// BucketLimits returns the rate and burst that the rate bucket name holds
+// (see ledger.DB.BucketLimits), with a strongly consistent read.
+func (l *Ledger) BucketLimits(ctx context.Context, name string) (rate float64, burst int, found bool, err error) {
+	_, rate, burst, found, err = l.readBucket(ctx, ratePrefix+name)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("bucket limits %q: %w", name, err)
+	}
+	return rate, burst, found, nil
+}
+
 func slotPK(pool string, idx int) string { return slotPrefix + strconv.Itoa(idx) + "#" + pool }
 
 // TakeSlots takes free slots for each request (see ledger.SlotRequest), with

@@ -25,6 +25,7 @@ type Flow interface {
 	DeleteFlow(ctx context.Context, scope string, ifVersion int64) error
 	ListFlows(ctx context.Context) ([]ledger.FlowDoc, error)
 	Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error)
+	BucketLimits(ctx context.Context, name string) (rate float64, burst int, found bool, err error)
 	TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error)
 	ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error
 	ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error
@@ -374,6 +375,22 @@ func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
 		must(t, err)
 		if fmt.Sprint(g.Starts, g.Taken, g.Next) != "[1.2s 1s] [false true] [1.1s 1.2s 1.2s]" {
 			t.Fatalf("a busy tenant's token before a quiet one's: %+v", g)
+		}
+	})
+
+	t.Run("BucketLimits", func(t *testing.T) {
+		t.Parallel()
+		l, _ := setup(t)
+		if _, _, found, err := l.BucketLimits(ctx, "limits"); err != nil || found {
+			t.Fatalf("a bucket never reserved: found %v, %v", found, err)
+		}
+		for _, b := range []ledger.Bucket{{Name: "limits", Rate: 2.5, Burst: 3}, {Name: "limits", Rate: 40, Burst: 1}} {
+			_, err := l.Reserve(ctx, ledger.Reservation{Buckets: []ledger.Bucket{b}, Tokens: []ledger.Token{{Buckets: []int{0}}}})
+			must(t, err)
+			rate, burst, found, err := l.BucketLimits(ctx, "limits")
+			if err != nil || !found || rate != b.Rate || burst != b.Burst {
+				t.Fatalf("after a reservation at %v/s, burst %d: %v/s, burst %d, found %v, %v", b.Rate, b.Burst, rate, burst, found, err)
+			}
 		}
 	})
 

@@ -97,7 +97,7 @@ func subset[T any](xs []T, pick func(int) int, n int) []T {
 type flowQueries struct {
 	putFlowNew, putFlowOver, readFlow, deleteFlow, listFlows string
 	putProc, removeProc, procs                               string
-	makeBuckets, reserve                                     string
+	makeBuckets, reserve, bucketLimits                       string
 	ensureSlots, takeSlots, extendSlots, releaseSlots        string
 	mark, explainMark, deadCounts                            string
 	deadGroups                                               string
@@ -145,6 +145,7 @@ UPDATE ` + docs + ` AS d SET version = d.version + 1, data = $3::bytea, updated 
 	expires = CASE WHEN $5::bigint > 0 THEN c.now + $5::bigint * interval '1 microsecond' ELSE $4::timestamptz END
 FROM (SELECT ` + nowExpr + ` AS now) c
 WHERE d.scope = $2::bytea AND d.version = $6::bigint`,
+		bucketLimits: `SELECT rate, burst FROM ` + rate + ` WHERE bucket = $1`,
 		readFlow: `SELECT d.version, d.data, d.updated, d.expires, c.now
 FROM (SELECT ` + nowExpr + ` AS now) c LEFT JOIN ` + docs + ` d ON d.scope = $2::bytea`,
 		deleteFlow: `
@@ -606,6 +607,27 @@ func scanFlowRead(r pgx.Row, scope string) (ledger.FlowRead, error) {
 		return ledger.FlowRead{Doc: ledger.FlowDoc{Scope: scope, Version: d.Version}, Now: now}, nil
 	}
 	return ledger.FlowRead{Doc: d, Found: true, Now: now}, nil
+}
+
+// BucketLimits returns the rate and burst that the rate bucket name holds
+// (see ledger.DB.BucketLimits).
+func (l *Ledger) BucketLimits(ctx context.Context, name string) (rate float64, burst int, found bool, err error) {
+	err = l.do(ctx, func(ctx context.Context, _ bool) error {
+		var b int32
+		switch err := l.pool.QueryRow(ctx, l.flow.q.bucketLimits, []byte(name)).Scan(&rate, &b); {
+		case errors.Is(err, pgx.ErrNoRows):
+			rate, burst, found = 0, 0, false
+			return nil
+		case err != nil:
+			return err
+		}
+		burst, found = int(b), true
+		return nil
+	})
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("bucket limits %q: %w", name, err)
+	}
+	return rate, burst, found, nil
 }
 
 // GetFlow reads the document of scope, with the server's clock. A document
