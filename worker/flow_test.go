@@ -530,22 +530,6 @@ func TestWorker_StopDuringPauseDefers(t *testing.T) {
 	}
 }
 
-// claimsHeld is a ledger whose first claim call waits until released.
-type claimsHeld struct {
-	*ledger.DB
-	entered, release chan struct{}
-	once             sync.Once
-}
-
-func (l *claimsHeld) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest) ([]ledger.Claim, error) {
-	first := false
-	l.once.Do(func() { first = true; close(l.entered) })
-	if first {
-		<-l.release
-	}
-	return l.DB.ClaimBatch(ctx, reqs)
-}
-
 // A stop that comes while a received batch's claims are being written,
 // during a pause, defers what the pause holds near the redrive's receive
 // count rather than give it back for its last receive.
@@ -553,9 +537,10 @@ func TestWorker_StopDuringClaimsDefers(t *testing.T) {
 	t.Parallel()
 	b := setup(t, options{maxReceive: 2})
 	b.sendMany(3, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
-	l := &claimsHeld{DB: b.db, entered: make(chan struct{}), release: make(chan struct{})}
+	l := &watchedLedger{DB: b.db, claimGate: make(chan struct{}), claimWaiting: make(chan struct{})}
 	cfg := b.config()
 	cfg.Flow.Scope = "stop-during-claims"
+	cfg.Concurrency, cfg.Prefetch = 3, worker.NoPrefetch // no second receive in flight at the stop
 	w, err := worker.New(cfg, b.client, l, worker.HandlerFunc(func(context.Context, *worker.Message) error {
 		t.Error("a handler ran during the pause")
 		return nil
@@ -567,7 +552,7 @@ func TestWorker_StopDuringClaimsDefers(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	select {
-	case <-l.entered:
+	case <-l.claimWaiting:
 	case <-time.After(15 * time.Second):
 		t.Fatal("no claim within 15s")
 	}
@@ -576,7 +561,7 @@ func TestWorker_StopDuringClaimsDefers(t *testing.T) {
 	}
 	waitUntil(t, "the worker to see the pause", 15*time.Second, func() bool { return w.Health().Paused })
 	cancel()
-	close(l.release)
+	close(l.claimGate)
 	select {
 	case err := <-done:
 		if err != nil {
