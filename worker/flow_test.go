@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -597,6 +598,46 @@ func (r *refuseSends) RoundTrip(req *http.Request) (*http.Response, error) {
 		Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Query-Error": {"AccessDenied;Sender"}},
 		Body:    io.NopCloser(strings.NewReader(body)),
 		Request: req, ContentLength: int64(len(body))}, nil
+}
+
+// On a FIFO queue a failure of the downstream's kind with no outage known
+// yet is held for the verdict from the receive before the last: a worker
+// stopped while it holds the message gives back a receive that is not its
+// last, which runs once the downstream is back.
+func TestWorker_FIFOHeldBeforeLastReceive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{fifo: true, maxReceive: 3})
+	b.sendGroup("g", `{"id":"only"}`)
+	var down atomic.Bool
+	down.Store(true)
+	var mu sync.Mutex
+	var counts []int
+	h := worker.HandlerFunc(func(_ context.Context, m *worker.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		counts = append(counts, m.ReceiveCount)
+		if down.Load() {
+			return worker.Unavailable(0, errors.New("connection refused"))
+		}
+		return nil
+	})
+	attempts := func() []int { mu.Lock(); defer mu.Unlock(); return slices.Clone(counts) }
+	cfg := b.config()
+	cfg.MinBackoff, cfg.MaxBackoff = 200*time.Millisecond, 400*time.Millisecond
+	cfg.Flow.Trip = worker.Trip{Failures: 1000} // no pause: the verdict never comes
+	_, stop := b.startOn(cfg, b.client, b.db, h)
+	waitUntil(t, "five attempts", 20*time.Second, func() bool { return len(attempts()) >= 5 })
+	stop()
+	if got := attempts(); slices.Max(got) != 2 {
+		t.Fatalf("receive counts of the attempts %v: want the message held from receive 2 of 3", got)
+	}
+	down.Store(false)
+	_, stop = b.startOn(cfg, b.client, b.db, h)
+	waitUntil(t, "the operation to complete", 20*time.Second, func() bool { got := attempts(); return !down.Load() && len(got) > 0 && b.record("only").State == ledger.StateComplete })
+	stop()
+	if c := b.dlqCount(); c != 0 {
+		t.Fatalf("%d messages in the dead-letter queue; attempts at receives %v", c, attempts())
+	}
 }
 
 // A deferral whose copy SQS refuses (no sqs:SendMessage on the queue)

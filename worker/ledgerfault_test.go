@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,6 +154,70 @@ func TestWorker_StopDuringClaimGivesBatchBack(t *testing.T) {
 	if visible, inflight := sqstest.Count(t, b.client, b.queue.URL); visible != 3 || inflight != 0 {
 		t.Errorf("queue: %d visible, %d in flight; want all 3 back at once", visible, inflight)
 	}
+}
+
+// A stop cuts off the poller's next long poll, which SQS still answers
+// until its wait ends: what the stop gives back is kept out of its reach,
+// so that the next worker receives it with no receive counted in between.
+func TestWorker_StopGivesBackOutOfCutPollsReach(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	l := &watchedLedger{DB: b.db, claimGate: make(chan struct{}), claimWaiting: make(chan struct{})}
+	cfg := b.config()
+	cfg.WaitTime = 2 * time.Second
+	w, err := worker.New(cfg, b.client, l, worker.HandlerFunc(func(context.Context, *worker.Message) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		b.send(fmt.Sprintf(`{"id":"cut-%d"}`, i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-l.claimWaiting:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no claim within 20s")
+	}
+	time.Sleep(300 * time.Millisecond) // the next receive is on its way
+	cancel()
+	close(l.claimGate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	counts := b.receiveCounts(3, 15*time.Second)
+	for body, n := range counts {
+		if n != "2" {
+			t.Errorf("%s received again at receive %s, want 2: a receive that the stop cut off took it", body, n)
+		}
+	}
+	if len(counts) != 3 {
+		t.Errorf("%d of 3 messages received again within 15s of the stop", len(counts))
+	}
+}
+
+// receiveCounts receives the queue's messages until n of them came, or
+// within d: their receive counts, by body.
+func (b *bundle) receiveCounts(n int, d time.Duration) map[string]string {
+	b.t.Helper()
+	counts := map[string]string{}
+	for deadline := time.Now().Add(d); len(counts) < n && time.Now().Before(deadline); {
+		out, err := b.client.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &b.queue.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			counts[aws.ToString(m.Body)] = m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)]
+		}
+	}
+	return counts
+}
+
+// receiveBack receives the queue's messages for d: how many came.
+func (b *bundle) receiveBack(d time.Duration) int {
+	return len(b.receiveCounts(math.MaxInt, d))
 }
 
 // A message whose operation's ledger record cannot be read is dead-lettered

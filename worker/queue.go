@@ -278,6 +278,9 @@ func (w *Worker) deleteBatch(batch *deleteBatch) {
 // the receive's whole visibility timeout instead.
 func (w *Worker) makeVisible(msgs []types.Message, received time.Time, d time.Duration) {
 	start := time.Now()
+	if cut := time.Unix(0, w.cutPoll.Load()); cut.After(start) {
+		d = max(d, cut.Sub(start)) // out of reach of the receives a stop cut off
+	}
 	for attempt := 1; len(msgs) > 0; attempt++ {
 		retry, _ := w.changeVisibilityOf(context.Background(), msgs, received, d-time.Since(start))
 		again := make([]types.Message, len(retry))

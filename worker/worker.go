@@ -36,6 +36,13 @@ type Worker struct {
 	queueName string       // the queue's name, for spans
 	spanName  string
 
+	// cutPoll is when SQS stops answering the receives that a stop cut
+	// off (Unix nanoseconds; 0: none): SQS still hands messages to a long
+	// poll whose caller has gone, until its wait ends, and they stay out
+	// of sight for the visibility timeout with a receive counted. What
+	// the stop gives back is made visible after that.
+	cutPoll atomic.Int64
+
 	queue   queueInfo // read from SQS when Run starts
 	ownerID string    // this process, for owner tokens
 	claimN  atomic.Uint64
@@ -409,8 +416,14 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 		rand.Read(b[:])
 		in.ReceiveRequestAttemptId = aws.String(hex.EncodeToString(b[:]))
 	}
+	start := time.Now()
 	out, err := w.sqs.ReceiveMessage(ctx, in)
 	if err != nil {
+		if ctx.Err() != nil {
+			end := start.Add(w.cfg.WaitTime + time.Second).UnixNano()
+			for old := w.cutPoll.Load(); old < end && !w.cutPoll.CompareAndSwap(old, end); old = w.cutPoll.Load() {
+			}
+		}
 		return nil, fmt.Errorf("receive from %s: %w", w.cfg.QueueURL, err)
 	}
 	return out.Messages, nil
@@ -1227,20 +1240,21 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 		}
 		return w.holdAgain(j, err, outage, span)
 	}
-	if !outage && !permanent && w.flow.countsAsDown(err) && redrive > 0 && m.ReceiveCount >= redrive && w.queue.dlqURL != "" {
-		// The downstream's kind of failure on the last receive, with no
-		// outage known yet: the operation's own, or the first of an
-		// outage whose pause trips soon. It waits for the verdict held,
-		// running again after its back-off: a pause makes its failures
-		// the outage's; still failing once others succeeded meanwhile, or
-		// once the trip's window has passed without a pause, it is
-		// dead-lettered as its own.
+	if !outage && !permanent && w.flow.countsAsDown(err) && redrive > 0 && m.ReceiveCount >= w.verdictFrom() && w.queue.dlqURL != "" {
+		// The downstream's kind of failure on the last receive (on a FIFO
+		// queue from the one before it), with no outage known yet: the
+		// operation's own, or the first of an outage whose pause trips
+		// soon. It waits for the verdict held, running again after its
+		// back-off: a pause makes its failures the outage's; still
+		// failing once others succeeded meanwhile, or once the trip's
+		// window has passed without a pause, it is dead-lettered as its
+		// own on its last receive (given back before it).
 		now := time.Now()
 		if j.verdictBy.IsZero() {
 			j.heldSince, j.verdictBy = now, now.Add(w.cfg.Flow.Trip.Window)
 		}
 		if now.Before(j.verdictBy) && !w.flow.answeredSince(j, j.heldSince) {
-			log.Warn("failed on the message's last receive as an unavailable downstream does, no outage known yet: it stays held and runs again; dead-lettered if no outage is found by then",
+			log.Warn("failed near the redrive's receive count as an unavailable downstream does, no outage known yet: it stays held and runs again; if no outage is found by then, it goes the way of its own failures",
 				"error", err, "receive_count", m.ReceiveCount, "until", j.verdictBy.Format(time.RFC3339))
 			return w.holdAgain(j, err, outage, span)
 		}
@@ -1283,6 +1297,18 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 	log.Warn("work failed: will retry", "error", err, "retry_in", wait, "permanent", permanent, "outage", outage)
 	w.comeBack(j, retrying, wait)
 	return retrying
+}
+
+// verdictFrom is the receive from which a failure of the downstream's
+// kind, with no outage known yet, is held for the verdict: the last
+// before the redrive; on a FIFO queue the one before it, since a FIFO
+// message cannot be deferred, and a worker stopped while it holds one on
+// its last receive leaves it to the redrive.
+func (w *Worker) verdictFrom() int {
+	if w.queue.fifo {
+		return max(w.queue.maxReceiveCount-1, 1)
+	}
+	return w.queue.maxReceiveCount
 }
 
 // holdAgain keeps j, whose attempt failed with err, in hand: back to
