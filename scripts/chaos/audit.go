@@ -76,7 +76,7 @@ func (e *env) audit(h *history) *section {
 		// A message whose payload cannot complete (or another payload of
 		// its key did) must be dead-lettered.
 		o := m.op
-		if !m.dropped && (o.class == keyless || o.class == permanent || len(o.bodies) > 1 && h.applied[o.id] != event.Hash([]byte(m.body()))) {
+		if !m.dropped && (o.class == keyless || o.class == permanent || o.class == poison || len(o.bodies) > 1 && h.applied[o.id] != event.Hash([]byte(m.body()))) {
 			expectDLQ++
 			if h.inDLQ[m.tag] {
 				foundDLQ++

@@ -1,13 +1,19 @@
 package main
 
 import (
+	"cmp"
+	"encoding/json"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/sqsonce/sqsonce/pgtx"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 // The checks that campaigns add to the one audit.
@@ -343,4 +349,194 @@ func rollbackCause(owner string, h runEvent, told bool, inTx map[string]inTxKill
 		return rbRefused
 	}
 	return rbOther
+}
+
+// call is one handler call of a worker run, from its events: when it
+// started and returned (its run's end when it never did), and its error.
+type call struct {
+	run        int
+	key, err   string
+	start, end int64
+}
+
+// calls returns every handler call, in the order they started.
+func (h *history) calls() []*call {
+	var out []*call
+	byOwner := map[string]*call{}
+	for _, ev := range h.all {
+		if c := byOwner[ev.Owner]; ev.Ev == event.EvHandled && c != nil {
+			c.end, c.err = ev.T, ev.Err
+		} else if ev.Ev == event.EvStart {
+			c = &call{run: ev.run, key: ev.Key, start: ev.T, end: math.MaxInt64}
+			if r := h.runs[ev.run]; r != nil && !r.endedAt.IsZero() {
+				c.end = r.endedAt.UnixNano()
+			}
+			byOwner[ev.Owner], out = c, append(out, c)
+		}
+	}
+	return out
+}
+
+// DownstreamOutages judges the outages of the downstream (Outages of the
+// down kinds) against the workers' flow control: a handler call that
+// started during one is one of the calls with which a run found the
+// outage (its first Trip.Failures + Concurrency - 1 there: the failures
+// that trip its detector, and those in flight then) or a probe, and
+// probes come one at a time fleet-wide, each a second or more (the first
+// probe's wait, the least) after the one before ended, unless the run of
+// the one before was stopped (SIGSTOP) meanwhile: its probe's lease lapses
+// as a dead worker's would. It adds each outage's calls, its probes and how
+// long after the downstream's return every operation sent before it was
+// done.
+func DownstreamOutages(e *env, h *history, s *section) {
+	allow := cmp.Or(e.c.System.Flow.Trip.Failures, worker.DefaultTrip.Failures) + e.c.System.Concurrency - 1
+	calls, beyond, applied := h.calls(), 0, e.world.appliedOps()
+	for _, o := range e.downs {
+		from, to, n, pre, over := o.from.UnixNano(), o.to.UnixNano(), 0, 0, 0
+		perRun := map[int]int{}
+		var last *call
+		for _, c := range calls {
+			if c.start < from || c.start >= to {
+				continue
+			}
+			if n, perRun[c.run] = n+1, perRun[c.run]+1; perRun[c.run] <= allow {
+				pre++
+				continue
+			}
+			if last != nil && c.start-last.end < int64(time.Second) && !during(e.paused[last.run], time.Unix(0, last.start), time.Unix(0, c.start)) {
+				over++
+				s.detail("downstream %s: run %d's call for %s at %s began less than a second after run %d's (%s, %s to %s) ended, or while it ran", o.kind, c.run, c.key, clock(c.start), last.run, last.key, clock(last.start), clock(last.end))
+			}
+			if last == nil || c.end > last.end {
+				last = c
+			}
+		}
+		drained := o.to
+		for _, m := range h.msgs {
+			if t, ok := applied[m.op.id]; ok && m.sentAt.Before(o.to) && t.After(drained) {
+				drained = t
+			}
+		}
+		beyond += over
+		s.row(fmt.Sprintf("downstream %s at +%.0fs", o.kind, o.from.Sub(e.started).Seconds()), fmt.Sprintf("for %.1fs: %d handler calls began, %d of them as runs found the outage (%d runs, at most %d each), %d probes, %d beyond one at a time a second apart; every operation sent before its return done %.1fs after it",
+			o.to.Sub(o.from).Seconds(), n, pre, len(perRun), allow, n-pre, over, drained.Sub(o.to).Seconds()))
+	}
+	s.zero("handler calls during an outage of the downstream beyond the probes", beyond)
+}
+
+// FlowControl checks what flow control (System.Flow) promises, from the
+// one history: no message dead-lettered because of an outage of the
+// downstream or a limit (a dead letter of an operation that should
+// complete, none of whose handler calls failed but during an outage: it
+// failed only with the outage's failures, or was only ever held); no whole
+// second in which the downstream saw more calls than a limit allows, by
+// arrival (the rate times one second and the documented slack, the
+// longest of its interval, of the run's reservations and 50 ms, plus the
+// burst); nothing expired in SQS (a message sent, its operation never
+// complete, in neither queue at the end); no deferred copy that ran its
+// operation beside another message of its chain (the ledger's claim must
+// stop it), and on a FIFO queue none at all. It adds the pauses, probes,
+// held, throttled and deferred messages and each limit's busiest second.
+func FlowControl(e *env, h *history, s *section) {
+	f, calls, downs := e.c.System.Flow, h.calls(), []window(nil)
+	for _, o := range e.downs {
+		downs = append(downs, window{o.from, o.to.Add(workerHandlerTimeout)})
+	}
+	dead, expired := 0, 0
+	for _, d := range h.dlq {
+		if m := h.byTag[d.tag]; m != nil && m.shouldComplete() && !slices.ContainsFunc(calls, func(c *call) bool {
+			return c.key == m.op.id && c.err != "" && !during(downs, time.Unix(0, c.start), time.Unix(0, c.end))
+		}) {
+			dead++
+			s.detail("%s (%s): dead-lettered (%s), none of its attempts failed but during an outage", d.tag, m.op.id, cmp.Or(d.reason, "by SQS's redrive"))
+		}
+	}
+	for _, m := range h.msgs {
+		if !m.dropped && m.op.class != keyless && !h.complete(m.op.id) && !h.inQueue[m.tag] && !h.inDLQ[m.tag] {
+			expired++
+			s.detail("%s (%s): gone from the queue, its operation never complete (%s)", m.tag, m.op.id, h.state(m.op.id))
+		}
+	}
+	slack := 50 * time.Millisecond
+	for _, r := range h.runs {
+		slack = max(slack, r.counts.ReserveMax)
+	}
+	perSec, above, busiest := map[string]map[int64]int{}, 0, map[string]int{}
+	for key, xs := range h.execs {
+		o := e.wl.opByID(key)
+		for _, x := range xs {
+			names := []string{"flow.rate"}
+			for _, p := range f.Partitions {
+				var b map[string]any
+				if o != nil && json.Unmarshal([]byte(o.bodies[0]), &b) == nil && b[p.Pointer[1:]] != nil {
+					names = append(names, fmt.Sprintf("partition %s = %v", p.Pointer, b[p.Pointer[1:]]))
+				}
+			}
+			for _, n := range names {
+				if perSec[n] == nil {
+					perSec[n] = map[int64]int{}
+				}
+				perSec[n][x.At/1e9]++
+			}
+		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(perSec)) {
+		rate, burst := f.Rate, max(f.Burst, 1)
+		if n != "flow.rate" {
+			rate, burst = f.Partitions[0].Rate, max(f.Partitions[0].Burst, 1)
+		}
+		if rate == 0 {
+			continue
+		}
+		bound := int(rate*(1+max(1/rate, slack.Seconds())) + float64(burst))
+		for sec, c := range perSec[n] {
+			if busiest[n] = max(busiest[n], c); c > bound {
+				above += c - bound
+				s.detail("%s: %d calls in the second from %s, at most %d allowed", n, c, clock(sec*1e9), bound)
+			}
+		}
+		s.row("busiest second: "+n, fmt.Sprintf("%d calls (at most %d: %g/s, burst %d, slack %v)", busiest[n], bound, rate, burst, slack.Round(time.Millisecond)))
+	}
+	keyOf, chains := map[string]string{}, map[string]map[string]bool{}
+	for _, ev := range h.kind(event.EvReceive) {
+		keyOf[ev.MessageID] = ev.Key
+	}
+	deferrals, twice := 0, 0
+	for _, ev := range h.kind(event.EvSent) {
+		if k := keyOf[ev.MessageID]; ev.Queue == e.queue {
+			if deferrals++; chains[k] == nil {
+				chains[k] = map[string]bool{}
+			}
+			chains[k][ev.MessageID], chains[k][ev.Copy] = true, true
+		}
+	}
+	for k, ids := range chains {
+		ran := map[string]bool{}
+		for _, x := range h.execs[k] {
+			if x.Status == 200 && ids[x.MessageID] {
+				ran[x.MessageID] = true
+			}
+		}
+		if len(ran) > 1 {
+			twice++
+			s.detail("%s: deferred, and run to success from %d messages of its chain", k, len(ran))
+		}
+	}
+	held, longest := 0, int64(0)
+	for owner, t := range h.claims.started {
+		if c, ok := h.claims.claimed[owner]; ok && t-c >= 1e9 {
+			held, longest = held+1, max(longest, t-c)
+		}
+	}
+	st := h.stats
+	s.row("flow control", fmt.Sprintf("%d pauses, %d probes (%d failed), %d attempts held a second or more after their claim (the longest %.1fs), %d throttled, %d deferred (%d copies seen sent)",
+		st.FlowPauses, st.Probes, st.ProbesFailed, held, float64(longest)/1e9, st.Throttled, st.Deferred, deferrals))
+	s.zero("messages dead-lettered because of an outage or a limit", dead)
+	s.zero("downstream calls above a limit in a whole second", above)
+	s.zero("messages expired in SQS", expired)
+	if e.c.System.FIFO {
+		s.zero("FIFO messages sent again (deferred)", deferrals)
+	} else {
+		s.zero("deferred copies that ran twice", twice)
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sqsonce/sqsonce/internal/sqsclient"
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 	"github.com/sqsonce/sqsonce/scripts/chaos/internal/event"
+	"github.com/sqsonce/sqsonce/worker"
 )
 
 // Config is what every campaign of a run shares.
@@ -64,8 +65,9 @@ type System struct {
 	Workers     int             // chaos workers at once
 	Concurrency int             // handlers at once in each
 	Rates       sqstest.Rates
-	SendLost    float64       // the sender's lost acknowledgements, per send
-	Quiesce     time.Duration // how long the queue may take to empty once everything was sent
+	SendLost    float64            // the sender's lost acknowledgements, per send
+	Quiesce     time.Duration      // how long the queue may take to empty once everything was sent
+	Flow        *worker.FlowConfig // the workers' flow control on the ledger's flow state; nil: the defaults, each in its process
 }
 
 // Runs says how each worker's runs end: Ends[kind] runs end each way

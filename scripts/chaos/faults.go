@@ -297,8 +297,9 @@ type Outage struct {
 	For  time.Duration
 }
 
-// Outages takes the database from the workers (Postgres), one outage at a
-// time, at points spread over the timeline in a random order, each
+// Outages takes the database from the workers (Postgres), or the
+// downstream from their handlers (down503, down429, downHang, downRefuse:
+// see world.setDown and DownstreamOutages), one outage at a time, at points spread over the timeline in a random order, each
 // followed by a wait until every live worker receives again, with work
 // of the outage's own sent meanwhile; on a FIFO queue each first waits
 // (for up to aimFor) until a worker keeps messages waiting behind a
@@ -321,10 +322,18 @@ func Outages(kinds ...Outage) Fault {
 		p.e.rng.Shuffle(len(list), func(i, j int) { list[i], list[j] = list[j], list[i] })
 		var items []timed
 		for i, at := range spread(len(list), 0.1, 0.85) {
-			items = append(items, timed{at, func(ctx context.Context, e *env) error { return e.outage(ctx, list[i]) }})
+			items = append(items, timed{at, func(ctx context.Context, e *env) error {
+				if isDown(list[i].Kind) {
+					return e.downOutage(ctx, list[i])
+				}
+				return e.outage(ctx, list[i])
+			}})
 		}
 		p.timed = append(p.timed, items)
 		p.e.judges = append(p.e.judges, func(e *env, h *history, s *section) { e.judgeOutages(h, s, kinds) })
+		if slices.ContainsFunc(kinds, func(k Outage) bool { return isDown(k.Kind) }) {
+			p.e.judges = append(p.e.judges, DownstreamOutages)
+		}
 	}
 }
 
@@ -338,6 +347,26 @@ type outage struct {
 	// not within resumeWithin.
 	resumed map[int]time.Duration
 	stuck   []int
+}
+
+func isDown(kind string) bool {
+	return kind == down503 || kind == down429 || kind == downHang || kind == downRefuse
+}
+
+// downOutage takes the downstream down for o.For (a worker's pause may
+// come meanwhile).
+func (e *env) downOutage(ctx context.Context, o Outage) error {
+	out := &outage{kind: o.Kind, from: time.Now()}
+	e.logf("downstream: %s for %v", o.Kind, o.For)
+	err := e.world.setDown(o.Kind)
+	sleepCtx(ctx, o.For)
+	err = errors.Join(err, e.world.setDown(""))
+	out.to = time.Now()
+	e.mu.Lock()
+	e.downs = append(e.downs, out)
+	e.mu.Unlock()
+	e.logf("downstream up again after %.1fs", out.to.Sub(out.from).Seconds())
+	return err
 }
 
 func (e *env) outage(ctx context.Context, o Outage) error {
@@ -450,7 +479,7 @@ func (e *env) judgeOutages(h *history, s *section, kinds []Outage) {
 	}
 	s.row("waits of the workers for the database", fmt.Sprintf("%d waits until it answered again (no new work while claims could not be recorded), %s s each, and %d until their run ended; %d ledger calls found it unavailable",
 		len(waits), span(waits), cutShort, h.unavailable))
-	for _, k := range kinds {
+	for _, k := range slices.DeleteFunc(slices.Clone(kinds), func(k Outage) bool { return isDown(k.Kind) }) {
 		n, cut, late := 0, 0, 0
 		var downs, resumed, after []float64
 		var stuck []int

@@ -42,8 +42,9 @@
 //
 // A campaign is one small file that names its workload, its system, how
 // its runs end, its faults and its checks (standard.go, fifo.go,
-// shared.go, tx.go, fifoshared.go); scripts/chaos/README.md shows how to
-// add one.
+// shared.go, tx.go, fifoshared.go; and flow.go, the flow-control
+// campaigns, which run only when -only names them: make chaos-flow);
+// scripts/chaos/README.md shows how to add one.
 //
 // The exit status is 0 when every must-be-zero figure is 0 and every check
 // passed; 1 otherwise. It writes its progress to standard error and to
@@ -74,7 +75,7 @@ import (
 
 func main() {
 	var cfg Config
-	only := flag.String("only", "", "run only these campaigns, comma-separated (standard, fifo, shared, tx, fifo-shared)")
+	only := flag.String("only", "", "run only these campaigns, comma-separated (standard, fifo, shared, tx, fifo-shared; or flow, flow-fifo, flow-bbolt, which run only so)")
 	short := flag.Bool("short", false, "the short form of every campaign (TestChaosShort's)")
 	flag.Uint64Var(&cfg.Seed, "seed", 1, "seed of everything random")
 	flag.StringVar(&cfg.Dir, "dir", "", "work directory, kept (default: a temporary one, removed when every campaign passes)")
@@ -83,9 +84,12 @@ func main() {
 	flag.StringVar(&cfg.Broken, "broken", "", "run a chaos worker that breaks the promise on purpose (delete-first, skip-claim): the audit must fail")
 	flag.Parse()
 	names := strings.Split(*only, ",")
-	campaigns := slices.DeleteFunc(Campaigns(*short), func(c *Campaign) bool { return *only != "" && !slices.Contains(names, c.Name) })
+	campaigns := Campaigns(*short)
+	if *only != "" {
+		campaigns = slices.DeleteFunc(append(campaigns, Flow(*short)...), func(c *Campaign) bool { return !slices.Contains(names, c.Name) })
+	}
 	if len(campaigns) == 0 || *only != "" && len(campaigns) != len(names) {
-		fmt.Fprintf(os.Stderr, "chaos: -only %s: not campaigns of %s\n", *only, "standard, fifo, shared, tx, fifo-shared")
+		fmt.Fprintf(os.Stderr, "chaos: -only %s: not campaigns of %s\n", *only, "standard, fifo, shared, tx, fifo-shared, flow, flow-fifo, flow-bbolt")
 		os.Exit(2)
 	}
 	cfg.Endpoint = os.Getenv(sqstest.EndpointEnv)

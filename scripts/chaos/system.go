@@ -74,7 +74,7 @@ type env struct {
 	inHand                  map[string]int // key -> run killed while the downstream served it
 	inTx                    []inTxKill
 	paused                  map[int][]window
-	outages                 []*outage
+	outages, downs          []*outage // of the database, of the downstream
 	forgets                 []forgetRec
 	rounds                  []replayRound
 	phases, holds           []phaseResult
@@ -124,7 +124,7 @@ func (e *env) workerArgs(id int, path string) []string {
 	s := e.c.System
 	c := event.WorkerConfig{Run: id, Endpoint: e.cfg.Endpoint, Queue: e.queue, Ledger: path, Dir: e.runsDir, CrashLog: e.crashLog,
 		Seed: e.cfg.Seed*1000 + uint64(id), Rates: s.Rates, Concurrency: s.Concurrency, Visibility: workerVisibility, Grace: workerGrace,
-		HandlerTimeout: workerHandlerTimeout, Broken: e.cfg.Broken, Downstream: e.world.url + "/op"}
+		HandlerTimeout: workerHandlerTimeout, Broken: e.cfg.Broken, Downstream: e.world.url + "/op", Flow: s.Flow}
 	if s.Postgres {
 		c.Ledger, c.Postgres, c.Table, c.LedgerTimeout = "", fmt.Sprintf("%s&application_name=chaosworker-%d", e.pgURL, id), sharedTable, sharedLedgerTimeout
 	}
@@ -342,16 +342,17 @@ func (e *env) cli(ctx context.Context, sub string, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// queueCounts returns visible and in-flight messages of url.
+// queueCounts returns visible and in-flight (or delayed) messages of url.
 func (e *env) queueCounts(ctx context.Context, url string) (int, int, error) {
 	out, err := e.admin.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{
-		types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+		types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible, types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
 	if err != nil {
 		return 0, 0, err
 	}
 	v, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
 	f, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
-	return v, f, nil
+	d, _ := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesDelayed)])
+	return v, f + d, nil
 }
 
 // cleanup stops whatever of the campaign still runs.

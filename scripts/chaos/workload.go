@@ -33,12 +33,13 @@ const (
 	conflict                   // payload a completes; the other payloads of its key are sent once it did
 	conflictEarly              // payload b sent right behind payload a; a fails permanently for some
 	keyless                    // no operation key: dead-lettered, never run
+	poison                     // 503 on every execution: dead-lettered after its receives
 	classes
 )
 
 func (c class) String() string {
 	return [...]string{"normal", "transient", "slow", "permanent", "broken until fixed", "conflicting (sent after the first payload completed)",
-		"conflicting (b right behind a)", "keyless"}[c]
+		"conflicting (b right behind a)", "keyless", "poison"}[c]
 }
 
 // op is one operation of a workload.

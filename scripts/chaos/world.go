@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -36,14 +38,19 @@ import (
 //     next execution that applies an effect, once it is recorded and
 //     before it is answered: the worker dies while its handler's request
 //     is in flight, after the work was done.
+//     While it is down (setDown) it answers every POST 503, or 429 with
+//     Retry-After, or hangs until the worker gives up, or refuses
+//     connections (its listener closed), and records each with its
+//     arrival (At), as every other.
 //   - the control (POST /intx?run=N&key=K&owner=O), which a transactional
 //     handler asks from inside its transaction, after its insert: a run
 //     armed for endInTx is killed there before the answer.
 type world struct {
-	e   *env
-	srv *http.Server
-	url string
-	log *event.Appender // executions.log
+	e         *env
+	srv       *http.Server
+	mux       *http.ServeMux
+	url, addr string
+	log       *event.Appender // executions.log
 
 	mu      sync.Mutex
 	seq     int64
@@ -52,8 +59,17 @@ type world struct {
 	applied map[string]time.Time
 	armed   map[int]string // run -> the end it is armed for
 	fixed   bool
+	down    string // the outage now (down503, down429, downHang, downRefuse), "" when up
 	execs   []event.Execution
 }
+
+// Outages of the downstream (setDown).
+const (
+	down503    = "503 Service Unavailable"
+	down429    = "429 Too Many Requests, Retry-After: 2"
+	downHang   = "hanging past the handler timeout"
+	downRefuse = "refused connections (its listener closed)"
+)
 
 func startWorld(e *env) (*world, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -65,20 +81,47 @@ func startWorld(e *env) (*world, error) {
 		ln.Close()
 		return nil, err
 	}
-	w := &world{e: e, url: "http://" + ln.Addr().String(), log: log, count: map[string]int{}, stored: map[string]int{},
-		applied: map[string]time.Time{}, armed: map[int]string{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /op", w.op)
-	mux.HandleFunc("POST /intx", w.intx)
-	w.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = w.srv.Serve(ln) }()
+	w := &world{e: e, addr: ln.Addr().String(), url: "http://" + ln.Addr().String(), log: log, count: map[string]int{}, stored: map[string]int{},
+		applied: map[string]time.Time{}, armed: map[int]string{}, mux: http.NewServeMux()}
+	w.mux.HandleFunc("POST /op", w.op)
+	w.mux.HandleFunc("POST /intx", w.intx)
+	w.serve(ln)
 	return w, nil
+}
+
+func (w *world) serve(ln net.Listener) {
+	w.srv = &http.Server{Handler: w.mux, ReadHeaderTimeout: 10 * time.Second}
+	go func(srv *http.Server) { _ = srv.Serve(ln) }(w.srv)
+}
+
+// setDown takes the downstream down the way kind says, or ("") up again:
+// downRefuse closes its listener and every connection, and listens again
+// on the same address when it ends.
+func (w *world) setDown(kind string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	prev := w.down
+	w.down = kind
+	if kind == downRefuse {
+		return w.srv.Close()
+	}
+	if prev == downRefuse {
+		ln, err := net.Listen("tcp", w.addr)
+		if err != nil {
+			return fmt.Errorf("the downstream listens again: %w", err)
+		}
+		w.serve(ln)
+	}
+	return nil
 }
 
 func (w *world) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = w.srv.Shutdown(ctx)
+	w.mu.Lock()
+	srv := w.srv
+	w.mu.Unlock()
+	_ = srv.Shutdown(ctx)
 	w.log.Close()
 }
 
@@ -141,12 +184,17 @@ func (w *world) op(rw http.ResponseWriter, r *http.Request) {
 	e := event.Execution{Key: h("Idempotency-Key"), BodyID: idOf(string(body)), BodyHash: event.Hash(body),
 		Attempt: h("X-Sqsonce-Attempt"), MessageID: h("X-Sqsonce-Message-Id"), Group: h("X-Sqsonce-Group-Id"), Send: h("X-Chaos-Send"), Owner: h("X-Chaos-Owner")}
 	e.Run, _ = strconv.Atoi(h("X-Chaos-Run"))
+	e.At = time.Now().UnixNano()
 	e.SentAt, _ = strconv.ParseInt(h("X-Chaos-Sent-At"), 10, 64)
 	e.Replays, _ = strconv.Atoi(h("X-Chaos-Replays"))
 
 	w.mu.Lock()
 	_, settled := w.stored[e.Key]
+	down := w.down
 	w.mu.Unlock()
+	if down == downHang {
+		b.SlowMS, settled = math.MaxInt32, false // until the worker gives up
+	}
 	if b.SlowMS > 0 && !settled { // a repeat is answered from the store at once
 		t := time.NewTimer(time.Duration(b.SlowMS) * time.Millisecond)
 		select {
@@ -170,6 +218,11 @@ func (w *world) op(rw http.ResponseWriter, r *http.Request) {
 		// Work without a key could never be made idempotent: sqsonce must
 		// not send it. Recorded, and refused.
 		status = http.StatusBadRequest
+	case down == down429:
+		status = http.StatusTooManyRequests
+		rw.Header().Set("Retry-After", "2")
+	case down != "":
+		status = http.StatusServiceUnavailable
 	case ok:
 		status = st
 	case b.Permanent:
@@ -184,7 +237,9 @@ func (w *world) op(rw http.ResponseWriter, r *http.Request) {
 	default:
 		status, e.Effect, w.stored[e.Key], w.applied[e.BodyID] = http.StatusOK, true, http.StatusOK, time.Unix(0, e.T)
 	}
-	w.count[e.Key]++
+	if down == "" {
+		w.count[e.Key]++
+	}
 	e.Status = status
 	kill := e.Effect && w.armed[e.Run] == endInHandler
 	if kill {

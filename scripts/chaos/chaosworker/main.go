@@ -62,6 +62,12 @@
 // transaction, and writes that into its counters: no handler runs then,
 // so none may be.
 //
+// With Flow, the worker's flow control (the pause during an outage of the
+// downstream, the rate limits) works on the ledger's own flow state,
+// fleet-wide on a shared ledger, as in sqsonce run, and the counters keep
+// the longest call that took rate tokens (ReserveMax); without it each
+// run keeps the defaults in its own process.
+//
 // Broken makes it a worker that breaks the promise on purpose, so that a
 // test can show that the campaigns' audit catches it: delete-first
 // deletes each message whose handler succeeded before the worker records
@@ -270,7 +276,7 @@ func run(o event.WorkerConfig) (code int) {
 	cl := &chaosLedger{inner: st, run: o.Run, events: events, crashes: crashes, skipClaims: o.Broken == brokenSkipClaim}
 	snapshot := func() {
 		c := event.Counts{Faults: faults.Counts(), CommitErrors: commitErrors.Load(), CompletesOK: cl.completesOK.Load(), LedgerErrors: cl.errors.Load(),
-			SQSRequests: rec.requests.Load(), Down: cl.isDown(), LeakChecked: leakChecked, LeakedSessions: leaked}
+			SQSRequests: rec.requests.Load(), Down: cl.isDown(), LeakChecked: leakChecked, LeakedSessions: leaked, ReserveMax: time.Duration(cl.reserveMax.Load())}
 		if w != nil {
 			c.Stats = w.Stats()
 		}
@@ -285,10 +291,26 @@ func run(o event.WorkerConfig) (code int) {
 		// fail: so must the wrapper.
 		wl = pingingLedger{chaosLedger: cl, p: p}
 	}
+	var flow worker.FlowConfig
+	if fl, ok := st.(worker.FlowLedger); ok && o.Flow != nil {
+		// Flow control on the ledger's own flow state, as sqsonce run's.
+		flow, cl.flow = *o.Flow, fl
+		if p, ok := wl.(pingingLedger); ok {
+			wl = struct {
+				pingingLedger
+				*flowLedger
+			}{p, (*flowLedger)(cl)}
+		} else {
+			wl = struct {
+				*chaosLedger
+				*flowLedger
+			}{cl, (*flowLedger)(cl)}
+		}
+	}
 	w, err = worker.New(worker.Config{
 		QueueURL: o.Queue, WaitTime: time.Second, VisibilityTimeout: o.Visibility, Pollers: 2,
 		Key: worker.KeyConfig{From: worker.KeyFromBody, Pointer: "/id"}, Concurrency: o.Concurrency, HandlerTimeout: o.HandlerTimeout,
-		MinBackoff: time.Second, MaxBackoff: 4 * time.Second, Grace: o.Grace, Logger: log,
+		MinBackoff: time.Second, MaxBackoff: 4 * time.Second, Grace: o.Grace, Logger: log, Flow: flow,
 	}, client, wl, eh)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaosworker:", err)
@@ -381,6 +403,48 @@ type chaosLedger struct {
 	gateMu    sync.Mutex
 	down      bool      // the last batch's claims failed, and no claim or ping succeeded since
 	downSince time.Time // when the first of them failed
+
+	flow       worker.FlowLedger // the inner ledger's flow calls, with Flow
+	reserveMax atomic.Int64      // the longest Reserve, in nanoseconds
+}
+
+// flowLedger is a chaosLedger's flow calls: the inner ledger's, the
+// longest Reserve counted.
+type flowLedger chaosLedger
+
+func (l *flowLedger) GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error) {
+	return l.flow.GetFlow(ctx, scope)
+}
+func (l *flowLedger) PutFlow(ctx context.Context, d ledger.FlowDoc, v int64) (ledger.FlowRead, error) {
+	return l.flow.PutFlow(ctx, d, v)
+}
+func (l *flowLedger) DeleteFlow(ctx context.Context, scope string, v int64) error {
+	return l.flow.DeleteFlow(ctx, scope, v)
+}
+func (l *flowLedger) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
+	start := time.Now()
+	g, err := l.flow.Reserve(ctx, rs)
+	for d, m := int64(time.Since(start)), l.reserveMax.Load(); d > m && !l.reserveMax.CompareAndSwap(m, d); m = l.reserveMax.Load() {
+	}
+	return g, err
+}
+func (l *flowLedger) TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error) {
+	return l.flow.TakeSlots(ctx, rs)
+}
+func (l *flowLedger) ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error {
+	return l.flow.ExtendSlots(ctx, ss, lease)
+}
+func (l *flowLedger) ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error {
+	return l.flow.ReleaseSlots(ctx, ss)
+}
+func (l *flowLedger) PutProcess(ctx context.Context, p ledger.Process) error {
+	return l.flow.PutProcess(ctx, p)
+}
+func (l *flowLedger) RemoveProcess(ctx context.Context, id string) error {
+	return l.flow.RemoveProcess(ctx, id)
+}
+func (l *flowLedger) MarkDeadLettered(ctx context.Context, ds []ledger.DeadLetter) []error {
+	return l.flow.MarkDeadLettered(ctx, ds)
 }
 
 var (

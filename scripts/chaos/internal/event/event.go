@@ -50,6 +50,10 @@ type WorkerConfig struct {
 	// Broken makes a worker that breaks the promise on purpose (see
 	// chaosworker): "delete-first" or "skip-claim".
 	Broken string
+	// Flow, when set, is the worker's flow control, on the ledger's flow
+	// state (fleet-wide on a shared ledger); nil leaves the defaults, in
+	// the process alone.
+	Flow *worker.FlowConfig
 }
 
 // TxConfig is what a chaos worker's transactional handlers do (see
@@ -177,7 +181,8 @@ const (
 // Execution is a line of the downstream's log: one POST it served.
 type Execution struct {
 	Seq       int64  `json:"seq"`
-	T         int64  `json:"t"` // when it was done or abandoned, Unix nanoseconds
+	T         int64  `json:"t"`  // when it was done or abandoned, Unix nanoseconds
+	At        int64  `json:"at"` // when it arrived, Unix nanoseconds
 	Run       int    `json:"run"`
 	Key       string `json:"key"`     // the Idempotency-Key header
 	BodyID    string `json:"body_id"` // the body's "id" field, "" when it has none
@@ -220,6 +225,8 @@ type Counts struct {
 	// then, so each of them is a transaction that nothing will end.
 	LeakChecked    bool  `json:"leak_checked,omitempty"`
 	LeakedSessions int64 `json:"leaked_sessions,omitempty"`
+	// ReserveMax is the longest call that took rate tokens (with Flow).
+	ReserveMax time.Duration `json:"reserve_max,omitempty"`
 }
 
 // Appender appends JSON lines to a file. It is safe for concurrent use.
