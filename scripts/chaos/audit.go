@@ -135,10 +135,19 @@ func (e *env) audit(h *history) *section {
 	// Every delete: only once the operation was recorded complete (or
 	// the ledger answered a claim that it is), or after SQS accepted the
 	// message's dead-letter copy.
-	sent := map[string]int64{}
-	for _, ev := range h.kind(event.EvSent) {
-		if _, ok := sent[ev.MessageID]; !ok {
+	// A deferral's copy names its source by its tag only (event.AttrSend),
+	// which another message may share (a copy the sender made): the
+	// delete of a message of the tag after the run sent a copy of it is
+	// the deferral's.
+	sent, tagOf, copies := map[string]int64{}, map[string]string{}, map[string][]int64{}
+	for _, ev := range h.all {
+		if _, ok := sent[ev.MessageID]; !ok && ev.Ev == event.EvSent {
 			sent[ev.MessageID] = ev.T
+		}
+		if ev.Ev == event.EvReceive {
+			tagOf[ev.MessageID] = ev.Send
+		} else if ev.Ev == event.EvSent && ev.Queue == e.queue && ev.Send != "" {
+			copies[fmt.Sprint(ev.run, " ", ev.Send)] = append(copies[fmt.Sprint(ev.run, " ", ev.Send)], ev.T)
 		}
 	}
 	recorded := map[string]int64{}
@@ -155,7 +164,7 @@ func (e *env) audit(h *history) *section {
 		switch {
 		case ev.MessageID == "":
 			unknown++
-		case (ev.Key == "" || !okDone || t > ev.T) && (!okCopy || c > ev.T):
+		case (ev.Key == "" || !okDone || t > ev.T) && (!okCopy || c > ev.T) && !slices.ContainsFunc(copies[fmt.Sprint(ev.run, " ", tagOf[ev.MessageID])], func(t int64) bool { return t <= ev.T }):
 			early++
 			s.detail("run %d deleted message %s (%s) at %s before its operation was recorded complete or its dead-letter copy accepted", ev.run, ev.MessageID, ev.Key, clock(ev.T))
 		}

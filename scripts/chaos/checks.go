@@ -380,8 +380,9 @@ func (h *history) calls() []*call {
 // DownstreamOutages judges the outages of the downstream (Outages of the
 // down kinds) against the workers' flow control: a handler call that
 // started during one is one of the calls with which a run found the
-// outage (its first Trip.Failures + Concurrency - 1 there: the failures
-// that trip its detector, and those in flight then) or a probe, and
+// outage (its first Trip.Failures + Concurrency there: the failures that
+// trip its detector, and the calls in flight then or starting as it trips)
+// or a probe, and
 // probes come one at a time fleet-wide, each a second or more (the first
 // probe's wait, the least) after the one before ended, unless the run of
 // the one before was stopped (SIGSTOP) meanwhile: its probe's lease lapses
@@ -389,7 +390,7 @@ func (h *history) calls() []*call {
 // long after the downstream's return every operation sent before it was
 // done.
 func DownstreamOutages(e *env, h *history, s *section) {
-	allow := cmp.Or(e.c.System.Flow.Trip.Failures, worker.DefaultTrip.Failures) + e.c.System.Concurrency - 1
+	allow := cmp.Or(e.c.System.Flow.Trip.Failures, worker.DefaultTrip.Failures) + e.c.System.Concurrency
 	calls, beyond, applied := h.calls(), 0, e.world.appliedOps()
 	for _, o := range e.downs {
 		from, to, n, pre, over := o.from.UnixNano(), o.to.UnixNano(), 0, 0, 0
@@ -434,8 +435,9 @@ func DownstreamOutages(e *env, h *history, s *section) {
 // longest of its interval, of the run's reservations and 50 ms, plus the
 // burst); nothing expired in SQS (a message sent, its operation never
 // complete, in neither queue at the end); no deferred copy that ran its
-// operation beside another message of its chain (the ledger's claim must
-// stop it), and on a FIFO queue none at all. It adds the pauses, probes,
+// operation beside another message of its chain but in a window the audit
+// names (the ledger's claim must stop it), and on a FIFO queue none at
+// all. It adds the pauses, probes,
 // held, throttled and deferred messages and each limit's busiest second.
 func FlowControl(e *env, h *history, s *section) {
 	f, calls, downs := e.c.System.Flow, h.calls(), []window(nil)
@@ -511,15 +513,18 @@ func FlowControl(e *env, h *history, s *section) {
 		}
 	}
 	for k, ids := range chains {
-		ran := map[string]bool{}
+		var prev *event.Execution
 		for _, x := range h.execs[k] {
-			if x.Status == 200 && ids[x.MessageID] {
-				ran[x.MessageID] = true
+			if x.Status != 200 || !ids[x.MessageID] {
+				continue
 			}
-		}
-		if len(ran) > 1 {
-			twice++
-			s.detail("%s: deferred, and run to success from %d messages of its chain", k, len(ran))
+			if prev != nil && prev.MessageID != x.MessageID {
+				if cause := h.explain(*prev, x, false); strings.HasPrefix(cause, causeUnexplained) {
+					twice++
+					s.detail("%s: deferred, and run to success from message %s after %s: %s", k, x.MessageID, prev.MessageID, cause)
+				}
+			}
+			prev = &x
 		}
 	}
 	held, longest := 0, int64(0)

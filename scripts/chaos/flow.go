@@ -15,9 +15,9 @@ import (
 // receives, its visibility timeout is 5 s and the workers back off 1-4 s,
 // so that each outage of the downstream, 80 s (5 x the longest back-off x
 // maxReceiveCount), would burn every receive several times over without
-// the pause: 503s, a hang past the handler timeout and refused
-// connections on the first, 429 with Retry-After and refused connections
-// on the FIFO one, 429 on the bbolt one. The workers' flow control has
+// the pause: 503s and a hang past the handler timeout on the first, 429
+// with Retry-After and refused connections on the FIFO one, refused
+// connections on the bbolt one. The workers' flow control has
 // its defaults (the trip, probes of up to 10 s) and limits: 30 operations
 // a second across the fleet, and 5 a second for each tenant (the body's
 // /tenant), with a hot tenant that sends bursts of 30 among 20 (or 10)
@@ -47,8 +47,8 @@ func Flow(short bool) []*Campaign {
 		Load:  flowLoad(pick(short, 1800, 300), 20, false),
 		System: System{MaxReceive: 4, Postgres: true, Workers: 3, Concurrency: 8, SendLost: 0.03,
 			Quiesce: 2 * time.Minute, Flow: limits},
-		Runs:   Runs{Duration: pick(short, 420*time.Second, 100*time.Second), Ends: map[string]int{endKill: 3, endTerm: 2, endWindowA: 1, endInHandler: 1}},
-		Faults: []Fault{down(out, down503, downHang, downRefuse), Pauses(3, false)},
+		Runs:   Runs{Duration: pick(short, 330*time.Second, 100*time.Second), Ends: map[string]int{endKill: 3, endTerm: 2, endWindowA: 1, endInHandler: 1}},
+		Faults: []Fault{down(out, down503, downHang), Pauses(3, false)},
 		Checks: []Check{FlowControl},
 	}, {
 		Name:  "flow-fifo",
@@ -56,7 +56,7 @@ func Flow(short bool) []*Campaign {
 		Load:  flowLoad(pick(short, 700, 150), 10, true),
 		System: System{FIFO: true, MaxReceive: 4, Postgres: true, Workers: 2, Concurrency: 8, SendLost: 0.03,
 			Quiesce: 2 * time.Minute, Flow: limits},
-		Runs:   Runs{Duration: pick(short, 330*time.Second, 60*time.Second), Ends: map[string]int{endKill: 2, endTerm: 1}},
+		Runs:   Runs{Duration: pick(short, 300*time.Second, 60*time.Second), Ends: map[string]int{endKill: 2, endTerm: 1}},
 		Faults: []Fault{down(out, down429, downRefuse), Pauses(1, false)},
 		Checks: []Check{FlowControl, GroupOrder},
 	}, {
@@ -65,7 +65,7 @@ func Flow(short bool) []*Campaign {
 		Load:   flowLoad(pick(short, 400, 100), 20, false),
 		System: System{MaxReceive: 4, Workers: 1, Concurrency: 8, SendLost: 0.03, Quiesce: 2 * time.Minute, Flow: limits},
 		Runs:   Runs{Duration: pick(short, 200*time.Second, 40*time.Second), Ends: map[string]int{endKill: 1, endTerm: 1}},
-		Faults: []Fault{down(out, down429), Pauses(1, false)},
+		Faults: []Fault{down(out, downRefuse), Pauses(1, false)},
 		Checks: []Check{FlowControl},
 	}}
 }

@@ -294,17 +294,9 @@ func run(o event.WorkerConfig) (code int) {
 	var flow worker.FlowConfig
 	if fl, ok := st.(worker.FlowLedger); ok && o.Flow != nil {
 		// Flow control on the ledger's own flow state, as sqsonce run's.
-		flow, cl.flow = *o.Flow, fl
-		if p, ok := wl.(pingingLedger); ok {
-			wl = struct {
-				pingingLedger
-				*flowLedger
-			}{p, (*flowLedger)(cl)}
-		} else {
-			wl = struct {
-				*chaosLedger
-				*flowLedger
-			}{cl, (*flowLedger)(cl)}
+		flow, wl = *o.Flow, chaosFlow{cl, flowLedger{fl, &cl.reserveMax}}
+		if p, ok := st.(worker.Pinger); ok {
+			wl = pingingFlow{pingingLedger{cl, p}, flowLedger{fl, &cl.reserveMax}}
 		}
 	}
 	w, err = worker.New(worker.Config{
@@ -404,48 +396,35 @@ type chaosLedger struct {
 	down      bool      // the last batch's claims failed, and no claim or ping succeeded since
 	downSince time.Time // when the first of them failed
 
-	flow       worker.FlowLedger // the inner ledger's flow calls, with Flow
-	reserveMax atomic.Int64      // the longest Reserve, in nanoseconds
+	reserveMax atomic.Int64 // the longest Reserve (with Flow), in nanoseconds
 }
 
-// flowLedger is a chaosLedger's flow calls: the inner ledger's, the
-// longest Reserve counted.
-type flowLedger chaosLedger
+// flowLedger is the inner ledger's flow calls, the longest Reserve
+// counted.
+type flowLedger struct {
+	worker.FlowLedger
+	longest *atomic.Int64 // nanoseconds
+}
 
-func (l *flowLedger) GetFlow(ctx context.Context, scope string) (ledger.FlowRead, error) {
-	return l.flow.GetFlow(ctx, scope)
-}
-func (l *flowLedger) PutFlow(ctx context.Context, d ledger.FlowDoc, v int64) (ledger.FlowRead, error) {
-	return l.flow.PutFlow(ctx, d, v)
-}
-func (l *flowLedger) DeleteFlow(ctx context.Context, scope string, v int64) error {
-	return l.flow.DeleteFlow(ctx, scope, v)
-}
-func (l *flowLedger) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
+func (l flowLedger) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
 	start := time.Now()
-	g, err := l.flow.Reserve(ctx, rs)
-	for d, m := int64(time.Since(start)), l.reserveMax.Load(); d > m && !l.reserveMax.CompareAndSwap(m, d); m = l.reserveMax.Load() {
+	g, err := l.FlowLedger.Reserve(ctx, rs)
+	for d, m := int64(time.Since(start)), l.longest.Load(); d > m && !l.longest.CompareAndSwap(m, d); m = l.longest.Load() {
 	}
 	return g, err
 }
-func (l *flowLedger) TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]ledger.Slot, error) {
-	return l.flow.TakeSlots(ctx, rs)
-}
-func (l *flowLedger) ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error {
-	return l.flow.ExtendSlots(ctx, ss, lease)
-}
-func (l *flowLedger) ReleaseSlots(ctx context.Context, ss []ledger.Slot) []error {
-	return l.flow.ReleaseSlots(ctx, ss)
-}
-func (l *flowLedger) PutProcess(ctx context.Context, p ledger.Process) error {
-	return l.flow.PutProcess(ctx, p)
-}
-func (l *flowLedger) RemoveProcess(ctx context.Context, id string) error {
-	return l.flow.RemoveProcess(ctx, id)
-}
-func (l *flowLedger) MarkDeadLettered(ctx context.Context, ds []ledger.DeadLetter) []error {
-	return l.flow.MarkDeadLettered(ctx, ds)
-}
+
+// The chaos ledgers with the inner ledger's flow calls.
+type (
+	chaosFlow struct {
+		*chaosLedger
+		flowLedger
+	}
+	pingingFlow struct {
+		pingingLedger
+		flowLedger
+	}
+)
 
 var (
 	_ worker.Ledger = (*chaosLedger)(nil)
@@ -1021,7 +1000,7 @@ func (t *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	defer t.mu.Unlock()
 	if op == "SendMessage" { // a deferral's copy names no source: the message last received with its tag
 		src := cmp.Or(sent.MessageAttributes[worker.AttrSourceMessageID].StringValue, t.tags[sent.MessageAttributes[event.AttrSend].StringValue])
-		t.events.Log(event.WorkerEvent{Ev: event.EvSent, MessageID: src, Copy: answer.MessageId, Queue: sent.QueueURL})
+		t.events.Log(event.WorkerEvent{Ev: event.EvSent, MessageID: src, Copy: answer.MessageId, Queue: sent.QueueURL, Send: sent.MessageAttributes[event.AttrSend].StringValue})
 	}
 	t.receives++
 	for _, m := range answer.Messages {
