@@ -419,7 +419,7 @@ func DownstreamOutages(e *env, h *history, s *section) {
 			}
 		}
 		beyond += over
-		s.row(fmt.Sprintf("downstream %s at +%.0fs", o.kind, o.from.Sub(e.started).Seconds()), fmt.Sprintf("for %.1fs: %d handler calls began, %d of them as runs found the outage (%d runs, at most %d each), %d probes, %d beyond one at a time a second apart; every operation sent before its return done %.1fs after it",
+		s.row(fmt.Sprintf("downstream %s at +%.0fs", o.kind, o.from.Sub(e.started).Seconds()), fmt.Sprintf("for %.1fs: %d handler calls began, %d of them within what the runs that found it may make (%d runs, %d each, probes among them), %d more, %d of them not one at a time a second apart; every operation sent before its return done %.1fs after it",
 			o.to.Sub(o.from).Seconds(), n, pre, len(perRun), allow, n-pre, over, drained.Sub(o.to).Seconds()))
 	}
 	s.zero("handler calls during an outage of the downstream beyond the probes", beyond)
