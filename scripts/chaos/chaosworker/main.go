@@ -406,9 +406,9 @@ type flowLedger struct {
 	longest *atomic.Int64 // nanoseconds
 }
 
-func (l flowLedger) Reserve(ctx context.Context, rs []ledger.Reservation) ([]ledger.Grant, error) {
+func (l flowLedger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error) {
 	start := time.Now()
-	g, err := l.FlowLedger.Reserve(ctx, rs)
+	g, err := l.FlowLedger.Reserve(ctx, r)
 	for d, m := int64(time.Since(start)), l.longest.Load(); d > m && !l.longest.CompareAndSwap(m, d); m = l.longest.Load() {
 	}
 	return g, err
