@@ -41,12 +41,20 @@ func Flow(short bool) []*Campaign {
 		return Outages(list...)
 	}
 	out := pick(short, 80*time.Second, 20*time.Second)
+	// A poison operation's own path, once the load is sent: each copy
+	// of it (a lost send acknowledgement makes one) is received
+	// maxReceiveCount times, 5 s out of sight and backing off up to 4 s
+	// each time, and held on its last receive for the trip's window (30
+	// s) in case an outage is found; a copy waits for the one at work.
+	// Two copies take up to 2 x (4 x 9 s + 30 s), a little over 2
+	// minutes.
+	const quiesce = 3 * time.Minute
 	return []*Campaign{{
 		Name:  "flow",
 		Title: "three workers on one PostgreSQL ledger and a standard queue (maxReceiveCount 4), flow control with a rate and a rate per tenant, the downstream down",
 		Load:  flowLoad(pick(short, 1800, 300), 20, false),
 		System: System{MaxReceive: 4, Postgres: true, Workers: 3, Concurrency: 8, SendLost: 0.03,
-			Quiesce: 2 * time.Minute, Flow: limits},
+			Quiesce: quiesce, Flow: limits},
 		Runs:   Runs{Duration: pick(short, 330*time.Second, 100*time.Second), Ends: map[string]int{endKill: 3, endTerm: 2, endWindowA: 1, endInHandler: 1}},
 		Faults: []Fault{down(out, down503, downHang), Pauses(3, false)},
 		Checks: []Check{FlowControl},
@@ -55,7 +63,7 @@ func Flow(short bool) []*Campaign {
 		Title: "two workers on one PostgreSQL ledger and a FIFO queue (maxReceiveCount 4), a group per tenant, the same flow control, the downstream down",
 		Load:  flowLoad(pick(short, 700, 150), 10, true),
 		System: System{FIFO: true, MaxReceive: 4, Postgres: true, Workers: 2, Concurrency: 8, SendLost: 0.03,
-			Quiesce: 2 * time.Minute, Flow: limits},
+			Quiesce: quiesce, Flow: limits},
 		Runs:   Runs{Duration: pick(short, 300*time.Second, 60*time.Second), Ends: map[string]int{endKill: 2, endTerm: 1}},
 		Faults: []Fault{down(out, down429, downRefuse), Pauses(1, false)},
 		Checks: []Check{FlowControl, GroupOrder},
@@ -63,7 +71,7 @@ func Flow(short bool) []*Campaign {
 		Name:   "flow-bbolt",
 		Title:  "one worker on a bbolt ledger and a standard queue (maxReceiveCount 4), the same flow control, the downstream down",
 		Load:   flowLoad(pick(short, 400, 100), 20, false),
-		System: System{MaxReceive: 4, Workers: 1, Concurrency: 8, SendLost: 0.03, Quiesce: 2 * time.Minute, Flow: limits},
+		System: System{MaxReceive: 4, Workers: 1, Concurrency: 8, SendLost: 0.03, Quiesce: quiesce, Flow: limits},
 		Runs:   Runs{Duration: pick(short, 200*time.Second, 40*time.Second), Ends: map[string]int{endKill: 1, endTerm: 1}},
 		Faults: []Fault{down(out, downRefuse), Pauses(1, false)},
 		Checks: []Check{FlowControl},
