@@ -444,11 +444,17 @@ func FlowControl(e *env, h *history, s *section) {
 	for _, o := range e.downs {
 		downs = append(downs, window{o.from, o.to.Add(workerHandlerTimeout)})
 	}
-	dead, expired := 0, 0
+	dead, expired, stopped := 0, 0, 0
 	for _, d := range h.dlq {
 		if m := h.byTag[d.tag]; m != nil && m.shouldComplete() && !slices.ContainsFunc(calls, func(c *call) bool {
 			return c.key == m.op.id && c.err != "" && !during(downs, time.Unix(0, c.start), time.Unix(0, c.end))
 		}) {
+			if run, end := h.endedHolding(d.tag); e.c.System.FIFO && run > 0 && during(downs, end.Add(-fifoStopSlack), end) {
+				stopped++
+				s.detail("%s (%s): dead-lettered (%s) after run %d ended (%s) holding it during an outage; received %d times, %d of them by runs that ended holding it",
+					d.tag, m.op.id, cmp.Or(d.reason, "by SQS's redrive"), run, h.runs[run].end, h.receives(d.tag, false), h.receives(d.tag, true))
+				continue
+			}
 			dead++
 			s.detail("%s (%s): dead-lettered (%s), none of its attempts failed but during an outage", d.tag, m.op.id, cmp.Or(d.reason, "by SQS's redrive"))
 		}
@@ -537,6 +543,9 @@ func FlowControl(e *env, h *history, s *section) {
 	s.row("flow control", fmt.Sprintf("%d pauses, %d probes (%d failed), %d attempts held a second or more after their claim (the longest %.1fs), %d throttled, %d deferred (%d copies seen sent)",
 		st.FlowPauses, st.Probes, st.ProbesFailed, held, float64(longest)/1e9, st.Throttled, st.Deferred, deferrals))
 	s.zero("messages dead-lettered because of an outage or a limit", dead)
+	if e.c.System.FIFO {
+		s.row("FIFO messages dead-lettered after a worker stopped holding them during an outage", fmt.Sprintf("%d (a FIFO message cannot be sent again: its next receive after its last is the redrive's)", stopped))
+	}
 	s.zero("downstream calls above a limit in a whole second", above)
 	s.zero("messages expired in SQS", expired)
 	if e.c.System.FIFO {
@@ -544,4 +553,52 @@ func FlowControl(e *env, h *history, s *section) {
 	} else {
 		s.zero("deferred copies that ran twice", twice)
 	}
+}
+
+// fifoStopSlack: a run that ended this long after an outage may still
+// have been paused by it (the pause ends with a probe, at most
+// flow.probe_max later, and the ramp after it).
+const fifoStopSlack = 30 * time.Second
+
+// endedHolding returns the run that received the message tagged tag last,
+// and when that run ended, if it ended (drained or killed) with the
+// message still in hand: neither deleted nor sent on by it.
+func (h *history) endedHolding(tag string) (int, time.Time) {
+	var last *runEvent
+	for i := range h.all {
+		if ev := &h.all[i]; ev.Ev == event.EvReceive && ev.Send == tag {
+			last = ev
+		}
+	}
+	if last == nil || !h.heldToTheEnd(last) {
+		return 0, time.Time{}
+	}
+	return last.run, h.runs[last.run].endedAt
+}
+
+// heldToTheEnd reports whether the run of the receive r ended with its
+// message in hand: neither deleted nor sent on by it, nor its claim
+// released before the run was told to stop.
+func (h *history) heldToTheEnd(r *runEvent) bool {
+	ri := h.runs[r.run]
+	if ri == nil || ri.endedAt.IsZero() {
+		return false
+	}
+	return !slices.ContainsFunc(h.byKey[r.Key], func(ev runEvent) bool {
+		return ev.run == r.run && ev.T > r.T && (ev.MessageID == r.MessageID && (ev.Ev == event.EvDelete || ev.Ev == event.EvSent) ||
+			ev.Ev == event.EvRelease && ev.T < ri.stoppedAt.UnixNano())
+	})
+}
+
+// receives counts the receives of the message tagged tag; with ended,
+// only those whose run ended holding it (later receives by the same run
+// are counted as its).
+func (h *history) receives(tag string, ended bool) int {
+	n := 0
+	for i := range h.all {
+		if ev := &h.all[i]; ev.Ev == event.EvReceive && ev.Send == tag && (!ended || h.heldToTheEnd(ev)) {
+			n++
+		}
+	}
+	return n
 }

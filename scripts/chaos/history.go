@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -62,9 +63,9 @@ type runEvent struct {
 
 // runInfo is how a run ended, when, and its last counters.
 type runInfo struct {
-	end     string
-	endedAt time.Time
-	counts  event.Counts
+	end                string
+	stoppedAt, endedAt time.Time // stoppedAt: when the campaign signalled it (endedAt if it did not)
+	counts             event.Counts
 }
 
 // queuedMsg is a message found in a queue at the end: its id, tag, body
@@ -85,7 +86,7 @@ func (e *env) history(ctx context.Context) (*history, error) {
 	for _, p := range procs {
 		r := &runInfo{end: e.endOf(p), counts: e.counts(p.id)}
 		p.mu.Lock()
-		r.endedAt = p.ended
+		r.endedAt, r.stoppedAt = p.ended, cmp.Or(p.signaled, p.ended)
 		p.mu.Unlock()
 		h.runs[p.id] = r
 		for op, byKind := range r.counts.Faults {

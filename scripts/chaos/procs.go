@@ -46,10 +46,11 @@ type proc struct {
 	done    chan struct{}
 	started time.Time
 
-	mu     sync.Mutex
-	signal string // what the campaign did to it: endKill, endInHandler, endInTx, endTerm, endRefused
-	ended  time.Time
-	state  *os.ProcessState
+	mu       sync.Mutex
+	signal   string // what the campaign did to it: endKill, endInHandler, endInTx, endTerm, endRefused
+	signaled time.Time
+	ended    time.Time
+	state    *os.ProcessState
 }
 
 // startProc starts bin with args, its output going to the file out.
@@ -95,7 +96,7 @@ func (p *proc) kill(why string) bool {
 		p.mu.Unlock()
 		return false
 	}
-	p.signal = why
+	p.signal, p.signaled = why, time.Now()
 	p.mu.Unlock()
 	return p.cmd.Process.Signal(syscall.SIGKILL) == nil
 }
@@ -108,7 +109,7 @@ func (p *proc) term() {
 
 func (p *proc) setSignal(s string) {
 	p.mu.Lock()
-	p.signal = s
+	p.signal, p.signaled = s, time.Now()
 	p.mu.Unlock()
 }
 
