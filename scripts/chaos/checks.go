@@ -451,8 +451,8 @@ func FlowControl(e *env, h *history, s *section) {
 		}) {
 			if run, end := h.endedHolding(d.tag); e.c.System.FIFO && run > 0 && during(downs, end.Add(-fifoStopSlack), end) {
 				stopped++
-				s.detail("%s (%s): dead-lettered (%s) after run %d ended (%s) holding it during an outage; received %d times, %d of them by runs that ended holding it",
-					d.tag, m.op.id, cmp.Or(d.reason, "by SQS's redrive"), run, h.runs[run].end, h.receives(d.tag, false), h.receives(d.tag, true))
+				s.detail("%s (%s): dead-lettered (%s) after run %d (%s at the end) was stopped at %s holding it during an outage; received %d times, %d of them by runs stopped holding it",
+					d.tag, m.op.id, cmp.Or(d.reason, "by SQS's redrive"), run, h.runs[run].end, clock(end.UnixNano()), h.receives(d.tag, false), h.receives(d.tag, true))
 				continue
 			}
 			dead++
@@ -544,7 +544,7 @@ func FlowControl(e *env, h *history, s *section) {
 		st.FlowPauses, st.Probes, st.ProbesFailed, held, float64(longest)/1e9, st.Throttled, st.Deferred, deferrals))
 	s.zero("messages dead-lettered because of an outage or a limit", dead)
 	if e.c.System.FIFO {
-		s.row("FIFO messages dead-lettered after a worker stopped holding them during an outage", fmt.Sprintf("%d (a FIFO message cannot be sent again: its next receive after its last is the redrive's)", stopped))
+		s.row("FIFO messages dead-lettered after a worker was stopped holding them during an outage", fmt.Sprintf("%d (drained, killed, or SIGSTOPped past the visibility timeout: a FIFO message cannot be sent again, and its next receive after its last is the redrive's)", stopped))
 	}
 	s.zero("downstream calls above a limit in a whole second", above)
 	s.zero("messages expired in SQS", expired)
@@ -561,8 +561,8 @@ func FlowControl(e *env, h *history, s *section) {
 const fifoStopSlack = 30 * time.Second
 
 // endedHolding returns the run that received the message tagged tag last,
-// and when that run ended, if it ended (drained or killed) with the
-// message still in hand: neither deleted nor sent on by it.
+// and when it stopped holding it, if it was stopped with the message in
+// hand (see stoppedHolding).
 func (h *history) endedHolding(tag string) (int, time.Time) {
 	var last *runEvent
 	for i := range h.all {
@@ -570,34 +570,49 @@ func (h *history) endedHolding(tag string) (int, time.Time) {
 			last = ev
 		}
 	}
-	if last == nil || !h.heldToTheEnd(last) {
+	if last == nil {
 		return 0, time.Time{}
 	}
-	return last.run, h.runs[last.run].endedAt
+	at, ok := h.stoppedHolding(last)
+	if !ok {
+		return 0, time.Time{}
+	}
+	return last.run, at
 }
 
-// heldToTheEnd reports whether the run of the receive r ended with its
-// message in hand: neither deleted nor sent on by it, nor its claim
-// released before the run was told to stop.
-func (h *history) heldToTheEnd(r *runEvent) bool {
-	ri := h.runs[r.run]
-	if ri == nil || ri.endedAt.IsZero() {
-		return false
+// stoppedHolding reports whether the run of the receive r was stopped
+// with its message in hand (neither deleted nor sent on by it, nor its
+// claim released), and when: told to end (drained or killed), or stopped
+// (SIGSTOP) for longer than the visibility timeout, which lapses the
+// receipt as a kill does.
+func (h *history) stoppedHolding(r *runEvent) (time.Time, bool) {
+	var at time.Time
+	if ri := h.runs[r.run]; ri != nil && !ri.endedAt.IsZero() {
+		at = ri.stoppedAt
 	}
-	return !slices.ContainsFunc(h.byKey[r.Key], func(ev runEvent) bool {
-		return ev.run == r.run && ev.T > r.T && (ev.MessageID == r.MessageID && (ev.Ev == event.EvDelete || ev.Ev == event.EvSent) ||
-			ev.Ev == event.EvRelease && ev.T < ri.stoppedAt.UnixNano())
+	for _, w := range h.e.paused[r.run] {
+		if w.from.UnixNano() > r.T && w.to.Sub(w.from) >= workerVisibility && (at.IsZero() || w.from.Before(at)) {
+			at = w.from
+		}
+	}
+	if at.IsZero() {
+		return at, false
+	}
+	return at, !slices.ContainsFunc(h.byKey[r.Key], func(ev runEvent) bool {
+		return ev.run == r.run && ev.T > r.T && ev.T < at.UnixNano() &&
+			(ev.MessageID == r.MessageID && (ev.Ev == event.EvDelete || ev.Ev == event.EvSent) || ev.Ev == event.EvRelease)
 	})
 }
 
 // receives counts the receives of the message tagged tag; with ended,
-// only those whose run ended holding it (later receives by the same run
-// are counted as its).
+// only those whose run was stopped holding it.
 func (h *history) receives(tag string, ended bool) int {
 	n := 0
 	for i := range h.all {
-		if ev := &h.all[i]; ev.Ev == event.EvReceive && ev.Send == tag && (!ended || h.heldToTheEnd(ev)) {
-			n++
+		if ev := &h.all[i]; ev.Ev == event.EvReceive && ev.Send == tag {
+			if _, stopped := h.stoppedHolding(ev); !ended || stopped {
+				n++
+			}
 		}
 	}
 	return n
