@@ -96,7 +96,10 @@ func (p *proc) kill(why string) bool {
 		p.mu.Unlock()
 		return false
 	}
-	p.signal, p.signaled = why, time.Now()
+	p.signal = why
+	if p.signaled.IsZero() {
+		p.signaled = time.Now()
+	}
 	p.mu.Unlock()
 	return p.cmd.Process.Signal(syscall.SIGKILL) == nil
 }
@@ -109,7 +112,10 @@ func (p *proc) term() {
 
 func (p *proc) setSignal(s string) {
 	p.mu.Lock()
-	p.signal, p.signaled = s, time.Now()
+	p.signal = s
+	if p.signaled.IsZero() { // the first: a second SIGTERM does not move it
+		p.signaled = time.Now()
+	}
 	p.mu.Unlock()
 }
 
