@@ -75,7 +75,14 @@ func TestMain_SharedLedgerLost(t *testing.T) {
 					return bodies
 				}
 				e.sendOps(ops("before", 10))
-				e.waitFor("the first operations", 30*time.Second, func() bool { return len(e.lines("effects")) == 10 })
+				// A store shared with other tests (moto under make interop)
+				// can be slow to start with: what is tested comes after.
+				for deadline := time.Now().Add(90 * time.Second); len(e.lines("effects")) != 10; time.Sleep(50 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						lines := strings.Split(out.String(), "\n")
+						t.Fatalf("timed out after 90s waiting for the first operations: %d of 10 ran; the worker's last lines:\n%s", len(e.lines("effects")), strings.Join(lines[max(0, len(lines)-60):], "\n"))
+					}
+				}
 				e.waitFor("the queue to empty", 30*time.Second, e.queueEmpty)
 				e.waitFor("readiness", 15*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 })
 				// The table's counts, read in the background of a scrape.
