@@ -46,12 +46,13 @@ test: ## Run every test, with the race detector, against local SQS- and DynamoDB
 
 # The packages whose tests talk to AWS APIs (SQS, SNS, S3, DynamoDB), which
 # `make interop` runs against moto, the chaos campaign's short form among
-# them.
+# them, one package at a time (-p 1): moto is one Python process, and the
+# packages' DynamoDB and SQS load together slowed it past the tests' waits.
 INTEROP_PKGS := ./internal/sqstest/ ./internal/dynamotest/ ./worker/ ./replay/ ./ingest/ ./cmd/sqsonce/ ./ledger/dynamodb/ ./scripts/chaos/
 
 .PHONY: interop
 interop: ## Run the tests that talk to AWS APIs against a second implementation, moto, without the race detector (needs moto: pip install "moto[server]").
-	$(WITH_MOTO) $(WITH_PG) go test -count=1 -timeout 20m $(INTEROP_PKGS)
+	$(WITH_MOTO) $(WITH_PG) go test -p 1 -count=1 -timeout 20m $(INTEROP_PKGS)
 
 .PHONY: test-short
 test-short: ## Run the tests without the race detector.
