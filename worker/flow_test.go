@@ -549,28 +549,12 @@ func TestWorker_StopDuringClaimsDefers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-l.claimWaiting:
-	case <-time.After(15 * time.Second):
-		t.Fatal("no claim within 15s")
-	}
-	if _, err := worker.PauseByHand(context.Background(), b.db, cfg.Flow.Scope, time.Now().Add(time.Minute), "maintenance", "test", 0); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the worker to see the pause", 15*time.Second, func() bool { return w.Health().Paused })
-	cancel()
-	close(l.claimGate)
-	select {
-	case err := <-done:
-		if err != nil {
+	stopDuringClaim(t, w, l, func() {
+		if _, err := worker.PauseByHand(context.Background(), b.db, cfg.Flow.Scope, time.Now().Add(time.Minute), "maintenance", "test", 0); err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return 30s after its context ended")
-	}
+		waitUntil(t, "the worker to see the pause", 15*time.Second, func() bool { return w.Health().Paused })
+	})
 	s := w.Stats()
 	t.Logf("stats %+v", s)
 	if s.GivenBack != 0 || s.Deferred != s.Received {

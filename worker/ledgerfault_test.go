@@ -94,6 +94,36 @@ func TestWorker_CompleteAnswerNotRetried(t *testing.T) {
 	}
 }
 
+// stopDuringClaim runs w on l until its first claim waits on l's gate,
+// calls before (which may be nil), stops w, opens the gate and waits for
+// Run to return.
+func stopDuringClaim(t *testing.T, w *worker.Worker, l *watchedLedger, before func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case <-l.claimWaiting:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no claim within 20s")
+	}
+	if before != nil {
+		before()
+	}
+	cancel()
+	// Run has stopped receiving and waits for the batch in hand.
+	time.Sleep(100 * time.Millisecond)
+	close(l.claimGate)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return 30s after its context ended")
+	}
+}
+
 // A stop that comes while a batch's claims are being written: none of its
 // handlers starts, every message goes back at once, and the claims are
 // released (a first claim leaves no record).
@@ -119,26 +149,7 @@ func TestWorker_StopDuringClaimGivesBatchBack(t *testing.T) {
 	for i := range 3 {
 		b.send(fmt.Sprintf(`{"id":"stop-%d"}`, i))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-l.claimWaiting:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no claim within 20s")
-	}
-	cancel()
-	// Run has stopped receiving and waits for the batch in hand.
-	time.Sleep(100 * time.Millisecond)
-	close(l.claimGate)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return")
-	}
+	stopDuringClaim(t, w, l, nil)
 	s := w.Stats()
 	if n := len(b.runs.counts()); n != 0 {
 		t.Errorf("%d handlers started after the stop", n)
@@ -172,20 +183,7 @@ func TestWorker_StopGivesBackOutOfCutPollsReach(t *testing.T) {
 	for i := range 3 {
 		b.send(fmt.Sprintf(`{"id":"cut-%d"}`, i))
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Run(ctx) }()
-	select {
-	case <-l.claimWaiting:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no claim within 20s")
-	}
-	time.Sleep(300 * time.Millisecond) // the next receive is on its way
-	cancel()
-	close(l.claimGate)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	stopDuringClaim(t, w, l, func() { time.Sleep(300 * time.Millisecond) }) // the next receive is on its way
 	counts := b.receiveCounts(3, 15*time.Second)
 	for body, n := range counts {
 		if n != "2" {
