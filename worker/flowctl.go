@@ -73,6 +73,7 @@ type flowCtl struct {
 
 	mu      sync.Mutex
 	changed chan struct{}     // closed, and replaced, when a held message may start
+	watched bool              // changed was handed out since it was last replaced
 	scopes  map[string]*scope // by name: the handler's scope, and each partition value's
 	scope   []string          // the handler's scope alone
 	held    []*job            // messages held for a pause or a limit, oldest first
@@ -137,10 +138,19 @@ func (s *scope) paused() bool {
 	return true
 }
 
-// kick wakes the held messages; call with f.mu held.
+// kick wakes the held messages and the pollers that wait for the intake
+// to open; call with f.mu held.
 func (f *flowCtl) kick() {
-	close(f.changed)
-	f.changed = make(chan struct{})
+	if f.watched {
+		close(f.changed)
+		f.changed, f.watched = make(chan struct{}), false
+	}
+}
+
+// changes returns the channel that kick closes; call with f.mu held.
+func (f *flowCtl) changes() <-chan struct{} {
+	f.watched = true
+	return f.changed
 }
 
 // names returns the pause scopes of j: the handler's, then one per
@@ -197,13 +207,13 @@ func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time
 	defer f.mu.Unlock()
 	if time.Now().Before(j.notBefore) {
 		f.hold(j)
-		return false, f.changed, j.notBefore
+		return false, f.changes(), j.notBefore
 	}
 	for _, name := range j.scopes {
 		if s := f.scopeOf(name); s.paused() && s.probe != j {
 			if f.act {
 				f.hold(j)
-				return false, f.changed, time.Time{}
+				return false, f.changes(), time.Time{}
 			}
 			f.w.stats.flowWouldHold.Add(1)
 		}
@@ -571,7 +581,7 @@ func (f *flowCtl) pausedNow() bool {
 func (f *flowCtl) changedCh() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.changed
+	return f.changes()
 }
 
 // start reads the pause state of the handler's scope, before the first
