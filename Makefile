@@ -145,6 +145,7 @@ chaos: ## Kill, fault and fill the worker's world, standard, FIFO, on a shared P
 # of their own: their outages of the downstream last a minute each.
 .PHONY: chaos-flow
 chaos-flow: ## Take the handlers' downstream down (503, hangs, refused connections, 429) under rate limits per handler and per tenant, kill and stop the workers, and audit flow control (three campaigns at once; ~8 min).
+	scripts/apt-install.sh faketime faketime
 	$(WITH_SQS) $(WITH_PG) go run ./scripts/chaos -only flow,flow-fifo,flow-bbolt $(CHAOS_FLAGS)
 
 .PHONY: demo

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -616,4 +617,19 @@ func (h *history) receives(tag string, ended bool) int {
 		}
 	}
 	return n
+}
+
+// ClockOffset checks that the PostgreSQL server's clock stood as far from
+// the hosts' as the campaign set it (System.ClockOffset), within a second,
+// when it started and at the audit: the campaign's other lines were then
+// kept with the ledger's clock that far from the workers'.
+func ClockOffset(e *env, _ *history, s *section) {
+	want := e.c.System.ClockOffset
+	end, err := e.pg.clockOffset(context.Background())
+	near := func(d time.Duration) bool { return (d - want).Abs() < time.Second }
+	value := fmt.Sprintf("set %+v: %+.1fs when it started, %+.1fs at the audit", want, e.pgOffset.Seconds(), end.Seconds())
+	if err != nil {
+		value = fmt.Sprintf("set %+v: %+.1fs when it started; at the audit: %v", want, e.pgOffset.Seconds(), err)
+	}
+	s.must("PostgreSQL's clock against the hosts'", want != 0 && err == nil && near(e.pgOffset) && near(end), value)
 }

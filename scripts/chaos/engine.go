@@ -68,6 +68,9 @@ type System struct {
 	SendLost    float64            // the sender's lost acknowledgements, per send
 	Quiesce     time.Duration      // how long the queue may take to empty once everything was sent
 	Flow        *worker.FlowConfig // the workers' flow control on the ledger's flow state; nil: the defaults, each in its process
+	// ClockOffset sets the PostgreSQL server's clock this far from the
+	// hosts' (the workers' and the campaign's), through libfaketime.
+	ClockOffset time.Duration
 }
 
 // Runs says how each worker's runs end: Ends[kind] runs end each way

@@ -25,8 +25,11 @@ import (
 // the outages. Runs are killed (SIGKILL) and drained at random, some in
 // the windows around a completion or in the handler, and stopped
 // (SIGSTOP) past their leases, during outages or while limited; their SQS
-// calls get no faults (the other campaigns have them). The
-// checks (DownstreamOutages, FlowControl) must find nothing dead-lettered
+// calls get no faults (the other campaigns have them). The PostgreSQL
+// server's clock is 90 s ahead of the workers' in the first part and 90 s
+// behind in the second (libfaketime), longer than every lease, pause and
+// probe interval: the ledger's clock and the hosts' must never be mixed.
+// The checks (DownstreamOutages, FlowControl) must find nothing dead-lettered
 // because of an outage or a limit, no second above a limit at the
 // downstream, no call during an outage but those that found it and one
 // probe at a time, nothing expired, no deferred copy run beside its
@@ -54,19 +57,19 @@ func Flow(short bool) []*Campaign {
 		Title: "three workers on one PostgreSQL ledger and a standard queue (maxReceiveCount 4), flow control with a rate and a rate per tenant, the downstream down",
 		Load:  flowLoad(pick(short, 1800, 300), 20, false),
 		System: System{MaxReceive: 4, Postgres: true, Workers: 3, Concurrency: 8, SendLost: 0.03,
-			Quiesce: quiesce, Flow: limits},
+			Quiesce: quiesce, Flow: limits, ClockOffset: 90 * time.Second},
 		Runs:   Runs{Duration: pick(short, 330*time.Second, 100*time.Second), Ends: map[string]int{endKill: 3, endTerm: 2, endWindowA: 1, endInHandler: 1}},
 		Faults: []Fault{down(out, down503, downHang), Pauses(3, false)},
-		Checks: []Check{FlowControl},
+		Checks: []Check{FlowControl, ClockOffset},
 	}, {
 		Name:  "flow-fifo",
 		Title: "two workers on one PostgreSQL ledger and a FIFO queue (maxReceiveCount 4), a group per tenant, the same flow control, the downstream down",
 		Load:  flowLoad(pick(short, 700, 150), 10, true),
 		System: System{FIFO: true, MaxReceive: 4, Postgres: true, Workers: 2, Concurrency: 8, SendLost: 0.03,
-			Quiesce: quiesce, Flow: limits},
+			Quiesce: quiesce, Flow: limits, ClockOffset: -90 * time.Second},
 		Runs:   Runs{Duration: pick(short, 300*time.Second, 60*time.Second), Ends: map[string]int{endKill: 2, endTerm: 1}},
 		Faults: []Fault{down(out, down429, downRefuse), Pauses(1, false)},
-		Checks: []Check{FlowControl, GroupOrder},
+		Checks: []Check{FlowControl, GroupOrder, ClockOffset},
 	}, {
 		Name:   "flow-bbolt",
 		Title:  "one worker on a bbolt ledger and a standard queue (maxReceiveCount 4), the same flow control, the downstream down",

@@ -37,10 +37,11 @@ import (
 // pg_ctl stops it. PostgreSQL refuses to run as root: as root, the cluster
 // belongs to the unprivileged user nobody.
 type pgCluster struct {
-	bin  string // the server's bin directory
-	dir  string // data/, the socket and server.log; owned by the server's user
-	port int
-	cred *syscall.Credential // the server's user, when the campaign runs as root
+	bin    string // the server's bin directory
+	dir    string // data/, the socket and server.log; owned by the server's user
+	port   int
+	cred   *syscall.Credential // the server's user, when the campaign runs as root
+	offset time.Duration       // the server's clock against the hosts' (libfaketime); 0: the same clock
 
 	mu     sync.Mutex
 	server *exec.Cmd     // the postmaster now running, or nil
@@ -52,8 +53,9 @@ const pgSettings = "-c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_co
 
 // startPGCluster makes a cluster in a temporary directory, with the
 // newest PostgreSQL server that Debian's packages installed (as
-// scripts/with-postgres.sh picks it), and starts it.
-func startPGCluster(ctx context.Context) (_ *pgCluster, err error) {
+// scripts/with-postgres.sh picks it), and starts it, its clock offset from
+// the hosts' by offset.
+func startPGCluster(ctx context.Context, offset time.Duration) (_ *pgCluster, err error) {
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_ctl")
 	version := func(p string) int { v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(p)))); return v }
 	sort.Slice(bins, func(i, j int) bool { return version(bins[i]) > version(bins[j]) })
@@ -64,7 +66,12 @@ func startPGCluster(ctx context.Context) (_ *pgCluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &pgCluster{bin: filepath.Dir(bins[0]), dir: dir}
+	c := &pgCluster{bin: filepath.Dir(bins[0]), dir: dir, offset: offset}
+	if offset != 0 {
+		if _, err := os.Stat(fakeTimeLib); err != nil {
+			return nil, fmt.Errorf("a clock offset for PostgreSQL needs libfaketime (%s): install Debian's faketime package (make chaos-flow does): %w", fakeTimeLib, err)
+		}
+	}
 	defer func() {
 		if err != nil {
 			c.remove("")
@@ -125,6 +132,12 @@ func (c *pgCluster) start(ctx context.Context) error {
 		cmd.Dir = c.dir
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGKILL}
+		if c.offset != 0 {
+			// libfaketime shifts the wall clock of the server's processes
+			// (now(), clock_timestamp()), not their monotonic one.
+			cmd.Env = append(os.Environ(), "LD_PRELOAD="+fakeTimeLib, fmt.Sprintf("FAKETIME=%+d", int(c.offset.Seconds())),
+				"FAKETIME_DONT_FAKE_MONOTONIC=1")
+		}
 		if err := cmd.Start(); err != nil {
 			logf.Close()
 			return fmt.Errorf("start PostgreSQL: %w", err)
@@ -144,6 +157,27 @@ func (c *pgCluster) start(ctx context.Context) error {
 		}
 	}
 	return fmt.Errorf("start PostgreSQL: %s", last)
+}
+
+// fakeTimeLib is libfaketime as Debian's faketime package installs it.
+const fakeTimeLib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+// clockOffset measures the server's clock against this host's: now() on
+// the server less the middle of the query's round trip here.
+func (c *pgCluster) clockOffset(ctx context.Context) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pgURL(c.addr()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	var server time.Time
+	before := time.Now()
+	if err := conn.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&server); err != nil {
+		return 0, err
+	}
+	return server.Sub(before.Add(time.Since(before) / 2)), nil
 }
 
 // stopHard stops the server at once, as a crash would: pg_ctl stop -m

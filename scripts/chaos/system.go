@@ -56,6 +56,7 @@ type env struct {
 	rngMu, mu               sync.Mutex
 	faultMu                 sync.Mutex // one fault of the database or stop of a worker at a time
 	pg                      *pgCluster
+	pgOffset                time.Duration // PostgreSQL's clock against this host's, measured at its start
 	proxy                   *tcpProxy
 	world                   *world
 	wl                      *workload
@@ -300,8 +301,14 @@ func (e *env) createQueues(ctx context.Context) error {
 // through the proxy, with a pool of a few connections more than the
 // handlers, which may each hold one for their transaction.
 func (e *env) startDatabase(ctx context.Context) (err error) {
-	if e.pg, err = startPGCluster(ctx); err != nil {
+	if e.pg, err = startPGCluster(ctx, e.c.System.ClockOffset); err != nil {
 		return err
+	}
+	if e.c.System.ClockOffset != 0 {
+		if e.pgOffset, err = e.pg.clockOffset(ctx); err != nil {
+			return fmt.Errorf("read PostgreSQL's clock: %w", err)
+		}
+		e.logf("database: PostgreSQL's clock is %+.1fs from this host's (set %+v)", e.pgOffset.Seconds(), e.c.System.ClockOffset)
 	}
 	direct, pool := pgURL(e.pg.addr()), 8
 	if e.proxy, err = newTCPProxy(e.pg.addr()); err == nil {
