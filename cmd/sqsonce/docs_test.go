@@ -843,3 +843,50 @@ func TestDocs_Links(t *testing.T) {
 		}
 	}
 }
+
+// Every TOML example of the README and the guides loads as a configuration
+// (LoadConfig, no environment): on its own when it has a [queue], else
+// after a minimal queue, ledger and handler, so that a renamed or removed
+// key, or a value out of its range, fails here before a reader meets it.
+func TestDocs_TOMLExamples(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(docsDir, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "../../README.md")
+	block := regexp.MustCompile("(?s)```toml\n(.*?)```")
+	n := 0
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range block.FindAllStringSubmatch(string(b), -1) {
+			n++
+			text := m[1]
+			for _, section := range []string{"queue", "ledger", "handler"} {
+				if !regexp.MustCompile(`(?m)^\[` + section + `\]`).MatchString(text) {
+					text = minimalSection[section] + "\n" + text
+				}
+			}
+			path := filepath.Join(t.TempDir(), fmt.Sprintf("example-%d.toml", i))
+			if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := LoadConfig(path, nil); err != nil {
+				t.Errorf("%s: TOML example %d does not load: %v\n%s", filepath.Base(file), i+1, err, m[1])
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no TOML example found in the README or the guides")
+	}
+}
+
+// minimalSection is what a TOML example lacks to load on its own.
+var minimalSection = map[string]string{
+	"queue":   "[queue]\nurl = \"https://sqs.us-east-1.amazonaws.com/123456789012/orders\"\n",
+	"ledger":  "[ledger]\npath = \"ledger.db\"\n",
+	"handler": "[handler]\ntype = \"exec\"\ncommand = [\"/bin/true\"]\n",
+}
