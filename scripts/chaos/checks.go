@@ -36,9 +36,18 @@ func GroupOrder(e *env, h *history, s *section) {
 			}
 		}
 	}
+	// The deliveries the worker sent to the dead-letter queue, and when.
+	dead := map[string]time.Time{}
+	for _, ev := range h.all {
+		if ev.Ev == event.EvSent && ev.Queue == e.dlq {
+			if t, ok := dead[ev.MessageID]; !ok || time.Unix(0, ev.T).Before(t) {
+				dead[ev.MessageID] = time.Unix(0, ev.T)
+			}
+		}
+	}
 	unplaced := 0
 	checked, out, frozen := orderViolations(effects, func(x event.Execution) (place, bool) {
-		p, ok := placeOf(x, h.byTag, e.rounds)
+		p, ok := placeOf(x, h.byTag, e.rounds, dead)
 		if !ok {
 			unplaced++
 		}
@@ -85,11 +94,23 @@ func (p place) before(q place) bool {
 // replay never moved belongs where the message it copies was sent (a copy
 // that the worker made of it, by mistake, keeps that place); one that
 // replay moved belongs to the last round begun before it entered the
-// queue.
-func placeOf(x event.Execution, byTag map[string]*msg, rounds []replayRound) (place, bool) {
+// queue. A delivery that the worker had sent to the dead-letter queue
+// (dead: when, by message id) but could not delete came back; it can run
+// again only once a replay round reset its operation, and then belongs
+// with that round's copies, as the copy the round sent of it would.
+func placeOf(x event.Execution, byTag map[string]*msg, rounds []replayRound, dead map[string]time.Time) (place, bool) {
 	m, ok := byTag[x.Send]
 	if !ok || x.Replays > 0 && x.SentAt == 0 {
 		return place{}, false
+	}
+	if t, ok := dead[x.MessageID]; ok && slices.ContainsFunc(rounds, func(r replayRound) bool { return r.start.After(t) && r.start.Before(time.Unix(0, x.T)) }) {
+		p := place{}
+		for _, r := range rounds {
+			if r.start.Before(time.Unix(0, x.T)) {
+				p.epoch++
+			}
+		}
+		return p, true
 	}
 	p := place{sent: x.Replays == 0, n: m.n}
 	for _, r := range rounds {

@@ -22,11 +22,21 @@ func TestOrderViolations(t *testing.T) {
 		byTag[tag] = &msg{tag: tag, n: i + 1, sentAt: time.UnixMilli(at)}
 	}
 	rounds := []replayRound{{round: 1, start: time.UnixMilli(1000)}, {round: 2, start: time.UnixMilli(2000)}}
-	at := func(x event.Execution) (place, bool) { return placeOf(x, byTag, rounds) }
+	// The worker sent m1's delivery d1 to the dead-letter queue at 1500
+	// ms and m2's d2 at 500 ms, and could delete neither.
+	dead := map[string]time.Time{"d1": time.UnixMilli(1500), "d2": time.UnixMilli(500)}
+	at := func(x event.Execution) (place, bool) { return placeOf(x, byTag, rounds, dead) }
 	// eff is an effect in group g of a delivery of send tag that entered
 	// the queue at sentAt and was replayed replays times.
 	eff := func(seq int64, group, tag string, sentAt int64, replays int) event.Execution {
 		return event.Execution{Seq: seq, Group: group, Key: tag, Send: tag, SentAt: sentAt, Replays: replays, Effect: true}
+	}
+	// deadEff is an effect, at at ms, of delivery msgID of send tag, which
+	// the worker had dead-lettered.
+	deadEff := func(seq int64, group, tag, msgID string, at int64) event.Execution {
+		x := eff(seq, group, tag, 0, 0)
+		x.MessageID, x.T, x.SentAt = msgID, time.UnixMilli(at).UnixNano(), byTag[tag].sentAt.UnixMilli()
+		return x
 	}
 	for _, tc := range []struct {
 		name    string
@@ -43,6 +53,10 @@ func TestOrderViolations(t *testing.T) {
 		{"copies of one round are not ordered", []event.Execution{eff(1, "g", "m2", 1020, 1), eff(2, "g", "m1", 1030, 1)}, 0},
 		{"copies of two rounds are", []event.Execution{eff(1, "g", "m1", 2010, 2), eff(2, "g", "m2", 1010, 1)}, 1},
 		{"a copy the worker made keeps the place of the message it copies", []event.Execution{eff(1, "g", "m2", 200, 0), eff(2, "g", "m1", 900, 0)}, 1},
+		{"a dead-lettered delivery that came back runs with the round that reset it", []event.Execution{eff(1, "g", "m3", 1100, 0), deadEff(2, "g", "m1", "d1", 2100)}, 0},
+		{"but not before that round", []event.Execution{eff(1, "g", "m3", 1100, 0), deadEff(2, "g", "m1", "d1", 1800)}, 1},
+		{"and before what was sent after that round", []event.Execution{deadEff(1, "g", "m2", "d2", 1050), eff(2, "g", "m3", 1100, 0)}, 0},
+		{"not after it", []event.Execution{eff(1, "g", "m3", 1100, 0), deadEff(2, "g", "m2", "d2", 1150)}, 1},
 		{"every step back counts", []event.Execution{eff(1, "g", "m3", 1100, 0), eff(2, "g", "m1", 100, 0), eff(3, "g", "m4", 1200, 0), eff(4, "g", "m2", 200, 0)}, 2},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
