@@ -374,11 +374,12 @@ func sharedLedgers(t *testing.T, b *bundle, backend string, n int, skews ...time
 			t.Fatal(err)
 		}
 		for i := range out {
+			o := opts
 			if i < len(skews) {
 				skew := skews[i]
-				opts.Now = func() time.Time { return time.Now().Add(skew) }
+				o.Now = func() time.Time { return time.Now().Add(skew) }
 			}
-			l, err := dynamodb.Open(ctx, dynamotest.NewClient(t, nil), opts)
+			l, err := dynamodb.Open(ctx, dynamotest.NewClient(t, nil), o)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -808,12 +808,7 @@ func anchors(text string) map[string]bool {
 // repository, and every #anchor a heading of its file.
 func TestDocs_Links(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join(docsDir, "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, "../../README.md")
-	for _, file := range files {
+	for _, file := range guides(t) {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -850,14 +845,9 @@ func TestDocs_Links(t *testing.T) {
 // key, or a value out of its range, fails here before a reader meets it.
 func TestDocs_TOMLExamples(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob(filepath.Join(docsDir, "*.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, "../../README.md")
 	block := regexp.MustCompile("(?s)```toml\n(.*?)```")
 	n := 0
-	for _, file := range files {
+	for _, file := range guides(t) {
 		b, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -865,9 +855,9 @@ func TestDocs_TOMLExamples(t *testing.T) {
 		for i, m := range block.FindAllStringSubmatch(string(b), -1) {
 			n++
 			text := m[1]
-			for _, section := range []string{"queue", "ledger", "handler"} {
-				if !regexp.MustCompile(`(?m)^\[` + section + `\]`).MatchString(text) {
-					text = minimalSection[section] + "\n" + text
+			for section, minimal := range minimalSection {
+				if !strings.HasPrefix(text, "["+section+"]") && !strings.Contains(text, "\n["+section+"]") {
+					text = minimal + "\n" + text
 				}
 			}
 			path := filepath.Join(t.TempDir(), fmt.Sprintf("example-%d.toml", i))
@@ -889,4 +879,14 @@ var minimalSection = map[string]string{
 	"queue":   "[queue]\nurl = \"https://sqs.us-east-1.amazonaws.com/123456789012/orders\"\n",
 	"ledger":  "[ledger]\npath = \"ledger.db\"\n",
 	"handler": "[handler]\ntype = \"exec\"\ncommand = [\"/bin/true\"]\n",
+}
+
+// guides are the README and the guides under docs/.
+func guides(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(docsDir, "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(files, "../../README.md")
 }

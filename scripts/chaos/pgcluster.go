@@ -62,16 +62,16 @@ func startPGCluster(ctx context.Context, offset time.Duration) (_ *pgCluster, er
 	if len(bins) == 0 {
 		return nil, errors.New("no PostgreSQL server under /usr/lib/postgresql/*/bin: run the campaign through scripts/with-postgres.sh (make chaos and make test do), which installs Debian's postgresql package")
 	}
-	dir, err := os.MkdirTemp("", "sqsonce-chaos-pg-")
-	if err != nil {
-		return nil, err
-	}
-	c := &pgCluster{bin: filepath.Dir(bins[0]), dir: dir, offset: offset}
 	if offset != 0 {
 		if _, err := os.Stat(fakeTimeLib); err != nil {
 			return nil, fmt.Errorf("a clock offset for PostgreSQL needs libfaketime (%s): install Debian's faketime package (make chaos-flow does): %w", fakeTimeLib, err)
 		}
 	}
+	dir, err := os.MkdirTemp("", "sqsonce-chaos-pg-")
+	if err != nil {
+		return nil, err
+	}
+	c := &pgCluster{bin: filepath.Dir(bins[0]), dir: dir, offset: offset}
 	defer func() {
 		if err != nil {
 			c.remove("")
@@ -162,8 +162,8 @@ func (c *pgCluster) start(ctx context.Context) error {
 // fakeTimeLib is libfaketime as Debian's faketime package installs it.
 const fakeTimeLib = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
-// clockOffset measures the server's clock against this host's: now() on
-// the server less the middle of the query's round trip here.
+// clockOffset measures the server's clock against this host's: its
+// clock_timestamp() less the middle of the query's round trip here.
 func (c *pgCluster) clockOffset(ctx context.Context) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
