@@ -73,8 +73,9 @@ type Options struct {
 	// once. It lengthens, by at most this much, the time in which done
 	// work is not yet recorded; in exchange a busy worker makes about one
 	// commit per received batch instead of one for its claims and another
-	// for its completions. Zero picks DefaultCompleteDelay; a negative
-	// value turns the wait off.
+	// for its completions. A completion written under a context from
+	// WithoutDelay does not wait. Zero picks DefaultCompleteDelay; a
+	// negative value turns the wait off.
 	CompleteDelay time.Duration
 	// OnCommit, when set, is called by the committer after each commit
 	// with the number of write requests it carried, how long it took

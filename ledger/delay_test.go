@@ -62,3 +62,32 @@ func TestCompleteDelay(t *testing.T) {
 		t.Fatalf("requests per commit: %v, want [1 2] (the lone completion, then the claim with the waiting completion)", sizes)
 	}
 }
+
+// A completion written under WithoutDelay commits at once, however long the
+// delay.
+func TestCompleteDelay_WithoutDelay(t *testing.T) {
+	ctx := context.Background()
+	db, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{CompleteDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Claim(ctx, ledger.ClaimRequest{Key: "a", Owner: "a", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []error, 1)
+	go func() {
+		done <- db.CompleteBatch(ledger.WithoutDelay(ctx), []ledger.Completion{{Key: "a", Owner: "a"}})
+	}()
+	select {
+	case errs := <-done:
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a completion under WithoutDelay still waited for company (the delay is an hour)")
+	}
+	if r, err := db.Get(ctx, "a"); err != nil || r.State != ledger.StateComplete {
+		t.Fatalf("a: %+v, %v", r, err)
+	}
+}

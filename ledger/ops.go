@@ -547,7 +547,7 @@ func (db *DB) transitionBatch(ctx context.Context, op string, n int, key func(in
 		return errs
 	}
 	answers := make([]error, n)
-	r := &request{done: make(chan error, 1), lazy: op == "complete"}
+	r := &request{done: make(chan error, 1), lazy: op == "complete" && ctx.Value(noDelay{}) == nil}
 	r.apply = func(s *store) error {
 		for i := range n {
 			answers[i] = nil
@@ -632,4 +632,16 @@ func (s *store) transition(key, owner, op string, change func(rec *Record) (bool
 		return s.putStory(rec, s.story)
 	}
 	return nil
+}
+
+// noDelay marks a context from WithoutDelay.
+type noDelay struct{}
+
+// WithoutDelay returns ctx marked so that completions written under it
+// commit at once rather than wait up to Options.CompleteDelay for other
+// writes: for a caller that holds room other work waits for until the
+// completion is durable (a worker whose handlers are all taken), the wait
+// would cost more than the fsync it may save.
+func WithoutDelay(ctx context.Context) context.Context {
+	return context.WithValue(ctx, noDelay{}, true)
 }

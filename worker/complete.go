@@ -70,7 +70,15 @@ func (w *Worker) completeLoop() {
 				}
 				// Not bound to the worker's stop: done work is recorded
 				// whenever it can be; the ledger bounds its own calls.
-				errs := w.ledger.CompleteBatch(context.Background(), cs)
+				// With every handler taken, each of these holds a
+				// handler's room that the next message waits for: the
+				// embedded ledger commits them at once rather than wait
+				// for the next claims to share the fsync.
+				ctx := context.Background()
+				if len(w.handlers) == cap(w.handlers) {
+					ctx = ledger.WithoutDelay(ctx)
+				}
+				errs := w.ledger.CompleteBatch(ctx, cs)
 				for i, b := range batch {
 					b.done <- errs[i]
 				}

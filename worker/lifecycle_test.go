@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,5 +310,58 @@ func TestWorker_CopyWaitsForItsOperation(t *testing.T) {
 				t.Fatalf("%d messages in the dead-letter queue", n)
 			}
 		})
+	}
+}
+
+// quietLedger answers lease extensions, the process registry's beats and
+// sweeps without writing, so that no write but the worker's claims and
+// completions reaches the ledger (any other write would end a completion's
+// wait for company).
+type quietLedger struct{ *ledger.DB }
+
+func (quietLedger) ExtendBatch(_ context.Context, refs []ledger.ClaimRef, _ time.Duration) []error {
+	return make([]error, len(refs))
+}
+
+func (quietLedger) PutProcess(context.Context, ledger.Process) error { return nil }
+
+func (quietLedger) Sweep(context.Context) (int, error) { return 0, nil }
+
+// A completion holds its handler's room until it is durable, so with every
+// handler taken it is committed at once, not held back for company by the
+// embedded ledger's complete delay (an hour here: a completion that waited
+// for it would hold the next message back that long).
+func TestWorker_CompletionNotDelayedWhileHandlersTaken(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 50})
+	db, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.db"), ledger.Options{CompleteDelay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b.db = db
+	b.sendBatch(`{"id":"op-0"}`, `{"id":"op-1"}`, `{"id":"op-2"}`)
+	cfg := b.config()
+	cfg.Concurrency = 1
+	cfg.Prefetch = 4
+	cfg.VisibilityTimeout = time.Minute
+	_, stop := b.startOn(cfg, b.client, quietLedger{db}, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return nil
+	}))
+	b.waitEmpty(30 * time.Second)
+	s := stop()
+	if s.Completed != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+	for key, n := range b.runs.counts() {
+		if n != 1 {
+			t.Errorf("%s ran %d times", key, n)
+		}
+	}
+	for _, key := range []string{"op-0", "op-1", "op-2"} {
+		if r := b.record(key); r.State != ledger.StateComplete {
+			t.Errorf("%s: %s, want complete", key, r.State)
+		}
 	}
 }
