@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"runtime"
 	"strings"
 	"sync"
@@ -604,24 +605,25 @@ func sessionOf(t *testing.T, l *postgres.Ledger) session {
 	return s
 }
 
-// sessionLock is the advisory lock that changeSession takes.
-const sessionLock = 4242
+// sessionLock is the advisory lock that TestHandler_SessionReset's handlers
+// take, each subtest its own (advisory locks are the database's, shared by
+// the subtests that run in parallel).
+func sessionLock(t *testing.T) int64 {
+	return int64(crc32.ChecksumIEEE([]byte(t.Name())))
+}
 
-// lockFree reports whether no session holds the advisory lock sessionLock,
-// asked on a connection of the test's own.
-func lockFree(t *testing.T) bool {
+// lockHeld reports whether the backend pid holds an advisory lock, read
+// from pg_locks on a connection of the test's own: another session's
+// locks (another test's) do not count.
+func lockHeld(t *testing.T, pid int) bool {
 	t.Helper()
 	conn := pgtest.Connect(t, "")
-	var free bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, sessionLock).Scan(&free); err != nil {
+	var held bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = $1)`, pid).Scan(&held)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if free {
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, sessionLock); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return free
+	return held
 }
 
 // changedSession fails the test unless l's one connection, after a handler
@@ -633,8 +635,8 @@ func changedSession(t *testing.T, l *postgres.Ledger, before session) {
 	if after := sessionOf(t, l); after != before {
 		t.Errorf("the session after the handler: %+v; want it as before, %+v", after, before)
 	}
-	if !lockFree(t) {
-		t.Errorf("the handler's advisory lock is still held")
+	if lockHeld(t, before.pid) {
+		t.Errorf("the handler's advisory lock is still held by the ledger's connection")
 	}
 	if _, err := l.Claim(ctx, ledger.ClaimRequest{Key: "next", Owner: "a", Lease: time.Minute}); err != nil {
 		t.Fatalf("the ledger's next claim: %v", err)
@@ -674,7 +676,7 @@ func TestHandler_SessionReset(t *testing.T) {
 							{`SET search_path = nowhere`, nil},
 							{`SELECT set_config('search_path', $1, true)`, []any{before.searchPath}},
 							{`SET default_transaction_read_only = on`, nil},
-							{`SELECT pg_advisory_lock($1)`, []any{sessionLock}},
+							{`SELECT pg_advisory_lock($1)`, []any{sessionLock(t)}},
 						} {
 							if _, err := tx.Exec(ctx, q.sql, q.args...); err != nil {
 								return err
@@ -690,7 +692,7 @@ func TestHandler_SessionReset(t *testing.T) {
 						b.Queue(`SET search_path = nowhere`)
 						b.Queue(`SELECT set_config('search_path', $1, true)`, before.searchPath)
 						b.Queue(`SET default_transaction_read_only = on`)
-						b.Queue(`SELECT pg_advisory_lock($1)`, sessionLock)
+						b.Queue(`SELECT pg_advisory_lock($1)`, sessionLock(t))
 						if fails {
 							b.Queue(`INSERT INTO effects (key, owner) VALUES ($1, NULL)`, m.Key) // refused: owner is NOT NULL
 						}
