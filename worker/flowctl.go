@@ -96,6 +96,7 @@ type scope struct {
 	running  int       // messages of the scope running here
 	done     int       // attempts that succeeded since the ramp's cap last grew
 	used     time.Time // last use, for forgetting idle partition values
+	deferTo  time.Time // when the next message deferred for it comes back, at the earliest
 }
 
 func newFlowCtl(w *Worker, l Ledger) *flowCtl {
@@ -633,7 +634,7 @@ func (f *flowCtl) tick(ctx context.Context) {
 		switch {
 		case name == f.cfg.Scope || s.found || s.running > 0 || slices.ContainsFunc(f.held, func(j *job) bool { return slices.Contains(j.scopes, name) }):
 			todo = append(todo, s)
-		case time.Since(s.used) > f.cfg.Trip.Window+time.Minute:
+		case time.Since(s.used) > f.cfg.Trip.Window+time.Minute && time.Now().After(s.deferTo):
 			delete(f.scopes, name) // an idle partition value
 		}
 	}
@@ -795,7 +796,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		f.rateFree = at.Add(g.Next[i])
 		f.mu.Unlock()
 	}
-	short := map[*job]time.Duration{}
+	short := map[*job]int{} // deferred for a busy partition: its token's index
 	for k, j := range asked {
 		for _, b := range r.Tokens[k].Buckets {
 			if t := r.Buckets[b].Interval(); j.interval == 0 || t < j.interval {
@@ -808,7 +809,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		case slices.ContainsFunc(r.Tokens[k].Buckets, func(b int) bool { return r.Buckets[b].Name != f.cfg.Scope && g.Next[b] > r.Tokens[k].Within }):
 			// A busy partition: deferred, so that quiet ones keep
 			// flowing.
-			short[j] = g.Starts[k]
+			short[j] = k
 		default:
 			// Only the handler's rate, which every message shares:
 			// deferring it would let no other start sooner, and its
@@ -830,15 +831,46 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		return nil, nil
 	}
 	for _, j := range js {
-		if w, ok := short[j]; ok {
+		if k, ok := short[j]; ok {
 			excess = append(excess, j)
-			waits = append(waits, w)
+			waits = append(waits, f.deferUntil(&r, k, at.Add(g.Starts[k])))
 			f.w.stats.throttled.Add(1)
 		} else if j.notBefore.After(time.Now()) {
 			f.w.stats.throttled.Add(1)
 		}
 	}
 	return excess, waits
+}
+
+// deferUntil returns how long a message deferred for its busy partitions
+// is deferred for: token k of r, which alone would start at due. Its copy
+// comes back after those this worker deferred for the same partition
+// values before it, an interval of each apart, so that the copies come
+// back as their buckets can take them rather than all at due, where all
+// but the first few would be deferred again. (Each worker keeps its own
+// queue: those of a fleet overlap.) A queue longer than SQS's longest
+// delay is not lengthened: the copy comes back then, and is deferred
+// again.
+func (f *flowCtl) deferUntil(r *ledger.Reservation, k int, due time.Time) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var parts []int
+	for _, b := range r.Tokens[k].Buckets {
+		if r.Buckets[b].Name != f.cfg.Scope {
+			parts = append(parts, b)
+			if s := f.scopeOf(r.Buckets[b].Name); s.deferTo.After(due) {
+				due = s.deferTo
+			}
+		}
+	}
+	now := time.Now()
+	if due.Sub(now) > maxDelay {
+		return maxDelay
+	}
+	for _, b := range parts {
+		f.scopes[r.Buckets[b].Name].deferTo = due.Add(r.Buckets[b].Interval())
+	}
+	return max(due.Sub(now), time.Second)
 }
 
 // deferMsg sends a copy of j, waiting, to its queue with a delay of d
