@@ -493,7 +493,14 @@ func TestMain_SeveralWorkers(t *testing.T) {
 					}
 				}
 			}
-			killHandlers()
+			// A handler it spawned just before it died writes its line in
+			// started a moment later (later still on a loaded machine):
+			// looked for again until well within a slow attempt's sleep,
+			// so that none lives on to write its effect after another
+			// worker's.
+			for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				killHandlers()
+			}
 			t.Cleanup(killHandlers)
 			// What the victim had started and not finished when it died.
 			inFlight := map[string]bool{}
