@@ -234,13 +234,14 @@ func (d *FlowDoc) Live(now time.Time) bool {
 // every bucket it names, all at one start. A bucket follows the generic
 // cell rate algorithm (GCRA): with T = 1/Rate and τ = (Burst−1)·T, it holds
 // a theoretical arrival time TAT and lets a token start at max(now,
-// TAT − τ). A token's start is the latest its buckets allow; taking it
-// moves each of its buckets' TAT to max(TAT, start) + T. Tokens are taken
-// in order; one that would start later than its Within is not taken and
-// moves nothing, and those after it are still tried. Because a token's
-// buckets move together from its start, a message limited by several
-// buckets (a handler's rate and a tenant's) never uses one bucket's token
-// later than its time while another bucket holds it back.
+// TAT − τ), or at its NotBefore when that is later. A token's start is
+// the latest its buckets allow; taking it moves each of its buckets' TAT
+// to max(TAT, start) + T. Tokens are taken in order; one that would start
+// later than its Within is not taken and moves nothing, and those after
+// it are still tried. Because a token's buckets move together from its
+// start, a message limited by several buckets (a handler's rate and a
+// tenant's) never uses one bucket's token later than its time while
+// another bucket holds it back.
 type Reservation struct {
 	Buckets []Bucket
 	Tokens  []Token
@@ -266,6 +267,10 @@ type Token struct {
 	// within Within from now; zero takes it whatever its start (up to
 	// MaxRetention ahead).
 	Within time.Duration
+	// NotBefore, when positive, starts the token no sooner than
+	// NotBefore from now, whatever its buckets allow: a turn in a
+	// queue that begins when another bucket's token would be due.
+	NotBefore time.Duration
 }
 
 // Grant is what a reservation took.
@@ -323,6 +328,9 @@ func (r *Reservation) Validate() error {
 		if t.Within < 0 || t.Within > MaxRetention {
 			return fmt.Errorf("reserve: token %d: within %v: want 0 to %v: %w", i, t.Within, MaxRetention, ErrInvalidArgument)
 		}
+		if t.NotBefore < 0 || t.NotBefore > MaxRetention {
+			return fmt.Errorf("reserve: token %d: not before %v: want 0 to %v: %w", i, t.NotBefore, MaxRetention, ErrInvalidArgument)
+		}
 		for k, b := range t.Buckets {
 			if b < 0 || b >= len(r.Buckets) || slices.Contains(t.Buckets[:k], b) {
 				return fmt.Errorf("reserve: token %d: bucket index %d out of range or named twice: %w", i, b, ErrInvalidArgument)
@@ -358,7 +366,7 @@ func (r *Reservation) Plan(tats []int64, rates []float64, bursts []int, now int6
 		}
 	}
 	for i, t := range r.Tokens {
-		start := now
+		start := now + int64(t.NotBefore)
 		for _, b := range t.Buckets {
 			start = max(start, tats[b]-int64(r.Buckets[b].Tolerance()))
 		}

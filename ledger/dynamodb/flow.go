@@ -696,7 +696,9 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 	if err := r.Validate(); err != nil {
 		return ledger.Grant{}, err
 	}
-	if len(r.Buckets) == 1 && !slices.ContainsFunc(r.Tokens, func(t ledger.Token) bool { return t.Within != r.Tokens[0].Within }) {
+	if len(r.Buckets) == 1 && !slices.ContainsFunc(r.Tokens, func(t ledger.Token) bool {
+		return t.Within != r.Tokens[0].Within || t.NotBefore > 0
+	}) {
 		return l.reserveOne(ctx, &r)
 	}
 	n := len(r.Buckets)
@@ -791,14 +793,14 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 	return ledger.Grant{}, errContended("reserve", name(0))
 }
 
-// reserveOne is Reserve for tokens of one bucket that share a Within: a
-// bucket that this host saw busy takes them with a write that adds their
-// intervals to its TAT, whatever it is, and holds while it is busy and no
-// later than the last TAT from which the tokens can start within Within.
-// Writes of several hosts to a busy bucket add up, in any order, without
-// conflict: in the common case (a handler's rate, no partition) a
-// reservation costs one request. An idle bucket's write sets its TAT from
-// now and holds only while it is still idle.
+// reserveOne is Reserve for tokens of one bucket that share a Within and
+// have no NotBefore: a bucket that this host saw busy takes them with a
+// write that adds their intervals to its TAT, whatever it is, and holds
+// while it is busy and no later than the last TAT from which the tokens
+// can start within Within. Writes of several hosts to a busy bucket add
+// up, in any order, without conflict: in the common case (a handler's
+// rate, no partition) a reservation costs one request. An idle bucket's
+// write sets its TAT from now and holds only while it is still idle.
 func (l *Ledger) reserveOne(ctx context.Context, r *ledger.Reservation) (ledger.Grant, error) {
 	bk := &r.Buckets[0]
 	pk := ratePrefix + bk.Name

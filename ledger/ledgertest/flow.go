@@ -378,6 +378,38 @@ func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
 		}
 	})
 
+	t.Run("ReserveNotBefore", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		q, other := ledger.Bucket{Name: "queue", Rate: 10, Burst: 1}, ledger.Bucket{Name: "other", Rate: 10, Burst: 1}
+		// An idle bucket: the first token starts at its NotBefore, the
+		// next ones queue behind it whatever theirs, and one that would
+		// start past its Within is not taken and moves nothing.
+		g, err := l.Reserve(ctx, ledger.Reservation{Buckets: []ledger.Bucket{q}, Tokens: []ledger.Token{
+			{Buckets: []int{0}, NotBefore: 2 * time.Second}, {Buckets: []int{0}, NotBefore: 2 * time.Second},
+			{Buckets: []int{0}, NotBefore: time.Second}, {Buckets: []int{0}, NotBefore: 3 * time.Second, Within: 2500 * time.Millisecond}}})
+		must(t, err)
+		if fmt.Sprint(g.Starts, g.Taken, g.Next) != "[2s 2.1s 2.2s 3s] [true true true false] [2.3s]" || !g.Now.Equal(clock.Now()) {
+			t.Fatalf("tokens not before 2s, 2s, 1s and 3s (within 2.5s) of an idle bucket: %+v at %v", g, clock.Now())
+		}
+		// Later, with a second bucket: a token without NotBefore starts
+		// where the queue is; one whose NotBefore is later starts then,
+		// and moves both buckets from there.
+		clock.Advance(time.Second)
+		g, err = l.Reserve(ctx, ledger.Reservation{Buckets: []ledger.Bucket{q, other}, Tokens: []ledger.Token{
+			{Buckets: []int{0, 1}}, {Buckets: []int{1}, NotBefore: 4 * time.Second}, {Buckets: []int{0}}}})
+		must(t, err)
+		if fmt.Sprint(g.Starts, g.Taken, g.Next) != "[1.3s 4s 1.4s] [true true true] [1.5s 4.1s]" {
+			t.Fatalf("a queue a second later, with another bucket: %+v", g)
+		}
+		for _, nb := range []time.Duration{-1, ledger.MaxRetention + 1} {
+			_, err := l.Reserve(ctx, ledger.Reservation{Buckets: []ledger.Bucket{q}, Tokens: []ledger.Token{{Buckets: []int{0}, NotBefore: nb}}})
+			if !errors.Is(err, ledger.ErrInvalidArgument) {
+				t.Fatalf("a token not before %v: %v", nb, err)
+			}
+		}
+	})
+
 	t.Run("BucketLimits", func(t *testing.T) {
 		t.Parallel()
 		l, _ := setup(t)

@@ -181,11 +181,11 @@ ON CONFLICT (bucket) DO NOTHING`,
 		// buckets that exist, in their order, as claims lock records;
 		// plan is ledger.Reservation.Plan, a token per step ($6 and $7
 		// pair tokens with their buckets' indexes, 1-based; $8 are the
-		// tokens' bounds), its last step the buckets' new TATs; upd and
-		// ins write those that moved, ins only where no other reserver
-		// made the bucket meanwhile. A row per bucket tells the caller
-		// what the plan started from, and whether the bucket was
-		// written.
+		// tokens' bounds, $10 their earliest starts), its last step the
+		// buckets' new TATs; upd and ins write those that moved, ins
+		// only where no other reserver made the bucket meanwhile. A row
+		// per bucket tells the caller what the plan started from, and
+		// whether the bucket was written.
 		reserve: `
 WITH RECURSIVE
 req AS (SELECT * FROM unnest($2::bytea[], $3::float8[], $4::int[], $5::bigint[]) WITH ORDINALITY AS r(bucket, rate, burst, emission, i)),
@@ -204,7 +204,7 @@ plan(k, tats) AS (
 		FROM was w, (
 			SELECT st.start, st.start - c.now <= CASE WHEN ($8::bigint[])[p.k + 1] > 0 THEN ($8::bigint[])[p.k + 1]
 				ELSE ` + fmt.Sprint(int64(ledger.MaxRetention)) + ` END AS fits
-			FROM c, (SELECT greatest((SELECT now FROM c), max(p.tats[w2.i] - w2.tau)) AS start
+			FROM c, (SELECT greatest((SELECT now FROM c) + ($10::bigint[])[p.k + 1], max(p.tats[w2.i] - w2.tau)) AS start
 				FROM was w2 JOIN m ON m.bi = w2.i AND m.tok = p.k + 1) st) s)
 	FROM plan p WHERE p.k < $9::int),
 fin AS (SELECT p.tats FROM plan p ORDER BY p.k DESC LIMIT 1),
@@ -856,9 +856,9 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 		names[i], rates[i], bursts[i], emissions[i] = []byte(b.Name), b.Rate, int32(b.Burst), int64(b.Interval())
 	}
 	var toks, bks []int32
-	withins := make([]int64, len(r.Tokens))
+	withins, notBefores := make([]int64, len(r.Tokens)), make([]int64, len(r.Tokens))
 	for k, t := range r.Tokens {
-		withins[k] = int64(t.Within)
+		withins[k], notBefores[k] = int64(t.Within), int64(t.NotBefore)
 		for _, b := range t.Buckets {
 			toks, bks = append(toks, int32(k+1)), append(bks, int32(b+1))
 		}
@@ -880,7 +880,7 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 			b.Queue(l.flow.q.makeBuckets, subset(names, pick, len(fresh)), subset(rates, pick, len(fresh)),
 				subset(bursts, pick, len(fresh)), subset(emissions, pick, len(fresh)))
 		}
-		b.Queue(l.flow.q.reserve, l.clock(), names, rates, bursts, emissions, toks, bks, withins, int32(len(r.Tokens)))
+		b.Queue(l.flow.q.reserve, l.clock(), names, rates, bursts, emissions, toks, bks, withins, int32(len(r.Tokens)), notBefores)
 		br := l.pool.SendBatch(ctx, b)
 		defer br.Close()
 		if len(fresh) > 0 {
