@@ -96,7 +96,6 @@ type scope struct {
 	running  int       // messages of the scope running here
 	done     int       // attempts that succeeded since the ramp's cap last grew
 	used     time.Time // last use, for forgetting idle partition values
-	deferTo  time.Time // when the next message deferred for it comes back, at the earliest
 }
 
 func newFlowCtl(w *Worker, l Ledger) *flowCtl {
@@ -634,7 +633,7 @@ func (f *flowCtl) tick(ctx context.Context) {
 		switch {
 		case name == f.cfg.Scope || s.found || s.running > 0 || slices.ContainsFunc(f.held, func(j *job) bool { return slices.Contains(j.scopes, name) }):
 			todo = append(todo, s)
-		case time.Since(s.used) > f.cfg.Trip.Window+time.Minute && time.Now().After(s.deferTo):
+		case time.Since(s.used) > f.cfg.Trip.Window+time.Minute:
 			delete(f.scopes, name) // an idle partition value
 		}
 	}
@@ -717,14 +716,14 @@ func (f *flowCtl) register(ctx context.Context, gone bool) {
 // one ledger call: each gets its start (notBefore) from the handler's
 // scope's bucket and its partition value's, at once. When bounded, those
 // that cannot start within half the visibility timeout because of a busy
-// partition are returned, with the wait they need, to be deferred
-// (standard queues), and those held back by the handler's rate alone are
-// held without tokens until theirs would be due; FIFO messages take their
-// tokens whenever they start, and are held, as are messages that take new
-// tokens for lapsed ones.
-func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess []*job, waits []time.Duration) {
+// partition are returned, with their turns in their partitions' queues yet
+// to take (see takeTurns), to be deferred (standard queues), and those held
+// back by the handler's rate alone are held without tokens until theirs
+// would be due; FIFO messages take their tokens whenever they start, and
+// are held, as are messages that take new tokens for lapsed ones.
+func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess *turns) {
 	if f.off() {
-		return nil, nil
+		return nil
 	}
 	var r ledger.Reservation
 	index := map[string]int{}
@@ -759,7 +758,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		}
 	}
 	if len(asked) == 0 {
-		return nil, nil
+		return nil
 	}
 	// The starts are offsets from the ledger's clock when it took the
 	// tokens (Grant.Now): on the embedded ledger and on DynamoDB the
@@ -782,7 +781,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		for _, j := range asked {
 			j.notBefore, j.interval, j.slack = start.Add(took+wait), wait, 0
 		}
-		return nil, nil
+		return nil
 	}
 	for i, b := range r.Buckets {
 		if g.Rates[i] != b.Rate || g.Bursts[i] != b.Burst {
@@ -828,49 +827,94 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 			}
 			j.notBefore = time.Time{}
 		}
-		return nil, nil
+		return nil
 	}
 	for _, j := range js {
 		if k, ok := short[j]; ok {
-			excess = append(excess, j)
-			waits = append(waits, f.deferUntil(&r, k, at.Add(g.Starts[k])))
+			excess = excess.add(f, &r, k, j, at.Add(g.Starts[k]))
 			f.w.stats.throttled.Add(1)
 		} else if j.notBefore.After(time.Now()) {
 			f.w.stats.throttled.Add(1)
 		}
 	}
-	return excess, waits
+	return excess
 }
 
-// deferUntil returns how long a message deferred for its busy partitions
-// is deferred for: token k of r, which alone would start at due. Its copy
-// comes back after those this worker deferred for the same partition
-// values before it, an interval of each apart, so that the copies come
-// back as their buckets can take them rather than all at due, where all
-// but the first few would be deferred again. (Each worker keeps its own
-// queue: those of a fleet overlap.) A queue longer than SQS's longest
-// delay is not lengthened: the copy comes back then, and is deferred
-// again.
-func (f *flowCtl) deferUntil(r *ledger.Reservation, k int, due time.Time) time.Duration {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var parts []int
+// turns are the turns of messages deferred for their busy partitions in
+// those partitions' queues: each partition value's deferred copies queue
+// in a rate bucket of their own in the ledger, at its rate, shared by the
+// workers sharing the ledger. A copy comes back at its turn, no sooner than
+// its partitions' tokens would be due, so that the copies of a fleet come
+// back an interval apart, as their buckets can take them, rather than all
+// at once, where all but the first few would be deferred again.
+type turns struct {
+	jobs []*job
+	due  []time.Time // when each job's tokens would be due
+	r    ledger.Reservation
+	idx  map[string]int // r's bucket of each name
+}
+
+// deferredQueue is what a partition's bucket name is followed by in the
+// name of its deferred copies' queue.
+const deferredQueue = " | deferred"
+
+// deferred are t's messages; none when t is nil.
+func (t *turns) deferred() []*job {
+	if t == nil {
+		return nil
+	}
+	return t.jobs
+}
+
+// add adds j, whose token k of r would start at due, to t (made when nil).
+func (t *turns) add(f *flowCtl, r *ledger.Reservation, k int, j *job, due time.Time) *turns {
+	if t == nil {
+		t = &turns{idx: map[string]int{}}
+	}
+	var tok ledger.Token
 	for _, b := range r.Tokens[k].Buckets {
-		if r.Buckets[b].Name != f.cfg.Scope {
-			parts = append(parts, b)
-			if s := f.scopeOf(r.Buckets[b].Name); s.deferTo.After(due) {
-				due = s.deferTo
-			}
+		if r.Buckets[b].Name == f.cfg.Scope {
+			continue
 		}
+		name := r.Buckets[b].Name + deferredQueue
+		i, ok := t.idx[name]
+		if !ok {
+			i = len(t.r.Buckets)
+			t.idx[name] = i
+			t.r.Buckets = append(t.r.Buckets, ledger.Bucket{Name: name, Rate: r.Buckets[b].Rate, Burst: 1})
+		}
+		tok.Buckets = append(tok.Buckets, i)
+	}
+	t.jobs, t.due, t.r.Tokens = append(t.jobs, j), append(t.due, due), append(t.r.Tokens, tok)
+	return t
+}
+
+// takeTurns takes t's turns in one ledger call and sets how long each of
+// its messages is deferred for. A queue longer than SQS's longest delay
+// is not lengthened: the copy comes back then, and is deferred again.
+// Without the ledger's answer, each copy comes back when its tokens would
+// be due.
+func (f *flowCtl) takeTurns(ctx context.Context, t *turns) {
+	if t == nil {
+		return
 	}
 	now := time.Now()
-	if due.Sub(now) > maxDelay {
-		return maxDelay
+	for k := range t.r.Tokens {
+		t.r.Tokens[k].Within, t.r.Tokens[k].NotBefore = maxDelay, min(max(t.due[k].Sub(now), 0), maxDelay+time.Second)
 	}
-	for _, b := range parts {
-		f.scopes[r.Buckets[b].Name].deferTo = due.Add(r.Buckets[b].Interval())
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.w.claimTimeout())
+	g, err := f.l.Reserve(rctx, t.r)
+	cancel()
+	if err != nil {
+		f.w.log.Warn("flow control: could not queue the deferred copies of busy partitions: each comes back when its tokens would be due", "error", err)
 	}
-	return max(due.Sub(now), time.Second)
+	for k, j := range t.jobs {
+		wait := t.due[k].Sub(now)
+		if err == nil {
+			wait = g.Starts[k]
+		}
+		j.deferFor = min(max(wait, time.Second), maxDelay)
+	}
 }
 
 // deferMsg sends a copy of j, waiting, to its queue with a delay of d

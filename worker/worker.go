@@ -555,12 +555,18 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 			claimed = append(claimed, j)
 		}
 	}
-	excess, waits := w.flow.reserve(ctx, claimed, true)
-	for i, j := range excess {
-		j.deferFor = waits[i]
-	}
+	excess := w.flow.reserve(ctx, claimed, true)
 	if !w.queue.fifo {
+		// Those deferred wait for their turns, taken after the others
+		// started.
 		for _, j := range all {
+			if !slices.Contains(excess.deferred(), j) {
+				jobs.Add(1)
+				go w.processAlone(ctx, workCtx, j, jobs)
+			}
+		}
+		w.flow.takeTurns(ctx, excess)
+		for _, j := range excess.deferred() {
 			jobs.Add(1)
 			go w.processAlone(ctx, workCtx, j, jobs)
 		}
