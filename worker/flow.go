@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
 )
 
 // FlowConfig protects what the handlers call. It pauses the intake while
@@ -113,6 +115,7 @@ type FlowPartition struct {
 // Limits of flow control.
 const (
 	DefaultProbeMax = 10 * time.Second
+	MinRate         = 1.0 / 86400 // one a day
 	MaxRate         = 1e6
 	MaxBurst        = 10000
 )
@@ -179,11 +182,13 @@ func (f *FlowConfig) validate(bad func(field, got, want string, args ...any)) {
 		bad("Flow.ProbeMax", short(f.ProbeMax), "must be between 1s and 1h")
 	}
 	limits := func(field string, rate float64, burst, conc int) {
-		if !(rate >= 0 && rate <= MaxRate) {
-			bad(field+"Rate", strconv.FormatFloat(rate, 'g', -1, 64), "must be between 0 (no rate) and %g per second", MaxRate)
+		if !(rate == 0 || rate >= MinRate && rate <= MaxRate) {
+			bad(field+"Rate", strconv.FormatFloat(rate, 'g', -1, 64), "must be 0 (no rate) or between one a day (1/86400) and %g per second", MaxRate)
 		}
 		if burst < 1 || burst > MaxBurst {
 			bad(field+"Burst", strconv.Itoa(burst), "must be between 1 and %d", MaxBurst)
+		} else if rate > 0 && float64(burst)/rate > ledger.MaxRetention.Seconds() {
+			bad(field+"Burst", strconv.Itoa(burst), "at %g per second spans more than %v, the longest a rate bucket is kept", rate, ledger.MaxRetention)
 		}
 		if conc < 0 || conc > MaxConcurrency {
 			bad(field+"Concurrency", strconv.Itoa(conc), "must be between 0 (no bound) and %d", MaxConcurrency)
@@ -207,14 +212,15 @@ func (f *FlowConfig) validate(bad func(field, got, want string, args ...any)) {
 	}
 }
 
-// counts reports whether err, a retryable failure, counts towards a pause.
+// counts reports whether err, a retryable failure, counts towards a pause;
+// a lease lost to another claim is not the downstream's.
 func (f *FlowConfig) counts(err error) bool {
 	var un *UnavailableError
 	if errors.As(err, &un) {
 		return true
 	}
 	var perm *PermanentError
-	return !errors.As(err, &perm) && slicesContains(f.PauseOn, FailureRetry)
+	return !errors.As(err, &perm) && !errors.Is(err, errLeaseLost) && slicesContains(f.PauseOn, FailureRetry)
 }
 
 func slicesContains[S ~[]E, E comparable](s S, v E) bool {
