@@ -740,3 +740,83 @@ func TestWorker_FIFOOutageNearRedriveHeld(t *testing.T) {
 	}
 	t.Logf("%d calls while down; stats %+v", whileDown, s)
 }
+
+// A message held again after a failed attempt (its back-off, here a
+// Retry-After) gives back its concurrency slot while it waits, and takes
+// a fresh one to run again: it neither blocks the pool while nothing runs
+// nor runs on a slot whose lease lapsed and that another message took.
+func TestWorker_HeldAgainTakesAFreshSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 1})
+	cfg := b.config()
+	cfg.VisibilityTimeout = 2 * time.Second // the slot's lease
+	cfg.Flow.Concurrency = 1
+	var running, most, aCalls atomic.Int32
+	aFailed := make(chan struct{})
+	_, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for old := most.Load(); n > old && !most.CompareAndSwap(old, n); old = most.Load() {
+		}
+		switch m.Key {
+		case "a":
+			if aCalls.Add(1) == 1 {
+				defer close(aFailed)
+				return worker.RetryAfter(5*time.Second, worker.Unavailable(0, errors.New("503")))
+			}
+			time.Sleep(500 * time.Millisecond)
+		case "b":
+			time.Sleep(6 * time.Second)
+		}
+		return nil
+	}))
+	b.send(`{"id":"a"}`)
+	select {
+	case <-aFailed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a never ran")
+	}
+	b.send(`{"id":"b"}`)
+	waitUntil(t, "a to run again", 30*time.Second, func() bool { return aCalls.Load() >= 2 })
+	s := stop()
+	if most.Load() > 1 {
+		t.Errorf("%d handlers ran at once under Flow.Concurrency = 1", most.Load())
+	}
+	if s.Completed != 2 {
+		t.Errorf("completed %d operations, want 2; stats %+v", s.Completed, s)
+	}
+}
+
+// A message waiting for a concurrency slot does not keep a rate token
+// that fell due meanwhile: when a slot frees, the messages waiting start
+// at the rate, not all at once on their old tokens.
+func TestWorker_SlotWaitKeepsTheRate(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	b.sendMany(20, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	cfg := b.config()
+	cfg.VisibilityTimeout = 10 * time.Second
+	cfg.Flow.Rate, cfg.Flow.Burst = 5, 1
+	cfg.Flow.Concurrency = 1
+	var st starts
+	var first atomic.Bool
+	_, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		st.add(m.Key)
+		if first.CompareAndSwap(false, true) {
+			time.Sleep(3 * time.Second) // holds the one slot while tokens fall due
+		}
+		return nil
+	}))
+	waitUntil(t, "every operation to start", 60*time.Second, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.at) == 20 })
+	s := stop()
+	most, first0, last := st.mostInASecond(func(string) bool { return true })
+	t.Logf("20 operations in %v, at most %d starts in a second (rate 5, burst 1); throttled %d", last.Sub(first0).Round(100*time.Millisecond), most, s.Throttled)
+	if most > 7 {
+		t.Errorf("%d operations started within one second, above the rate of 5 (burst 1) and its slack (7)", most)
+	}
+	// Throttled counts messages held, once each, not each look for a
+	// free slot.
+	if s.Throttled > 20 {
+		t.Errorf("throttled %d for 20 messages: counted per look, not per message held", s.Throttled)
+	}
+}

@@ -198,16 +198,21 @@ func (f *flowCtl) partValue(j *job, i int) string {
 // admit decides whether j, waiting, may start now as far as flow control
 // goes: no pause of its scopes holds it (unless it is the probe) and its
 // rate tokens are due. When it may not, admit returns a channel closed
-// when that may have changed, and the time its tokens are due.
+// when that may have changed, and the time its tokens are due (or it asks
+// again for a concurrency slot).
 func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time) {
 	if f.off() {
 		return true, nil, time.Time{}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if time.Now().Before(j.notBefore) {
+	due = j.notBefore
+	if j.slotWait.After(due) {
+		due = j.slotWait
+	}
+	if time.Now().Before(due) {
 		f.hold(j)
-		return false, f.changes(), j.notBefore
+		return false, f.changes(), due
 	}
 	for _, name := range j.scopes {
 		if s := f.scopeOf(name); s.paused() && s.probe != j {
@@ -255,8 +260,17 @@ func (f *flowCtl) late(j *job) bool {
 // lateSlack is the least lateness that voids a rate token.
 const lateSlack = 50 * time.Millisecond
 
+// throttle counts j as held for a limit, once until it starts.
+func (f *flowCtl) throttle(j *job) {
+	if !j.throttled {
+		j.throttled = true
+		f.w.stats.throttled.Add(1)
+	}
+}
+
 // began counts j, which starts, as running in its scopes until ended.
 func (f *flowCtl) began(j *job) {
+	j.throttled = false
 	if f.off() {
 		return
 	}
@@ -656,7 +670,10 @@ func (f *flowCtl) tick(ctx context.Context) {
 			// The message chosen ended before it started: the probe is
 			// free for the next one.
 			f.update(ctx, s, func(d *PauseDoc, found bool, now time.Time) bool {
-				if !found || d.Prober != f.w.ownerID || s.probe != nil {
+				f.mu.Lock()
+				chosen := s.probe != nil
+				f.mu.Unlock()
+				if !found || d.Prober != f.w.ownerID || chosen {
 					return false
 				}
 				d.Prober, d.ProbeEnd = "", time.Time{}
@@ -670,7 +687,9 @@ func (f *flowCtl) tick(ctx context.Context) {
 }
 
 // takeProbe takes s's probe for this worker, fleet-wide, and picks the
-// oldest message held for s whose key is not running as the probe.
+// oldest message held for s that is due as the probe; but a message held
+// for s that already probes another of its scopes probes s too, since
+// each of a message's paused scopes holds it unless it is their probe.
 func (f *flowCtl) takeProbe(ctx context.Context, s *scope) {
 	lease := f.w.cfg.VisibilityTimeout + f.w.cfg.HandlerTimeout
 	if !f.update(ctx, s, func(d *PauseDoc, found bool, now time.Time) bool {
@@ -684,13 +703,23 @@ func (f *flowCtl) takeProbe(ctx context.Context, s *scope) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var pick *job
 	for _, j := range f.held {
-		if slices.Contains(j.scopes, s.name) && time.Now().After(j.notBefore) {
-			s.probe = j
-			f.kick()
-			f.w.log.Info("flow control: probing the downstream with one message", "scope", s.name, "key", j.key.key)
-			return
+		if !slices.Contains(j.scopes, s.name) {
+			continue
 		}
+		if slices.ContainsFunc(j.scopes, func(name string) bool { return f.scopes[name] != nil && f.scopes[name].probe == j }) {
+			pick = j
+			break
+		}
+		if pick == nil && time.Now().After(j.notBefore) {
+			pick = j
+		}
+	}
+	if pick != nil {
+		s.probe = pick
+		f.kick()
+		f.w.log.Info("flow control: probing the downstream with one message", "scope", s.name, "key", pick.key.key)
 	}
 }
 
@@ -832,9 +861,9 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 	for _, j := range js {
 		if k, ok := short[j]; ok {
 			excess = excess.add(f, &r, k, j, at.Add(g.Starts[k]))
-			f.w.stats.throttled.Add(1)
+			f.throttle(j)
 		} else if j.notBefore.After(time.Now()) {
-			f.w.stats.throttled.Add(1)
+			f.throttle(j)
 		}
 	}
 	return excess
@@ -1094,8 +1123,15 @@ func (l *localFlow) MarkDeadLettered(_ context.Context, ds []ledger.DeadLetter) 
 
 // takeSlots takes j's concurrency slots, fleet-wide: one of the handler
 // scope's pool and one of its partition value's, where they have a bound.
-// It reports false, holding none, when one of them has none free.
+// It reports false, holding none, when one of them has none free. Slots j
+// took within half their lease (it waited, holding them, for a new rate
+// token) are kept; older ones, whose lease no beat renewed while j waited,
+// are given back first.
 func (f *flowCtl) takeSlots(ctx context.Context, j *job) (bool, error) {
+	if len(j.slots) > 0 && time.Since(j.slotsAt) < f.w.cfg.VisibilityTimeout/2 {
+		return true, nil
+	}
+	f.releaseSlots(j)
 	var rs []ledger.SlotRequest
 	add := func(name string, limit int) {
 		if limit > 0 {
@@ -1113,18 +1149,21 @@ func (f *flowCtl) takeSlots(ctx context.Context, j *job) (bool, error) {
 	if len(rs) == 0 {
 		return true, nil
 	}
+	took := time.Now()
 	got, err := f.l.TakeSlots(ctx, rs)
 	if err != nil {
 		return false, err
 	}
+	all := true
 	for i := range rs {
 		j.slots = append(j.slots, got[i]...)
+		all = all && len(got[i]) > 0
 	}
-	if len(j.slots) < len(rs) {
+	if !all {
 		f.releaseSlots(j)
-		f.w.stats.throttled.Add(1)
 		return false, nil
 	}
+	j.slotsAt, j.slotWait = took, time.Time{}
 	return true, nil
 }
 

@@ -2,6 +2,11 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -69,5 +74,65 @@ func TestTakeTurns_Queues(t *testing.T) {
 	}
 	if d := deferred(other, 0, 100*time.Second); !near(d[0], 710*time.Second) {
 		t.Fatalf("after a message deferred for the longest delay, the next deferred for %v, want about 710s: the queue is not lengthened", d[0])
+	}
+}
+
+// When the handler's scope and a partition's are both paused, their probes
+// are one message: a probe chosen for one scope while the message held
+// longest was not yet due, and another chosen for the second scope once
+// it was, would each be held by the other's pause, and no probe would run
+// until the pauses expired.
+func TestTakeProbe_OneForBothScopes(t *testing.T) {
+	w := &Worker{cfg: Config{VisibilityTimeout: 2 * time.Second, HandlerTimeout: 10 * time.Second,
+		Flow: FlowConfig{Mode: FlowOn, Scope: "q", ProbeMax: 10 * time.Second, Trip: DefaultTrip,
+			Partitions: []FlowPartition{{Pointer: "/tenant", Rate: 1, Burst: 1}}}},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), ownerID: "me"}
+	f := newFlowCtl(w, nil)
+	ctx := context.Background()
+	h, p := "q", "q | pointer /tenant = t1"
+	for _, scope := range []string{h, p} {
+		now := time.Now()
+		d, _ := json.Marshal(PauseDoc{State: PausePaused, Since: now, Next: now.Add(-time.Second), Interval: time.Second, By: "auto"})
+		r, _ := f.l.GetFlow(ctx, scope)
+		if _, err := f.l.PutFlow(ctx, ledger.FlowDoc{Scope: scope, Data: d, TTL: time.Hour}, r.Doc.Version); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Now()
+	x := &job{b: &batch{received: t0}, key: derived{key: "x"}, scopes: []string{h, p}, notBefore: t0.Add(300 * time.Millisecond), st: waiting}
+	y := &job{b: &batch{received: t0.Add(time.Millisecond)}, key: derived{key: "y"}, scopes: []string{h, p}, st: waiting}
+	f.mu.Lock()
+	sh, sp := f.scopeOf(h), f.scopeOf(p)
+	f.hold(x)
+	f.hold(y)
+	f.mu.Unlock()
+	f.update(ctx, sh, func(*PauseDoc, bool, time.Time) bool { return false })
+	f.update(ctx, sp, func(*PauseDoc, bool, time.Time) bool { return false })
+	f.takeProbe(ctx, sh) // x, held longest, is not due yet: y
+	time.Sleep(400 * time.Millisecond)
+	f.takeProbe(ctx, sp) // x is due now
+	key := func(j *job) string {
+		if j == nil {
+			return "none"
+		}
+		return j.key.key
+	}
+	if sh.probe == nil || sp.probe != sh.probe {
+		t.Fatalf("the handler's scope probes with %s, the partition's with %s: want one message", key(sh.probe), key(sp.probe))
+	}
+	if ok, _, _ := f.admit(sh.probe); !ok {
+		t.Fatal("the probe of both scopes may not start")
+	}
+}
+
+// A lease lost to another claim is not the downstream's failure, even
+// where retryable failures count towards a pause.
+func TestFlowCounts_LeaseLostIsNotTheDownstreams(t *testing.T) {
+	f := FlowConfig{PauseOn: []FailureClass{FailureUnavailable, FailureRetry}}
+	if !f.counts(errors.New("502 from the partner")) {
+		t.Fatal("a retryable failure does not count with pause_on retry")
+	}
+	if f.counts(fmt.Errorf("attempt: %w", errLeaseLost)) {
+		t.Fatal("a lease lost to another claim counts towards a pause")
 	}
 }

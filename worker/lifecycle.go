@@ -321,6 +321,11 @@ var (
 // asks again.
 const slotRetry = 200 * time.Millisecond
 
+// slotsWhile is how long, at most, the new rate token of a message holding
+// its concurrency slots may be due after now for the message to keep them
+// while it waits: a part of VisibilityTimeout, their lease.
+func (w *Worker) slotsWhile() time.Duration { return w.cfg.VisibilityTimeout / 4 }
+
 // start decides whether j, in starting, may run now, and moves it to
 // running when it may, registering cancel, which cuts the attempt off
 // when a beat learns that the claim is lost. It is the one place that
@@ -339,15 +344,18 @@ func (b *batch) start(ctx context.Context, j *job, cancel context.CancelCauseFun
 		b.move(j, waiting, starting)
 		return errGateDown
 	}
-	if w.flow.late(j) {
-		b.move(j, waiting, starting)
-		return errTokenLate
-	}
+	// Slots first: a message waiting for one lets its rate token lapse
+	// rather than start on it late, and takes a new one once it holds
+	// its slots.
 	if ok, err := w.flow.takeSlots(ctx, j); err != nil {
 		return err
 	} else if !ok {
 		b.move(j, waiting, starting)
 		return errNoSlot
+	}
+	if w.flow.late(j) {
+		b.move(j, waiting, starting)
+		return errTokenLate
 	}
 	b.mu.Lock()
 	st, lease, visible := j.st, time.Until(j.leaseUntil), time.Until(j.visibleUntil)

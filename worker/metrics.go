@@ -181,7 +181,7 @@ func (w *Worker) register(r prometheus.Registerer) error {
 		counter("flow_pauses_total", "Pauses of the intake this worker found: an outage of the handlers' downstream.", c.flowPauses.Load, nil),
 		counter("flow_probes_total", "Probes run while paused, by outcome.", func() int64 { return c.probes.Load() - c.probesFailed.Load() }, prometheus.Labels{"outcome": "answered"}),
 		counter("flow_probes_total", "Probes run while paused, by outcome.", c.probesFailed.Load, prometheus.Labels{"outcome": "down"}),
-		counter("flow_throttled_total", "Messages held for a rate or concurrency limit (no attempt counted; never dead-lettered for it).", c.throttled.Load, nil),
+		counter("flow_throttled_total", "Messages held for a rate or concurrency limit, each once per attempt (no attempt counted; never dead-lettered for it).", c.throttled.Load, nil),
 		counter("flow_deferred_total", "Messages sent again with a delay (the original deleted once SQS took the copy) rather than held past what can be kept, or dead-lettered because of an outage.", c.deferred.Load, nil),
 		counter("flow_observed_total", "What observe mode found and did not do, by action.", c.flowWouldPause.Load, prometheus.Labels{"action": "pause"}),
 		counter("flow_observed_total", "What observe mode found and did not do, by action.", c.flowWouldHold.Load, prometheus.Labels{"action": "hold"}),

@@ -42,7 +42,7 @@ type Stats struct {
 	FlowPauses          int64 // pauses of the intake this worker found (an outage of the handlers' downstream)
 	Probes              int64 // probes run while paused
 	ProbesFailed        int64 // probes that found the downstream still down
-	Throttled           int64 // messages held for a rate or concurrency limit (no attempt counted)
+	Throttled           int64 // messages held for a rate or concurrency limit, each once per attempt (no attempt counted)
 	Deferred            int64 // messages sent again with a delay, the original deleted, rather than held or dead-lettered
 	FlowWouldPause      int64 // pauses that observe mode found and did not make
 	FlowWouldHold       int64 // messages that observe mode would have held

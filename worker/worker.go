@@ -457,6 +457,9 @@ type job struct {
 	slack     time.Duration // how long its reservation took
 	deferFor  time.Duration
 	slots     []ledger.Slot
+	slotsAt   time.Time // when it took its slots
+	slotWait  time.Time // it found no slot free: it asks again then
+	throttled bool      // counted as held for a limit since it last started
 	// deferAfter: SQS refused its copy while a pause held it; it is not
 	// deferred for the pause again before then.
 	deferAfter time.Time
@@ -961,11 +964,14 @@ func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, 
 			continue
 		}
 		if errors.Is(err, errNoSlot) {
-			j.notBefore = time.Now().Add(slotRetry) // held for the limit: no attempt counted
+			w.flow.throttle(j) // held for the limit: no attempt counted
+			j.slotWait = time.Now().Add(slotRetry)
 			continue
 		}
 		if errors.Is(err, errTokenLate) {
-			w.flow.reserve(ctx, []*job{j}, false)
+			if w.flow.reserve(ctx, []*job{j}, false); time.Until(j.notBefore) > w.slotsWhile() {
+				w.flow.releaseSlots(j) // not held idle for long
+			}
 			continue
 		}
 		if st, _ := b.state(j); st == starting {
@@ -1032,6 +1038,12 @@ func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, 
 // starting. It reports false, holding no handler, when j ended meanwhile
 // (a beat found its claim lost, a stop gave it back) or ctx ended.
 func (w *Worker) await(ctx context.Context, j *job) bool {
+	var t *time.Timer
+	defer func() {
+		if t != nil {
+			t.Stop()
+		}
+	}()
 	for {
 		st, kick := j.b.state(j)
 		if st != waiting || ctx.Err() != nil {
@@ -1051,9 +1063,12 @@ func (w *Worker) await(ctx context.Context, j *job) bool {
 			}
 			var timer <-chan time.Time
 			if !due.IsZero() {
-				t := time.NewTimer(time.Until(due))
+				if t == nil {
+					t = time.NewTimer(time.Until(due))
+				} else {
+					t.Reset(time.Until(due))
+				}
 				timer = t.C
-				defer t.Stop()
 			}
 			select {
 			case <-changed:
@@ -1324,6 +1339,7 @@ func (w *Worker) holdAgain(j *job, err error, outage bool, span attemptSpan) sta
 	span.end(spanRetry, err)
 	j.notBefore, j.tokens = time.Now().Add(w.retryWait(j, err, outage)), false
 	if j.b.move(j, waiting, failed) {
+		w.flow.releaseSlots(j) // it takes fresh ones to run again
 		return waiting
 	}
 	return j.b.ended(j)
