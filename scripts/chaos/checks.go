@@ -459,7 +459,9 @@ func DownstreamOutages(e *env, h *history, s *section) {
 // complete, in neither queue at the end); no deferred copy that ran its
 // operation beside another message of its chain but in a window the audit
 // names (the ledger's claim must stop it), and on a FIFO queue none at
-// all. It adds the pauses, probes,
+// all; with a concurrency limit, no handler call begun with more running
+// than it allows, but beside a run stopped meanwhile. It adds the pauses,
+// probes,
 // held, throttled and deferred messages and each limit's busiest second.
 func FlowControl(e *env, h *history, s *section) {
 	f, calls, downs := e.c.System.Flow, h.calls(), []window(nil)
@@ -526,6 +528,30 @@ func FlowControl(e *env, h *history, s *section) {
 			}
 		}
 		s.row("busiest second: "+n, fmt.Sprintf("%d calls (at most %d: %g/s, burst %d, slack %v)", busiest[n], bound, rate, burst, slack.Round(time.Millisecond)))
+	}
+	if f.Concurrency > 0 {
+		// A call that began with more running than the limit, none of
+		// whose runs was stopped (SIGSTOP) meanwhile: a stopped run's
+		// slots lapse, as a dead worker's would, while its call waits.
+		most, over := 0, 0
+		for i, c := range calls {
+			n, stopped := 1, false
+			for _, d := range calls[:i] {
+				if d.end > c.start {
+					n++
+					stopped = stopped || during(e.paused[d.run], time.Unix(0, d.start), time.Unix(0, c.start))
+				}
+			}
+			if stopped {
+				continue
+			}
+			if most = max(most, n); n > f.Concurrency {
+				over++
+				s.detail("run %d's call for %s began at %s with %d calls running, above flow.concurrency (%d)", c.run, c.key, clock(c.start), n, f.Concurrency)
+			}
+		}
+		s.row("flow.concurrency", fmt.Sprintf("at most %d handler calls running at once, those beside a run stopped meanwhile aside (the limit %d)", most, f.Concurrency))
+		s.zero("handler calls begun above flow.concurrency", over)
 	}
 	keyOf, chains := map[string]string{}, map[string]map[string]bool{}
 	for _, ev := range h.kind(event.EvReceive) {

@@ -21,7 +21,8 @@ import (
 // its defaults (the trip, probes of up to 10 s) and limits: 30 operations
 // a second across the fleet, and 5 a second for each tenant (the body's
 // /tenant), with a hot tenant that sends bursts of 30 among 20 (or 10)
-// quiet ones; two poison operations fail (503) before, during and after
+// quiet ones, and on the shared ledgers 6 running at once across the
+// fleet; two poison operations fail (503) before, during and after
 // the outages. Runs are killed (SIGKILL) and drained at random, some in
 // the windows around a completion or in the handler, and stopped
 // (SIGSTOP) past their leases, during outages or while limited; their SQS
@@ -31,11 +32,16 @@ import (
 // probe interval: the ledger's clock and the hosts' must never be mixed.
 // The checks (DownstreamOutages, FlowControl) must find nothing dead-lettered
 // because of an outage or a limit, no second above a limit at the
-// downstream, no call during an outage but those that found it and one
+// downstream, no call begun above the concurrency limit but beside a
+// stopped run, no call during an outage but those that found it and one
 // probe at a time, nothing expired, no deferred copy run beside its
 // original and no FIFO message sent again; the audit holds the rest.
 func Flow(short bool) []*Campaign {
 	limits := &worker.FlowConfig{Rate: 30, Burst: 1, Partitions: []worker.FlowPartition{{Pointer: "/tenant", Rate: 5, Burst: 1}}}
+	// On the shared ledgers, at most 6 handlers at once across the fleet
+	// (of 24 or 16 the workers have).
+	shared := *limits
+	shared.Concurrency = 6
 	down := func(d time.Duration, kinds ...string) Fault {
 		var list []Outage
 		for _, k := range kinds {
@@ -57,7 +63,7 @@ func Flow(short bool) []*Campaign {
 		Title: "three workers on one PostgreSQL ledger and a standard queue (maxReceiveCount 4), flow control with a rate and a rate per tenant, the downstream down",
 		Load:  flowLoad(pick(short, 1800, 300), 20, false),
 		System: System{MaxReceive: 4, Postgres: true, Workers: 3, Concurrency: 8, SendLost: 0.03,
-			Quiesce: quiesce, Flow: limits, ClockOffset: 90 * time.Second},
+			Quiesce: quiesce, Flow: &shared, ClockOffset: 90 * time.Second},
 		Runs:   Runs{Duration: pick(short, 330*time.Second, 100*time.Second), Ends: map[string]int{endKill: 3, endTerm: 2, endWindowA: 1, endInHandler: 1}},
 		Faults: []Fault{down(out, down503, downHang), Pauses(3, false)},
 		Checks: []Check{FlowControl, ClockOffset},
@@ -66,7 +72,7 @@ func Flow(short bool) []*Campaign {
 		Title: "two workers on one PostgreSQL ledger and a FIFO queue (maxReceiveCount 4), a group per tenant, the same flow control, the downstream down",
 		Load:  flowLoad(pick(short, 700, 150), 10, true),
 		System: System{FIFO: true, MaxReceive: 4, Postgres: true, Workers: 2, Concurrency: 8, SendLost: 0.03,
-			Quiesce: quiesce, Flow: limits, ClockOffset: -90 * time.Second},
+			Quiesce: quiesce, Flow: &shared, ClockOffset: -90 * time.Second},
 		Runs:   Runs{Duration: pick(short, 300*time.Second, 60*time.Second), Ends: map[string]int{endKill: 2, endTerm: 1}},
 		Faults: []Fault{down(out, down429, downRefuse), Pauses(1, false)},
 		Checks: []Check{FlowControl, GroupOrder, ClockOffset},
