@@ -144,7 +144,7 @@ chaos: ## Kill, fault and fill the worker's world, standard, FIFO, on a shared P
 # The flow-control campaigns (scripts/chaos/flow.go) run apart, with a budget
 # of their own: their outages of the downstream last a minute each.
 .PHONY: chaos-flow
-chaos-flow: ## Take the handlers' downstream down (503, hangs, refused connections, 429) under rate limits per handler and per tenant, kill and stop the workers, and audit flow control (three campaigns at once; ~8 min).
+chaos-flow: ## Take the handlers' downstream down (503, hangs, refused connections, 429) under rate limits per handler and per tenant and a concurrency limit, kill and stop the workers, and audit flow control (three campaigns at once; ~8 min).
 	scripts/apt-install.sh faketime faketime
 	$(WITH_SQS) $(WITH_PG) go run ./scripts/chaos -only flow,flow-fifo,flow-bbolt $(CHAOS_FLAGS)
 

@@ -276,6 +276,7 @@ func (f *flowCtl) began(j *job) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	j.inScopes = true
 	for _, name := range j.scopes {
 		f.scopeOf(name).running++
 	}
@@ -324,6 +325,9 @@ func (f *flowCtl) ended(ctx context.Context, j *job, started bool, err error) (o
 	f.mu.Lock()
 	f.unhold(j)
 	now := time.Now()
+	if started {
+		j.inScopes = false
+	}
 	for _, name := range j.scopes {
 		s := f.scopeOf(name)
 		if !started {
@@ -468,8 +472,8 @@ func (f *flowCtl) apply(s *scope, r ledger.FlowRead) {
 	if r.Found && json.Unmarshal(r.Doc.Data, &s.doc) != nil {
 		s.found = false
 	}
-	if s.doc.State != PausePaused {
-		s.probe = nil
+	if s.doc.State != PausePaused || s.doc.Manual {
+		s.probe = nil // a pause by hand has no probes
 	}
 	if was != s.paused() {
 		f.kick()
@@ -1179,13 +1183,15 @@ func (f *flowCtl) releaseSlots(j *job) {
 }
 
 // forget drops j, which ended, from the held messages and from the probes
-// it was chosen for without starting.
+// it was chosen for without starting: a probe that started (and ended,
+// its lease lost, while its handler still runs) is settled when its
+// attempt ends.
 func (f *flowCtl) forget(j *job) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.unhold(j)
 	for _, name := range j.scopes {
-		if s := f.scopes[name]; s != nil && s.probe == j && j.st != completing && j.st != failed {
+		if s := f.scopes[name]; s != nil && s.probe == j && !j.inScopes {
 			s.probe = nil
 		}
 	}

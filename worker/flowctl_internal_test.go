@@ -136,3 +136,66 @@ func TestFlowCounts_LeaseLostIsNotTheDownstreams(t *testing.T) {
 		t.Fatal("a lease lost to another claim counts towards a pause")
 	}
 }
+
+// A probe whose claim was lost while its handler runs stays the probe
+// until its attempt ends, so that no second probe starts beside it; a
+// probe chosen that never started is free for the next at once. A pause by
+// hand has no probe, even one chosen before it.
+func TestProbe_KeptUntilItsAttemptEnds(t *testing.T) {
+	w := &Worker{cfg: Config{VisibilityTimeout: 2 * time.Second, HandlerTimeout: 10 * time.Second,
+		Flow: FlowConfig{Mode: FlowOn, Scope: "q", ProbeMax: 10 * time.Second, Trip: DefaultTrip}},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), ownerID: "me"}
+	f := newFlowCtl(w, nil)
+	ctx := context.Background()
+	pause := func(manual bool) {
+		now := time.Now()
+		d, _ := json.Marshal(PauseDoc{State: PausePaused, Since: now, Next: now.Add(-time.Second), Interval: time.Second, By: "auto", Manual: manual})
+		r, _ := f.l.GetFlow(ctx, "q")
+		if _, err := f.l.PutFlow(ctx, ledger.FlowDoc{Scope: "q", Data: d, TTL: time.Hour}, r.Doc.Version); err != nil {
+			t.Fatal(err)
+		}
+		f.update(ctx, f.scopes["q"], func(*PauseDoc, bool, time.Time) bool { return false })
+	}
+	f.mu.Lock()
+	s := f.scopeOf("q")
+	f.mu.Unlock()
+	pause(false)
+	probe := func(key string) *job {
+		j := &job{b: &batch{received: time.Now()}, key: derived{key: key}, scopes: []string{"q"}, st: waiting}
+		f.mu.Lock()
+		f.hold(j)
+		f.mu.Unlock()
+		for range 3 { // a tick frees an orphaned probe, the next takes one
+			if f.tick(ctx); s.probe == j {
+				return j
+			}
+		}
+		t.Fatalf("%s is not the probe", key)
+		return nil
+	}
+	a := probe("a")
+	f.began(a)
+	a.st = lost // a beat found its claim lost: it ends while its handler runs
+	f.forget(a)
+	if s.probe != a {
+		t.Fatal("a probe whose claim was lost while it runs is no longer the probe: another may start beside it")
+	}
+	f.ended(ctx, a, true, errLeaseLost)
+	if s.probe != nil {
+		t.Fatal("a probe is still the probe after its attempt ended")
+	}
+	b := probe("b")
+	b.st = givenBack
+	f.forget(b)
+	if s.probe != nil {
+		t.Fatal("a probe that ended before it started is still the probe")
+	}
+	c := probe("c")
+	pause(true)
+	if s.probe != nil {
+		t.Fatal("a pause by hand keeps the probe chosen before it")
+	}
+	if ok, _, _ := f.admit(c); ok {
+		t.Fatal("a pause by hand lets the probe chosen before it start")
+	}
+}

@@ -460,6 +460,7 @@ type job struct {
 	slotsAt   time.Time // when it took its slots
 	slotWait  time.Time // it found no slot free: it asks again then
 	throttled bool      // counted as held for a limit since it last started
+	inScopes  bool      // its attempt started and has not ended; guarded by the flow control's lock
 	// deferAfter: SQS refused its copy while a pause held it; it is not
 	// deferred for the pause again before then.
 	deferAfter time.Time
