@@ -83,21 +83,11 @@ func TestTakeTurns_Queues(t *testing.T) {
 // it was, would each be held by the other's pause, and no probe would run
 // until the pauses expired.
 func TestTakeProbe_OneForBothScopes(t *testing.T) {
-	w := &Worker{cfg: Config{VisibilityTimeout: 2 * time.Second, HandlerTimeout: 10 * time.Second,
-		Flow: FlowConfig{Mode: FlowOn, Scope: "q", ProbeMax: 10 * time.Second, Trip: DefaultTrip,
-			Partitions: []FlowPartition{{Pointer: "/tenant", Rate: 1, Burst: 1}}}},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), ownerID: "me"}
-	f := newFlowCtl(w, nil)
+	f := pausingFlow(FlowPartition{Pointer: "/tenant", Rate: 1, Burst: 1})
 	ctx := context.Background()
 	h, p := "q", "q | pointer /tenant = t1"
-	for _, scope := range []string{h, p} {
-		now := time.Now()
-		d, _ := json.Marshal(PauseDoc{State: PausePaused, Since: now, Next: now.Add(-time.Second), Interval: time.Second, By: "auto"})
-		r, _ := f.l.GetFlow(ctx, scope)
-		if _, err := f.l.PutFlow(ctx, ledger.FlowDoc{Scope: scope, Data: d, TTL: time.Hour}, r.Doc.Version); err != nil {
-			t.Fatal(err)
-		}
-	}
+	pauseScope(t, f, h, false)
+	pauseScope(t, f, p, false)
 	t0 := time.Now()
 	x := &job{b: &batch{received: t0}, key: derived{key: "x"}, scopes: []string{h, p}, notBefore: t0.Add(300 * time.Millisecond), st: waiting}
 	y := &job{b: &batch{received: t0.Add(time.Millisecond)}, key: derived{key: "y"}, scopes: []string{h, p}, st: waiting}
@@ -106,8 +96,6 @@ func TestTakeProbe_OneForBothScopes(t *testing.T) {
 	f.hold(x)
 	f.hold(y)
 	f.mu.Unlock()
-	f.update(ctx, sh, func(*PauseDoc, bool, time.Time) bool { return false })
-	f.update(ctx, sp, func(*PauseDoc, bool, time.Time) bool { return false })
 	f.takeProbe(ctx, sh) // x, held longest, is not due yet: y
 	time.Sleep(400 * time.Millisecond)
 	f.takeProbe(ctx, sp) // x is due now
@@ -142,24 +130,10 @@ func TestFlowCounts_LeaseLostIsNotTheDownstreams(t *testing.T) {
 // probe chosen that never started is free for the next at once. A pause by
 // hand has no probe, even one chosen before it.
 func TestProbe_KeptUntilItsAttemptEnds(t *testing.T) {
-	w := &Worker{cfg: Config{VisibilityTimeout: 2 * time.Second, HandlerTimeout: 10 * time.Second,
-		Flow: FlowConfig{Mode: FlowOn, Scope: "q", ProbeMax: 10 * time.Second, Trip: DefaultTrip}},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), ownerID: "me"}
-	f := newFlowCtl(w, nil)
+	f := pausingFlow()
 	ctx := context.Background()
-	pause := func(manual bool) {
-		now := time.Now()
-		d, _ := json.Marshal(PauseDoc{State: PausePaused, Since: now, Next: now.Add(-time.Second), Interval: time.Second, By: "auto", Manual: manual})
-		r, _ := f.l.GetFlow(ctx, "q")
-		if _, err := f.l.PutFlow(ctx, ledger.FlowDoc{Scope: "q", Data: d, TTL: time.Hour}, r.Doc.Version); err != nil {
-			t.Fatal(err)
-		}
-		f.update(ctx, f.scopes["q"], func(*PauseDoc, bool, time.Time) bool { return false })
-	}
-	f.mu.Lock()
-	s := f.scopeOf("q")
-	f.mu.Unlock()
-	pause(false)
+	pauseScope(t, f, "q", false)
+	s := f.scopes["q"]
 	probe := func(key string) *job {
 		j := &job{b: &batch{received: time.Now()}, key: derived{key: key}, scopes: []string{"q"}, st: waiting}
 		f.mu.Lock()
@@ -191,11 +165,36 @@ func TestProbe_KeptUntilItsAttemptEnds(t *testing.T) {
 		t.Fatal("a probe that ended before it started is still the probe")
 	}
 	c := probe("c")
-	pause(true)
+	pauseScope(t, f, "q", true)
 	if s.probe != nil {
 		t.Fatal("a pause by hand keeps the probe chosen before it")
 	}
 	if ok, _, _ := f.admit(c); ok {
 		t.Fatal("a pause by hand lets the probe chosen before it start")
 	}
+}
+
+// pausingFlow is the flow control of a worker of scope "q" with parts.
+func pausingFlow(parts ...FlowPartition) *flowCtl {
+	w := &Worker{cfg: Config{VisibilityTimeout: 2 * time.Second, HandlerTimeout: 10 * time.Second,
+		Flow: FlowConfig{Mode: FlowOn, Scope: "q", ProbeMax: 10 * time.Second, Trip: DefaultTrip, Partitions: parts}},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), ownerID: "me"}
+	return newFlowCtl(w, nil)
+}
+
+// pauseScope pauses scope (by hand when manual), its probe due, and has f
+// read it.
+func pauseScope(t *testing.T, f *flowCtl, scope string, manual bool) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	d, _ := json.Marshal(PauseDoc{State: PausePaused, Since: now, Next: now.Add(-time.Second), Interval: time.Second, By: "auto", Manual: manual})
+	r, _ := f.l.GetFlow(ctx, scope)
+	if _, err := f.l.PutFlow(ctx, ledger.FlowDoc{Scope: scope, Data: d, TTL: time.Hour}, r.Doc.Version); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	s := f.scopeOf(scope)
+	f.mu.Unlock()
+	f.update(ctx, s, func(*PauseDoc, bool, time.Time) bool { return false })
 }
