@@ -887,9 +887,10 @@ type turns struct {
 	idx  map[string]int // r's bucket of each name
 }
 
-// deferredQueue is what a partition's bucket name is followed by in the
-// name of its deferred copies' queue.
-const deferredQueue = " | deferred"
+// deferredQueue comes before a partition's bucket name in the name of its
+// deferred copies' queue: before it, since a partition value, which ends a
+// partition bucket's name, could end with anything.
+const deferredQueue = "deferred | "
 
 // deferred are t's messages; none when t is nil.
 func (t *turns) deferred() []*job {
@@ -909,7 +910,7 @@ func (t *turns) add(f *flowCtl, r *ledger.Reservation, k int, j *job, due time.T
 		if r.Buckets[b].Name == f.cfg.Scope {
 			continue
 		}
-		name := r.Buckets[b].Name + deferredQueue
+		name := deferredQueue + r.Buckets[b].Name
 		i, ok := t.idx[name]
 		if !ok {
 			i = len(t.r.Buckets)

@@ -39,7 +39,7 @@ func TestTakeTurns_Queues(t *testing.T) {
 			ts = ts.add(f, &r, k, &job{}, now.Add(d))
 		}
 		for _, b := range ts.r.Buckets {
-			if b.Name == "q"+deferredQueue {
+			if b.Name == deferredQueue+"q" {
 				t.Fatal("the handler's own bucket keeps a queue")
 			}
 		}
