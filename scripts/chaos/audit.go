@@ -61,7 +61,7 @@ func (e *env) audit(h *history) *section {
 		switch applied := h.applied[m.op.id]; {
 		case m.dropped:
 			dropped++
-		case h.complete(m.op.id) && applied == event.Hash([]byte(m.body())):
+		case h.complete(m.op.id) && (applied == event.Hash([]byte(m.body())) || h.ranAfterForget(m)):
 			done++
 		case h.inQueue[m.tag]:
 			inQueue++
@@ -76,7 +76,8 @@ func (e *env) audit(h *history) *section {
 		// A message whose payload cannot complete (or another payload of
 		// its key did) must be dead-lettered.
 		o := m.op
-		if !m.dropped && (o.class == keyless || o.class == permanent || o.class == poison || len(o.bodies) > 1 && h.applied[o.id] != event.Hash([]byte(m.body()))) {
+		if !m.dropped && (o.class == keyless || o.class == permanent || o.class == poison ||
+			len(o.bodies) > 1 && h.applied[o.id] != event.Hash([]byte(m.body())) && !h.ranAfterForget(m)) {
 			expectDLQ++
 			if h.inDLQ[m.tag] {
 				foundDLQ++
@@ -226,7 +227,7 @@ func (e *env) audit(h *history) *section {
 			if x.Effect {
 				effects[x.BodyID]++
 			}
-			if !strings.HasPrefix(want, x.BodyHash) {
+			if !strings.HasPrefix(want, x.BodyHash) && !h.forgotAfter(key, x.T) {
 				conflictRan++
 				s.detail("%s: execution %d ran payload %s, the operation was claimed with %s", key, x.Seq, x.BodyHash, want)
 			}

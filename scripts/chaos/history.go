@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -207,6 +208,26 @@ func (h *history) state(key string) string {
 		}
 	}
 	return "absent"
+}
+
+// forgotAfter reports whether the campaign forgot key's record after t
+// (Unix ns; the record gone when the command ended): what ran before then
+// may differ from the record the next delivery made.
+func (h *history) forgotAfter(key string, t int64) bool {
+	return slices.ContainsFunc(h.e.forgets, func(f forgetRec) bool { return f.key == key && f.to.UnixNano() > t })
+}
+
+// ranAfterForget reports whether m's payload ran to success after the
+// campaign began to forget its key's record: once a record is forgotten,
+// the next delivery of its key runs, whatever its payload (a conflicting
+// payload b after payload a completed and was forgotten).
+func (h *history) ranAfterForget(m *msg) bool {
+	hash := event.Hash([]byte(m.body()))
+	return slices.ContainsFunc(h.execs[m.op.id], func(x event.Execution) bool {
+		return x.BodyHash == hash && x.Status == 200 && slices.ContainsFunc(h.e.forgets, func(f forgetRec) bool {
+			return f.key == m.op.id && f.from.UnixNano() < x.T
+		})
+	})
 }
 
 // complete reports whether key's operation is recorded complete.
