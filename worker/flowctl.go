@@ -1126,14 +1126,20 @@ func (l *localFlow) MarkDeadLettered(_ context.Context, ds []ledger.DeadLetter) 
 	return make([]error, len(ds))
 }
 
+// slotsWhile is how long, at most, the new rate token of a message holding
+// its concurrency slots may be due after now for the message to keep them
+// while it waits: a quarter of VisibilityTimeout, their lease, which no
+// beat renews while the message waits.
+func (f *flowCtl) slotsWhile() time.Duration { return f.w.cfg.VisibilityTimeout / 4 }
+
 // takeSlots takes j's concurrency slots, fleet-wide: one of the handler
 // scope's pool and one of its partition value's, where they have a bound.
 // It reports false, holding none, when one of them has none free. Slots j
-// took within half their lease (it waited, holding them, for a new rate
-// token) are kept; older ones, whose lease no beat renewed while j waited,
-// are given back first.
+// kept while it waited for a new rate token (see slotsWhile) are kept once
+// more if it took them within twice that; older ones, held on by a pause
+// meanwhile, are given back first.
 func (f *flowCtl) takeSlots(ctx context.Context, j *job) (bool, error) {
-	if len(j.slots) > 0 && time.Since(j.slotsAt) < f.w.cfg.VisibilityTimeout/2 {
+	if len(j.slots) > 0 && time.Since(j.slotsAt) < 2*f.slotsWhile() {
 		return true, nil
 	}
 	f.releaseSlots(j)

@@ -321,11 +321,6 @@ var (
 // asks again.
 const slotRetry = 200 * time.Millisecond
 
-// slotsWhile is how long, at most, the new rate token of a message holding
-// its concurrency slots may be due after now for the message to keep them
-// while it waits: a part of VisibilityTimeout, their lease.
-func (w *Worker) slotsWhile() time.Duration { return w.cfg.VisibilityTimeout / 4 }
-
 // start decides whether j, in starting, may run now, and moves it to
 // running when it may, registering cancel, which cuts the attempt off
 // when a beat learns that the claim is lost. It is the one place that

@@ -970,7 +970,7 @@ func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, 
 			continue
 		}
 		if errors.Is(err, errTokenLate) {
-			if w.flow.reserve(ctx, []*job{j}, false); time.Until(j.notBefore) > w.slotsWhile() {
+			if w.flow.reserve(ctx, []*job{j}, false); time.Until(j.notBefore) > w.flow.slotsWhile() {
 				w.flow.releaseSlots(j) // not held idle for long
 			}
 			continue
