@@ -122,7 +122,9 @@ func workersOf(s *snapshot, now time.Time) (listed, unlisted []process) {
 		claims[o.Owner] = o
 	}
 	for _, p := range s.Processes {
-		age := p.BeatAge + now.Sub(s.ReadAt)
+		// Whole milliseconds, as the page shows the age, so that the
+		// status shown agrees with the age shown.
+		age := (p.BeatAge + now.Sub(s.ReadAt)).Truncate(time.Millisecond)
 		v := process{Process: p, Age: age, Down: age > downAfter}
 		if c, ok := claims[p.ID]; ok {
 			v.Claims, v.Lapsed = c.Claims, c.Lapsed

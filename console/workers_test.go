@@ -1,0 +1,31 @@
+package console
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// TestWorkersOf_DownAgreesWithTheAge: the workers page shows a beat's age in
+// whole milliseconds, and a worker is down by the age it shows: a beat
+// 10.0004 s old shows as 10,000 ms and up, one 10.001 s old as down.
+func TestWorkersOf_DownAgreesWithTheAge(t *testing.T) {
+	t.Parallel()
+	read := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		age  time.Duration
+		ms   int64
+		down bool
+	}{
+		{downAfter - time.Millisecond, 9999, false},
+		{downAfter + 400*time.Microsecond, 10000, false},
+		{downAfter + time.Millisecond, 10001, true},
+	} {
+		s := &snapshot{Processes: []ledger.Process{{ID: "p", BeatAge: tc.age - time.Second}}, ReadAt: read}
+		listed, _ := workersOf(s, read.Add(time.Second))
+		if len(listed) != 1 || listed[0].Age.Milliseconds() != tc.ms || listed[0].Down != tc.down {
+			t.Errorf("beat %v old: got %+v, want %d ms shown, down %v", tc.age, listed, tc.ms, tc.down)
+		}
+	}
+}
