@@ -46,12 +46,12 @@ func GroupOrder(e *env, h *history, s *section) {
 		}
 	}
 	unplaced := 0
-	checked, out, frozen := orderViolations(effects, func(x event.Execution) (place, bool) {
-		p, ok := placeOf(x, h.byTag, e.rounds, dead)
+	checked, out, frozen := orderViolations(effects, func(x event.Execution) (from, to place, ok bool) {
+		from, to, ok = placeOf(x, h.byTag, e.rounds, dead)
 		if !ok {
 			unplaced++
 		}
-		return p, ok
+		return from, to, ok
 	}, func(x event.Execution) bool {
 		at := time.Unix(0, x.T)
 		return during(e.paused[x.Run], at.Add(-pauseFor-workerVisibility), at)
@@ -90,27 +90,23 @@ func (p place) before(q place) bool {
 	return p.sent && p.n < q.n
 }
 
-// placeOf places the delivery that made execution x. A delivery that
-// replay never moved belongs where the message it copies was sent (a copy
-// that the worker made of it, by mistake, keeps that place); one that
-// replay moved belongs to the last round begun before it entered the
-// queue. A delivery that the worker had sent to the dead-letter queue
+// placeOf places the delivery that made execution x: it belongs anywhere
+// from the first place to the second (the same place but in one case). A
+// delivery that replay never moved belongs where the message it copies was
+// sent (a copy that the worker made of it, by mistake, keeps that place);
+// one that replay moved belongs to the last round begun before it entered
+// the queue. A delivery that the worker had sent to the dead-letter queue
 // (dead: when, by message id) but could not delete came back; it can run
-// again only once a replay round reset its operation, and then belongs
-// with that round's copies, as the copy the round sent of it would.
-func placeOf(x event.Execution, byTag map[string]*msg, rounds []replayRound, dead map[string]time.Time) (place, bool) {
+// again only once a replay round reset its operation. It then belongs
+// anywhere from where it was sent to that round's copies: a FIFO queue
+// gives it back at the head of its group, before what was sent after it,
+// unless the worker had gone on with the group's next messages of the
+// same receive, when it runs after them, as the copy the round sent of it
+// would.
+func placeOf(x event.Execution, byTag map[string]*msg, rounds []replayRound, dead map[string]time.Time) (from, to place, ok bool) {
 	m, ok := byTag[x.Send]
 	if !ok || x.Replays > 0 && x.SentAt == 0 {
-		return place{}, false
-	}
-	if t, ok := dead[x.MessageID]; ok && slices.ContainsFunc(rounds, func(r replayRound) bool { return r.start.After(t) && r.start.Before(time.Unix(0, x.T)) }) {
-		p := place{}
-		for _, r := range rounds {
-			if r.start.Before(time.Unix(0, x.T)) {
-				p.epoch++
-			}
-		}
-		return p, true
+		return place{}, place{}, false
 	}
 	p := place{sent: x.Replays == 0, n: m.n}
 	for _, r := range rounds {
@@ -118,15 +114,25 @@ func placeOf(x event.Execution, byTag map[string]*msg, rounds []replayRound, dea
 			p.epoch++
 		}
 	}
-	return p, true
+	if t, ok := dead[x.MessageID]; ok && slices.ContainsFunc(rounds, func(r replayRound) bool { return r.start.After(t) && r.start.Before(time.Unix(0, x.T)) }) {
+		q := place{}
+		for _, r := range rounds {
+			if r.start.Before(time.Unix(0, x.T)) {
+				q.epoch++
+			}
+		}
+		return p, q, true
+	}
+	return p, p, true
 }
 
 // orderViolations checks that within each group, effects were applied in
-// the order their deliveries belong in (at). It returns how many effects
-// it checked and one line for every effect applied after one whose
-// delivery belongs after it: in frozen when frozen (nil: never) says that
-// its run was stopped while the attempt was in flight, else in out.
-func orderViolations(effects []event.Execution, at func(event.Execution) (place, bool), frozen func(event.Execution) bool) (checked int, out, excused []string) {
+// the order their deliveries belong in (at: from the first place to the
+// second). It returns how many effects it checked and one line for every
+// effect applied after one whose delivery belongs after it: in frozen when
+// frozen (nil: never) says that its run was stopped while the attempt was
+// in flight, else in out.
+func orderViolations(effects []event.Execution, at func(event.Execution) (from, to place, ok bool), frozen func(event.Execution) bool) (checked int, out, excused []string) {
 	effects = append([]event.Execution(nil), effects...)
 	sort.Slice(effects, func(i, j int) bool { return effects[i].Seq < effects[j].Seq })
 	type placed struct {
@@ -135,16 +141,20 @@ func orderViolations(effects []event.Execution, at func(event.Execution) (place,
 	}
 	last := map[string]placed{}
 	for _, x := range effects {
-		p, ok := at(x)
+		from, to, ok := at(x)
 		if !ok {
 			continue
 		}
 		checked++
 		prev, seen := last[x.Group]
-		last[x.Group] = placed{x, p}
-		if !seen || !p.before(prev.p) {
+		switch {
+		case !seen || !from.before(prev.p):
+			last[x.Group] = placed{x, from}
 			continue
+		case !to.before(prev.p):
+			continue // in its span, at the place of the one before it
 		}
+		last[x.Group] = placed{x, to}
 		line := fmt.Sprintf("group %s: %s (execution %d, send %s, replayed %d times) applied after %s (execution %d, send %s, replayed %d times), which belongs after it",
 			x.Group, x.Key, x.Seq, x.Send, x.Replays, prev.x.Key, prev.x.Seq, prev.x.Send, prev.x.Replays)
 		if frozen != nil && frozen(x) {

@@ -25,7 +25,7 @@ func TestOrderViolations(t *testing.T) {
 	// The worker sent m1's delivery d1 to the dead-letter queue at 1500
 	// ms and m2's d2 at 500 ms, and could delete neither.
 	dead := map[string]time.Time{"d1": time.UnixMilli(1500), "d2": time.UnixMilli(500)}
-	at := func(x event.Execution) (place, bool) { return placeOf(x, byTag, rounds, dead) }
+	at := func(x event.Execution) (from, to place, ok bool) { return placeOf(x, byTag, rounds, dead) }
 	// eff is an effect in group g of a delivery of send tag that entered
 	// the queue at sentAt and was replayed replays times.
 	eff := func(seq int64, group, tag string, sentAt int64, replays int) event.Execution {
@@ -57,6 +57,8 @@ func TestOrderViolations(t *testing.T) {
 		{"but not before that round", []event.Execution{eff(1, "g", "m3", 1100, 0), deadEff(2, "g", "m1", "d1", 1800)}, 1},
 		{"and before what was sent after that round", []event.Execution{deadEff(1, "g", "m2", "d2", 1050), eff(2, "g", "m3", 1100, 0)}, 0},
 		{"not after it", []event.Execution{eff(1, "g", "m3", 1100, 0), deadEff(2, "g", "m2", "d2", 1150)}, 1},
+		{"or where it was sent, the group behind it waiting", []event.Execution{deadEff(1, "g", "m1", "d1", 2100), eff(2, "g", "m2", 200, 0), eff(3, "g", "m3", 1100, 0)}, 0},
+		{"and not before what was sent before it", []event.Execution{deadEff(1, "g", "m2", "d2", 1050), eff(2, "g", "m1", 100, 0)}, 1},
 		{"every step back counts", []event.Execution{eff(1, "g", "m3", 1100, 0), eff(2, "g", "m1", 100, 0), eff(3, "g", "m4", 1200, 0), eff(4, "g", "m2", 200, 0)}, 2},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
@@ -73,7 +75,7 @@ func TestOrderViolations(t *testing.T) {
 	if len(got) != 0 || len(frozen) != 1 {
 		t.Fatalf("violations %q, frozen %q: want the one frozen", got, frozen)
 	}
-	if _, ok := at(eff(1, "g", "nobody", 100, 0)); ok {
+	if _, _, ok := at(eff(1, "g", "nobody", 100, 0)); ok {
 		t.Fatal("placed a delivery of a send the campaign did not make")
 	}
 }
