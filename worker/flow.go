@@ -88,7 +88,11 @@ const (
 // window, or in its latest part (its newest tenths: the successes of a
 // busy spell before an outage do not hold the trip off for the whole
 // window); or Failures of them in a row within Window, from Keys keys,
-// with no success between them. Defaults: 10 in 30s, from 3 keys, 90 %.
+// with no success between them. A worker whose calls could not end
+// Failures within Window (few calls at once to a downstream that hangs
+// until the handler's timeout) needs as many as they could, at the pace
+// of its latest failure, and at least Keys. Defaults: 10 in 30s, from 3
+// keys, 90 %.
 type Trip struct {
 	Failures int           // 1..100000
 	Window   time.Duration // 1s..1h

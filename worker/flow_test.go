@@ -820,3 +820,57 @@ func TestWorker_SlotWaitKeepsTheRate(t *testing.T) {
 		t.Errorf("throttled %d for 20 messages: counted per look, not per message held", s.Throttled)
 	}
 }
+
+// A worker running two calls at once to a downstream that hangs past the
+// handler's timeout ends two failures per timeout: fewer within the trip's
+// window than its failures (here 10 in 3 s, 1 s timeout: at most 6). It
+// pauses on as many as its calls could end within the window rather than
+// never, and its calls to the hanging downstream stop.
+func TestWorker_HangingDownstreamFewCalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 20})
+	var hang atomic.Bool
+	hang.Store(true)
+	var calls, whileHanging atomic.Int64
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		if hang.Load() {
+			whileHanging.Add(1)
+			select {
+			case <-r.Context().Done():
+			case <-release:
+			}
+		}
+	}))
+	t.Cleanup(func() { close(release); srv.Close() })
+	b.sendMany(30, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+	h, err := worker.NewHTTPHandler(worker.HTTPConfig{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.config()
+	cfg.Concurrency, cfg.Prefetch = 2, 2
+	cfg.HandlerTimeout = time.Second
+	cfg.VisibilityTimeout = 10 * time.Second
+	cfg.MinBackoff, cfg.MaxBackoff = time.Second, 2*time.Second
+	cfg.Flow.Trip = worker.Trip{Failures: 10, Window: 3 * time.Second, Keys: 3, Ratio: 0.9}
+	w, stop := b.startOn(cfg, b.client, b.db, h)
+	waitUntil(t, "the intake to pause", 20*time.Second, func() bool { return w.Stats().FlowPauses >= 1 })
+	atPause := whileHanging.Load()
+	time.Sleep(5 * time.Second)
+	after := whileHanging.Load() - atPause
+	hang.Store(false)
+	waitUntil(t, "every operation to complete", 60*time.Second, func() bool { return w.Stats().Completed == 30 })
+	s := stop()
+	t.Logf("calls while hanging: %d before the pause, %d in the 5 s after it; stats %+v", atPause, after, s)
+	if atPause > 10 {
+		t.Errorf("%d calls to the hanging downstream before the pause, want at most 10 (two at a time, paused on the fifth failure)", atPause)
+	}
+	if after > 5 {
+		t.Errorf("%d calls to the hanging downstream in the 5 s after the pause, want the probes only (at most 5)", after)
+	}
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue", n)
+	}
+}

@@ -336,7 +336,7 @@ func (f *flowCtl) ended(ctx context.Context, j *job, started bool, err error) (o
 		s.running--
 		// A scope trips open or ramping: the failures of a ramp that
 		// found the downstream down again pause it again.
-		if s.det.add(now, j.key.key, counted) && (!s.found || s.doc.State == PauseRamping) && !s.tripping {
+		if s.det.add(now, j.key.key, counted, now.Sub(j.started), s.running+1) && (!s.found || s.doc.State == PauseRamping) && !s.tripping {
 			s.tripping = true
 			trip = append(trip, s)
 		}

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -12,6 +13,15 @@ import (
 // failed; or when that many failed in a row within the window, from as
 // many keys, with no success between them. A key that fails while others
 // succeed trips nothing: that is its own message's problem.
+//
+// Enough failures are Trip.Failures, or fewer where this worker's calls
+// could not end that many within the window: a worker that runs two calls
+// at once (its share of a tight flow.concurrency, or a small
+// handler.concurrency) to a downstream that hangs sees a failure per call
+// per handler timeout, six in 30 s with a 10 s timeout, and would never
+// trip. It then needs as many as its calls could end within the window at
+// the pace of the failure just ended (calls running × window ÷ how long
+// it took), and no fewer than Trip.Keys.
 //
 // It keeps one bucket per tenth of the window, so that its memory and
 // cost do not grow with the rate of attempts. It is not safe for
@@ -25,6 +35,9 @@ type detector struct {
 	streakSince time.Time
 	streakKeys  []string
 	lastOK      time.Time // when the last attempt ended that was not a counted failure
+	// need is the failures that trip it, by the pace of the latest
+	// failure; 0 until one.
+	need int
 }
 
 // outcomeBucket counts the attempts that ended within one tenth of the
@@ -36,9 +49,10 @@ type outcomeBucket struct {
 }
 
 // add records an attempt of key that ended at now, failed (counted) or
-// not, and reports whether the detector trips: what the window holds says
-// that the downstream is down.
-func (d *detector) add(now time.Time, key string, failed bool) bool {
+// not, which took took with running attempts running then (itself among
+// them), and reports whether the detector trips: what the window holds
+// says that the downstream is down.
+func (d *detector) add(now time.Time, key string, failed bool, took time.Duration, running int) bool {
 	width := d.trip.Window / time.Duration(len(d.buckets))
 	start := now.Truncate(width)
 	b := &d.buckets[int(start.UnixNano()/int64(width))%len(d.buckets)]
@@ -51,6 +65,12 @@ func (d *detector) add(now time.Time, key string, failed bool) bool {
 		return false
 	}
 	b.fail++
+	d.need = d.trip.Failures
+	if took > 0 {
+		if reach := int64(running) * int64(d.trip.Window) / int64(took); reach < int64(d.need) {
+			d.need = max(d.trip.Keys, int(reach))
+		}
+	}
 	if d.streak == 0 || now.Sub(d.streakSince) >= d.trip.Window {
 		d.streak, d.streakSince, d.streakKeys = 0, now, d.streakKeys[:0]
 	}
@@ -70,7 +90,8 @@ func (d *detector) add(now time.Time, key string, failed bool) bool {
 // the whole window, nor for a tenth of it, while the messages burn their
 // receives.
 func (d *detector) tripped(now time.Time) bool {
-	if d.streak >= d.trip.Failures && len(d.streakKeys) >= d.trip.Keys && now.Sub(d.streakSince) < d.trip.Window {
+	need := cmp.Or(d.need, d.trip.Failures)
+	if d.streak >= need && len(d.streakKeys) >= d.trip.Keys && now.Sub(d.streakSince) < d.trip.Window {
 		return true
 	}
 	width := d.trip.Window / time.Duration(len(d.buckets))
@@ -89,7 +110,7 @@ func (d *detector) tripped(now time.Time) bool {
 				keys = append(keys, key)
 			}
 		}
-		if fail >= d.trip.Failures && len(keys) >= d.trip.Keys && float64(fail) >= d.trip.Ratio*float64(ok+fail) {
+		if fail >= need && len(keys) >= d.trip.Keys && float64(fail) >= d.trip.Ratio*float64(ok+fail) {
 			return true
 		}
 	}
@@ -101,5 +122,5 @@ func (d *detector) reset() {
 	for i := range d.buckets {
 		d.buckets[i] = outcomeBucket{}
 	}
-	d.streak = 0
+	d.streak, d.need = 0, 0
 }

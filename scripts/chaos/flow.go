@@ -70,7 +70,7 @@ func Flow(short bool) []*Campaign {
 		Title: "three workers on one PostgreSQL ledger and a standard queue (maxReceiveCount 4), flow control with a rate and a rate per tenant, the downstream down",
 		Load:  flowLoad(pick(short, 1800, 300), 20, false),
 		System: System{MaxReceive: 4, Postgres: true, Workers: 3, Concurrency: 8, SendLost: 0.03,
-			Quiesce: quiesce, Flow: shared(12), ClockOffset: 90 * time.Second},
+			Quiesce: quiesce, Flow: shared(6), ClockOffset: 90 * time.Second},
 		Runs:   Runs{Duration: pick(short, 330*time.Second, 100*time.Second), Ends: map[string]int{endKill: 3, endTerm: 2, endWindowA: 1, endInHandler: 1}},
 		Faults: []Fault{down(out, down503, downHang), Pauses(3, false)},
 		Checks: []Check{FlowControl, ClockOffset},
