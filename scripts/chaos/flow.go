@@ -21,16 +21,15 @@ import (
 // its defaults (the trip, probes of up to 10 s) and limits: 30 operations
 // a second across the fleet, and 5 a second for each tenant (the body's
 // /tenant), with a hot tenant that sends bursts of 30 among 20 (or 10)
-// quiet ones, and on the shared ledgers 12 (three workers) or 6 (two)
-// running at once across the fleet; two poison operations fail (503)
-// before, during and after the outages. Runs are killed (SIGKILL) and
-// drained at random, some in the windows around a completion or in the
-// handler, and stopped (SIGSTOP) past their leases, during outages or
-// while limited; their SQS calls get no faults (the other campaigns have
-// them). The PostgreSQL
-// server's clock is 90 s ahead of the workers' in the first part and 90 s
-// behind in the second (libfaketime), longer than every lease, pause and
-// probe interval: the ledger's clock and the hosts' must never be mixed.
+// quiet ones, and on the shared ledgers 6 running at once across the
+// fleet; two poison operations fail (503) before, during and after the
+// outages. Runs are killed (SIGKILL) and drained at random, some in the
+// windows around a completion or in the handler, and stopped (SIGSTOP)
+// past their leases, during outages or while limited; their SQS calls get
+// no faults (the other campaigns have them). The PostgreSQL server's
+// clock is 90 s ahead of the workers' in the first part and 90 s behind in
+// the second (libfaketime), longer than every lease, pause and probe
+// interval: the ledger's clock and the hosts' must never be mixed.
 // The checks (DownstreamOutages, FlowControl) must find nothing dead-lettered
 // because of an outage or a limit, no second above a limit at the
 // downstream, no call begun above the concurrency limit but beside a
@@ -39,16 +38,12 @@ import (
 // original and no FIFO message sent again; the audit holds the rest.
 func Flow(short bool) []*Campaign {
 	limits := &worker.FlowConfig{Rate: 30, Burst: 1, Partitions: []worker.FlowPartition{{Pointer: "/tenant", Rate: 5, Burst: 1}}}
-	// On the shared ledgers, at most n handlers at once across the fleet
-	// (of the 24 or 16 the workers have). Each worker's detector sees only
-	// the failures of the slots it holds: with 6 slots for three workers
-	// and calls hanging 10 s, none of them saw 10 failures within 30 s
-	// until one held more, and the pause came 47 s into the outage.
-	shared := func(n int) *worker.FlowConfig {
-		f := *limits
-		f.Concurrency = n
-		return &f
-	}
+	// On the shared ledgers, at most 6 handlers at once across the fleet
+	// (of the 24 or 16 the workers have): each of three workers holds
+	// about 2, and calls that hang past the 10 s handler timeout still
+	// trip its pause (see worker.Trip).
+	shared := *limits
+	shared.Concurrency = 6
 	down := func(d time.Duration, kinds ...string) Fault {
 		var list []Outage
 		for _, k := range kinds {
@@ -70,7 +65,7 @@ func Flow(short bool) []*Campaign {
 		Title: "three workers on one PostgreSQL ledger and a standard queue (maxReceiveCount 4), flow control with a rate and a rate per tenant, the downstream down",
 		Load:  flowLoad(pick(short, 1800, 300), 20, false),
 		System: System{MaxReceive: 4, Postgres: true, Workers: 3, Concurrency: 8, SendLost: 0.03,
-			Quiesce: quiesce, Flow: shared(6), ClockOffset: 90 * time.Second},
+			Quiesce: quiesce, Flow: &shared, ClockOffset: 90 * time.Second},
 		Runs:   Runs{Duration: pick(short, 330*time.Second, 100*time.Second), Ends: map[string]int{endKill: 3, endTerm: 2, endWindowA: 1, endInHandler: 1}},
 		Faults: []Fault{down(out, down503, downHang), Pauses(3, false)},
 		Checks: []Check{FlowControl, ClockOffset},
@@ -79,7 +74,7 @@ func Flow(short bool) []*Campaign {
 		Title: "two workers on one PostgreSQL ledger and a FIFO queue (maxReceiveCount 4), a group per tenant, the same flow control, the downstream down",
 		Load:  flowLoad(pick(short, 700, 150), 10, true),
 		System: System{FIFO: true, MaxReceive: 4, Postgres: true, Workers: 2, Concurrency: 8, SendLost: 0.03,
-			Quiesce: quiesce, Flow: shared(6), ClockOffset: -90 * time.Second},
+			Quiesce: quiesce, Flow: &shared, ClockOffset: -90 * time.Second},
 		Runs:   Runs{Duration: pick(short, 300*time.Second, 60*time.Second), Ends: map[string]int{endKill: 2, endTerm: 1}},
 		Faults: []Fault{down(out, down429, downRefuse), Pauses(1, false)},
 		Checks: []Check{FlowControl, GroupOrder, ClockOffset},
