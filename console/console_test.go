@@ -576,7 +576,7 @@ func TestConsole_Writes(t *testing.T) {
 			t.Fatalf("orders/2 after the replay: %+v %v", rec, err)
 		}
 		// The recent replays say their filters as typed, not URL-encoded.
-		if _, page := b.get("/replay", "s3cret-token"); !strings.Contains(page, "key &#34;orders/*&#34;") || strings.Contains(page, "orders%2F%2A") {
+		if _, page := b.get("/replay", "s3cret-token"); !strings.Contains(page, "key “orders/*”") || strings.Contains(page, "orders%2F%2A") {
 			t.Errorf("the recent replays' filters:\n%s", page)
 		}
 		if got := testutil.ToFloat64(counter(t, b.reg, "replay", "done")); got != 1 {

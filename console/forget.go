@@ -37,16 +37,7 @@ func (q forgetQuery) Encode() string { return q.values().Encode() }
 
 // Text is q as the action log and the pages say it.
 func (q forgetQuery) Text() string {
-	var parts []string
-	for _, p := range [][2]string{{"state", q.State}, {"reason group", q.Group}, {"key", q.Key}, {"written since", q.Since}, {"written before", q.Until}} {
-		if p[1] != "" {
-			parts = append(parts, p[0]+" "+strconv.Quote(p[1]))
-		}
-	}
-	if len(parts) == 0 {
-		return "every operation"
-	}
-	return strings.Join(parts, ", ")
+	return filterText([][2]string{{"state", q.State}, {"reason group", q.Group}, {"key", q.Key}, {"written since", q.Since}, {"written before", q.Until}}, "every operation")
 }
 
 // readForgetQuery reads the form into the ledger filter it walks and the

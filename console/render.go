@@ -87,6 +87,28 @@ var funcs = template.FuncMap{
 	},
 }
 
+// filterText is the filters of a bulk action as its page and the action
+// log say them, each value between curly quotes (a reason group often holds
+// straight ones: an error's own quoted text), or quoted with escapes when it
+// holds what cannot be shown as it is; none when no filter is set.
+func filterText(filters [][2]string, none string) string {
+	var parts []string
+	for _, f := range filters {
+		if f[1] == "" {
+			continue
+		}
+		v := strconv.Quote(f[1])
+		if strconv.CanBackquote(f[1]) {
+			v = "“" + f[1] + "”"
+		}
+		parts = append(parts, f[0]+" "+v)
+	}
+	if len(parts) == 0 {
+		return none
+	}
+	return strings.Join(parts, ", ")
+}
+
 // cut is s on one line, cut to n bytes with a mark.
 func cut(s string, n int) string { return textcut.Mark(strings.Join(strings.Fields(s), " "), n, "…") }
 

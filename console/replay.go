@@ -116,16 +116,7 @@ func readReplayForm(v url.Values) (replayForm, error) {
 
 // Text is f's filters as the action log says them.
 func (f replayForm) Text() string {
-	var parts []string
-	for _, p := range [][2]string{{"key", f.Key}, {"reason group", f.Group}, {"state", f.State}, {"sent since", f.Since}, {"sent before", f.Until}} {
-		if p[1] != "" {
-			parts = append(parts, p[0]+" "+strconv.Quote(p[1]))
-		}
-	}
-	if len(parts) == 0 {
-		return "every dead letter"
-	}
-	return strings.Join(parts, ", ")
+	return filterText([][2]string{{"key", f.Key}, {"reason group", f.Group}, {"state", f.State}, {"sent since", f.Since}, {"sent before", f.Until}}, "every dead letter")
 }
 
 // config is the replay.Config of f.

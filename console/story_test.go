@@ -167,8 +167,8 @@ func TestConsole_BulkActions(t *testing.T) {
 	_, page = b.get("/actions", "s3cret-token")
 	for _, want := range []string{
 		"replay dry run", "replay", "forget dry run", "forget",
-		`reason group &#34;failed on receive # of #: timeout after # calling shipping for #&#34;`,
-		`state &#34;permanent&#34;, reason group &#34;permanent: card processor said no for #&#34;`,
+		"reason group “failed on receive # of #: timeout after # calling shipping for #”",
+		"state “permanent”, reason group “permanent: card processor said no for #”",
 		"token@",
 	} {
 		if !strings.Contains(page, want) {

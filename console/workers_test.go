@@ -29,3 +29,24 @@ func TestWorkersOf_DownAgreesWithTheAge(t *testing.T) {
 		}
 	}
 }
+
+func TestFilterText(t *testing.T) {
+	for _, c := range []struct {
+		filters [][2]string
+		want    string
+	}{
+		{nil, "every dead letter"},
+		{[][2]string{{"key", ""}, {"state", ""}}, "every dead letter"},
+		{[][2]string{{"key", "orders/*"}, {"state", "permanent"}}, "key \u201corders/*\u201d, state \u201cpermanent\u201d"},
+		// A reason group holding an error's own quotes shows them as
+		// they are, not escaped.
+		{[][2]string{{"reason group", `exit status #; last stderr line: "card processor said no for #"`}},
+			"reason group \u201cexit status #; last stderr line: \"card processor said no for #\"\u201d"},
+		// What cannot be shown as it is keeps Go's escapes.
+		{[][2]string{{"key", "a\nb"}}, `key "a\nb"`},
+	} {
+		if got := filterText(c.filters, "every dead letter"); got != c.want {
+			t.Errorf("filterText(%q) = %q, want %q", c.filters, got, c.want)
+		}
+	}
+}

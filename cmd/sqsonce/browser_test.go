@@ -350,7 +350,7 @@ echo "{\"receipt\":\"r-$key\"}"
 	// The action log.
 	run("actions", chromedp.Navigate(base+"/actions"), chromedp.WaitVisible(chromedp.CSS("table.actions")))
 	body = text("main")
-	for _, want := range []string{"replay dry run", "forget dry run", "pause", "resume", `key "ok-2*"`, "bank maintenance"} {
+	for _, want := range []string{"replay dry run", "forget dry run", "pause", "resume", "key \u201cok-2*\u201d", "bank maintenance"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the action log lacks %q:\n%s", want, body)
 		}
