@@ -52,7 +52,9 @@ var (
 // Options configure Open. The zero value of each field picks its default.
 type Options struct {
 	// Retention is how long a record is kept after its last write. After
-	// that it is treated as absent and the sweeper removes it.
+	// that it is treated as absent and the sweeper removes it. A write of
+	// a claim within a second of it (a quick completion) keeps the claim's
+	// expiry, a second less at most.
 	Retention time.Duration
 	// LockTimeout bounds how long Open waits for another process to release
 	// the file before it fails with ErrLocked.

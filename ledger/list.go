@@ -261,7 +261,9 @@ func (db *DB) listOne(tx *bolt.Tx, page *Page, f Filter, k, v []byte, now time.T
 // records the failed index (by their last write), for the others the
 // expiry index, whose order is that of the last writes (the expiry is the
 // last write plus the ledger's retention, unless the retention was changed
-// since). A cursor is the index entry looked at last, in hexadecimal.
+// since, or the claim's for a write within expirySlack of it: such a write
+// sorts at its claim's place, and Since looks that much further back). A
+// cursor is the index entry looked at last, in hexadecimal.
 func (db *DB) listNewest(ctx context.Context, f Filter, after string, limit int) (Page, error) {
 	now := db.now()
 	index, shift := bucketExpiry, db.retention
@@ -282,7 +284,11 @@ func (db *DB) listNewest(ctx context.Context, f Filter, after string, limit int)
 		last = indexKey(f.Until.Add(shift), "") // the walk starts before it
 	}
 	if !f.Since.IsZero() && shift >= 0 {
-		stop = indexKey(f.Since.Add(shift), "")
+		since := f.Since
+		if bytes.Equal(index, bucketExpiry) {
+			since = since.Add(-expirySlack)
+		}
+		stop = indexKey(since.Add(shift), "")
 	}
 	page := Page{Newest: true}
 	for page.Scanned < listScan && len(page.Records) < limit {

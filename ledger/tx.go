@@ -193,15 +193,21 @@ func (s *store) live(key string) (rec, old *Record, err error) {
 func (s *store) put(old *Record, rec *Record) error {
 	rec.Updated = s.now
 	rec.Expires = s.now.Add(s.retention)
-	if err := s.unindex(old); err != nil {
+	keep := keepsExpiry(old, rec)
+	if keep {
+		rec.Expires = old.Expires
+	}
+	if err := s.unindex(old, !keep); err != nil {
 		return err
 	}
 	// bbolt keeps the value slice until the commit: never reuse it.
 	if err := s.records.Put(s.recordKey(rec.Key), s.encode(rec)); err != nil {
 		return err
 	}
-	if err := s.expiry.Put(s.indexKey(rec.Expires, rec.Key), nil); err != nil {
-		return err
+	if !keep {
+		if err := s.expiry.Put(s.indexKey(rec.Expires, rec.Key), nil); err != nil {
+			return err
+		}
 	}
 	if rec.State == StateInProgress {
 		if err := s.inflight.Put(s.indexKey(rec.Claimed, rec.Key), nil); err != nil {
@@ -217,9 +223,29 @@ func (s *store) put(old *Record, rec *Record) error {
 	return s.count(rec, 1)
 }
 
+// expirySlack is how long after a record's claim a write of that claim
+// (its completion, say) may come and keep the claim's expiry.
+const expirySlack = time.Second
+
+// keepsExpiry reports whether rec, written over old, keeps old's Expires
+// rather than take the write's time plus the retention: when it is a write
+// of the same claim within expirySlack of it, and the retention did not
+// shrink since. A busy worker completes most operations that soon: the
+// completion then rewrites the record alone, where moving its expiry index
+// entry would rewrite an older index page as well as the newest one in the
+// same commit. A record is thus kept at least the retention after its
+// claim, at most expirySlack less than after its last write.
+func keepsExpiry(old, rec *Record) bool {
+	if old == nil || old.Claimed.IsZero() || !old.Claimed.Equal(rec.Claimed) || old.Expires.After(rec.Expires) || rec.Expires.Sub(old.Expires) >= expirySlack {
+		return false
+	}
+	d := rec.Updated.Sub(rec.Claimed)
+	return d >= 0 && d < expirySlack
+}
+
 // remove deletes old and its index entries.
 func (s *store) remove(old *Record) error {
-	if err := s.unindex(old); err != nil {
+	if err := s.unindex(old, true); err != nil {
 		return err
 	}
 	if err := s.removeFlow(old.Key); err != nil {
@@ -266,12 +292,16 @@ func (s *store) removeUnreadable(key string) error {
 	return nil
 }
 
-func (s *store) unindex(old *Record) error {
+// unindex removes old's index entries (its expiry index entry only when
+// expiry is set) and takes it out of the counters.
+func (s *store) unindex(old *Record, expiry bool) error {
 	if old == nil {
 		return nil
 	}
-	if err := del(s.expiryCursor(), s.indexKey(old.Expires, old.Key)); err != nil {
-		return err
+	if expiry {
+		if err := del(s.expiryCursor(), s.indexKey(old.Expires, old.Key)); err != nil {
+			return err
+		}
 	}
 	if old.State == StateInProgress {
 		if err := del(s.inflightCursor(), s.indexKey(old.Claimed, old.Key)); err != nil {
