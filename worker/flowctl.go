@@ -80,6 +80,10 @@ type flowCtl struct {
 	// rateFree is when the handler's rate bucket had its next token
 	// free, fleet-wide, as the last reservation found it.
 	rateFree time.Time
+	// tickAt is when tick last ran (at first, when the worker made
+	// f): the time scopeOf stamps as a scope's last use, which tick
+	// looks at to forget idle partition values, a second late at most.
+	tickAt time.Time
 }
 
 // scope is one pause scope as this worker sees it.
@@ -100,7 +104,7 @@ type scope struct {
 
 func newFlowCtl(w *Worker, l Ledger) *flowCtl {
 	f := &flowCtl{w: w, cfg: w.cfg.Flow, act: w.cfg.Flow.Mode == FlowOn, changed: make(chan struct{}), scopes: map[string]*scope{},
-		scope: []string{w.cfg.Flow.Scope}}
+		scope: []string{w.cfg.Flow.Scope}, tickAt: time.Now()}
 	if fl, ok := l.(FlowLedger); ok {
 		f.l = fl
 	} else {
@@ -119,7 +123,7 @@ func (f *flowCtl) scopeOf(name string) *scope {
 		s = &scope{name: name, det: detector{trip: f.cfg.Trip}}
 		f.scopes[name] = s
 	}
-	s.used = time.Now()
+	s.used = f.tickAt
 	return s
 }
 
@@ -210,7 +214,7 @@ func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time
 	if j.slotWait.After(due) {
 		due = j.slotWait
 	}
-	if time.Now().Before(due) {
+	if !due.IsZero() && time.Now().Before(due) {
 		f.hold(j)
 		return false, f.changes(), due
 	}
@@ -321,13 +325,16 @@ func (f *flowCtl) ended(ctx context.Context, j *job, started bool, err error) (o
 		return false
 	}
 	counted := err != nil && !f.cfg.NoPause && f.cfg.counts(err)
-	var trip []*scope
+	var trip, grow []*scope
 	f.mu.Lock()
 	f.unhold(j)
 	now := time.Now()
 	if started {
 		j.inScopes = false
 	}
+	// A probe's end changes its scope's document first, and the ramp
+	// counts it after that; another attempt's success is counted here.
+	probe := slices.ContainsFunc(j.scopes, func(name string) bool { s := f.scopes[name]; return s != nil && s.probe == j })
 	for _, name := range j.scopes {
 		s := f.scopeOf(name)
 		if !started {
@@ -341,12 +348,17 @@ func (f *flowCtl) ended(ctx context.Context, j *job, started bool, err error) (o
 			trip = append(trip, s)
 		}
 		outage = outage || counted && (s.found || s.det.tripped(now))
+		if !probe {
+			grow = f.rampOne(s, err, grow)
+		}
 	}
 	f.kick()
 	f.mu.Unlock()
-	if started {
+	if started && probe {
 		f.settleProbe(ctx, j, err, counted)
 		f.ramp(ctx, j, err)
+	} else {
+		f.grow(ctx, grow)
 	}
 	for _, s := range trip {
 		f.trip(ctx, s, err)
@@ -522,16 +534,28 @@ func (f *flowCtl) ramp(ctx context.Context, j *job, err error) {
 	var grow []*scope
 	f.mu.Lock()
 	for _, name := range j.scopes {
-		s := f.scopeOf(name)
-		if !s.found || s.doc.State != PauseRamping || err != nil {
-			continue
-		}
-		if s.done++; s.done >= s.doc.Cap {
-			s.done = 0
-			grow = append(grow, s)
-		}
+		grow = f.rampOne(f.scopeOf(name), err, grow)
 	}
 	f.mu.Unlock()
+	f.grow(ctx, grow)
+}
+
+// rampOne counts an attempt of s that ended with err, as ramp does, and
+// appends s to grow when its cap is to double. Call with f.mu held.
+func (f *flowCtl) rampOne(s *scope, err error, grow []*scope) []*scope {
+	if !s.found || s.doc.State != PauseRamping || err != nil {
+		return grow
+	}
+	if s.done++; s.done >= s.doc.Cap {
+		s.done = 0
+		grow = append(grow, s)
+	}
+	return grow
+}
+
+// grow doubles the cap of each ramping scope of grow, and ends its pause
+// once the cap reaches the handlers' concurrency.
+func (f *flowCtl) grow(ctx context.Context, grow []*scope) {
 	for _, s := range grow {
 		var since, now time.Time
 		if f.update(ctx, s, func(d *PauseDoc, found bool, at time.Time) bool {
@@ -646,6 +670,7 @@ func (f *flowCtl) loop(ctx context.Context) {
 // tick is one round of loop.
 func (f *flowCtl) tick(ctx context.Context) {
 	f.mu.Lock()
+	f.tickAt = time.Now()
 	var todo []*scope
 	for name, s := range f.scopes {
 		switch {
