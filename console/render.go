@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqsonce/sqsonce/internal/textcut"
 	"github.com/sqsonce/sqsonce/ledger"
@@ -90,7 +91,9 @@ var funcs = template.FuncMap{
 // filterText is the filters of a bulk action as its page and the action
 // log say them, each value between curly quotes (a reason group often holds
 // straight ones: an error's own quoted text), or quoted with escapes when it
-// holds what cannot be shown as it is; none when no filter is set.
+// holds what cannot be shown as it is (invalid UTF-8, a control or format
+// character such as a bidirectional control: the log writes the text too);
+// none when no filter is set.
 func filterText(filters [][2]string, none string) string {
 	var parts []string
 	for _, f := range filters {
@@ -98,7 +101,7 @@ func filterText(filters [][2]string, none string) string {
 			continue
 		}
 		v := strconv.Quote(f[1])
-		if strconv.CanBackquote(f[1]) {
+		if utf8.ValidString(f[1]) && !strings.ContainsFunc(f[1], func(r rune) bool { return !strconv.IsPrint(r) }) {
 			v = "“" + f[1] + "”"
 		}
 		parts = append(parts, f[0]+" "+v)

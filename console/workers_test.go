@@ -44,6 +44,8 @@ func TestFilterText(t *testing.T) {
 			"reason group \u201cexit status #; last stderr line: \"card processor said no for #\"\u201d"},
 		// What cannot be shown as it is keeps Go's escapes.
 		{[][2]string{{"key", "a\nb"}}, `key "a\nb"`},
+		{[][2]string{{"key", "a\u202eb"}}, `key "a\u202eb"`},
+		{[][2]string{{"key", "a\xffb"}}, `key "a\xffb"`},
 	} {
 		if got := filterText(c.filters, "every dead letter"); got != c.want {
 			t.Errorf("filterText(%q) = %q, want %q", c.filters, got, c.want)
