@@ -32,8 +32,12 @@ const (
 	MaxSlotLimit = 10_000
 	// MaxSlotLease bounds the lease of a slot.
 	MaxSlotLease = 24 * time.Hour
-	// MaxReserve bounds the tokens of a Reservation and a bucket's Burst.
+	// MaxReserve bounds a bucket's Burst.
 	MaxReserve = 1_000_000
+	// MaxTokens bounds the tokens of one Reservation: a worker asks for
+	// a received batch's at a time (ten), and PostgreSQL plans a call
+	// token by token, at a cost that grows faster than their number.
+	MaxTokens = 1000
 	// MaxProcessText bounds Process.Host, Version and Queue; longer
 	// texts are cut. Process.PausedWhy is cut to MaxErrorLen.
 	MaxProcessText = 2048
@@ -300,8 +304,8 @@ func (r *Reservation) Validate() error {
 	if len(r.Buckets) == 0 || len(r.Tokens) == 0 {
 		return fmt.Errorf("reserve: %d buckets, %d tokens: want at least one of each: %w", len(r.Buckets), len(r.Tokens), ErrInvalidArgument)
 	}
-	if len(r.Tokens) > MaxReserve {
-		return fmt.Errorf("reserve: %d tokens: want at most %d: %w", len(r.Tokens), MaxReserve, ErrInvalidArgument)
+	if len(r.Tokens) > MaxTokens {
+		return fmt.Errorf("reserve: %d tokens in one call: want at most %d: %w", len(r.Tokens), MaxTokens, ErrInvalidArgument)
 	}
 	seen := make(map[string]bool, len(r.Buckets))
 	for i := range r.Buckets {
@@ -340,10 +344,11 @@ func (r *Reservation) Validate() error {
 	return nil
 }
 
-// Interval is the emission interval T = 1/Rate, rounded to the nanosecond
-// and at least one: what every ledger adds to a bucket's TAT per token.
+// Interval is the emission interval T = 1/Rate, rounded up to the
+// nanosecond (so that no second holds more than Rate tokens beyond the
+// burst): what every ledger adds to a bucket's TAT per token.
 func (b *Bucket) Interval() time.Duration {
-	return max(time.Duration(math.Round(float64(time.Second)/b.Rate)), 1)
+	return max(time.Duration(math.Ceil(float64(time.Second)/b.Rate)), 1)
 }
 
 // Tolerance is τ = (Burst−1)·T.

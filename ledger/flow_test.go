@@ -51,7 +51,7 @@ func TestReservation_Plan(t *testing.T) {
 		return g
 	}
 	b := ledger.Bucket{Name: "b", Rate: 3, Burst: 1}
-	if b.Interval() != 333_333_333 {
+	if b.Interval() != 333_333_334 {
 		t.Fatalf("interval at 3/s: %v", b.Interval())
 	}
 	tats := []int64{0}

@@ -363,9 +363,12 @@ func (db *DB) Reserve(ctx context.Context, r Reservation) (Grant, error) {
 			tats[i], rates[i], bursts[i] = mb.tat, mb.rate, mb.burst
 		}
 	}
+	was := slices.Clone(tats)
 	g := r.Plan(tats, rates, bursts, db.now().UnixNano())
 	for i, b := range r.Buckets {
-		m.buckets[b.Name] = &memBucket{tat: tats[i], rate: b.Rate, burst: b.Burst}
+		if tats[i] != was[i] { // a token was taken: the bucket holds this reserver's limits
+			m.buckets[b.Name] = &memBucket{tat: tats[i], rate: b.Rate, burst: b.Burst}
+		}
 	}
 	return g, nil
 }

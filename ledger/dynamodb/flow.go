@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	mrand "math/rand/v2"
 	"slices"
 	"strconv"
@@ -84,6 +85,23 @@ type flowState struct {
 	busy map[string]time.Time
 	// listed are the processes this handle has put in the index item.
 	listed map[string]bool
+	// pruned is when bucket and busy were last rid of what no longer
+	// helps: with a partition per tenant, a long-running host sees many
+	// values once.
+	pruned time.Time
+}
+
+// prune drops, at most once a minute, the buckets seen idle for a minute
+// (a reservation reads or conditions on one it does not remember) and
+// the slots whose busy hint has passed. Called with mu held.
+func (f *flowState) prune(now time.Time) {
+	if now.Sub(f.pruned) < time.Minute {
+		return
+	}
+	f.pruned = now
+	idle := now.Add(-time.Minute).UnixNano()
+	maps.DeleteFunc(f.bucket, func(_ string, b seenBucket) bool { return b.tat < idle })
+	maps.DeleteFunc(f.busy, func(_ string, until time.Time) bool { return !until.After(now) })
 }
 
 func (f *flowState) init() {
@@ -718,6 +736,7 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 		l.flow.mu.Lock()
 		defer l.flow.mu.Unlock()
 		l.flow.bucket[r.Buckets[i].Name] = b
+		l.flow.prune(l.now())
 	}
 	for try := 0; try < 2*maxTries; try++ {
 		errs := l.batch("reserve: rate bucket", len(stale), func(k int) string { return name(stale[k]) }, func(k int) error {
@@ -830,6 +849,7 @@ func (l *Ledger) reserveOne(ctx context.Context, r *ledger.Reservation) (ledger.
 		} else {
 			delete(l.flow.bucket, bk.Name)
 		}
+		l.flow.prune(l.now())
 	}
 	for try := 0; try < maxTries; try++ {
 		now := l.now().UnixNano()
@@ -865,9 +885,10 @@ func (l *Ledger) reserveOne(ctx context.Context, r *ledger.Reservation) (ledger.
 				e.n(attrTTL)+" = "+e.v("ttl", intAV(ttlSeconds(time.Unix(0, tat+int64(ledger.BucketIdle))))))
 			cond = "attribute_not_exists(" + e.n(attrTAT) + ") OR " + e.n(attrTAT) + " <= " + nowV
 		} else {
-			// The latest TAT from which k tokens still fit.
+			// The latest TAT from which k tokens still fit: the last
+			// starts within MaxRetention, and within Within if set.
 			tau := int64(bk.Tolerance())
-			limit := now + int64(ledger.MaxRetention)
+			limit := now + int64(ledger.MaxRetention) + tau - int64(k-1)*t
 			if w := r.Tokens[0].Within; w > 0 {
 				limit = min(limit, now+int64(w)+tau-int64(k-1)*t)
 			}
@@ -1190,6 +1211,7 @@ func (l *Ledger) hintBusy(pk string, until time.Time) {
 		return
 	}
 	l.flow.busy[pk] = until
+	l.flow.prune(l.now())
 }
 
 // ExtendSlots renews the leases of slots to now+lease (this host's clock),

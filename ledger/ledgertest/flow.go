@@ -426,6 +426,29 @@ func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
 		}
 	})
 
+	t.Run("BucketLimitsOfNoTake", func(t *testing.T) {
+		// A reservation that takes no token (its only one would start
+		// past its Within) is not the last reserver that took tokens:
+		// a bucket keeps its limits, and none is made.
+		t.Parallel()
+		l, _ := setup(t)
+		_, err := l.Reserve(ctx, ledger.Reservation{Buckets: []ledger.Bucket{{Name: "held", Rate: 10, Burst: 1}}, Tokens: []ledger.Token{{Buckets: []int{0}}}})
+		must(t, err)
+		none := ledger.Token{Buckets: []int{0}, Within: time.Millisecond, NotBefore: time.Second}
+		for _, name := range []string{"held", "new"} {
+			g, err := l.Reserve(ctx, ledger.Reservation{Buckets: []ledger.Bucket{{Name: name, Rate: 20, Burst: 3}}, Tokens: []ledger.Token{none}})
+			if err != nil || g.Taken[0] {
+				t.Fatalf("bucket %s: a token not before 1s within 1ms: taken %v, %v", name, g.Taken, err)
+			}
+		}
+		if rate, burst, found, err := l.BucketLimits(ctx, "held"); err != nil || !found || rate != 10 || burst != 1 {
+			t.Errorf("after a reservation at 20/s burst 3 that took nothing: %v/s burst %d found %v (%v); want 10/s burst 1", rate, burst, found, err)
+		}
+		if rate, burst, found, err := l.BucketLimits(ctx, "new"); err != nil || found {
+			t.Errorf("a bucket whose only reservation took nothing: %v/s burst %d found %v (%v); want none", rate, burst, found, err)
+		}
+	})
+
 	t.Run("ReserveInterleaved", func(t *testing.T) {
 		t.Parallel()
 		l, clock := setup(t)

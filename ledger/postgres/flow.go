@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -68,6 +69,21 @@ type flowState struct {
 	// made remembers when this host last made sure each rate bucket's
 	// row exists, by its clock: see Reserve.
 	made map[string]time.Time
+	// pruned is when stale entries of both were last dropped: with a
+	// partition per tenant, a long-running host sees many values once.
+	pruned time.Time
+}
+
+// prune drops, at most once a minute, what the two maps hold that is no
+// longer trusted (older than slotVerify, bucketVerify): its pool or
+// bucket is made sure of again at its next use. Called with mu held.
+func (f *flowState) prune(now time.Time) {
+	if now.Sub(f.pruned) < time.Minute {
+		return
+	}
+	f.pruned = now
+	maps.DeleteFunc(f.made, func(_ string, at time.Time) bool { return now.Sub(at) > bucketVerify })
+	maps.DeleteFunc(f.verified, func(_ string, v slotRows) bool { return now.Sub(v.at) > slotVerify })
 }
 
 type slotRows struct {
@@ -145,7 +161,7 @@ UPDATE ` + docs + ` AS d SET version = d.version + 1, data = $3::bytea, updated 
 	expires = CASE WHEN $5::bigint > 0 THEN c.now + $5::bigint * interval '1 microsecond' ELSE $4::timestamptz END
 FROM (SELECT ` + nowExpr + ` AS now) c
 WHERE d.scope = $2::bytea AND d.version = $6::bigint`,
-		bucketLimits: `SELECT rate, burst FROM ` + rate + ` WHERE bucket = $1`,
+		bucketLimits: `SELECT rate, burst FROM ` + rate + ` WHERE bucket = $1 AND tat > 0`, // a row made for a reservation that took nothing holds no limits
 		readFlow: `SELECT d.version, d.data, d.updated, d.expires, c.now
 FROM (SELECT ` + nowExpr + ` AS now) c LEFT JOIN ` + docs + ` d ON d.scope = $2::bytea`,
 		deleteFlow: `
@@ -937,6 +953,7 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 		for _, i := range fresh {
 			l.flow.made[r.Buckets[i].Name] = seen
 		}
+		l.flow.prune(seen)
 		l.flow.mu.Unlock()
 	}
 	if err != nil {
@@ -1018,6 +1035,7 @@ func (l *Ledger) TakeSlots(ctx context.Context, rs []ledger.SlotRequest) ([][]le
 				l.flow.verified[string(p)] = slotRows{limit: int(ensureLimits[i]), at: now}
 			}
 		}
+		l.flow.prune(now)
 		l.flow.mu.Unlock()
 	}
 	for i := range out {
