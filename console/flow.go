@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
@@ -24,7 +26,7 @@ const maxPause = 14 * 24 * time.Hour
 // second) and receive nothing until it ends or a resume deletes it.
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	scope := strings.TrimSpace(r.FormValue("scope"))
-	reason := strings.TrimSpace(r.FormValue("reason"))
+	reason := strings.Join(strings.Fields(r.FormValue("reason")), " ") // one line, as the CLI keeps it
 	untilText := strings.TrimSpace(r.FormValue("until"))
 	refuse := func(status int, msg string) {
 		h.count("pause", "refused")
@@ -37,6 +39,10 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	}
 	if reason == "" || len(reason) > ledger.MaxErrorLen {
 		refuse(http.StatusBadRequest, fmt.Sprintf("Reason: say why, in at most %d bytes: the workers' operators read it.", ledger.MaxErrorLen))
+		return
+	}
+	if !utf8.ValidString(reason) || strings.ContainsFunc(reason, func(r rune) bool { return !strconv.IsPrint(r) }) {
+		refuse(http.StatusBadRequest, "Reason: printable text only (no control or format characters): operators read it on their terminals too.")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)

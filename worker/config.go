@@ -273,9 +273,9 @@ func (c *Config) setDefaults() {
 	c.Concurrency = cmp.Or(c.Concurrency, DefaultConcurrency)
 	switch c.Prefetch {
 	case 0:
-		// max: a Pollers or MaxMessages out of range is reported under
-		// its own name, not this one's.
-		c.Prefetch = max(c.Pollers*c.MaxMessages, 0)
+		// Of the values in range: a Pollers or MaxMessages out of range
+		// is reported under its own name, not this one's.
+		c.Prefetch = min(max(c.Pollers, 1), MaxPollers) * min(max(c.MaxMessages, 1), MaxMessagesPerReceive)
 	case NoPrefetch:
 		c.Prefetch = 0
 	}

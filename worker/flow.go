@@ -191,7 +191,7 @@ func (f *FlowConfig) validate(bad func(field, got, want string, args ...any)) {
 		}
 		if burst < 1 || burst > MaxBurst {
 			bad(field+"Burst", strconv.Itoa(burst), "must be between 1 and %d", MaxBurst)
-		} else if rate > 0 && float64(burst)/rate > ledger.MaxRetention.Seconds() {
+		} else if b := (ledger.Bucket{Rate: rate, Burst: burst}); rate > 0 && float64(burst)*float64(b.Interval()) > float64(ledger.MaxRetention) {
 			bad(field+"Burst", strconv.Itoa(burst), "at %g per second spans more than %v, the longest a rate bucket is kept", rate, ledger.MaxRetention)
 		}
 		if conc < 0 || conc > MaxConcurrency {
@@ -199,15 +199,32 @@ func (f *FlowConfig) validate(bad func(field, got, want string, args ...any)) {
 		}
 	}
 	limits("Flow.", f.Rate, f.Burst, f.Concurrency)
+	parts := map[string]int{} // the first partition of each part of the message
 	for i, p := range f.Partitions {
 		field := fmt.Sprintf("Flow.Partitions[%d].", i)
+		part := "attribute " + p.Attribute
 		switch {
 		case (p.Pointer == "") == (p.Attribute == ""):
 			bad(field+"Pointer", "", "or Attribute, exactly one of them, must name the part of the message")
 		case p.Pointer != "":
-			if _, err := parsePointer(p.Pointer); err != nil || p.Pointer == "" {
+			tokens, err := parsePointer(p.Pointer)
+			if err != nil {
 				bad(field+"Pointer", strconv.Quote(p.Pointer), "must be an RFC 6901 pointer: %v", err)
 			}
+			part = fmt.Sprintf("pointer %q", tokens)
+		default:
+			if err := attributeName(p.Attribute); err != nil {
+				bad(field+"Attribute", strconv.Quote(p.Attribute), "%v", err)
+			}
+		}
+		if first, ok := parts[part]; ok && (p.Pointer != "" || p.Attribute != "") {
+			what, name := "Attribute", p.Attribute
+			if p.Pointer != "" {
+				what, name = "Pointer", p.Pointer
+			}
+			bad(field+what, strconv.Quote(name), "must name another part of the message than partition #%d does: two partitions of one part would share each value's bucket and slots under two limits", first+1)
+		} else {
+			parts[part] = i
 		}
 		limits(field, p.Rate, p.Burst, p.Concurrency)
 		if p.Rate == 0 && p.Concurrency == 0 {

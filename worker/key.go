@@ -96,6 +96,8 @@ func (cfg KeyConfig) validate() error {
 	case KeyFromAttribute:
 		if cfg.Attribute == "" {
 			bad("Attribute", "", "is required when keys come from a message attribute")
+		} else if err := attributeName(cfg.Attribute); err != nil {
+			bad("Attribute", strconv.Quote(cfg.Attribute), err.Error())
 		}
 	case KeyFromDeduplicationID:
 	default:
@@ -317,7 +319,7 @@ func lookupPointer(doc []byte, tokens []string, pointer string) (string, error) 
 			}
 			raw = v
 		default:
-			return "", fmt.Errorf("pointer %s: %q is inside a %s", pointer, tok, kind(raw))
+			return "", fmt.Errorf("pointer %s: %q is inside %s", pointer, tok, kind(raw))
 		}
 	}
 	switch c := first(raw); {
@@ -338,7 +340,7 @@ func lookupPointer(doc []byte, tokens []string, pointer string) (string, error) 
 	case c == '-' || (c >= '0' && c <= '9'):
 		return string(bytes.TrimSpace(raw)), nil
 	default:
-		return "", fmt.Errorf("pointer %s: value is a %s, not a string or number", pointer, kind(raw))
+		return "", fmt.Errorf("pointer %s: value is %s, not a string or number", pointer, kind(raw))
 	}
 }
 
@@ -493,17 +495,17 @@ func first(raw []byte) byte {
 func kind(raw []byte) string {
 	switch c := first(raw); {
 	case c == '{':
-		return "object"
+		return "an object"
 	case c == '[':
-		return "array"
+		return "an array"
 	case c == '"':
-		return "string"
+		return "a string"
 	case c == 't' || c == 'f':
-		return "boolean"
+		return "a boolean"
 	case c == 'n':
 		return "null"
 	}
-	return "number"
+	return "a number"
 }
 
 // jsonProblem describes a JSON error without quoting the document.
@@ -609,4 +611,25 @@ func BodyKeyFunc(cfg KeyConfig) (func(body []byte) (string, error), error) {
 // ErrNoKey. It is safe for concurrent use.
 func MessageKeyFunc(cfg KeyConfig) (func(m types.Message) (key string, fingerprint []byte, err error), error) {
 	return MessageKeyFuncS3(cfg, nil, 0)
+}
+
+// attributeName checks a message attribute's name as SQS does, so that a
+// name no message can carry (which would never match) is refused: up to
+// 256 letters, digits, "-", "_" and ".", no "." first, last or twice in a
+// row, and no "AWS." or "Amazon." prefix in any case.
+func attributeName(name string) error {
+	lower := strings.ToLower(name)
+	switch {
+	case len(name) > 256:
+		return fmt.Errorf("must be at most 256 characters, as SQS's attribute names are")
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '-' && r != '_' && r != '.'
+	}):
+		return fmt.Errorf("must be a name SQS allows for a message attribute: letters, digits, \"-\", \"_\" and \".\" only")
+	case strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, ".."):
+		return fmt.Errorf("must not start or end with \".\" nor hold \"..\", as SQS's attribute names do not")
+	case strings.HasPrefix(lower, "aws.") || strings.HasPrefix(lower, "amazon."):
+		return fmt.Errorf("must not start with \"AWS.\" or \"Amazon.\": SQS keeps those names for itself")
+	}
+	return nil
 }

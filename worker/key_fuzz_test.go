@@ -372,7 +372,7 @@ func FuzzKeyFromAttribute(f *testing.F) {
 		cfg := KeyConfig{From: KeyFromAttribute, Attribute: name, HashMissing: hash, Prefix: prefix}
 		k, err := newKeyer(cfg)
 		if err != nil {
-			if name != "" && fuzzKeyText(prefix) {
+			if name != "" && attributeName(name) == nil && fuzzKeyText(prefix) {
 				t.Fatalf("newKeyer(%+v): %v", cfg, err)
 			}
 			return
@@ -501,7 +501,7 @@ func lookupPointerDecoded(doc []byte, tokens []string, pointer string) (string, 
 			}
 			raw = arr[i]
 		default:
-			return "", fmt.Errorf("pointer %s: %q is inside a %s", pointer, tok, kind(raw))
+			return "", fmt.Errorf("pointer %s: %q is inside %s", pointer, tok, kind(raw))
 		}
 	}
 	switch c := first(raw); {
@@ -520,7 +520,7 @@ func lookupPointerDecoded(doc []byte, tokens []string, pointer string) (string, 
 	case c == '-' || (c >= '0' && c <= '9'):
 		return string(bytes.TrimSpace(raw)), nil
 	default:
-		return "", fmt.Errorf("pointer %s: value is a %s, not a string or number", pointer, kind(raw))
+		return "", fmt.Errorf("pointer %s: value is %s, not a string or number", pointer, kind(raw))
 	}
 }
 

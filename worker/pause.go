@@ -21,7 +21,7 @@ type PauseStore interface {
 // ErrPauseTooLong is wrapped by PauseByHand when the pause, from its start,
 // would not end below the queue's message retention: messages would expire
 // in SQS while paused.
-var ErrPauseTooLong = errors.New("the pause would not end below the queue's message retention")
+var ErrPauseTooLong = errors.New("messages would expire in SQS while paused")
 
 // casTries bounds the compare-and-sets of a pause or resume by hand while
 // workers write the same document.

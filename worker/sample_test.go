@@ -39,7 +39,7 @@ func TestPartitionValues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, why := range []string{`pointer /tenant: no field "tenant"`, "pointer /account/n: value is a array", `the attribute "Region" has no string value`} {
+	for i, why := range []string{`pointer /tenant: no field "tenant"`, "pointer /account/n: value is an array", `the attribute "Region" has no string value`} {
 		if got[i].Value != "" || got[i].Scope != "" || got[i].Missing == nil || !strings.Contains(got[i].Missing.Error(), why) {
 			t.Errorf("partition %d: %+v, want none because %q", i, got[i], why)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -90,13 +91,19 @@ func (m *Main) checkCommand(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf("unexpected arguments %q", fs.Args())
 	}
+	if given := false; *sample == "" {
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "sample" })
+		if given {
+			return usageErrorf("--sample needs a file (or - for stdin), got \"\"")
+		}
+	}
 	if *sample == "" && len(attrs) > 0 {
 		return usageErrorf("--sample-attribute needs --sample")
 	}
 	c.line("ok", "config", "parsed and valid")
 	checkFlowSettings(c, cfg)
 	if *sample != "" {
-		body, err := readSample(*sample, m.Stdin)
+		body, err := readSample(*sample, m.Stdin, max(int64(cfg.Payload.MaxSize), 1<<20))
 		if err != nil {
 			return fmt.Errorf("--sample: %w", err)
 		}

@@ -39,14 +39,15 @@ func checkFlowSettings(c *checker, cfg Config) {
 	} else {
 		c.line("ok", "flow pause", "none (flow.pause = false): during an outage every failure goes the back-off's way to the dead-letter queue")
 	}
-	limits := limitText(f.Rate, f.Burst, f.Concurrency)
+	shared := cfg.Ledger.Backend != BackendBbolt
+	limits := limitText(f.Rate, f.Burst, f.Concurrency, shared)
 	if limits == "" {
 		limits = "none (flow.rate, flow.concurrency)"
 	}
 	c.line("ok", "flow limits", "%s", limits)
 	for i, p := range f.Partition {
 		c.line("ok", "flow partition", "#%d %s: %s for each value; a message without one is under the scope's limits only",
-			i+1, partText(p), limitText(p.Rate, max(p.Burst, 1), p.Concurrency))
+			i+1, partText(p), limitText(p.Rate, max(p.Burst, 1), p.Concurrency, shared))
 	}
 	vis, batch := cfg.Queue.VisibilityTimeout.Duration, cfg.Queue.MaxMessages
 	if f.Rate > 0 && f.Rate*vis.Seconds() < float64(batch) {
@@ -171,12 +172,29 @@ func checkSample(c *checker, cfg Config, name string, body []byte, attrs map[str
 	}
 }
 
-// readSample reads a sample body from path ("-": in).
-func readSample(path string, in io.Reader) ([]byte, error) {
-	if path == "-" {
-		return io.ReadAll(io.LimitReader(in, 1<<20))
+// readSample reads a sample body from path ("-": in), of at most limit
+// bytes: a larger one is refused, never cut.
+func readSample(path string, in io.Reader, limit int64) ([]byte, error) {
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		in = f
 	}
-	return os.ReadFile(path)
+	body, err := io.ReadAll(io.LimitReader(in, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(body)) > limit {
+		name := path
+		if path == "-" {
+			name = "stdin"
+		}
+		return nil, fmt.Errorf("%s holds more than %d bytes, more than any body or payload the worker reads (payload.max_size)", name, limit)
+	}
+	return body, nil
 }
 
 // attrFlags is --sample-attribute NAME=VALUE, repeated: string attributes
@@ -195,14 +213,17 @@ func (a attrFlags) Set(s string) error {
 }
 
 // limitText says a rate, burst and concurrency in a few words; "" when
-// there is no limit.
-func limitText(rate float64, burst, conc int) string {
+// there is no limit. A concurrency holds across the workers on a shared
+// ledger, and in the one process that holds the embedded one.
+func limitText(rate float64, burst, conc int, shared bool) string {
 	var parts []string
 	if rate > 0 {
 		parts = append(parts, fmt.Sprintf("rate %s/s (burst %d)", num(rate), burst))
 	}
-	if conc > 0 {
+	if conc > 0 && shared {
 		parts = append(parts, fmt.Sprintf("concurrency %d across the workers", conc))
+	} else if conc > 0 {
+		parts = append(parts, fmt.Sprintf("concurrency %d in this worker", conc))
 	}
 	return strings.Join(parts, ", ")
 }

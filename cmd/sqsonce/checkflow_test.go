@@ -50,7 +50,7 @@ func TestMain_CheckFlow(t *testing.T) {
 			"after 10 counted errors (unavailable, retry) within 30s",
 			"ok flow limits rate 0.5/s (burst 2)",
 			"ok flow partition #1 pointer /tenant: rate 5/s (burst 1) for each value; a message without one is under the scope's limits only",
-			"ok flow partition #2 attribute Region: concurrency 2 across the workers for each value",
+			"ok flow partition #2 attribute Region: concurrency 2 in this worker for each value",
 			"warn flow rate flow.rate 0.5/s starts 1 of a full receive (queue.max_messages 10) within the visibility timeout (2s): the rest of each receive waits, held or deferred; raise queue.visibility_timeout to 20s, or lower queue.max_messages to 1",
 		} {
 			if !strings.Contains(squash(out), want) {
@@ -207,7 +207,7 @@ func TestMain_CheckFlow(t *testing.T) {
 
 		code, out = runMain("check --sample "+sample(`{"id":"p-2","tenant":{"name":"x"}}`), env)
 		for _, want := range []string{
-			`warn sample partition #1 pointer /tenant: none (pointer /tenant: value is a object, not a string or number): under the scope's limits only, in the "(none)" partition`,
+			`warn sample partition #1 pointer /tenant: none (pointer /tenant: value is an object, not a string or number): under the scope's limits only, in the "(none)" partition`,
 			`warn sample partition #2 attribute Region: none (the message has no attribute "Region")`,
 		} {
 			if code != 0 || !strings.Contains(squash(out), want) {

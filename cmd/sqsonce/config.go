@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/url"
@@ -595,7 +596,17 @@ func LoadConfig(path string, lookupEnv func(string) (string, bool)) (Config, err
 	if err := applyEnv(&c, lookupEnv); err != nil {
 		return Config{}, err
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.validate(func(key string) string {
+		if lookupEnv == nil {
+			return ""
+		}
+		for _, s := range settings() {
+			if _, set := lookupEnv(s.env); set && s.key == key {
+				return s.env
+			}
+		}
+		return ""
+	}); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -838,17 +849,33 @@ func setText(v reflect.Value, raw string) error {
 		v.SetFloat(f)
 	case reflect.Slice:
 		list := reflect.New(v.Type())
+		objects := v.Type().Elem().Kind() == reflect.Struct
 		if strings.HasPrefix(trimmed, "[") {
-			// Unknown fields of objects are refused, as unknown keys of
-			// the file are.
+			if objects {
+				// Keys are spelt exactly, once each, as in the file;
+				// the decoder below would match them in any case and
+				// keep the last of two.
+				if err := exactKeys(trimmed, v.Type().Elem()); err != nil {
+					return fmt.Errorf("%w, in %q", err, raw)
+				}
+			}
 			dec := json.NewDecoder(strings.NewReader(trimmed))
 			dec.DisallowUnknownFields()
-			if err := dec.Decode(list.Interface()); err != nil {
-				if strings.Contains(err.Error(), "unknown field") {
-					return fmt.Errorf("%v in %q", err, raw)
-				}
+			err := dec.Decode(list.Interface())
+			if _, end := dec.Token(); err == nil && end != io.EOF {
+				return fmt.Errorf("want one JSON array of %s, got more after it in %q", kindNoun(v.Type().Elem()), raw)
+			}
+			var te *json.UnmarshalTypeError
+			switch {
+			case errors.As(err, &te) && te.Field != "":
+				return fmt.Errorf("%q: want a JSON %s, got %s, in %q", te.Field, jsonNoun(te.Type), te.Value, raw)
+			case err != nil && strings.Contains(err.Error(), "unknown field"):
+				return fmt.Errorf("%v in %q", err, raw)
+			case err != nil:
 				return fmt.Errorf("want a JSON array of %s, got %q", kindNoun(v.Type().Elem()), raw)
 			}
+		} else if objects {
+			return fmt.Errorf("want a JSON array of %s, got %q", kindNoun(v.Type().Elem()), raw)
 		} else {
 			words := strings.Fields(trimmed)
 			list.Elem().Set(reflect.MakeSlice(v.Type(), len(words), len(words)))
@@ -863,6 +890,62 @@ func setText(v reflect.Value, raw string) error {
 		return fmt.Errorf("unsupported type %s", v.Type())
 	}
 	return nil
+}
+
+// exactKeys checks that data, a JSON array of objects, names in each
+// object only keys of t's json tags, spelt exactly, each once.
+func exactKeys(data string, t reflect.Type) error {
+	var allowed []string
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			allowed = append(allowed, name)
+		}
+	}
+	dec := json.NewDecoder(strings.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil // not an array: the decoder says so
+	}
+	for item := 1; dec.More(); item++ {
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return nil
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			tok, err := dec.Token()
+			key, ok := tok.(string)
+			if err != nil || !ok {
+				return nil
+			}
+			switch {
+			case !slices.Contains(allowed, key):
+				return fmt.Errorf("item %d: unknown field %q (the fields are %s, spelt so)", item, key, strings.Join(allowed, ", "))
+			case seen[key]:
+				return fmt.Errorf("item %d: key %q given twice", item, key)
+			}
+			seen[key] = true
+			var value json.RawMessage
+			if err := dec.Decode(&value); err != nil {
+				return nil
+			}
+		}
+		if _, err := dec.Token(); err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// jsonNoun names a Go type as JSON calls its values.
+func jsonNoun(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Float64:
+		return "number"
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	}
+	return t.String()
 }
 
 // kindNoun names the elements of a list in an error message.
@@ -1200,7 +1283,12 @@ func hostPort(s string) error {
 // own validation, and returns nil or all problems joined with errors.Join,
 // in the order of the file. Each problem reads "<key>: <problem>: invalid
 // configuration" and wraps ErrInvalidConfig.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(nil) }
+
+// validate is Validate, naming after a key the environment variable that
+// set it, when env (of a key) names one: the file and the environment may
+// both set a key, and the problem is the variable's.
+func (c Config) validate(env func(key string) string) error {
 	type problem struct {
 		key string
 		err error
@@ -1253,7 +1341,11 @@ func (c Config) Validate() error {
 	slices.SortStableFunc(problems, func(a, b problem) int { return order[a.key] - order[b.key] })
 	errs := make([]error, len(problems))
 	for i, p := range problems {
-		errs[i] = fmt.Errorf("%s: %w: %w", p.key, p.err, ErrInvalidConfig)
+		by := ""
+		if env != nil && env(p.key) != "" {
+			by = " (set by " + env(p.key) + ")"
+		}
+		errs[i] = fmt.Errorf("%s: %w%s: %w", p.key, p.err, by, ErrInvalidConfig)
 	}
 	return errors.Join(errs...)
 }

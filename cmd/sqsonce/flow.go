@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
@@ -75,11 +77,22 @@ func (m *Main) flowCommand(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErrorf("flow %s takes no arguments, got %q", sub, fs.Args())
 	}
+	if err := flagsOf(fs, sub); err != nil {
+		return err
+	}
 	if *scope == "" {
 		*scope = flowScope(cfg)
 	}
 	if err := ledger.ValidateScope(*scope); err != nil {
 		return usageErrorf("--scope: %v", err)
+	}
+	if err := checkScopeText(*scope); err != nil {
+		return usageErrorf("--scope: %v", err)
+	}
+	if sub == "resume" {
+		if *reason, err = pauseReason(*reason); err != nil {
+			return err
+		}
 	}
 	var pause pauseRequest
 	if sub == "pause" {
@@ -104,6 +117,9 @@ func (m *Main) flowCommand(ctx context.Context, args []string) error {
 		})
 		if err == nil && cfg.Flow.Mode != string(worker.FlowOn) {
 			fmt.Fprintf(m.Stdout, "note: flow.mode is %q in this configuration: workers that run with it do not hold their intake for a pause\n", cfg.Flow.Mode)
+		}
+		if own := flowScope(cfg); err == nil && *scope != own && !strings.HasPrefix(*scope, own+" | ") {
+			fmt.Fprintf(m.Stdout, "note: %q is not this configuration's scope (%q) nor one of its partition values': only workers that run under that scope hold their intake for it (flow status lists the scopes paused)\n", *scope, own)
 		}
 		return err
 	case "resume":
@@ -152,13 +168,54 @@ type pauseRequest struct {
 // maxPauseReason bounds the reason of a pause by hand, in bytes.
 const maxPauseReason = 512
 
+// flowFlags are the flags each flow command takes, beside the common ones.
+var flowFlags = map[string][]string{
+	"status": {"scope", "json"},
+	"pause":  {"scope", "until", "reason"},
+	"resume": {"scope", "reason"},
+}
+
+// flagsOf refuses a flag given to the flow command sub that it does not
+// take (resume --until would otherwise resume at once, its flag unread).
+func flagsOf(fs *flag.FlagSet, sub string) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "config", "log-format", "log-level":
+			return
+		}
+		if err == nil && !slices.Contains(flowFlags[sub], f.Name) {
+			err = usageErrorf("flow %s does not take --%s (it takes %s)", sub, f.Name, "--"+strings.Join(flowFlags[sub], ", --"))
+		}
+	})
+	return err
+}
+
+// pauseReason reads --reason: its white space collapsed, printable UTF-8
+// (it is shown on operators' terminals and in the logs), at most
+// maxPauseReason bytes.
+func pauseReason(reason string) (string, error) {
+	reason = strings.Join(strings.Fields(reason), " ")
+	switch {
+	case !utf8.ValidString(reason) || strings.ContainsFunc(reason, notPrint):
+		return "", usageErrorf("--reason %q: want printable text (no control or format characters)", reason)
+	case len(reason) > maxPauseReason:
+		return "", usageErrorf("--reason of %d bytes, over %d", len(reason), maxPauseReason)
+	}
+	return reason, nil
+}
+
 // parsePause reads --until (RFC 3339, or a duration from now) and
 // --reason.
 func parsePause(until, reason string, now time.Time) (pauseRequest, error) {
 	if until == "" {
 		return pauseRequest{}, usageErrorf("--until is required: when the pause ends by itself (RFC 3339, or a duration such as 30m)")
 	}
-	p := pauseRequest{reason: strings.Join(strings.Fields(reason), " ")}
+	reason, err := pauseReason(reason)
+	if err != nil {
+		return pauseRequest{}, err
+	}
+	p := pauseRequest{reason: reason}
 	if t, err := time.Parse(time.RFC3339, until); err == nil {
 		p.until = t
 	} else if d, err := time.ParseDuration(until); err == nil {
@@ -171,8 +228,6 @@ func parsePause(until, reason string, now time.Time) (pauseRequest, error) {
 		return pauseRequest{}, usageErrorf("--until %s is not in the future", until)
 	case p.reason == "":
 		return pauseRequest{}, usageErrorf("--reason is required: why the intake is paused, for whoever finds it paused")
-	case len(p.reason) > maxPauseReason:
-		return pauseRequest{}, usageErrorf("--reason of %d bytes, over %d", len(p.reason), maxPauseReason)
 	}
 	return p, nil
 }
@@ -214,7 +269,7 @@ func (m *Main) flowPause(ctx context.Context, l flowLedger, log *slog.Logger, sc
 	}
 	got, err := worker.PauseByHand(ctx, l, scope, p.until, p.reason, by, retention)
 	if errors.Is(err, worker.ErrPauseTooLong) {
-		return usageErrorf("%w: messages would expire in SQS while paused; pause for less, or raise the queue's MessageRetentionPeriod", err)
+		return usageErrorf("%w: pause for less, or raise the queue's MessageRetentionPeriod", err)
 	}
 	if err != nil {
 		return err
@@ -228,7 +283,6 @@ func (m *Main) flowPause(ctx context.Context, l flowLedger, log *slog.Logger, sc
 // flowResume deletes scope's pause document, whatever paused it (see
 // worker.Resume).
 func (m *Main) flowResume(ctx context.Context, l flowLedger, log *slog.Logger, scope, reason, by string) error {
-	reason = strings.Join(strings.Fields(reason), " ")
 	was, before, found, err := worker.Resume(ctx, l, scope)
 	if err != nil {
 		return err
@@ -257,9 +311,9 @@ func describeState(r ledger.FlowRead, d worker.PauseDoc) string {
 	case d.State == worker.PauseRamping:
 		return fmt.Sprintf("ramping up after a pause since %s", d.Since.UTC().Format(time.RFC3339))
 	case d.Manual:
-		return fmt.Sprintf("paused by hand by %s since %s (%s)", d.By, d.Since.UTC().Format(time.RFC3339), d.Reason)
+		return fmt.Sprintf("paused by hand by %s since %s (%s)", oneLine(d.By, maxPauseReason), d.Since.UTC().Format(time.RFC3339), oneLine(d.Reason, maxPauseReason))
 	}
-	return fmt.Sprintf("paused automatically since %s (%s)", d.Since.UTC().Format(time.RFC3339), d.Reason)
+	return fmt.Sprintf("paused automatically since %s (%s)", d.Since.UTC().Format(time.RFC3339), oneLine(d.Reason, maxPauseReason))
 }
 
 // flowStatus is what `sqsonce flow status` shows.
@@ -349,7 +403,7 @@ func (st flowStatus) print(w io.Writer, via string) {
 		row("state", "%s", state)
 		row("since", "%s", stamp(p.Since, st.now))
 		row("reason", "%s", oneLine(p.Reason, 300))
-		row("by", "%s", p.By)
+		row("by", "%s", oneLine(p.By, 200))
 		if p.State == worker.PausePaused && !p.Manual {
 			next := stamp(p.Next, st.now)
 			if p.Prober != "" && p.ProbeEnd.After(st.now) {

@@ -72,9 +72,17 @@ func flowScope(cfg Config) string {
 // checkScope accepts a flow.scope: 1 to maxScopeLen bytes of UTF-8 without
 // control characters.
 func checkScope(s string) error {
-	switch {
-	case len(s) > maxScopeLen:
+	if len(s) > maxScopeLen {
 		return fmt.Errorf("must be at most %d bytes, got %d", maxScopeLen, len(s))
+	}
+	return checkScopeText(s)
+}
+
+// checkScopeText accepts a scope's text, of any length: UTF-8 without
+// control characters, not blank. A partition value's scope (flow.scope and
+// the value) may be longer than flow.scope may.
+func checkScopeText(s string) error {
+	switch {
 	case !utf8.ValidString(s):
 		return fmt.Errorf("must be valid UTF-8, got %q", s)
 	case strings.ContainsFunc(s, unicode.IsControl):

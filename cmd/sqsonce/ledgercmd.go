@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -348,8 +349,27 @@ func printRecord(w io.Writer, r ledger.Record) {
 
 // oneLine puts s on one line and cuts it to n bytes, marking the cut.
 func oneLine(s string, n int) string {
-	return textcut.Mark(strings.Join(strings.Fields(s), " "), n, "…")
+	s = strings.Join(strings.Fields(strings.ToValidUTF8(s, "\uFFFD")), " ")
+	if strings.ContainsFunc(s, notPrint) {
+		// Text from the ledger goes to a terminal: a control or format
+		// character (an escape sequence, a bidirectional override) is
+		// shown as Go writes it, not acted on.
+		var b strings.Builder
+		for _, r := range s {
+			if notPrint(r) {
+				b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+			} else {
+				b.WriteRune(r)
+			}
+		}
+		s = b.String()
+	}
+	return textcut.Mark(s, n, "…")
 }
+
+// notPrint reports whether r is not printable: a control or format
+// character, or one Go would escape.
+func notPrint(r rune) bool { return !strconv.IsPrint(r) }
 
 // isTerminal reports whether the reader or writer v is a terminal.
 func isTerminal(v any) bool {
