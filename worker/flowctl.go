@@ -231,6 +231,24 @@ func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time
 	return true, nil, time.Time{}
 }
 
+// pauseHolds reports whether a pause of one of j's scopes holds it now,
+// j not being the scope's probe, and lists it among the held if so: admit
+// asked before j waited for a handler, and a pause may have come since.
+func (f *flowCtl) pauseHolds(j *job) bool {
+	if f.off() || !f.act {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, name := range j.scopes {
+		if s := f.scopeOf(name); s.paused() && s.probe != j {
+			f.hold(j)
+			return true
+		}
+	}
+	return false
+}
+
 // pausing reports whether a pause of one of j's scopes holds it (not a
 // ramp, not a limit) and j is neither that scope's probe nor the next one:
 // the oldest message held for it.
@@ -251,14 +269,24 @@ func (f *flowCtl) pausing(j *job) bool {
 }
 
 // late reports whether j's rate tokens lapsed: it did not start within
-// one emission interval of the tightest of its buckets, or the time its
-// reservation took, or lateSlack, whichever is longest, after they were
-// due. A message that starts late, beside others that start on time,
-// would put more starts in a second than the rate allows; one whose tokens
-// lapsed takes new ones. The starts of a second thus stay within the rate
-// times that slack, plus the burst.
+// its slack after they were due. A message that starts late, beside others
+// that start on time, would put more starts in a second than the rate
+// allows; one whose tokens lapsed takes new ones. The slack is the time
+// its reservation took, or lateSlack, or one emission interval of the
+// tightest of its buckets, whichever is longest; but for an interval over
+// a second, that interval less a second rather than the interval (then a
+// late start and the next token's are a second apart). The starts of a
+// second thus stay within the burst plus one at the rates of one a second
+// or more, and within the burst below 0.95 a second.
 func (f *flowCtl) late(j *job) bool {
-	return f.act && j.interval > 0 && (!j.tokens || time.Since(j.notBefore) > max(j.interval, j.slack, lateSlack))
+	if !f.act || j.interval <= 0 {
+		return false
+	}
+	slack := j.interval
+	if slack > time.Second {
+		slack -= time.Second
+	}
+	return !j.tokens || time.Since(j.notBefore) > max(slack, j.slack, lateSlack)
 }
 
 // lateSlack is the least lateness that voids a rate token.
@@ -983,25 +1011,31 @@ func (f *flowCtl) takeTurns(ctx context.Context, t *turns) {
 // lost. It reports false, leaving j held, when the copy could not be
 // sent.
 func (w *Worker) deferMsg(j *job, d time.Duration, why string) bool {
+	if st, _ := j.b.state(j); st != waiting {
+		return false // ended meanwhile (its claim lost, given back): nothing to defer
+	}
 	in := &sqsSendCopy{w: w, j: j, delay: d}
 	if err := in.send(); err != nil {
 		w.log.Warn("could not defer the message (send its copy): it stays held", "message_id", j.id(), "key", j.key.key, "error", err)
 		return false
 	}
-	w.endDeferred(j, d, why)
+	w.endDeferred(j, d, why, true)
 	return true
 }
 
 // endDeferred ends j, whose copy SQS took with a delay of d, as deferred:
-// the original deleted, its claim released.
-func (w *Worker) endDeferred(j *job, d time.Duration, why string) {
+// the original deleted, its claim released unless release is false (its
+// failure was recorded, which ended the claim).
+func (w *Worker) endDeferred(j *job, d time.Duration, why string, release bool) {
 	if !j.b.end(j, deferred) {
 		return // given back meanwhile: the copy and the original both come back, one key
 	}
 	w.stats.deferred.Add(1)
 	w.log.Info("deferred the message: sent again with a delay, the original deleted", "message_id", j.id(), "key", j.key.key, "delay", d, "why", why)
 	w.delete(j.msg)
-	w.giveBack(nil, []ledger.ClaimRef{{Key: j.key.key, Owner: j.owner}}, 0)
+	if release {
+		w.giveBack(nil, []ledger.ClaimRef{{Key: j.key.key, Owner: j.owner}}, 0)
+	}
 }
 
 // systemTraceHeader is the system attribute a copy carries on, as the

@@ -313,6 +313,7 @@ var (
 	errLeaseLost   = errors.New("lease lost to another claim")
 	errReceiptGone = errors.New("the message's receipt handle no longer holds it: its visibility lapsed, and it was received again or moved to the dead-letter queue")
 	errGateDown    = errors.New("the ledger cannot record: waiting for it")
+	errHeld        = errors.New("flow control holds it (a pause came while it waited for a handler): waiting")
 	errNoSlot      = errors.New("no concurrency slot free: waiting for one")
 	errTokenLate   = errors.New("its rate token lapsed before it could start: taking another")
 )
@@ -324,12 +325,14 @@ const slotRetry = 200 * time.Millisecond
 // start decides whether j, in starting, may run now, and moves it to
 // running when it may, registering cancel, which cuts the attempt off
 // when a beat learns that the claim is lost. It is the one place that
-// looks at the gate, the lease and the receipt before a handler runs:
+// looks at the gate, a pause, the lease and the receipt before a handler
+// runs:
 // while the ledger cannot record, j goes back to waiting (errGateDown); a
 // lease, or a FIFO message's visibility, that may lapse before the next
 // beat could renew it is renewed first, and j starts only when that
 // succeeds (errLeaseLost, errReceiptGone: j is lost; another error: j
-// stays in starting, to be given back).
+// stays in starting, to be given back). A pause that came while j waited
+// for a handler sends it back to waiting too (errHeld).
 func (b *batch) start(ctx context.Context, j *job, cancel context.CancelCauseFunc) error {
 	w := b.w
 	if err := b.awaitBeat(ctx, j); err != nil {
@@ -338,6 +341,12 @@ func (b *batch) start(ctx context.Context, j *job, cancel context.CancelCauseFun
 	if down, _ := w.ledgerState(); down {
 		b.move(j, waiting, starting)
 		return errGateDown
+	}
+	// A pause may have come while it waited for a handler: then it is
+	// held with the others, not run against what is down.
+	if w.flow.pauseHolds(j) {
+		b.move(j, waiting, starting)
+		return errHeld
 	}
 	// Slots first: a message waiting for one lets its rate token lapse
 	// rather than start on it late, and takes a new one once it holds

@@ -430,7 +430,6 @@ func (w *Worker) receive(ctx context.Context, n int) ([]types.Message, error) {
 }
 
 // job is one received message on its way through the worker.
-// job is one received message on its way through the worker.
 type job struct {
 	msg    types.Message
 	body   []byte // the body as received
@@ -470,6 +469,9 @@ type job struct {
 	heldSince, verdictBy time.Time
 	// started is when its attempt started, for the ledger's history.
 	started time.Time
+	// expiryTold: held on a FIFO queue near the end of what SQS keeps
+	// for it, it was logged.
+	expiryTold bool
 
 	// Guarded by b.mu; st is written only by the batch's transitions.
 	st           state
@@ -940,8 +942,16 @@ func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, 
 	b := j.b
 	for {
 		if !w.await(ctx, j) {
-			if ctx.Err() == nil && w.pausedNearRedrive(j) {
-				if w.deferMsg(j, w.cfg.Flow.ProbeMax, "held by a pause near the redrive's receive count, where a crash would leave it to the dead-letter queue") {
+			why := ""
+			switch {
+			case ctx.Err() != nil:
+			case w.pausedNearRedrive(j):
+				why = "held by a pause near the redrive's receive count, where a crash would leave it to the dead-letter queue"
+			case w.heldTooLong(j):
+				why = "held near the end of the queue's retention, or of the 12 hours SQS keeps it out of sight"
+			}
+			if why != "" {
+				if w.deferMsg(j, w.cfg.Flow.ProbeMax, why) {
 					return b.ended(j), false
 				}
 				j.deferAfter = time.Now().Add(pauseDeferRetry) // held meanwhile
@@ -961,7 +971,7 @@ func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, 
 			break
 		}
 		<-w.handlers
-		if errors.Is(err, errGateDown) {
+		if errors.Is(err, errGateDown) || errors.Is(err, errHeld) {
 			continue
 		}
 		if errors.Is(err, errNoSlot) {
@@ -1059,8 +1069,22 @@ func (w *Worker) await(ctx context.Context, j *job) bool {
 			continue
 		}
 		if ok, changed, due := w.flow.admit(j); !ok {
-			if w.pausedNearRedrive(j) {
+			if w.pausedNearRedrive(j) || w.heldTooLong(j) {
 				return false
+			}
+			kept := w.keptUntil(j)
+			if w.queue.fifo && !j.expiryTold && !time.Now().Before(kept) {
+				// A FIFO message is never re-sent: it is held with its
+				// group, and said so once.
+				j.expiryTold = true
+				w.log.Error("a FIFO message held by flow control nears the end of the queue's retention (or of the 12 hours SQS keeps it out of sight) and cannot be deferred: resume the intake, or it expires in SQS", "message_id", j.id(), "key", j.key.key, "group", j.groupID())
+			}
+			// Awake at its token's time, and in time to defer it.
+			if !j.expiryTold && (due.IsZero() || kept.Before(due)) {
+				due = kept
+				if j.deferAfter.After(due) {
+					due = j.deferAfter
+				}
 			}
 			var timer <-chan time.Time
 			if !due.IsZero() {
@@ -1117,6 +1141,37 @@ func (w *Worker) pausedNearRedrive(j *job) bool {
 	return !w.queue.fifo && r > 0 && n >= r-1 && w.queue.dlqURL != "" && w.flow.pausing(j)
 }
 
+// heldTooLong reports whether j, waiting and held by flow control on a
+// standard queue, nears the end of what SQS keeps for it (see
+// keptUntil): it is then deferred, its copy's retention and visibility
+// starting again, rather than left to expire (or show again) while held.
+func (w *Worker) heldTooLong(j *job) bool {
+	if w.queue.fifo || !w.flow.act || time.Now().Before(j.deferAfter) || time.Now().Before(w.keptUntil(j)) {
+		return false
+	}
+	st, _ := j.b.state(j)
+	return st == waiting && w.flow.holds(j)
+}
+
+// keptUntil is when a held message is deferred at the latest: a margin
+// before SQS deletes it (its retention from when it was sent, in flight or
+// not) or shows it again (12 hours from its receive, the longest it stays
+// out of sight). The margin is a sixth of the retention, at most 10
+// minutes.
+func (w *Worker) keptUntil(j *job) time.Time {
+	until := j.b.received.Add(MaxVisibility)
+	if ms, err := strconv.ParseInt(j.msg.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil && w.queue.retention > 0 {
+		if end := time.UnixMilli(ms).Add(w.queue.retention); end.Before(until) {
+			until = end
+		}
+	}
+	margin := 10 * time.Minute
+	if w.queue.retention > 0 {
+		margin = min(w.queue.retention/6, margin)
+	}
+	return until.Add(-margin)
+}
+
 // pauseDeferRetry is how long a message held by a pause stays held after
 // SQS refused its copy before it is deferred again.
 const pauseDeferRetry = 30 * time.Second
@@ -1129,6 +1184,9 @@ func (w *Worker) deferHeld(ctx context.Context, j *job, why string) state {
 	for attempt := 1; ; attempt++ {
 		if w.deferMsg(j, time.Until(until), why) {
 			return j.b.ended(j)
+		}
+		if st, _ := j.b.state(j); st != waiting {
+			return st // its claim lost, or given back, meanwhile: nothing left to defer
 		}
 		if sleep(ctx, backoff(attempt, time.Second, 30*time.Second)); ctx.Err() != nil {
 			j.b.giveBack([]*job{j}, false, 0)
@@ -1246,11 +1304,12 @@ func (w *Worker) fail(ctx, workCtx context.Context, j *job, m *Message, err erro
 			cerr := (&sqsSendCopy{w: w, j: j, delay: j.deferFor}).send()
 			if cerr == nil {
 				w.stats.retried.Add(1)
-				if ferr := record(); ferr != nil {
-					log.Error("could not record the failure in the ledger: the claim stays until its lease lapses", "error", ferr)
+				ferr := record()
+				if ferr != nil {
+					log.Error("could not record the failure in the ledger: its claim is released with the original's delete", "error", ferr)
 				}
 				span.end(spanRetry, err)
-				w.endDeferred(j, j.deferFor, "failed during an outage near the redrive's receive count")
+				w.endDeferred(j, j.deferFor, "failed during an outage near the redrive's receive count", ferr != nil)
 				return deferred
 			}
 			j.deferFor = 0

@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/sqsonce/sqsonce/ledger"
+)
+
+// TestLimits_LateTokenSlack: a message that starts late on its rate token,
+// beside the next token's on time, must not put more starts in a second
+// than the limit allows. At 0.1/s, burst 1, a message 9.5 s late started on
+// its token, half a second before the next one's: two starts in a second
+// where the limit allows one in ten. Now a token lapses after its
+// interval less a second, for intervals over a second (so two starts stay
+// a second apart), and after its interval, at least lateSlack, for the
+// others (one start more in a second at most).
+func TestLimits_LateTokenSlack(t *testing.T) {
+	f := newFlowCtl(&Worker{cfg: Config{VisibilityTimeout: time.Minute, Flow: FlowConfig{Mode: FlowOn, Scope: "q", Rate: 0.1, Burst: 1}}}, nil)
+	j1, j2 := &job{b: &batch{}}, &job{b: &batch{}}
+	f.reserve(context.Background(), []*job{j1, j2}, false)
+	if !j1.tokens || !j2.tokens {
+		t.Fatalf("tokens not taken: %+v %+v", j1.tokens, j2.tokens)
+	}
+	// 9.5 s pass: j1 did not start on time (its handler was busy, its
+	// slot taken); j2's token is due in half a second.
+	shift := 9500 * time.Millisecond
+	j1.notBefore, j2.notBefore = j1.notBefore.Add(-shift), j2.notBefore.Add(-shift)
+	if !f.late(j1) && time.Until(j2.notBefore) < time.Second {
+		t.Errorf("at 0.1/s burst 1: a token %v late is still good (late = false), and the next is due in %v: two starts within a second",
+			time.Since(j1.notBefore).Round(time.Millisecond), time.Until(j2.notBefore).Round(time.Millisecond))
+	}
+	for _, c := range []struct {
+		interval, good, lapsed time.Duration
+	}{
+		{10 * time.Second, 8900 * time.Millisecond, 9100 * time.Millisecond}, // 0.1/s
+		{2 * time.Second, 900 * time.Millisecond, 1100 * time.Millisecond},   // 0.5/s
+		{time.Second, 900 * time.Millisecond, 1100 * time.Millisecond},       // 1/s
+		{200 * time.Millisecond, 150 * time.Millisecond, 250 * time.Millisecond},
+		{25 * time.Millisecond, 40 * time.Millisecond, 70 * time.Millisecond}, // 40/s: lateSlack
+	} {
+		for _, late := range []time.Duration{c.good, c.lapsed} {
+			j := &job{tokens: true, interval: c.interval, notBefore: time.Now().Add(-late)}
+			if got := f.late(j); got != (late == c.lapsed) {
+				t.Errorf("interval %v, %v late: late = %v", c.interval, late, got)
+			}
+		}
+	}
+}
+
+// TestLimits_ConfigTheLedgerRefuses: the worker refuses a rate and burst
+// exactly when the ledger would refuse its buckets (a burst that spans
+// more than the longest a bucket is kept, measured in the ledger's
+// interval, rounded to the nanosecond): a configuration the worker took
+// and the ledger refused made every reservation fail, its messages waiting
+// for tokens forever, one warning per try.
+func TestLimits_ConfigTheLedgerRefuses(t *testing.T) {
+	for _, burst := range []int{1, 2, 3653, MaxBurst} {
+		for _, k := range []float64{0.999999, 1, 1.000001} {
+			rate := k * float64(burst) / ledger.MaxRetention.Seconds()
+			fc := FlowConfig{Mode: FlowOn, Scope: "q", Rate: rate, Burst: burst}
+			fc.setDefaults()
+			var problems []string
+			fc.validate(func(field, got, want string, args ...any) {
+				problems = append(problems, field+" "+got+": "+fmt.Sprintf(want, args...))
+			})
+			r := ledger.Reservation{Buckets: []ledger.Bucket{{Name: "q", Rate: rate, Burst: burst}}, Tokens: []ledger.Token{{Buckets: []int{0}}}}
+			lerr := r.Validate()
+			if (len(problems) > 0) != (lerr != nil) {
+				t.Errorf("rate %v, burst %d: the worker's problems %q, the ledger's %v: they must agree", rate, burst, problems, lerr)
+			}
+			if len(problems) > 0 {
+				continue
+			}
+			f := newFlowCtl(&Worker{cfg: Config{VisibilityTimeout: time.Minute, Flow: fc}, log: slog.New(slog.NewTextHandler(io.Discard, nil))}, nil)
+			j := &job{b: &batch{}}
+			f.reserve(context.Background(), []*job{j}, false)
+			if !j.tokens {
+				t.Errorf("rate %v, burst %d: the message got no token", rate, burst)
+			}
+		}
+	}
+}
