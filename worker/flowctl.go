@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -70,6 +71,10 @@ type flowCtl struct {
 	cfg FlowConfig
 	l   FlowLedger
 	act bool // FlowOn: act on the decisions; FlowObserve reports them only
+
+	// live counts the scopes whose pause document is live (found), so
+	// that a start looks at the pauses under mu only while one is.
+	live atomic.Int32
 
 	mu      sync.Mutex
 	changed chan struct{}     // closed, and replaced, when a held message may start
@@ -235,7 +240,7 @@ func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time
 // j not being the scope's probe, and lists it among the held if so: admit
 // asked before j waited for a handler, and a pause may have come since.
 func (f *flowCtl) pauseHolds(j *job) bool {
-	if f.off() || !f.act {
+	if f.off() || !f.act || f.live.Load() == 0 {
 		return false
 	}
 	f.mu.Lock()
@@ -473,7 +478,8 @@ func (f *flowCtl) update(ctx context.Context, s *scope, change func(d *PauseDoc,
 			err = f.l.DeleteFlow(ctx, s.name, r.Doc.Version)
 			if err == nil {
 				f.mu.Lock()
-				s.found, s.doc, s.version = false, PauseDoc{}, r.Doc.Version+1
+				f.setFound(s, false)
+				s.doc, s.version = PauseDoc{}, r.Doc.Version+1
 				f.kick()
 				f.mu.Unlock()
 				return true
@@ -507,17 +513,27 @@ func (f *flowCtl) ttl(d PauseDoc) time.Duration {
 // apply takes r as s's view; call with f.mu held.
 func (f *flowCtl) apply(s *scope, r ledger.FlowRead) {
 	was := s.paused()
-	s.found, s.version, s.readAt, s.now = r.Found, r.Doc.Version, time.Now(), r.Now
+	s.version, s.readAt, s.now = r.Doc.Version, time.Now(), r.Now
 	s.doc = PauseDoc{}
-	if r.Found && json.Unmarshal(r.Doc.Data, &s.doc) != nil {
-		s.found = false
-	}
+	f.setFound(s, r.Found && json.Unmarshal(r.Doc.Data, &s.doc) == nil)
 	if s.doc.State != PausePaused || s.doc.Manual {
 		s.probe = nil // a pause by hand has no probes
 	}
 	if was != s.paused() {
 		f.kick()
 	}
+}
+
+// setFound sets whether s's pause document is live, keeping live's count;
+// call with f.mu held.
+func (f *flowCtl) setFound(s *scope, found bool) {
+	switch {
+	case found && !s.found:
+		f.live.Add(1)
+	case !found && s.found:
+		f.live.Add(-1)
+	}
+	s.found = found
 }
 
 // settleProbe ends j's probe: a success ramps the intake up, a failure
