@@ -202,28 +202,27 @@ func (f *FlowConfig) validate(bad func(field, got, want string, args ...any)) {
 	parts := map[string]int{} // the first partition of each part of the message
 	for i, p := range f.Partitions {
 		field := fmt.Sprintf("Flow.Partitions[%d].", i)
-		part := "attribute " + p.Attribute
+		part, what, name := "", "Attribute", p.Attribute // part: the part named, when valid
 		switch {
 		case (p.Pointer == "") == (p.Attribute == ""):
 			bad(field+"Pointer", "", "or Attribute, exactly one of them, must name the part of the message")
 		case p.Pointer != "":
-			tokens, err := parsePointer(p.Pointer)
-			if err != nil {
+			what, name = "Pointer", p.Pointer
+			if tokens, err := parsePointer(p.Pointer); err != nil {
 				bad(field+"Pointer", strconv.Quote(p.Pointer), "must be an RFC 6901 pointer: %v", err)
+			} else {
+				part = fmt.Sprintf("pointer %q", tokens)
 			}
-			part = fmt.Sprintf("pointer %q", tokens)
 		default:
 			if err := attributeName(p.Attribute); err != nil {
 				bad(field+"Attribute", strconv.Quote(p.Attribute), "%v", err)
+			} else {
+				part = "attribute " + p.Attribute
 			}
 		}
-		if first, ok := parts[part]; ok && (p.Pointer != "" || p.Attribute != "") {
-			what, name := "Attribute", p.Attribute
-			if p.Pointer != "" {
-				what, name = "Pointer", p.Pointer
-			}
+		if first, ok := parts[part]; ok && part != "" {
 			bad(field+what, strconv.Quote(name), "must name another part of the message than partition #%d does: two partitions of one part would share each value's bucket and slots under two limits", first+1)
-		} else {
+		} else if part != "" {
 			parts[part] = i
 		}
 		limits(field, p.Rate, p.Burst, p.Concurrency)

@@ -615,13 +615,13 @@ func MessageKeyFunc(cfg KeyConfig) (func(m types.Message) (key string, fingerpri
 
 // attributeName checks a message attribute's name as SQS does, so that a
 // name no message can carry (which would never match) is refused: up to
-// 256 letters, digits, "-", "_" and ".", no "." first, last or twice in a
+// 256 bytes of letters, digits, "-", "_" and ".", no "." first, last or twice in a
 // row, and no "AWS." or "Amazon." prefix in any case.
 func attributeName(name string) error {
 	lower := strings.ToLower(name)
 	switch {
 	case len(name) > 256:
-		return fmt.Errorf("must be at most 256 characters, as SQS's attribute names are")
+		return fmt.Errorf("must be at most 256 bytes, as SQS's attribute names are")
 	case !utf8.ValidString(name) || strings.ContainsFunc(name, func(r rune) bool {
 		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '-' && r != '_' && r != '.'
 	}):
