@@ -2,7 +2,6 @@ package console
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -11,19 +10,21 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/sqsonce/sqsonce/ledger"
 	"github.com/sqsonce/sqsonce/worker"
 )
 
-// maxPause bounds a pause by hand: it ends by itself at the latest then.
-const maxPause = 14 * 24 * time.Hour
-
 // pause pauses the intake of a scope by hand until a time, as `sqsonce
-// flow pause` does: it writes the scope's flow document (worker.PauseDoc,
-// paused, manual, by the operator, with the reason) over whatever the
-// scope held, with a compare-and-set, to expire at the end of the pause.
-// The workers of the scope see it within their next read of it (about a
-// second) and receive nothing until it ends or a resume deletes it.
+// flow pause` does (worker.PauseByHand): it writes the scope's flow
+// document (paused, manual, by the operator, with the reason) over
+// whatever the scope held, keeping an automatic pause's start, with a
+// compare-and-set, to expire at the end of the pause. The whole pause must
+// end below the queue's message retention, read from SQS, so that nothing
+// expires while it holds. The workers of the scope see it within their
+// next read of it (about a second) and receive nothing until it ends or a
+// resume deletes it.
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	scope := strings.TrimSpace(r.FormValue("scope"))
 	reason := strings.Join(strings.Fields(r.FormValue("reason")), " ") // one line, as the CLI keeps it
@@ -32,6 +33,11 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		h.count("pause", "refused")
 		h.record(r, "pause", scope, 0, "refused: "+msg)
 		h.fail(w, r, status, msg)
+	}
+	failed := func(msg string, err error) {
+		h.count("pause", "failed")
+		h.record(r, "pause", scope, 0, "failed: "+err.Error())
+		h.fail(w, r, http.StatusBadGateway, msg+err.Error())
 	}
 	if err := ledger.ValidateScope(scope); err != nil {
 		refuse(http.StatusBadRequest, "Scope: "+err.Error())
@@ -45,42 +51,52 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "Reason: printable text only (no control or format characters): operators read it on their terminals too.")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	cur, err := h.cfg.Ledger.GetFlow(ctx, scope)
-	if err != nil {
-		h.count("pause", "failed")
-		h.record(r, "pause", scope, 0, "failed: "+err.Error())
-		h.fail(w, r, http.StatusBadGateway, "Could not read the scope's state: "+err.Error())
-		return
-	}
-	until, err := parseUntil(untilText, cur.Now)
+	until, err := parseUntil(untilText, time.Now())
 	if err != nil {
 		refuse(http.StatusBadRequest, "Until: "+err.Error())
 		return
 	}
-	doc := worker.PauseDoc{State: worker.PausePaused, Since: cur.Now, Reason: reason, By: actor(r) + " (console)", Manual: true}
-	data, err := json.Marshal(doc)
+	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
+	defer cancel()
+	retention, err := h.retention(ctx)
 	if err != nil {
-		refuse(http.StatusBadRequest, err.Error())
+		failed("Could not read the queue's message retention, which bounds a pause: ", err)
 		return
 	}
-	_, err = h.cfg.Ledger.PutFlow(ctx, ledger.FlowDoc{Scope: scope, Data: data, TTL: until.Sub(cur.Now)}, cur.Doc.Version)
-	if errors.Is(err, ledger.ErrConflict) {
-		refuse(http.StatusConflict, "The scope's state changed while it was paused (a worker's probe, another operator): look at it again, then pause again.")
+	p, err := worker.PauseByHand(ctx, h.cfg.Ledger, scope, until, reason, actor(r)+" (console)", retention)
+	switch {
+	case errors.Is(err, worker.ErrPauseTooLong), errors.Is(err, ledger.ErrInvalidArgument):
+		refuse(http.StatusBadRequest, "Until: "+err.Error()+": pause for less, or raise the queue's MessageRetentionPeriod.")
 		return
-	}
-	if err != nil {
-		h.count("pause", "failed")
-		h.record(r, "pause", scope, 0, "failed: "+err.Error())
-		h.fail(w, r, http.StatusBadGateway, "Could not pause: "+err.Error())
+	case errors.Is(err, ledger.ErrConflict):
+		refuse(http.StatusConflict, "The scope's state kept changing (workers' probes, another operator): look at it again, then pause again.")
+		return
+	case err != nil:
+		failed("Could not pause: ", err)
 		return
 	}
 	h.cache.forget()
 	h.count("pause", "done")
 	h.record(r, "pause", fmt.Sprintf("%s until %s: %s", scope, until.UTC().Format(time.RFC3339), reason), 1, "done")
-	h.log.Info("console: paused the intake of a scope", "actor", actor(r), "scope", scope, "until", until, "reason", reason)
+	h.log.Info("console: paused the intake of a scope", "actor", actor(r), "scope", scope, "until", until, "reason", reason,
+		"since", p.Doc.Since, "was_paused", p.Was.State == worker.PausePaused)
 	http.Redirect(w, r, h.link("/"), http.StatusSeeOther)
+}
+
+// retention is the queue's message retention, which bounds a pause.
+func (h *Handler) retention(ctx context.Context) (time.Duration, error) {
+	out, err := h.cfg.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       &h.cfg.QueueURL,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMessageRetentionPeriod},
+	})
+	if err != nil {
+		return 0, err
+	}
+	s, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameMessageRetentionPeriod)])
+	if err != nil || s <= 0 {
+		return 0, fmt.Errorf("the queue's MessageRetentionPeriod reads %q", out.Attributes[string(types.QueueAttributeNameMessageRetentionPeriod)])
+	}
+	return time.Duration(s) * time.Second, nil
 }
 
 // resume ends a scope's pause, by hand or automatic, as `sqsonce flow
@@ -126,8 +142,8 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 }
 
 // parseUntil reads the end of a pause: a duration from now (30m, 4h) or a
-// time (RFC 3339, or a date and time in UTC), in the future and at most
-// maxPause away.
+// time (RFC 3339, or a date and time in UTC), in the future (the queue's
+// retention bounds it further, in worker.PauseByHand).
 func parseUntil(s string, now time.Time) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, errors.New("say until when: a duration such as 30m or 4h, or a time in UTC")
@@ -147,11 +163,8 @@ func parseUntil(s string, now time.Time) (time.Time, error) {
 			return time.Time{}, fmt.Errorf("%q: want a duration such as 30m or 4h, or a time such as 2026-01-02T15:04 (UTC)", s)
 		}
 	}
-	switch {
-	case !t.After(now):
+	if !t.After(now) {
 		return time.Time{}, fmt.Errorf("%q is not in the future", s)
-	case t.Sub(now) > maxPause:
-		return time.Time{}, fmt.Errorf("%q is more than %v away: the queue's messages would expire while they wait", s, maxPause)
 	}
 	return t, nil
 }

@@ -298,6 +298,43 @@ func TestConsole_PauseAndResume(t *testing.T) {
 	}
 }
 
+// TestConsole_PauseBelowRetention: a pause by hand is bounded by the
+// queue's message retention (4 days on the test server), read from SQS,
+// counted from the start of an automatic pause it replaces, whose start it
+// keeps, as `sqsonce flow pause` does.
+func TestConsole_PauseBelowRetention(t *testing.T) {
+	t.Parallel()
+	b := setup(t, writable)
+	ctx := context.Background()
+	if code, body := b.post("/flow/pause", "s3cret-token", url.Values{"scope": {"orders"}, "until": {"97h"}, "reason": {"long"}}); code != http.StatusBadRequest ||
+		!strings.Contains(body, "retention") {
+		t.Fatalf("a pause past the queue's retention: %d\n%s", code, body)
+	}
+	if r, err := b.db.GetFlow(ctx, "orders"); err != nil || r.Found {
+		t.Fatalf("a refused pause wrote: %+v, %v", r, err)
+	}
+	// An automatic pause an hour old: 95h30m more would make 96h30m.
+	started := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	auto, err := json.Marshal(worker.PauseDoc{State: worker.PausePaused, Since: started, Reason: "503 from 3 keys"})
+	must(t, err)
+	_, err = b.db.PutFlow(ctx, ledger.FlowDoc{Scope: "orders", Data: auto, TTL: time.Hour}, 0)
+	must(t, err)
+	if code, body := b.post("/flow/pause", "s3cret-token", url.Values{"scope": {"orders"}, "until": {"95h30m"}, "reason": {"long"}}); code != http.StatusBadRequest ||
+		!strings.Contains(body, "retention") {
+		t.Fatalf("a pause past the retention from the automatic pause's start: %d\n%s", code, body)
+	}
+	if code, _ := b.post("/flow/pause", "s3cret-token", url.Values{"scope": {"orders"}, "until": {"90h"}, "reason": {"partner migrating"}}); code != http.StatusOK {
+		t.Fatalf("pause: %d", code)
+	}
+	r, err := b.db.GetFlow(ctx, "orders")
+	must(t, err)
+	var doc worker.PauseDoc
+	must(t, json.Unmarshal(r.Doc.Data, &doc))
+	if !doc.Manual || doc.Reason != "partner migrating" || !doc.Since.Equal(started) || r.Doc.Expires.Sub(r.Now) < 89*time.Hour {
+		t.Fatalf("the pause written over the automatic one: %+v, %+v (want its start %v kept)", r, doc, started)
+	}
+}
+
 // TestConsole_Lists: the list is the newest first by default; a filter
 // that matches one record among more than a call of List looks at shows
 // it, not an empty page with a next link; a tile's count is the list's.
