@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"net/http"
@@ -872,5 +873,81 @@ func TestWorker_HangingDownstreamFewCalls(t *testing.T) {
 	}
 	if n := b.dlqCount(); n != 0 {
 		t.Errorf("%d messages in the dead-letter queue", n)
+	}
+}
+
+// slotsUnreachable is the real embedded ledger whose concurrency slots
+// cannot be extended while down is set, as when a shared ledger cannot be
+// reached for longer than a slot's lease.
+type slotsUnreachable struct {
+	*ledger.DB
+	down atomic.Bool
+}
+
+func (l *slotsUnreachable) ExtendSlots(ctx context.Context, ss []ledger.Slot, lease time.Duration) []error {
+	if l.down.Load() {
+		errs := make([]error, len(ss))
+		for i := range errs {
+			errs[i] = errors.New("ledger unreachable")
+		}
+		return errs
+	}
+	return l.DB.ExtendSlots(ctx, ss, lease)
+}
+
+// A running attempt whose concurrency slot could not be extended until
+// its lease lapsed, and that another message then took, runs on above the
+// limit (it cannot be undone): the beat that finds the slot gone says so,
+// and the attempt still completes once.
+func TestWorker_LapsedSlotIsLogged(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 5})
+	l := &slotsUnreachable{DB: b.db}
+	l.down.Store(true)
+	var logs strings.Builder
+	var logMu sync.Mutex
+	cfg := b.config()
+	cfg.VisibilityTimeout = time.Second // the slot's lease; a beat every 333 ms
+	cfg.Flow.Concurrency = 1
+	cfg.Logger = slog.New(slog.NewTextHandler(lockedWriter{w: &logs, mu: &logMu}, nil))
+	var running, most atomic.Int32
+	bStarted := make(chan struct{})
+	_, stop := b.startOn(cfg, b.client, l, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		n := running.Add(1)
+		defer running.Add(-1)
+		for old := most.Load(); n > old && !most.CompareAndSwap(old, n); old = most.Load() {
+		}
+		b.runs.add(m.Key)
+		switch m.Key {
+		case "a":
+			b.send(`{"id":"b"}`)
+			select {
+			case <-bStarted: // b took a's slot once its lease lapsed
+			case <-time.After(15 * time.Second):
+			}
+			l.down.Store(false)
+			time.Sleep(time.Second) // beats run again
+		case "b":
+			close(bStarted)
+		}
+		return nil
+	}))
+	b.send(`{"id":"a"}`)
+	waitUntil(t, "both operations to complete", 30*time.Second, func() bool { return b.runs.count("a") == 1 && b.runs.count("b") == 1 && running.Load() == 0 })
+	s := stop()
+	logMu.Lock()
+	text := logs.String()
+	logMu.Unlock()
+	if most.Load() != 2 {
+		t.Fatalf("%d handlers at most at once: the lapsed slot was not taken by the other message (the scene this test needs)", most.Load())
+	}
+	if !strings.Contains(text, "heartbeat: extending concurrency slots failed") {
+		t.Errorf("the failed extensions are not logged:\n%s", text)
+	}
+	if !strings.Contains(text, "no longer this attempt's: the limit may be exceeded") {
+		t.Errorf("the slot lost to another message is not logged:\n%s", text)
+	}
+	if s.Completed != 2 {
+		t.Errorf("completed %d, want 2; stats %+v", s.Completed, s)
 	}
 }

@@ -472,7 +472,7 @@ func (b *batch) fire() {
 	w := b.w
 	began := time.Now()
 	bctx, cancel := context.WithTimeout(context.Background(), b.every)
-	var errs []error
+	var errs, slotErrs []error
 	var unchanged, refused []int
 	var calls sync.WaitGroup
 	calls.Go(func() { unchanged, refused = w.changeVisibilityOf(bctx, msgs, b.received, w.cfg.VisibilityTimeout) })
@@ -480,10 +480,11 @@ func (b *batch) fire() {
 		calls.Go(func() { errs = w.ledger.ExtendBatch(bctx, refs, w.cfg.VisibilityTimeout) })
 	}
 	if len(slots) > 0 {
-		calls.Go(func() { w.flow.l.ExtendSlots(bctx, slots, w.cfg.VisibilityTimeout) })
+		calls.Go(func() { slotErrs = w.flow.l.ExtendSlots(bctx, slots, w.cfg.VisibilityTimeout) })
 	}
 	calls.Wait()
 	cancel()
+	w.slotsExtended(slots, slotErrs)
 
 	var cut []context.CancelCauseFunc
 	var gone []ledger.ClaimRef
@@ -550,5 +551,27 @@ func (b *batch) fire() {
 	w.giveBack(nil, gone, 0)
 	if recorded {
 		w.claimsRecorded() // the ledger records: waiting messages may start
+	}
+}
+
+// slotsExtended logs the concurrency slots a beat could not extend. A
+// slot no longer held (its lease lapsed while the ledger could not be
+// reached, and another process may hold it now) leaves its attempt
+// running above the limit until it ends: the log says so. Another error
+// is tried again by the next beat.
+func (w *Worker) slotsExtended(slots []ledger.Slot, errs []error) {
+	failed := 0
+	for i, err := range errs[:min(len(errs), len(slots))] {
+		switch {
+		case err == nil:
+		case errors.Is(err, ledger.ErrNotOwner):
+			w.log.Warn("heartbeat: a concurrency slot's lease lapsed and the slot is no longer this attempt's: the limit may be exceeded until the attempt ends",
+				"pool", slots[i].Pool, "slot", slots[i].Index, "error", err)
+		default:
+			failed++
+			if failed == 1 {
+				w.log.Warn("heartbeat: extending concurrency slots failed: the next beat tries again", "slots", len(slots), "error", err)
+			}
+		}
 	}
 }
