@@ -223,17 +223,24 @@ func (f *flowCtl) admit(j *job) (ok bool, changed <-chan struct{}, due time.Time
 		f.hold(j)
 		return false, f.changes(), due
 	}
-	for _, name := range j.scopes {
-		if s := f.scopeOf(name); s.paused() && s.probe != j {
-			if f.act {
-				f.hold(j)
-				return false, f.changes(), time.Time{}
-			}
-			f.w.stats.flowWouldHold.Add(1)
+	if f.pausedFor(j) {
+		if f.act {
+			f.hold(j)
+			return false, f.changes(), time.Time{}
 		}
+		f.w.stats.flowWouldHold.Add(1)
 	}
 	f.unhold(j)
 	return true, nil, time.Time{}
+}
+
+// pausedFor reports whether a pause (or a ramp at its cap) of one of j's
+// scopes holds it, j not being that scope's probe. Call with f.mu held.
+func (f *flowCtl) pausedFor(j *job) bool {
+	return slices.ContainsFunc(j.scopes, func(name string) bool {
+		s := f.scopeOf(name)
+		return s.paused() && s.probe != j
+	})
 }
 
 // pauseHolds reports whether a pause of one of j's scopes holds it now,
@@ -245,11 +252,9 @@ func (f *flowCtl) pauseHolds(j *job) bool {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, name := range j.scopes {
-		if s := f.scopeOf(name); s.paused() && s.probe != j {
-			f.hold(j)
-			return true
-		}
+	if f.pausedFor(j) {
+		f.hold(j)
+		return true
 	}
 	return false
 }
