@@ -65,8 +65,11 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := worker.PauseByHand(ctx, h.cfg.Ledger, scope, until, reason, actor(r)+" (console)", retention)
 	switch {
-	case errors.Is(err, worker.ErrPauseTooLong), errors.Is(err, ledger.ErrInvalidArgument):
+	case errors.Is(err, worker.ErrPauseTooLong):
 		refuse(http.StatusBadRequest, "Until: "+err.Error()+": pause for less, or raise the queue's MessageRetentionPeriod.")
+		return
+	case errors.Is(err, ledger.ErrInvalidArgument):
+		refuse(http.StatusBadRequest, "Until: "+err.Error())
 		return
 	case errors.Is(err, ledger.ErrConflict):
 		refuse(http.StatusConflict, "The scope's state kept changing (workers' probes, another operator): look at it again, then pause again.")
