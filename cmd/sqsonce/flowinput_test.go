@@ -272,3 +272,25 @@ func TestFlowInput_Sample(t *testing.T) {
 		t.Errorf("--sample \"\": exit %d:\n%s", code, out)
 	}
 }
+
+// check --sample of an SNS notification envelope, without key.sns, says
+// where the key is (the subscription delivers envelopes); with key.sns the
+// key is read from the envelope's Message.
+func TestFlowInput_SampleSNSEnvelope(t *testing.T) {
+	body := []byte(`{"Type":"Notification","MessageId":"m-1","TopicArn":"arn:aws:sns:us-east-1:000000000000:orders","Message":"{\"id\":\"order-7\"}"}`)
+	env := inputEnv(t.TempDir())
+	code, out := inputRun([]string{"check", "--sample", "-"}, env, body)
+	if code == 0 || !strings.Contains(out, "the sample is an SNS notification envelope: with key.sns = true") {
+		t.Errorf("exit %d: an SNS envelope without key.sns:\n%s", code, out)
+	}
+	env["SQSONCE_KEY_SNS"] = "true"
+	code, out = inputRun([]string{"check", "--sample", "-"}, env, body)
+	if code != 0 || !strings.Contains(out, `"order-7"`) || strings.Contains(out, "SNS notification envelope") {
+		t.Errorf("exit %d: an SNS envelope with key.sns:\n%s", code, out)
+	}
+	// A body that is no envelope gets no hint.
+	code, out = inputRun([]string{"check", "--sample", "-"}, inputEnv(t.TempDir()), []byte(`{"other":1}`))
+	if code == 0 || strings.Contains(out, "SNS") {
+		t.Errorf("exit %d: a plain body without the key:\n%s", code, out)
+	}
+}
