@@ -191,11 +191,24 @@ func (k *keyer) deriveOpened(o opened, system map[string]string) (derived, error
 	}
 	if err != nil {
 		if !k.cfg.HashMissing {
-			return derived{}, fmt.Errorf("%w: %v", ErrNoKey, err)
+			return derived{}, fmt.Errorf("%w: %v%s", ErrNoKey, err, k.snsHint(payload))
 		}
 		d.key, d.hashed = k.cfg.Prefix+"sha256:"+hex.EncodeToString(sum[:]), true
 	}
 	return d, nil
+}
+
+// snsHint says where the key is when a body read without KeyConfig.SNS,
+// whose key could not be read, is an SNS notification envelope (a topic
+// delivering to the queue without raw message delivery).
+func (k *keyer) snsHint(payload []byte) string {
+	if k.cfg.SNS || k.cfg.From != KeyFromBody {
+		return ""
+	}
+	if _, err := openSNS(payload); err != nil {
+		return ""
+	}
+	return "; the body is an SNS notification envelope: with key.sns = true the key is read from its Message (or turn on raw message delivery on the subscription)"
 }
 
 // checkKeyText refuses text that cannot travel as an environment variable

@@ -45,6 +45,7 @@ func TestKeyer_Derive(t *testing.T) {
 		{"DeeplyNested", KeyConfig{From: KeyFromBody, Pointer: "/id"}, strings.Repeat("[", 20000) + strings.Repeat("]", 20000), nil, nil, "", "not valid JSON"},
 		{"SNS", KeyConfig{From: KeyFromBody, Pointer: "/id", SNS: true}, sns(`{"id":"evt_sns"}`), nil, nil, "evt_sns", ""},
 		{"SNSNotEnvelope", KeyConfig{From: KeyFromBody, Pointer: "/id", SNS: true}, `{"id":"evt_raw"}`, nil, nil, "", "not an SNS notification envelope"},
+		{"SNSEnvelopeWithoutSNS", KeyConfig{From: KeyFromBody, Pointer: "/id"}, sns(`{"id":"evt_sns"}`), nil, nil, "", `no field "id"; the body is an SNS notification envelope: with key.sns = true`},
 		{"Attribute", KeyConfig{From: KeyFromAttribute, Attribute: "EventId"}, `anything`,
 			map[string]types.MessageAttributeValue{"EventId": {DataType: aws.String("String"), StringValue: aws.String("e-7")}}, nil, "e-7", ""},
 		{"AttributeMissing", KeyConfig{From: KeyFromAttribute, Attribute: "EventId"}, `x`, nil, nil, "", `no attribute "EventId"`},

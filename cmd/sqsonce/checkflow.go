@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -152,7 +151,7 @@ func checkSample(c *checker, cfg Config, name string, body []byte, attrs map[str
 	key, _, err := keyOf(types.Message{Body: aws.String(string(body)), MessageAttributes: attrs})
 	switch {
 	case err != nil:
-		c.line("fail", "sample key", "%s: %v: the worker would dead-letter it (key.on_missing = %q)%s", name, err, cfg.Key.OnMissing, snsHint(cfg, body))
+		c.line("fail", "sample key", "%s: %v: the worker would dead-letter it (key.on_missing = %q)", name, err, cfg.Key.OnMissing)
 	default:
 		c.line("ok", "sample key", "%s: %q", name, key)
 	}
@@ -171,20 +170,6 @@ func checkSample(c *checker, cfg Config, name string, body []byte, attrs map[str
 	if len(values) == 0 {
 		c.line("ok", "sample partition", "none configured ([[flow.partition]])")
 	}
-}
-
-// snsHint is a hint for a sample whose key could not be read: an SNS
-// notification envelope read without key.sns (a topic without raw message
-// delivery), where the key is in the envelope's Message.
-func snsHint(cfg Config, body []byte) string {
-	var env struct {
-		Type    string
-		Message *string
-	}
-	if cfg.Key.SNS || cfg.Key.From != KeyFromBody || json.Unmarshal(body, &env) != nil || env.Type != "Notification" || env.Message == nil {
-		return ""
-	}
-	return "; the sample is an SNS notification envelope: with key.sns = true the key is read from its Message (or turn on raw message delivery on the subscription)"
 }
 
 // readSample reads a sample body from path ("-": in), of at most limit

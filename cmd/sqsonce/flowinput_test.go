@@ -280,7 +280,7 @@ func TestFlowInput_SampleSNSEnvelope(t *testing.T) {
 	body := []byte(`{"Type":"Notification","MessageId":"m-1","TopicArn":"arn:aws:sns:us-east-1:000000000000:orders","Message":"{\"id\":\"order-7\"}"}`)
 	env := inputEnv(t.TempDir())
 	code, out := inputRun([]string{"check", "--sample", "-"}, env, body)
-	if code == 0 || !strings.Contains(out, "the sample is an SNS notification envelope: with key.sns = true") {
+	if code == 0 || !strings.Contains(out, "the body is an SNS notification envelope: with key.sns = true") {
 		t.Errorf("exit %d: an SNS envelope without key.sns:\n%s", code, out)
 	}
 	env["SQSONCE_KEY_SNS"] = "true"
