@@ -445,7 +445,10 @@ func (h *history) explain(prev, next event.Execution, permanent bool) string {
 
 // claimHistory is who held each operation's claim when, from the worker
 // runs' event logs: every claim written (EvClaim, logged once the ledger
-// call returned, so after the claim took effect), every claim released
+// call returned, so after the claim took effect, and after its call was
+// sent: the ledger may order two calls in flight at once either way, and
+// one answered late, its connection stalled, may have taken effect before
+// one answered earlier), every claim released
 // (EvRelease, likewise), every answer that a claim was lost (EvLost) and
 // every handler call (EvStart, logged as the handler is called), each with
 // its attempt's owner token, which no two attempts share; and from the
@@ -453,6 +456,7 @@ func (h *history) explain(prev, next event.Execution, permanent bool) string {
 type claimHistory struct {
 	claims    map[string][]runEvent // key -> claims written, in time order
 	claimed   map[string]int64      // owner -> when its claim was written
+	sent      map[string]int64      // owner -> when its claim's call was sent
 	released  map[string]int64      // owner -> when its claim was released
 	told      map[string]int64      // owner -> when the ledger first said its claim was lost
 	started   map[string]int64      // owner -> when its handler was called
@@ -466,7 +470,7 @@ type claimHistory struct {
 
 // newClaimHistory reads the claims from events, in time order.
 func newClaimHistory(events []runEvent, forgets []forgetRec) *claimHistory {
-	h := &claimHistory{claims: map[string][]runEvent{}, claimed: map[string]int64{}, released: map[string]int64{}, told: map[string]int64{},
+	h := &claimHistory{claims: map[string][]runEvent{}, claimed: map[string]int64{}, sent: map[string]int64{}, released: map[string]int64{}, told: map[string]int64{},
 		started: map[string]int64{}, forgotten: map[string][]int64{}}
 	for _, f := range forgets {
 		h.forgotten[f.key] = append(h.forgotten[f.key], f.from.UnixNano())
@@ -476,6 +480,7 @@ func newClaimHistory(events []runEvent, forgets []forgetRec) *claimHistory {
 		case event.EvClaim:
 			h.claims[e.Key] = append(h.claims[e.Key], e)
 			h.claimed[e.Owner] = e.T
+			h.sent[e.Owner] = sentAt(e)
 		case event.EvRelease:
 			h.released[e.Owner] = e.T
 		case event.EvLost:
@@ -513,6 +518,35 @@ func (h *claimHistory) takenUnstarted(runs map[int]*runInfo) int {
 	return n
 }
 
+// sentAt is when a claim's call was sent: its answer's time in an event
+// that does not say.
+func sentAt(e runEvent) int64 {
+	if e.Since > 0 {
+		return e.Since
+	}
+	return e.T
+}
+
+// tookOver reports whether claim c of an operation took effect after the
+// claim of owner, and so took the operation from it. c did when its call
+// was sent after owner's claim was answered. Sent before that answer (both
+// calls in flight at once), c was ordered by the ledger either way: after
+// owner's only where owner's lease could have lapsed by then, for a claim
+// takes effect after its call is sent and holds its lease (the visibility
+// timeout) from then, so only when c was answered a lease or more after
+// owner's call was sent; otherwise c came first, and owner's claim took it
+// over.
+func (h *claimHistory) tookOver(c runEvent, owner string) bool {
+	own := h.claimed[owner]
+	switch {
+	case c.T <= own:
+		return false
+	case sentAt(c) > own:
+		return true
+	}
+	return c.T >= h.sent[owner]+int64(workerVisibility)
+}
+
 // afterLoss returns, one line each, the handler calls made after their
 // attempt's claim was lost: after another claim of the operation was
 // written (a takeover: the ledger gave the operation to another attempt),
@@ -538,7 +572,7 @@ func (h *claimHistory) afterLoss() []string {
 			why = fmt.Sprintf("its claim had been released %.3fs before", float64(s.T-rel)/1e9)
 		default:
 			for _, c := range h.claims[s.Key] {
-				if c.T > own && c.T < s.T && c.Owner != s.Owner {
+				if c.T < s.T && c.Owner != s.Owner && h.tookOver(c, s.Owner) {
 					why = fmt.Sprintf("claim %s took the operation over %.3fs before", c.Owner, float64(s.T-c.T)/1e9)
 					break
 				}

@@ -23,6 +23,9 @@ func TestClaimHistory(t *testing.T) {
 	take := func(run int, owner string, ms int64) runEvent { return ev(run, event.EvClaim, "k", owner, ms, true) }
 	start := func(run int, owner string, ms int64) runEvent { return ev(run, event.EvStart, "k", owner, ms, false) }
 	lost := func(run int, owner string, ms int64) runEvent { return ev(run, event.EvLost, "k", owner, ms, false) }
+	// sentAt is a claim whose call was sent at sent and answered at ms.
+	sentAt := func(e runEvent, sent int64) runEvent { e.Since = sent * int64(time.Millisecond); return e }
+	lease := workerVisibility.Milliseconds()
 	for _, tc := range []struct {
 		name      string
 		events    []runEvent // in time order
@@ -41,6 +44,13 @@ func TestClaimHistory(t *testing.T) {
 		{"forgotten, the worker told, then started", []runEvent{claim(1, "a", 10), lost(1, "a", 25), start(1, "a", 30)}, 20, 1, 0, 0},
 		{"forgotten, started before the worker was told", []runEvent{claim(1, "a", 10), start(1, "a", 22), lost(1, "a", 25)}, 20, 0, 1, 0},
 		{"forgotten before the claim", []runEvent{claim(1, "a", 10), start(1, "a", 22)}, 5, 0, 0, 0},
+		// b's call, in flight since before a's, was answered late (its
+		// connection stalled): the ledger took it first, and a's claim took
+		// the operation over from it.
+		{"a claim answered late, taken over meanwhile", []runEvent{sentAt(take(1, "a", 5000), 4990), sentAt(claim(2, "b", 7000), 100), start(1, "a", 9000)}, 0, 0, 0, 0},
+		// Answered a lease after a's call: it may have taken a's over.
+		{"a claim answered a lease later", []runEvent{sentAt(take(1, "a", 5000), 4990), sentAt(claim(2, "b", 4990+lease), 100), start(1, "a", 5000+lease+10)}, 0, 1, 0, 0},
+		{"a claim sent after the answer", []runEvent{sentAt(claim(1, "a", 5000), 4990), sentAt(take(2, "b", 5200), 5010), start(1, "a", 5300)}, 0, 1, 0, 1},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			var forgets []forgetRec
@@ -52,7 +62,7 @@ func TestClaimHistory(t *testing.T) {
 				t.Fatalf("after loss %d %q, unknowing %d; want %d, %d", len(lost), lost, h.unknowing, tc.lost, tc.unknowing)
 			}
 			// Every run was alive until long after.
-			runs := map[int]*runInfo{1: {endedAt: time.Unix(1, 0)}, 2: {endedAt: time.Unix(1, 0)}}
+			runs := map[int]*runInfo{1: {endedAt: time.Unix(100, 0)}, 2: {endedAt: time.Unix(100, 0)}}
 			if n := h.takenUnstarted(runs); n != tc.taken {
 				t.Fatalf("taken over unstarted %d, want %d", n, tc.taken)
 			}

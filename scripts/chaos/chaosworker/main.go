@@ -439,7 +439,8 @@ func (l *chaosLedger) unavailable(err error) {
 }
 
 // ClaimBatch is the real ClaimBatch, each claim it made logged (once it
-// returned: the claim was written before). A failed batch starts a wait
+// returned: the claim was written before, after the call was sent, both
+// times in the event). A failed batch starts a wait
 // for the ledger, and a successful one ends it, as in the worker, which
 // holds new work back meanwhile. With Broken skip-claim every claim is
 // answered as made, and nothing is written.
@@ -453,6 +454,7 @@ func (l *chaosLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest
 		}
 		return out, nil
 	}
+	sent := time.Now()
 	claims, err := l.inner.ClaimBatch(ctx, reqs)
 	l.unavailable(err)
 	switch {
@@ -469,7 +471,7 @@ func (l *chaosLedger) ClaimBatch(ctx context.Context, reqs []ledger.ClaimRequest
 		for i, c := range claims {
 			switch {
 			case c.Err == nil && c.Outcome == ledger.Claimed:
-				l.events.Log(event.WorkerEvent{Ev: event.EvClaim, Key: reqs[i].Key, Owner: reqs[i].Owner, Takeover: c.Takeover})
+				l.events.Log(event.WorkerEvent{Ev: event.EvClaim, Key: reqs[i].Key, Owner: reqs[i].Owner, Takeover: c.Takeover, Since: sent.UnixNano()})
 			case c.Err == nil && c.Outcome == ledger.AlreadyComplete:
 				l.events.Log(event.WorkerEvent{Ev: event.EvDone, Key: reqs[i].Key})
 			}

@@ -134,7 +134,8 @@ type WorkerEvent struct {
 	Cause string `json:"cause,omitempty"`
 	T     int64  `json:"t"` // Unix nanoseconds
 	// Since: EvWait, when the wait began (Unix nanoseconds); T is when it
-	// ended.
+	// ended. EvClaim, when the claim's call was sent: the claim took
+	// effect between then and T.
 	Since int64 `json:"since,omitempty"`
 	// EvSent: the id SQS gave the copy, and the queue it went to.
 	// MessageID is then the message copied.
