@@ -62,7 +62,7 @@
 //
 // Every transition, by the state it leaves:
 //
-//	received   → claimed, settled, given back, dead-lettered
+//	received   → claimed, settled, given back, dead-lettered, deferred
 //	claimed    → waiting, given back, lost
 //	waiting    → starting, given back, lost, deferred
 //	starting   → running, waiting, given back, lost
@@ -84,7 +84,9 @@
 // is settled at once; a copy of an operation at work in this worker stays
 // received, out of sight, until that work ends, and is then claimed; a
 // message whose operation runs elsewhere, whose key is missing or whose
-// ledger record cannot be read is given back or dead-lettered unclaimed; a
+// ledger record cannot be read is given back or dead-lettered unclaimed
+// (one whose operation runs elsewhere is deferred instead near the
+// redrive's receive count, on a standard queue); a
 // heartbeat that learns that a claim is lost (or on a FIFO queue that SQS
 // no longer takes a waiting message's receipt) ends it as lost, cutting a
 // running attempt off; a stop gives back what has not started. A failed

@@ -951,3 +951,52 @@ func TestWorker_LapsedSlotIsLogged(t *testing.T) {
 		t.Errorf("completed %d, want 2; stats %+v", s.Completed, s)
 	}
 }
+
+// A copy of an operation held in progress by another worker (here a
+// handler that runs long; in an outage, a message held for the pause)
+// comes back each time the other claim's lease could have lapsed. Near the
+// redrive's receive count it is deferred (a copy with a delay, its count
+// starting again) rather than given back, so that SQS never dead-letters a
+// copy of an operation that is alive; once the operation completes, the
+// copy is a duplicate, deleted.
+func TestWorker_CopyOfHeldOperationNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 3})
+	release := make(chan struct{})
+	var started atomic.Bool
+	cfgA := b.config()
+	cfgA.Concurrency, cfgA.Prefetch = 1, worker.NoPrefetch // holds the one message, receives no more
+	_, stopA := b.startOn(cfgA, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		started.Store(true)
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		return nil
+	}))
+	b.send(`{"id":"k"}`)
+	waitUntil(t, "the operation to start", 20*time.Second, started.Load)
+	cfgB := b.config()
+	cfgB.VisibilityTimeout = time.Second // the copy comes back every second or two
+	wB, stopB := b.startOn(cfgB, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		return nil
+	}))
+	b.send(`{"id":"k"}`)
+	time.Sleep(12 * time.Second) // six returns or more: twice what the redrive allows
+	close(release)
+	waitUntil(t, "the copy to be deleted as a duplicate of the completed operation", 30*time.Second, func() bool { return wB.Stats().Duplicates >= 1 })
+	b.waitEmpty(30 * time.Second)
+	sB := stopB()
+	stopA()
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue: the copy of the operation held elsewhere was redriven", n)
+	}
+	if n := b.runs.count("k"); n != 1 {
+		t.Errorf("the operation ran %d times, want 1", n)
+	}
+	if sB.Deferred == 0 {
+		t.Errorf("the copy was never deferred; stats %+v", sB)
+	}
+}

@@ -1044,6 +1044,22 @@ func (w *Worker) deferMsg(j *job, d time.Duration, why string) bool {
 	return true
 }
 
+// deferCopy defers j, received and unclaimed, a copy of an operation in
+// progress under another claim: a copy sent with a delay of d (its receive
+// count starting again), the original deleted, rather than given back
+// towards the redrive, which would dead-letter a copy of an operation that
+// is alive (one held for a pause, say, or running long). It reports false,
+// j untouched, when SQS refused the copy.
+func (w *Worker) deferCopy(j *job, d time.Duration, why string) bool {
+	in := &sqsSendCopy{w: w, j: j, delay: d}
+	if err := in.send(); err != nil {
+		w.log.Warn("could not defer the message (send its copy): giving it back", "message_id", j.id(), "key", j.key.key, "error", err)
+		return false
+	}
+	w.endDeferred(j, d, why, false)
+	return true
+}
+
 // endDeferred ends j, whose copy SQS took with a delay of d, as deferred:
 // the original deleted, its claim released unless release is false (its
 // failure was recorded, which ended the claim).

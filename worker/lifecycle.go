@@ -60,7 +60,9 @@ const (
 	lost
 	// deferred: held for a limit or an outage longer than it could be
 	// kept, it was sent again with a delay under its key, and deleted
-	// once SQS took the copy; its claim is released.
+	// once SQS took the copy; its claim is released. A received copy of
+	// an operation in progress under another claim, near the redrive, is
+	// deferred the same way, unclaimed.
 	deferred
 )
 
@@ -82,7 +84,7 @@ func (s state) holdsClaim() bool { return s >= claimed && s <= failed }
 
 // transitions are the moves the package doc draws, and the only ones.
 var transitions = map[state][]state{
-	received:   {claimed, settled, givenBack, deadLettered},
+	received:   {claimed, settled, givenBack, deadLettered, deferred},
 	claimed:    {waiting, givenBack, lost},
 	waiting:    {starting, givenBack, lost, deferred},
 	starting:   {running, waiting, givenBack, lost},

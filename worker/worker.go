@@ -777,6 +777,9 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 			// lease lapses.
 			wait = min(wait, w.recheck())
 		}
+		if w.nearRedrive(j) && w.deferCopy(j, wait, "a copy of an operation in progress under another claim, near the redrive's receive count") {
+			return deferred
+		}
 		return back(wait, "operation in progress under another claim: retry when it is settled or its lease lapses")
 	case ledger.Conflict:
 		w.stats.conflicts.Add(1)
@@ -790,6 +793,15 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 	log.Error("unknown claim outcome: leaving the message", "outcome", j.claim.Outcome)
 	w.comeBack(j, givenBack, w.cfg.MaxBackoff)
 	return givenBack
+}
+
+// nearRedrive reports whether j, on a standard queue with a dead-letter
+// queue, was received at least maxReceiveCount - 1 times: given back, its
+// next receive could be its last (SQS's count is approximate).
+func (w *Worker) nearRedrive(j *job) bool {
+	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	r := w.queue.maxReceiveCount
+	return !w.queue.fifo && r > 0 && n >= r-1 && w.queue.dlqURL != ""
 }
 
 // untilLapsed is the back-off of a delivery whose operation is in progress
