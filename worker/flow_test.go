@@ -1000,3 +1000,40 @@ func TestWorker_CopyOfHeldOperationNotDeadLettered(t *testing.T) {
 		t.Errorf("the copy was never deferred; stats %+v", sB)
 	}
 }
+
+// A copy of an operation at work in this process waits for it here, out
+// of sight; near the redrive's receive count it is deferred instead, so
+// that a worker killed while it waits leaves no copy at its last receive
+// for the redrive to dead-letter.
+func TestWorker_CopyWaitingHereNearRedriveIsDeferred(t *testing.T) {
+	t.Parallel()
+	b := setup(t, options{maxReceive: 2}) // every first receive is one short of the redrive
+	release := make(chan struct{})
+	var started atomic.Bool
+	cfg := b.config()
+	cfg.Concurrency = 2
+	w, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+		b.runs.add(m.Key)
+		started.Store(true)
+		select {
+		case <-release:
+		case <-time.After(30 * time.Second):
+		}
+		return nil
+	}))
+	b.send(`{"id":"k"}`)
+	waitUntil(t, "the operation to start", 20*time.Second, started.Load)
+	b.send(`{"id":"k"}`)
+	waitUntil(t, "the copy to be deferred", 20*time.Second, func() bool { return w.Stats().Deferred >= 1 })
+	close(release)
+	waitUntil(t, "the copy to be deleted as a duplicate of the completed operation", 30*time.Second, func() bool { return w.Stats().Duplicates >= 1 })
+	b.waitEmpty(30 * time.Second)
+	s := stop()
+	t.Logf("stats %+v", s)
+	if n := b.dlqCount(); n != 0 {
+		t.Errorf("%d messages in the dead-letter queue", n)
+	}
+	if n := b.runs.count("k"); n != 1 {
+		t.Errorf("the operation ran %d times, want 1", n)
+	}
+}

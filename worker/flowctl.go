@@ -1025,38 +1025,27 @@ func (f *flowCtl) takeTurns(ctx context.Context, t *turns) {
 	}
 }
 
-// deferMsg sends a copy of j, waiting, to its queue with a delay of d
-// (SQS's limit: 15 minutes), exactly as it was received (its body, its
-// message attributes, its AWSTraceHeader), and deletes the original once
-// SQS took the copy: its receive count starts again, and nothing of it is
-// lost. It reports false, leaving j held, when the copy could not be
-// sent.
+// deferMsg sends a copy of j to its queue with a delay of d (SQS's limit:
+// 15 minutes), exactly as it was received (its body, its message
+// attributes, its AWSTraceHeader), and deletes the original once SQS took
+// the copy: its receive count starts again, and nothing of it is lost. j
+// is waiting (claimed, held by flow control: its claim is released), or
+// received (unclaimed, a copy of an operation in progress elsewhere, which
+// given back towards the redrive would dead-letter a copy of an operation
+// that is alive). It reports false, j untouched, when the copy could not
+// be sent or j ended meanwhile: a waiting j stays held, a received one is
+// given back by its caller.
 func (w *Worker) deferMsg(j *job, d time.Duration, why string) bool {
-	if st, _ := j.b.state(j); st != waiting {
+	st, _ := j.b.state(j)
+	if st != waiting && st != received {
 		return false // ended meanwhile (its claim lost, given back): nothing to defer
 	}
 	in := &sqsSendCopy{w: w, j: j, delay: d}
 	if err := in.send(); err != nil {
-		w.log.Warn("could not defer the message (send its copy): it stays held", "message_id", j.id(), "key", j.key.key, "error", err)
+		w.log.Warn("could not defer the message (send its copy)", "message_id", j.id(), "key", j.key.key, "error", err)
 		return false
 	}
-	w.endDeferred(j, d, why, true)
-	return true
-}
-
-// deferCopy defers j, received and unclaimed, a copy of an operation in
-// progress under another claim: a copy sent with a delay of d (its receive
-// count starting again), the original deleted, rather than given back
-// towards the redrive, which would dead-letter a copy of an operation that
-// is alive (one held for a pause, say, or running long). It reports false,
-// j untouched, when SQS refused the copy.
-func (w *Worker) deferCopy(j *job, d time.Duration, why string) bool {
-	in := &sqsSendCopy{w: w, j: j, delay: d}
-	if err := in.send(); err != nil {
-		w.log.Warn("could not defer the message (send its copy): giving it back", "message_id", j.id(), "key", j.key.key, "error", err)
-		return false
-	}
-	w.endDeferred(j, d, why, false)
+	w.endDeferred(j, d, why, st == waiting)
 	return true
 }
 

@@ -714,7 +714,13 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 	// of sight, and is then claimed: given back, it would come back every
 	// recheck while the operation runs or is held, its receive count
 	// running up towards the redrive.
+	// Near the redrive's receive count it is deferred instead (standard
+	// queues): kept here, it would be left at its last receive if this
+	// process were killed meanwhile.
 	if j.here || j.claim.Err == nil && j.claim.Outcome == ledger.InProgress && w.ownedHere(j.claim.Record.Owner) {
+		if w.isActive(j.key.key) && w.nearRedrive(j) && w.deferMsg(j, w.recheck(), "a copy of an operation at work in this process, near the redrive's receive count") {
+			return deferred
+		}
 		if w.awaitKey(ctx, j) && w.reclaim(ctx, j, &log) {
 			j.here = false
 			if st, _ := b.state(j); st == waiting {
@@ -777,7 +783,7 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 			// lease lapses.
 			wait = min(wait, w.recheck())
 		}
-		if w.nearRedrive(j) && w.deferCopy(j, wait, "a copy of an operation in progress under another claim, near the redrive's receive count") {
+		if w.nearRedrive(j) && w.deferMsg(j, wait, "a copy of an operation in progress under another claim, near the redrive's receive count") {
 			return deferred
 		}
 		return back(wait, "operation in progress under another claim: retry when it is settled or its lease lapses")
@@ -800,8 +806,8 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 // next receive could be its last (SQS's count is approximate).
 func (w *Worker) nearRedrive(j *job) bool {
 	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	r := w.queue.maxReceiveCount
-	return !w.queue.fifo && r > 0 && n >= r-1 && w.queue.dlqURL != ""
+	r := w.queue.maxReceiveCount // > 0 only with a dead-letter queue
+	return !w.queue.fifo && r > 0 && n >= r-1
 }
 
 // untilLapsed is the back-off of a delivery whose operation is in progress
@@ -1133,9 +1139,7 @@ func (w *Worker) await(ctx context.Context, j *job) bool {
 // redrive's, so that a stop during an outage sends nothing to the
 // dead-letter queue.
 func (w *Worker) deferAtStop(j *job) bool {
-	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	r := w.queue.maxReceiveCount
-	return !w.queue.fifo && r > 0 && n >= r-1 && w.flow.act && (w.flow.holds(j) || w.flow.pausedNow())
+	return w.nearRedrive(j) && w.flow.act && (w.flow.holds(j) || w.flow.pausedNow())
 }
 
 // pausedNearRedrive reports whether j, waiting, is held by a pause with
@@ -1145,12 +1149,10 @@ func (w *Worker) deferAtStop(j *job) bool {
 // nothing at its last receive for the redrive but the message kept for
 // the next probe.
 func (w *Worker) pausedNearRedrive(j *job) bool {
-	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	r := w.queue.maxReceiveCount
 	if st, _ := j.b.state(j); st != waiting || time.Now().Before(j.deferAfter) {
 		return false
 	}
-	return !w.queue.fifo && r > 0 && n >= r-1 && w.queue.dlqURL != "" && w.flow.pausing(j)
+	return w.nearRedrive(j) && w.flow.pausing(j)
 }
 
 // heldTooLong reports whether j, waiting and held by flow control on a
