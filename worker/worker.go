@@ -714,11 +714,11 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 	// of sight, and is then claimed: given back, it would come back every
 	// recheck while the operation runs or is held, its receive count
 	// running up towards the redrive.
-	// Near the redrive's receive count it is deferred instead (standard
-	// queues): kept here, it would be left at its last receive if this
-	// process were killed meanwhile.
+	// At its last receive it is deferred instead (standard queues): kept
+	// here, it would be left to the redrive if this process were killed
+	// meanwhile.
 	if j.here || j.claim.Err == nil && j.claim.Outcome == ledger.InProgress && w.ownedHere(j.claim.Record.Owner) {
-		if w.isActive(j.key.key) && w.nearRedrive(j) && w.deferMsg(j, w.recheck(), "a copy of an operation at work in this process, near the redrive's receive count") {
+		if w.isActive(j.key.key) && w.receivedLast(j) && w.deferMsg(j, w.recheck(), "a copy of an operation at work in this process, near the redrive's receive count") {
 			return deferred
 		}
 		if w.awaitKey(ctx, j) && w.reclaim(ctx, j, &log) {
@@ -805,9 +805,21 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 // queue, was received at least maxReceiveCount - 1 times: given back, its
 // next receive could be its last (SQS's count is approximate).
 func (w *Worker) nearRedrive(j *job) bool {
-	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	r := w.queue.maxReceiveCount // > 0 only with a dead-letter queue
-	return !w.queue.fifo && r > 0 && n >= r-1
+	return !w.queue.fifo && r > 0 && w.receiveCount(j) >= r-1
+}
+
+// receivedLast reports whether j, on a standard queue with a dead-letter
+// queue, was received maxReceiveCount times or more: unless it is settled
+// by this receive, its next one is the redrive's.
+func (w *Worker) receivedLast(j *job) bool {
+	return w.nearRedrive(j) && w.receiveCount(j) >= w.queue.maxReceiveCount
+}
+
+// receiveCount is SQS's approximate count of j's receives.
+func (w *Worker) receiveCount(j *job) int {
+	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	return n
 }
 
 // untilLapsed is the back-off of a delivery whose operation is in progress
@@ -1027,7 +1039,7 @@ func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, 
 		Attributes:      stringAttributes(j.opened.attrs),
 		Owner:           j.owner,
 	}
-	m.ReceiveCount, _ = strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	m.ReceiveCount = w.receiveCount(j)
 	if ms, err := strconv.ParseInt(j.msg.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
 		m.SentAt = time.UnixMilli(ms)
 	}
