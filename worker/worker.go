@@ -713,12 +713,11 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 	// or under another message's claim of this one) waits for it here, out
 	// of sight, and is then claimed: given back, it would come back every
 	// recheck while the operation runs or is held, its receive count
-	// running up towards the redrive.
-	// At its last receive it is deferred instead (standard queues): kept
-	// here, it would be left to the redrive if this process were killed
-	// meanwhile.
+	// running up towards the redrive. At its last receive it is deferred
+	// instead (standard queues): kept here, it would be left to the
+	// redrive if this process were killed meanwhile.
 	if j.here || j.claim.Err == nil && j.claim.Outcome == ledger.InProgress && w.ownedHere(j.claim.Record.Owner) {
-		if w.isActive(j.key.key) && w.receivedLast(j) && w.deferMsg(j, w.recheck(), "a copy of an operation at work in this process, near the redrive's receive count") {
+		if w.isActive(j.key.key) && w.receivedLast(j) && w.deferMsg(j, w.recheck(), "a copy of an operation at work in this process, at its last receive") {
 			return deferred
 		}
 		if w.awaitKey(ctx, j) && w.reclaim(ctx, j, &log) {
