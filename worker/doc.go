@@ -82,7 +82,8 @@
 // while completions cannot be recorded. settled, retrying, given back,
 // dead-lettered and lost are its ends: a duplicate of a complete operation
 // is settled at once; a copy of an operation at work in this worker stays
-// received, out of sight, until that work ends, and is then claimed; a
+// received, out of sight, until that work ends, and is then claimed (at
+// its last receive, on a standard queue, it is deferred instead); a
 // message whose operation runs elsewhere, whose key is missing or whose
 // ledger record cannot be read is given back or dead-lettered unclaimed
 // (one whose operation runs elsewhere is deferred instead near the

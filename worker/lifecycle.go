@@ -61,8 +61,9 @@ const (
 	// deferred: held for a limit or an outage longer than it could be
 	// kept, it was sent again with a delay under its key, and deleted
 	// once SQS took the copy; its claim is released. A received copy of
-	// an operation in progress under another claim, near the redrive, is
-	// deferred the same way, unclaimed.
+	// an operation in progress (under another claim near the redrive, or
+	// at work in this process at its last receive) is deferred the same
+	// way, unclaimed.
 	deferred
 )
 
