@@ -288,7 +288,7 @@ func (w *Worker) payloadFailed(j *job, log *jobLog) state {
 		return w.deadLetter(j, "payload unreadable: "+err.Error(), log)
 	}
 	w.stats.payloadsRetried.Add(1)
-	wait := backoff(max(w.receiveCount(j), 1), w.cfg.MinBackoff, w.cfg.MaxBackoff)
+	wait := backoff(max(j.receives, 1), w.cfg.MinBackoff, w.cfg.MaxBackoff)
 	log.Warn("the message's payload in S3 could not be read: will retry", "error", err, "retry_in", wait)
 	w.comeBack(j, givenBack, wait)
 	return givenBack

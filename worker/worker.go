@@ -444,6 +444,10 @@ type job struct {
 	owner      string
 	here       bool   // its key is at work in this process, for another receive: not claimed
 	b          *batch // its received batch, which keeps it
+	// receives is SQS's approximate count of its receives, sent when SQS
+	// accepted it (zero when the attribute is missing).
+	receives int
+	sent     time.Time
 
 	// Flow control's, set before it waits: its pause scopes (the handler's
 	// and its partition values'), when its rate tokens are due, how long a
@@ -495,6 +499,10 @@ func (w *Worker) dispatch(ctx, workCtx context.Context, sent time.Time, msgs []t
 	all := make([]*job, len(msgs))
 	for i, m := range msgs {
 		j := &job{msg: m, body: []byte(aws.ToString(m.Body))}
+		j.receives, _ = strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+		if ms, err := strconv.ParseInt(m.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
+			j.sent = time.UnixMilli(ms)
+		}
 		all[i] = j
 		j.opened = w.keyer.open(j.body, m.MessageAttributes)
 	}
@@ -805,20 +813,14 @@ func (w *Worker) process(ctx, workCtx context.Context, j *job) state {
 // next receive could be its last (SQS's count is approximate).
 func (w *Worker) nearRedrive(j *job) bool {
 	r := w.queue.maxReceiveCount // > 0 only with a dead-letter queue
-	return !w.queue.fifo && r > 0 && w.receiveCount(j) >= r-1
+	return !w.queue.fifo && r > 0 && j.receives >= r-1
 }
 
 // receivedLast reports whether j, on a standard queue with a dead-letter
 // queue, was received maxReceiveCount times or more: unless it is settled
 // by this receive, its next one is the redrive's.
 func (w *Worker) receivedLast(j *job) bool {
-	return w.nearRedrive(j) && w.receiveCount(j) >= w.queue.maxReceiveCount
-}
-
-// receiveCount is SQS's approximate count of j's receives.
-func (w *Worker) receiveCount(j *job) int {
-	n, _ := strconv.Atoi(j.msg.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	return n
+	return w.nearRedrive(j) && j.receives >= w.queue.maxReceiveCount
 }
 
 // untilLapsed is the back-off of a delivery whose operation is in progress
@@ -1038,10 +1040,7 @@ func (w *Worker) startAndRun(ctx, workCtx context.Context, j *job, log *jobLog, 
 		Attributes:      stringAttributes(j.opened.attrs),
 		Owner:           j.owner,
 	}
-	m.ReceiveCount = w.receiveCount(j)
-	if ms, err := strconv.ParseInt(j.msg.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
-		m.SentAt = time.UnixMilli(ms)
-	}
+	m.ReceiveCount, m.SentAt = j.receives, j.sent
 	producer := producerContext(m, j.msg.Attributes, log)
 	w.stats.claimed.Add(1)
 	w.flow.began(j)
@@ -1185,8 +1184,8 @@ func (w *Worker) heldTooLong(j *job) bool {
 // minutes.
 func (w *Worker) keptUntil(j *job) time.Time {
 	until := j.b.received.Add(MaxVisibility)
-	if ms, err := strconv.ParseInt(j.msg.Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil && w.queue.retention > 0 {
-		if end := time.UnixMilli(ms).Add(w.queue.retention); end.Before(until) {
+	if !j.sent.IsZero() && w.queue.retention > 0 {
+		if end := j.sent.Add(w.queue.retention); end.Before(until) {
 			until = end
 		}
 	}
