@@ -444,8 +444,8 @@ type job struct {
 	owner      string
 	here       bool   // its key is at work in this process, for another receive: not claimed
 	b          *batch // its received batch, which keeps it
-	// receives is SQS's approximate count of its receives, sent when SQS
-	// accepted it (zero when the attribute is missing).
+	// receives is SQS's approximate count of its receives, and sent when
+	// SQS accepted it, read once from its attributes (zero when missing).
 	receives int
 	sent     time.Time
 
