@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -37,6 +38,9 @@ const (
 	// DefaultCompleteDelay is how long a completion waits for company
 	// when it would otherwise commit alone.
 	DefaultCompleteDelay = time.Millisecond
+	// readyRounds bounds how many times the committer yields to the
+	// goroutines ready to run before a commit (see gatherReady).
+	readyRounds = 4
 )
 
 // Bucket names.
@@ -96,8 +100,10 @@ type Options struct {
 // Writes are applied by a single committer goroutine that takes every write
 // request waiting at the time and applies them in one transaction with one
 // fsync (group commit). Writes that arrive while a commit is in flight share
-// the next one. A lone write commits at once, except a completion, which
-// waits up to Options.CompleteDelay for company.
+// the next one. A write that finds the committer idle commits once the
+// goroutines ready to run have handed theirs over (no timer: a scheduler's
+// yield), except a completion, which waits up to Options.CompleteDelay for
+// company.
 type DB struct {
 	bolt      *bolt.DB
 	file      *os.File // the file bbolt opened and locked, while open
@@ -421,6 +427,8 @@ func (db *DB) loop() {
 			t := time.NewTimer(db.linger)
 			batch = db.gather(batch, t.C)
 			t.Stop()
+		} else {
+			batch = db.gatherReady(batch)
 		}
 		db.commit(batch)
 	}
@@ -454,6 +462,25 @@ func (db *DB) gather(batch []*request, until <-chan time.Time) []*request {
 		batch = append(batch, r)
 		if !r.lazy {
 			until = nil
+		}
+	}
+	return batch
+}
+
+// gatherReady lets the goroutines that are ready to run hand their writes
+// over before the committer commits batch, and adds them. A send to an idle
+// committer runs it next, ahead of the goroutines already waiting for the
+// processor: without this, when many callers finish together (handlers
+// freed by the last commit), the first one's write would commit alone and
+// the others' in the commit after its fsync. Yielding costs no timer and
+// no wait when nothing else is ready; it is bounded so that a steady
+// stream of writes cannot hold a commit back.
+func (db *DB) gatherReady(batch []*request) []*request {
+	for range readyRounds {
+		n := len(batch)
+		runtime.Gosched()
+		if batch = db.gather(batch, nil); len(batch) == n {
+			break
 		}
 	}
 	return batch

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -70,5 +71,53 @@ func TestGroupCommitHasNoFixedBound(t *testing.T) {
 	defer mu.Unlock()
 	if len(sizes) != 2 || sizes[1] != n {
 		t.Fatalf("requests per commit: %v, want [1 %d]", sizes, n)
+	}
+}
+
+// Writers that are ready to run when a write reaches an idle committer
+// share its commit: the committer lets them hand their writes over before
+// it commits, rather than commit the first alone and theirs after its
+// fsync. One processor makes the order of goroutines certain: the first
+// writer's send would otherwise run the committer before the others.
+func TestGroupCommit_ReadyWritersShareTheCommit(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	ctx := context.Background()
+	var mu sync.Mutex
+	var sizes []int
+	db, err := Open(filepath.Join(t.TempDir(), "ledger.db"), Options{
+		OnCommit: func(n int, _ time.Duration, _ error) {
+			mu.Lock()
+			sizes = append(sizes, n)
+			mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const n = 16
+	start := make(chan struct{})
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			_, err := db.Claim(ctx, ClaimRequest{Key: fmt.Sprintf("k%d", i), Owner: "o", Lease: time.Minute})
+			errs <- err
+		})
+	}
+	runtime.Gosched() // let every writer reach its wait
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 1 {
+		t.Fatalf("%d claims ready at once were committed in %d commits of %v requests, want one commit", n, len(sizes), sizes)
 	}
 }
