@@ -85,3 +85,48 @@ func TestLimits_ConfigTheLedgerRefuses(t *testing.T) {
 		}
 	}
 }
+
+// slowReserve is a flow ledger whose reservations take their tokens at
+// once and answer after took, as a DynamoDB table does when its
+// conditional write is slow: the grant's clock is its start.
+type slowReserve struct {
+	FlowLedger
+	took time.Duration
+}
+
+func (l slowReserve) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error) {
+	g, err := l.FlowLedger.Reserve(ctx, r)
+	time.Sleep(l.took)
+	return g, err
+}
+
+// TestLimits_TokensNotDueBeforeTheAnswer: a ledger that answers a
+// reservation 300 ms after it took the tokens handed over tokens already
+// due for 300 ms, and their messages started on them beside the tokens of
+// others on time (47 starts in a second at a rate of 40 with three workers
+// on a loaded DynamoDB emulator). The worker now asks for tokens no sooner
+// than it expects the answer: once it has seen how long the ledger takes,
+// none is due before its answer comes, and a token that comes late
+// anyway lapses rather than start late.
+func TestLimits_TokensNotDueBeforeTheAnswer(t *testing.T) {
+	const took = 300 * time.Millisecond
+	f := newFlowCtl(&Worker{cfg: Config{VisibilityTimeout: time.Minute, Flow: FlowConfig{Mode: FlowOn, Scope: "q", Rate: 40, Burst: 1}}}, nil)
+	f.l = slowReserve{FlowLedger: f.l, took: took}
+	for call := 1; call <= 3; call++ {
+		js := []*job{{b: &batch{}}, {b: &batch{}}, {b: &batch{}}}
+		f.reserve(context.Background(), js, false)
+		answered := time.Now()
+		for i, j := range js {
+			if !j.tokens {
+				t.Fatalf("call %d, token %d not taken", call, i)
+			}
+			early := answered.Sub(j.notBefore)
+			if call > 1 && early > lateSlack {
+				t.Errorf("call %d: token %d was due %v before the reservation answered", call, i, early.Round(time.Millisecond))
+			}
+			if early > max(j.interval, lateSlack) && !f.late(j) {
+				t.Errorf("call %d: token %d, due %v before its answer came, is still good: its message would start late on it", call, i, early.Round(time.Millisecond))
+			}
+		}
+	}
+}
