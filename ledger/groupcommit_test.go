@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,23 +16,11 @@ import (
 func TestGroupCommitHasNoFixedBound(t *testing.T) {
 	ctx := context.Background()
 	release := make(chan struct{})
-	var mu sync.Mutex
-	var sizes []int
-	db, err := Open(filepath.Join(t.TempDir(), "ledger.db"), Options{
-		OnCommit: func(n int, _ time.Duration, _ error) {
-			mu.Lock()
-			sizes = append(sizes, n)
-			first := len(sizes) == 1
-			mu.Unlock()
-			if first {
-				<-release // the committer waits here, after its first commit
-			}
-		},
+	db, sizes := openCounting(t, func(commits int) {
+		if commits == 1 {
+			<-release // the committer waits here, after its first commit
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
 	const n = 800
 	var wg sync.WaitGroup
 	errs := make(chan error, n+1)
@@ -40,10 +29,7 @@ func TestGroupCommitHasNoFixedBound(t *testing.T) {
 		_, err := db.Claim(ctx, ClaimRequest{Key: "first", Owner: "o", Lease: time.Minute})
 		errs <- err
 	})
-	for committed := false; !committed; {
-		mu.Lock()
-		committed = len(sizes) == 1
-		mu.Unlock()
+	for len(sizes()) < 1 {
 		time.Sleep(time.Millisecond)
 	}
 	for i := range n {
@@ -60,17 +46,9 @@ func TestGroupCommitHasNoFixedBound(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	close(release)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(sizes) != 2 || sizes[1] != n {
-		t.Fatalf("requests per commit: %v, want [1 %d]", sizes, n)
+	waitNoErrors(t, &wg, errs)
+	if got := sizes(); len(got) != 2 || got[1] != n {
+		t.Fatalf("requests per commit: %v, want [1 %d]", got, n)
 	}
 }
 
@@ -82,19 +60,7 @@ func TestGroupCommitHasNoFixedBound(t *testing.T) {
 func TestGroupCommit_ReadyWritersShareTheCommit(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	ctx := context.Background()
-	var mu sync.Mutex
-	var sizes []int
-	db, err := Open(filepath.Join(t.TempDir(), "ledger.db"), Options{
-		OnCommit: func(n int, _ time.Duration, _ error) {
-			mu.Lock()
-			sizes = append(sizes, n)
-			mu.Unlock()
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, sizes := openCounting(t, nil)
 	const n = 16
 	start := make(chan struct{})
 	errs := make(chan error, n)
@@ -108,6 +74,16 @@ func TestGroupCommit_ReadyWritersShareTheCommit(t *testing.T) {
 	}
 	runtime.Gosched() // let every writer reach its wait
 	close(start)
+	waitNoErrors(t, &wg, errs)
+	if got := sizes(); len(got) != 1 {
+		t.Fatalf("%d claims ready at once were committed in %d commits of %v requests, want one commit", n, len(got), got)
+	}
+}
+
+// waitNoErrors waits for wg's writers, then fails t with the first error
+// they sent on errs.
+func waitNoErrors(t *testing.T, wg *sync.WaitGroup, errs chan error) {
+	t.Helper()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -115,9 +91,33 @@ func TestGroupCommit_ReadyWritersShareTheCommit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(sizes) != 1 {
-		t.Fatalf("%d claims ready at once were committed in %d commits of %v requests, want one commit", n, len(sizes), sizes)
+}
+
+// openCounting opens a ledger in a temporary folder and returns it with
+// the number of requests each of its commits carried so far. after, when
+// set, runs in the committer after each commit, given how many there were.
+func openCounting(t *testing.T, after func(commits int)) (*DB, func() []int) {
+	t.Helper()
+	var mu sync.Mutex
+	var sizes []int
+	db, err := Open(filepath.Join(t.TempDir(), "ledger.db"), Options{
+		OnCommit: func(n int, _ time.Duration, _ error) {
+			mu.Lock()
+			sizes = append(sizes, n)
+			commits := len(sizes)
+			mu.Unlock()
+			if after != nil {
+				after(commits)
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db, func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sizes)
 	}
 }
