@@ -464,9 +464,8 @@ func DownstreamOutages(e *env, h *history, s *section) {
 // failed only with the outage's failures, or was only ever held); no whole
 // second in which the downstream saw more calls than a limit allows, by
 // arrival (the rate times one second and the documented slack, the
-// longer of its interval and 50 ms, plus the burst, however long the
-// reservations took: a worker asks for tokens no sooner than it expects
-// the answer, and a token that comes later lapses); nothing expired in SQS (a message sent, its operation never
+// longest of its interval, of the run's reservations and 50 ms, plus the
+// burst); nothing expired in SQS (a message sent, its operation never
 // complete, in neither queue at the end); no deferred copy that ran its
 // operation beside another message of its chain but in a window the audit
 // names (the ledger's claim must stop it), and on a FIFO queue none at
@@ -500,9 +499,9 @@ func FlowControl(e *env, h *history, s *section) {
 			s.detail("%s (%s): gone from the queue, its operation never complete (%s)", m.tag, m.op.id, h.state(m.op.id))
 		}
 	}
-	slack, reserveMax := 50*time.Millisecond, time.Duration(0)
+	slack := 50 * time.Millisecond
 	for _, r := range h.runs {
-		reserveMax = max(reserveMax, r.counts.ReserveMax)
+		slack = max(slack, r.counts.ReserveMax)
 	}
 	perSec, above, busiest := map[string]map[int64]int{}, 0, map[string]int{}
 	for key, xs := range h.execs {
@@ -538,7 +537,7 @@ func FlowControl(e *env, h *history, s *section) {
 				s.detail("%s: %d calls in the second from %s, at most %d allowed", n, c, clock(sec*1e9), bound)
 			}
 		}
-		s.row("busiest second: "+n, fmt.Sprintf("%d calls (at most %d: %g/s, burst %d, slack %v; the longest reservation %v)", busiest[n], bound, rate, burst, max(slack, time.Duration(float64(time.Second)/rate)).Round(time.Millisecond), reserveMax.Round(time.Millisecond)))
+		s.row("busiest second: "+n, fmt.Sprintf("%d calls (at most %d: %g/s, burst %d, slack %v)", busiest[n], bound, rate, burst, slack.Round(time.Millisecond)))
 	}
 	if f.Concurrency > 0 {
 		// A call that began with more running than the limit, none of
