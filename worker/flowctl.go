@@ -85,10 +85,6 @@ type flowCtl struct {
 	// rateFree is when the handler's rate bucket had its next token
 	// free, fleet-wide, as the last reservation found it.
 	rateFree time.Time
-	// lead is how long a reservation is expected to take to answer (see
-	// reserve): its tokens start no sooner, so that they are not due
-	// before the answer comes.
-	lead time.Duration
 	// tickAt is when tick last ran (at first, when the worker made
 	// f): the time scopeOf stamps as a scope's last use, which tick
 	// looks at to forget idle partition values, a second late at most.
@@ -285,13 +281,13 @@ func (f *flowCtl) pausing(j *job) bool {
 // late reports whether j's rate tokens lapsed: it did not start within
 // its slack after they were due. A message that starts late, beside others
 // that start on time, would put more starts in a second than the rate
-// allows; one whose tokens lapsed takes new ones. The slack is lateSlack
-// or one emission interval of the tightest of its buckets, whichever is
-// longer; but for an interval over a second, that interval less a second
-// rather than the interval (then a late start and the next token's are a
-// second apart). The starts of a second thus stay within the burst plus
-// one at the rates of one a second or more, and within the burst below
-// 0.95 a second.
+// allows; one whose tokens lapsed takes new ones. The slack is the time
+// its reservation took, or lateSlack, or one emission interval of the
+// tightest of its buckets, whichever is longest; but for an interval over
+// a second, that interval less a second rather than the interval (then a
+// late start and the next token's are a second apart). The starts of a
+// second thus stay within the burst plus one at the rates of one a second
+// or more, and within the burst below 0.95 a second.
 func (f *flowCtl) late(j *job) bool {
 	if !f.act || j.interval <= 0 {
 		return false
@@ -300,7 +296,7 @@ func (f *flowCtl) late(j *job) bool {
 	if slack > time.Second {
 		slack -= time.Second
 	}
-	return !j.tokens || time.Since(j.notBefore) > max(slack, lateSlack)
+	return !j.tokens || time.Since(j.notBefore) > max(slack, j.slack, lateSlack)
 }
 
 // lateSlack is the least lateness that voids a rate token.
@@ -850,22 +846,10 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		}
 		t.Buckets = append(t.Buckets, i)
 	}
-	// Tokens start no sooner than the answer is expected (lead): taken
-	// for the ledger's now, they would be due before the worker learns
-	// of them, and a message started late on its token beside others on
-	// time puts more starts in a second than the rate allows. A token
-	// that comes later than that anyway lapses, and its message takes
-	// another (see late); the lead then grows to the call's time.
-	f.mu.Lock()
-	lead := f.lead
-	f.mu.Unlock()
-	if !f.act {
-		lead = 0 // nothing waits for the tokens
-	}
 	var asked []*job
 	for _, j := range js {
 		j.scopes, j.notBefore, j.interval, j.tokens = f.names(j), time.Time{}, 0, false
-		t := ledger.Token{NotBefore: lead}
+		var t ledger.Token
 		if bounded && !f.w.queue.fifo {
 			t.Within = f.w.cfg.VisibilityTimeout / 2
 		}
@@ -887,6 +871,8 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 	// tokens (Grant.Now): on the embedded ledger and on DynamoDB the
 	// host's, so exactly when; on PostgreSQL the server's, taken as that
 	// time during the call, or its start or end when the clocks disagree.
+	// A token whose message starts later than its time by more than the
+	// call took (or an interval) lapses (see late).
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.w.claimTimeout())
 	g, err := f.l.Reserve(rctx, r)
@@ -900,7 +886,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		wait := min(max(took, 100*time.Millisecond), time.Second)
 		f.w.log.Warn("flow control: could not reserve rate tokens: the messages wait", "wait", wait, "error", err)
 		for _, j := range asked {
-			j.notBefore, j.interval = start.Add(took+wait), wait
+			j.notBefore, j.interval, j.slack = start.Add(took+wait), wait, 0
 		}
 		return nil
 	}
@@ -911,14 +897,11 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		}
 	}
 	at := start.Add(min(max(g.Now.Sub(start), 0), took))
-	f.mu.Lock()
 	if i, ok := index[f.cfg.Scope]; ok {
+		f.mu.Lock()
 		f.rateFree = at.Add(g.Next[i])
+		f.mu.Unlock()
 	}
-	// The longest of this call and the lead before it, decayed: a
-	// slower answer is expected at once, a quicker one over some calls.
-	f.lead = min(max(took, f.lead-(f.lead-took)/8), f.w.claimTimeout())
-	f.mu.Unlock()
 	short := map[*job]int{} // deferred for a busy partition: its token's index
 	for k, j := range asked {
 		for _, b := range r.Tokens[k].Buckets {
@@ -928,7 +911,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		}
 		switch {
 		case g.Taken[k]:
-			j.tokens, j.notBefore = true, at.Add(g.Starts[k])
+			j.tokens, j.slack, j.notBefore = true, took, at.Add(g.Starts[k])
 		case slices.ContainsFunc(r.Tokens[k].Buckets, func(b int) bool { return r.Buckets[b].Name != f.cfg.Scope && g.Next[b] > r.Tokens[k].Within }):
 			// A busy partition: deferred, so that quiet ones keep
 			// flowing.
