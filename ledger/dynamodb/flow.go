@@ -715,7 +715,7 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 		return ledger.Grant{}, err
 	}
 	if len(r.Buckets) == 1 && !slices.ContainsFunc(r.Tokens, func(t ledger.Token) bool {
-		return t.Within != r.Tokens[0].Within || t.NotBefore > 0
+		return t.Within != r.Tokens[0].Within || t.NotBefore != r.Tokens[0].NotBefore
 	}) {
 		return l.reserveOne(ctx, &r)
 	}
@@ -812,14 +812,16 @@ func (l *Ledger) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Gran
 	return ledger.Grant{}, errContended("reserve", name(0))
 }
 
-// reserveOne is Reserve for tokens of one bucket that share a Within and
-// have no NotBefore: a bucket that this host saw busy takes them with a
-// write that adds their intervals to its TAT, whatever it is, and holds
-// while it is busy and no later than the last TAT from which the tokens
-// can start within Within. Writes of several hosts to a busy bucket add
-// up, in any order, without conflict: in the common case (a handler's
-// rate, no partition) a reservation costs one request. An idle bucket's
-// write sets its TAT from now and holds only while it is still idle.
+// reserveOne is Reserve for tokens of one bucket that share a Within and a
+// NotBefore: a bucket that this host saw busy takes them with a write that
+// adds their intervals to its TAT, whatever it is, and holds while it is
+// busy and no later than the last TAT from which the tokens can start
+// within Within. Writes of several hosts to a busy bucket add up, in any
+// order, without conflict: in the common case (a handler's rate, no
+// partition) a reservation costs one request. Busy means a TAT later than
+// the tokens' NotBefore: a bucket idle until then (idle, when they have
+// none) takes them with a write that sets its TAT from their NotBefore and
+// holds only while it is still so.
 func (l *Ledger) reserveOne(ctx context.Context, r *ledger.Reservation) (ledger.Grant, error) {
 	bk := &r.Buckets[0]
 	pk := ratePrefix + bk.Name
@@ -851,10 +853,11 @@ func (l *Ledger) reserveOne(ctx context.Context, r *ledger.Reservation) (ledger.
 		}
 		l.flow.prune(l.now())
 	}
+	nb := int64(r.Tokens[0].NotBefore)
 	for try := 0; try < maxTries; try++ {
 		now := l.now().UnixNano()
-		idle := !known || cached <= now
-		from := now
+		idle := !known || cached <= now+nb
+		from := now + nb
 		if !idle {
 			from = cached
 		}
@@ -868,17 +871,17 @@ func (l *Ledger) reserveOne(ctx context.Context, r *ledger.Reservation) (ledger.
 			remember(tat, ok)
 			cached, known = tat, ok
 			g, k := plan(max(tat, now), now, rate, burst)
-			if !ok || k > 0 {
+			if k > 0 {
 				continue
 			}
-			return g, nil
+			return g, nil // nothing fits (in a missing bucket: the tokens' NotBefore is past their Within)
 		}
 		e := newExpr()
-		nowV := e.v("now", nsAV(now))
+		nowV := e.v("now", nsAV(now+nb))
 		var u, cond string
 		set := func(parts ...string) string { return "SET " + strings.Join(parts, ", ") }
 		if idle {
-			tat := now + int64(k)*t
+			tat := now + nb + int64(k)*t
 			u = set(e.n(attrTAT)+" = "+e.v("tat", nsAV(tat)),
 				e.n(attrRate)+" = "+e.v("rate", rateAV(bk.Rate)), e.n(attrBurst)+" = "+e.v("burst", intAV(int64(bk.Burst))),
 				e.n(attrExpires)+" = "+e.v("exp", nsAV(tat+int64(ledger.BucketIdle))),

@@ -14,7 +14,7 @@ import (
 
 // TestFlow_Requests counts the requests of the flow calls of two hosts on
 // one table: a reservation of a busy bucket is one UpdateItem, whichever
-// host moved the bucket last; free slots are one PutItem each, made at
+// host moved the bucket last, with its tokens asked for a lead ahead or not; free slots are one PutItem each, made at
 // once; a pool that others hold to its limit costs nothing for a while
 // once it was found so.
 func TestFlow_Requests(t *testing.T) {
@@ -53,6 +53,19 @@ func TestFlow_Requests(t *testing.T) {
 			t.Fatalf("reservation %d of a busy bucket: %d updates, %d reads", i, u, g)
 		}
 		clock.Advance(10 * time.Millisecond)
+	}
+	// Tokens asked for a lead ahead (one NotBefore for all, as a worker
+	// asks) of a bucket busy past it: one UpdateItem too.
+	lead := ledger.Reservation{Buckets: []ledger.Bucket{{Name: "hot", Rate: 40, Burst: 1}}}
+	for range 3 {
+		lead.Tokens = append(lead.Tokens, ledger.Token{Buckets: []int{0}, Within: time.Minute, NotBefore: 100 * time.Millisecond})
+	}
+	if u, g, _ := count(fa, func() {
+		if g, err := a.Reserve(ctx, lead); err != nil || g.Starts[0] < 100*time.Millisecond {
+			t.Fatalf("tokens not before 100 ms: %+v, %v", g, err)
+		}
+	}); u != 1 || g != 0 {
+		t.Fatalf("a reservation a lead ahead of a busy bucket: %d updates, %d reads", u, g)
 	}
 
 	take := func(l *dynamodb.Ledger, owner string, n int) int {

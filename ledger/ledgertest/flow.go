@@ -410,6 +410,41 @@ func runFlow(t *testing.T, setup func(t *testing.T) (Ledger, *Clock)) {
 		}
 	})
 
+	t.Run("ReserveNotBeforeOneBucket", func(t *testing.T) {
+		t.Parallel()
+		l, clock := setup(t)
+		b := []ledger.Bucket{{Name: "lead", Rate: 10, Burst: 1}}
+		tokens := func(n int, nb time.Duration) []ledger.Token {
+			ts := make([]ledger.Token, n)
+			for i := range ts {
+				ts[i] = ledger.Token{Buckets: []int{0}, NotBefore: nb, Within: 5 * time.Second}
+			}
+			return ts
+		}
+		// Tokens that share a NotBefore, as a worker asks for them a
+		// lead ahead: an idle bucket starts them at it; a bucket whose
+		// TAT is before it (idle until then) too, skipping the time
+		// between; a bucket busy past it queues them behind its TAT.
+		for i, c := range []struct {
+			advance time.Duration
+			n       int
+			nb      time.Duration
+			want    string
+		}{
+			{0, 2, time.Second, "[1s 1.1s] [true true] [1.2s]"},
+			{500 * time.Millisecond, 2, time.Second, "[1s 1.1s] [true true] [1.2s]"},
+			{0, 2, 100 * time.Millisecond, "[1.2s 1.3s] [true true] [1.4s]"},
+			{0, 1, 6 * time.Second, "[6s] [false] [1.4s]"},
+		} {
+			clock.Advance(c.advance)
+			g, err := l.Reserve(ctx, ledger.Reservation{Buckets: b, Tokens: tokens(c.n, c.nb)})
+			must(t, err)
+			if got := fmt.Sprint(g.Starts, g.Taken, g.Next); got != c.want || !g.Now.Equal(clock.Now()) {
+				t.Fatalf("reservation %d: %d tokens not before %v, %v later: %s at %v; want %s", i, c.n, c.nb, c.advance, got, g.Now, c.want)
+			}
+		}
+	})
+
 	t.Run("BucketLimits", func(t *testing.T) {
 		t.Parallel()
 		l, _ := setup(t)
