@@ -85,6 +85,19 @@ type flowCtl struct {
 	// rateFree is when the handler's rate bucket had its next token
 	// free, fleet-wide, as the last reservation found it.
 	rateFree time.Time
+	// lead is how long a reservation is expected to take to answer (see
+	// reserve): its tokens start no sooner, so that they are not due
+	// before the answer comes. It is known once one has answered (or
+	// failed); until then the reservations take turns (first).
+	lead  time.Duration
+	known bool
+	first chan struct{}
+	// asking holds when each reservation in flight began, oldest first.
+	asking []time.Time
+	// budget is the time of rate tokens the worker may yet waste by
+	// asking again, as of budgetAt (see spend).
+	budget   time.Duration
+	budgetAt time.Time
 	// tickAt is when tick last ran (at first, when the worker made
 	// f): the time scopeOf stamps as a scope's last use, which tick
 	// looks at to forget idle partition values, a second late at most.
@@ -109,7 +122,8 @@ type scope struct {
 
 func newFlowCtl(w *Worker, l Ledger) *flowCtl {
 	f := &flowCtl{w: w, cfg: w.cfg.Flow, act: w.cfg.Flow.Mode == FlowOn, changed: make(chan struct{}), scopes: map[string]*scope{},
-		scope: []string{w.cfg.Flow.Scope}, tickAt: time.Now()}
+		scope: []string{w.cfg.Flow.Scope}, tickAt: time.Now(), first: make(chan struct{}, 1),
+		budget: time.Second, budgetAt: time.Now()}
 	if fl, ok := l.(FlowLedger); ok {
 		f.l = fl
 	} else {
@@ -281,22 +295,30 @@ func (f *flowCtl) pausing(j *job) bool {
 // late reports whether j's rate tokens lapsed: it did not start within
 // its slack after they were due. A message that starts late, beside others
 // that start on time, would put more starts in a second than the rate
-// allows; one whose tokens lapsed takes new ones. The slack is the time
-// its reservation took, or lateSlack, or one emission interval of the
-// tightest of its buckets, whichever is longest; but for an interval over
-// a second, that interval less a second rather than the interval (then a
-// late start and the next token's are a second apart). The starts of a
-// second thus stay within the burst plus one at the rates of one a second
-// or more, and within the burst below 0.95 a second.
+// allows; one whose tokens lapsed takes new ones. The slack is lateSlack,
+// or one emission interval of the tightest of its buckets, or how long the
+// tokens had been due when their reservation answered and lateSlack,
+// whichever is longest; but for an interval over a second, that interval
+// less a second rather than the interval (then a late start and the next
+// token's are a second apart). The starts of a second thus stay within the
+// burst plus one at the rates of one a second or more, and within the
+// burst below 0.95 a second, while the ledger answers within its lead (see
+// reserve).
 func (f *flowCtl) late(j *job) bool {
 	if !f.act || j.interval <= 0 {
 		return false
 	}
+	return !j.tokens || time.Since(j.notBefore) > max(f.slack(j), j.slack)
+}
+
+// slack is how late j may start on its rate tokens whenever they came:
+// lateSlack or an interval (see late).
+func (f *flowCtl) slack(j *job) time.Duration {
 	slack := j.interval
 	if slack > time.Second {
 		slack -= time.Second
 	}
-	return !j.tokens || time.Since(j.notBefore) > max(slack, j.slack, lateSlack)
+	return max(slack, lateSlack)
 }
 
 // lateSlack is the least lateness that voids a rate token.
@@ -832,6 +854,51 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 	if f.off() {
 		return nil
 	}
+	// Tokens start no sooner than the answer is expected (lead): taken
+	// for the ledger's now, they would be due before the worker learns
+	// of them, and messages started late on their tokens beside others
+	// on time put more starts in a second than the rate allows. The
+	// tokens that come due by more than their slack anyway are asked for
+	// once more in one further call, with the lead that this answer
+	// taught, while the tokens so wasted stay within a budget (spend);
+	// what that call brings, or an answer beyond the budget, is kept for
+	// as long as it had been due when it came (see late), so that on a
+	// store whose answers vary by seconds no message waits on lapse
+	// after lapse.
+	if f.act {
+		f.mu.Lock()
+		known := f.known
+		f.mu.Unlock()
+		if !known {
+			select {
+			case f.first <- struct{}{}:
+				defer func() { <-f.first }()
+			case <-ctx.Done():
+			}
+		}
+	}
+	all := js
+	for again := f.act; len(js) > 0; again = false {
+		var late []*job
+		excess, late = f.reserveOnce(ctx, js, bounded, again, excess)
+		js = late
+	}
+	if !f.act {
+		return nil
+	}
+	for _, j := range all {
+		if slices.Contains(excess.deferred(), j) || j.notBefore.After(time.Now()) {
+			f.throttle(j)
+		}
+	}
+	return excess
+}
+
+// reserveOnce makes one reservation for js, adding to excess those
+// deferred for a busy partition. When again, it returns, without tokens
+// (while the budget allows: spend), those whose tokens had been due for
+// longer than their slack when the answer came, to be asked for once more.
+func (f *flowCtl) reserveOnce(ctx context.Context, js []*job, bounded, again bool, excess *turns) (_ *turns, late []*job) {
 	var r ledger.Reservation
 	index := map[string]int{}
 	add := func(t *ledger.Token, name string, rate float64, burst int) {
@@ -846,10 +913,14 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		}
 		t.Buckets = append(t.Buckets, i)
 	}
+	start, lead := f.asked()
+	if !f.act {
+		lead = 0 // nothing waits for the tokens
+	}
 	var asked []*job
 	for _, j := range js {
 		j.scopes, j.notBefore, j.interval, j.tokens = f.names(j), time.Time{}, 0, false
-		var t ledger.Token
+		t := ledger.Token{NotBefore: lead}
 		if bounded && !f.w.queue.fifo {
 			t.Within = f.w.cfg.VisibilityTimeout / 2
 		}
@@ -865,19 +936,17 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		}
 	}
 	if len(asked) == 0 {
-		return nil
+		return excess, nil
 	}
 	// The starts are offsets from the ledger's clock when it took the
 	// tokens (Grant.Now): on the embedded ledger and on DynamoDB the
 	// host's, so exactly when; on PostgreSQL the server's, taken as that
 	// time during the call, or its start or end when the clocks disagree.
-	// A token whose message starts later than its time by more than the
-	// call took (or an interval) lapses (see late).
-	start := time.Now()
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.w.claimTimeout())
 	g, err := f.l.Reserve(rctx, r)
 	cancel()
 	took := time.Since(start)
+	f.answered(start, took, err == nil)
 	if err != nil {
 		// Held without tokens for as long as the call took (at least
 		// 100 ms, at most a second: a store that is contended answers
@@ -888,7 +957,7 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		for _, j := range asked {
 			j.notBefore, j.interval, j.slack = start.Add(took+wait), wait, 0
 		}
-		return nil
+		return excess, nil
 	}
 	for i, b := range r.Buckets {
 		if g.Rates[i] != b.Rate || g.Bursts[i] != b.Burst {
@@ -911,7 +980,11 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 		}
 		switch {
 		case g.Taken[k]:
-			j.tokens, j.slack, j.notBefore = true, took, at.Add(g.Starts[k])
+			j.tokens, j.notBefore = true, at.Add(g.Starts[k])
+			due := time.Since(j.notBefore)
+			if j.slack = max(due, 0) + lateSlack; again && due > f.slack(j) {
+				late = append(late, j)
+			}
 		case slices.ContainsFunc(r.Tokens[k].Buckets, func(b int) bool { return r.Buckets[b].Name != f.cfg.Scope && g.Next[b] > r.Tokens[k].Within }):
 			// A busy partition: deferred, so that quiet ones keep
 			// flowing.
@@ -934,17 +1007,83 @@ func (f *flowCtl) reserve(ctx context.Context, js []*job, bounded bool) (excess 
 			}
 			j.notBefore = time.Time{}
 		}
-		return nil
+		return excess, nil
 	}
 	for _, j := range js {
 		if k, ok := short[j]; ok {
 			excess = excess.add(f, &r, k, j, at.Add(g.Starts[k]))
-			f.throttle(j)
-		} else if j.notBefore.After(time.Now()) {
-			f.throttle(j)
 		}
 	}
-	return excess
+	var waste time.Duration
+	for _, j := range late {
+		waste += j.interval
+	}
+	// Only an answer that came within the longest lead is worth asking
+	// again after: the next, asked for with this one's lead, likely
+	// comes in time. A store slower than that would answer late again.
+	if len(late) == 0 || took > maxLead || !f.spend(waste) {
+		return excess, nil
+	}
+	for _, j := range late {
+		j.tokens = false
+	}
+	return excess, late
+}
+
+// spend takes d from the time of rate tokens that the worker may waste by
+// asking again for those that came due (see reserve), and reports whether
+// it had that much: a second's worth at first, refilled by a tenth of the
+// time that passes, so that on a store whose answers are always later than
+// the last (an emulator starved of CPU) asking again costs a tenth of the
+// rate at most.
+func (f *flowCtl) spend(d time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := time.Now()
+	f.budget, f.budgetAt = min(f.budget+now.Sub(f.budgetAt)/10, time.Second), now
+	if d > f.budget {
+		return false
+	}
+	f.budget -= d
+	return true
+}
+
+// asked registers a reservation that begins now, and returns its start and
+// lead: the lead learnt from the answers, or how long the oldest call in
+// flight has waited for its answer when that is longer (the store became
+// slower), up to maxLead and a quarter of the visibility timeout (well
+// inside a bounded token's Within).
+func (f *flowCtl) asked() (start time.Time, lead time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	start = time.Now()
+	lead = f.lead
+	if len(f.asking) > 0 {
+		lead = max(lead, start.Sub(f.asking[0]))
+	}
+	f.asking = append(f.asking, start)
+	return start, min(lead, maxLead, f.w.cfg.VisibilityTimeout/4)
+}
+
+// maxLead is the longest lead. Every message waits for its tokens at least
+// the lead, which bounds what a worker's messages in hand can start in a
+// second: a store slower to answer than this (an emulator starved of CPU)
+// cannot carry rates in the tens a second anyway, and the tokens it hands
+// over late are kept for as long as they were due (see late).
+const maxLead = time.Second
+
+// answered records that the reservation begun at start answered after
+// took: the lead becomes the longest of this call and the lead before it,
+// decayed, so that a slower answer is expected at once and a quicker one
+// over some calls.
+func (f *flowCtl) answered(start time.Time, took time.Duration, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asking = slices.Delete(f.asking, slices.Index(f.asking, start), slices.Index(f.asking, start)+1)
+	f.known = true
+	if ok {
+		f.lead = min(max(took, f.lead-(f.lead-took)/8), maxLead)
+	}
 }
 
 // turns are the turns of messages deferred for their busy partitions in

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -83,5 +85,88 @@ func TestLimits_ConfigTheLedgerRefuses(t *testing.T) {
 				t.Errorf("rate %v, burst %d: the message got no token", rate, burst)
 			}
 		}
+	}
+}
+
+// slowReserve is a flow ledger whose reservations take their tokens at
+// once and answer after took, as a DynamoDB table does when its
+// conditional write is slow: the grant's clock is its start. It counts its
+// calls.
+type slowReserve struct {
+	FlowLedger
+	took  time.Duration
+	calls *atomic.Int32
+}
+
+func (l slowReserve) Reserve(ctx context.Context, r ledger.Reservation) (ledger.Grant, error) {
+	l.calls.Add(1)
+	g, err := l.FlowLedger.Reserve(ctx, r)
+	time.Sleep(l.took)
+	return g, err
+}
+
+// TestLimits_TokensNotDueBeforeTheAnswer: a ledger that answers a
+// reservation 300 ms after it took the tokens handed over tokens already
+// due for 300 ms, and their messages started on them beside the tokens of
+// others on time (47 starts in a second at a rate of 40 with three workers
+// on a loaded DynamoDB emulator). The worker now asks for tokens no sooner
+// than it expects the answer: its first reservations take turns until one
+// has answered, the tokens of an answer slower than expected are asked for
+// once more, and none a message holds was due before its answer came.
+func TestLimits_TokensNotDueBeforeTheAnswer(t *testing.T) {
+	const took = 300 * time.Millisecond
+	f := newFlowCtl(&Worker{cfg: Config{VisibilityTimeout: time.Minute, Flow: FlowConfig{Mode: FlowOn, Scope: "q", Rate: 40, Burst: 1}}}, nil)
+	var calls atomic.Int32
+	f.l = slowReserve{FlowLedger: f.l, took: took, calls: &calls}
+	js := make([][]*job, 3)
+	due := make([][]time.Duration, 3) // how long each token had been due when its answer came
+	var wg sync.WaitGroup
+	for c := range js { // at once, as a worker's first receives do
+		js[c] = []*job{{b: &batch{}}, {b: &batch{}}, {b: &batch{}}}
+		wg.Go(func() {
+			f.reserve(context.Background(), js[c], false)
+			for _, j := range js[c] {
+				due[c] = append(due[c], time.Since(j.notBefore))
+			}
+		})
+	}
+	wg.Wait()
+	for c := range js {
+		for i, j := range js[c] {
+			if !j.tokens {
+				t.Fatalf("call %d, token %d not taken", c, i)
+			}
+			if due[c][i] > lateSlack {
+				t.Errorf("call %d: token %d was due %v before its answer came", c, i, due[c][i].Round(time.Millisecond))
+			}
+		}
+	}
+	// The first call's tokens came due and were asked for again; the
+	// others knew the lead.
+	if n := calls.Load(); n != 4 {
+		t.Errorf("%d reservations for three receives, want 4 (the first asked for again)", n)
+	}
+}
+
+// TestLimits_LeadOfAStoreGrownSlow: while a reservation has waited 200 ms
+// for its answer, the next is asked for at least that far ahead, although
+// the answers before were quick.
+func TestLimits_LeadOfAStoreGrownSlow(t *testing.T) {
+	f := newFlowCtl(&Worker{cfg: Config{VisibilityTimeout: time.Minute, Flow: FlowConfig{Mode: FlowOn, Scope: "q", Rate: 40, Burst: 1}}}, nil)
+	start, _ := f.asked()
+	f.answered(start, time.Millisecond, true)
+	waiting, lead := f.asked()
+	if lead > 10*time.Millisecond {
+		t.Fatalf("lead %v after an answer in 1 ms, want about that", lead)
+	}
+	time.Sleep(200 * time.Millisecond)
+	next, lead := f.asked()
+	if lead < 200*time.Millisecond {
+		t.Errorf("lead %v while a call has waited 200 ms for its answer: want at least that", lead)
+	}
+	f.answered(waiting, time.Since(waiting), true)
+	f.answered(next, time.Millisecond, true)
+	if len(f.asking) != 0 {
+		t.Errorf("%d calls still in flight after all answered", len(f.asking))
 	}
 }

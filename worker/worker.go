@@ -457,7 +457,7 @@ type job struct {
 	notBefore time.Time
 	interval  time.Duration // of the tightest of its rate buckets; 0 with no rate
 	tokens    bool          // it holds its rate tokens, due at notBefore
-	slack     time.Duration // how long its reservation took
+	slack     time.Duration // how late its rate tokens may start (see flowCtl.late)
 	deferFor  time.Duration
 	slots     []ledger.Slot
 	slotsAt   time.Time // when it took its slots
