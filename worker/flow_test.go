@@ -347,9 +347,9 @@ type timedReserves struct {
 	worker.Ledger
 	worker.FlowLedger
 	longest, overdue *atomic.Int64
-	// slow, when positive, holds each answer back for up to slow after
-	// the ledger took the tokens, by a random share of it: a store (or
-	// a network) slow to answer, and unevenly so.
+	// slow, when positive, holds each answer back after the ledger took
+	// the tokens, for from 3/4 to 5/4 of slow at random: a store (or a
+	// network) slow to answer, and unevenly so.
 	slow time.Duration
 }
 
@@ -357,7 +357,7 @@ func (l timedReserves) Reserve(ctx context.Context, r ledger.Reservation) (ledge
 	start := time.Now()
 	g, err := l.FlowLedger.Reserve(ctx, r)
 	if l.slow > 0 {
-		time.Sleep(rand.N(l.slow))
+		time.Sleep(l.slow*3/4 + rand.N(l.slow/2))
 	}
 	took := time.Since(start)
 	raise(l.longest, took)
@@ -439,7 +439,7 @@ func sharedLedgers(t *testing.T, b *bundle, backend string, n int, skews ...time
 // ledgers read clocks 250 ms apart (one behind, one ahead), and the starts
 // of a second may exceed the rate by the documented rate × s (s = 500 ms,
 // the widest difference: 20) and no more. In "postgres/slow" each
-// reservation's answer comes a random 0 to 800 ms after the server took
+// reservation's answer comes a random 300 to 500 ms after the server took
 // its tokens, as from a store slow to answer and unevenly so (a loaded
 // DynamoDB table), and the starts of a second stay within 44.
 func TestWorker_RateHeldAcrossWorkers(t *testing.T) {
@@ -465,7 +465,7 @@ func TestWorker_RateHeldAcrossWorkers(t *testing.T) {
 			}
 			var slow time.Duration
 			if backend == "postgres/slow" {
-				slow = 800 * time.Millisecond
+				slow = 400 * time.Millisecond
 			}
 			for _, l := range ls {
 				l = timedReserves{Ledger: l, FlowLedger: l.(worker.FlowLedger), longest: &longest, overdue: &overdue, slow: slow}
