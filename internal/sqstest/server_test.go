@@ -10,6 +10,7 @@ package sqstest_test
 // every one of them.
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -22,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +31,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/sqsonce/sqsonce/internal/sqstest"
 )
@@ -1437,6 +1440,101 @@ func TestDeleteWithStaleReceiptHandle(t *testing.T) {
 
 	// The newest handle deletes the message, or finds it gone.
 	del(t, c, q.URL, m2)
+	wantCount(t, c, q.URL, 0, 0)
+}
+
+// TestConcurrentSendsAndDeletesLoseNothing sends 1,000 messages from two
+// senders while four receivers receive and delete: every message a send
+// was answered for is received. moto lost a few (its delete put a new list
+// of the queue's messages in place of the one a send had just appended
+// to); scripts/moto/server.py makes its delete hold the queue's lock.
+func TestConcurrentSendsAndDeletesLoseNothing(t *testing.T) {
+	t.Parallel()
+	c := sqstest.NewClient(t, nil)
+	q := sqstest.CreateQueue(t, c, sqstest.QueueOptions{VisibilityTimeout: 2 * time.Minute})
+	// moto takes 10 to 20 s for these calls, more than testContext allows.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	const senders, batches, receivers = 2, 50, 4
+
+	var (
+		mu       sync.Mutex
+		sent     = map[string]bool{}
+		received = map[string]bool{}
+		sending  sync.WaitGroup
+		done     = make(chan struct{})
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	for s := range senders {
+		sending.Add(1)
+		g.Go(func() error {
+			defer sending.Done()
+			for b := range batches {
+				entries := make([]types.SendMessageBatchRequestEntry, 10)
+				for i := range entries {
+					entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(fmt.Sprintf("%d-%d-%d", s, b, i))}
+				}
+				out, err := c.SendMessageBatch(gctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(q.URL), Entries: entries})
+				if err != nil {
+					return fmt.Errorf("SendMessageBatch: %w", err)
+				}
+				if len(out.Failed) > 0 {
+					return fmt.Errorf("SendMessageBatch: %d entries failed: %+v", len(out.Failed), out.Failed[0])
+				}
+				mu.Lock()
+				for _, e := range out.Successful {
+					sent[aws.ToString(e.MessageId)] = true
+				}
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	go func() { sending.Wait(); close(done) }()
+	for range receivers {
+		g.Go(func() error {
+			for {
+				// Read before the receive: an empty answer after every send
+				// was answered means nothing is left to receive.
+				finished := false
+				select {
+				case <-done:
+					finished = true
+				default:
+				}
+				out, err := c.ReceiveMessage(gctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+				if err != nil {
+					return fmt.Errorf("ReceiveMessage: %w", err)
+				}
+				if len(out.Messages) == 0 && finished {
+					return nil
+				}
+				for _, m := range out.Messages {
+					mu.Lock()
+					received[aws.ToString(m.MessageId)] = true
+					mu.Unlock()
+					if _, err := c.DeleteMessage(gctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(q.URL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+						return fmt.Errorf("DeleteMessage: %w", err)
+					}
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != senders*batches*10 {
+		t.Fatalf("%d sends answered, want %d", len(sent), senders*batches*10)
+	}
+	var lost []string
+	for id := range sent {
+		if !received[id] {
+			lost = append(lost, id)
+		}
+	}
+	if len(lost) > 0 {
+		t.Errorf("%d of %d messages sent never received: %v", len(lost), len(sent), lost)
+	}
 	wantCount(t, c, q.URL, 0, 0)
 }
 

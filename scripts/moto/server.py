@@ -101,6 +101,15 @@ ChangeMessageVisibilityBatch call for any other refusal (such as the
 expired handle above). batches_fail_per_entry makes every refusal of an
 entry fail that entry alone.
 
+moto's Queue.delete_message builds a new list of the queue's messages
+without the one deleted and then puts it in place of the old, holding no
+lock, while a send appends to the list under the queue's lock: a message
+sent between the two is lost (three of 6,000 messages sent by two threads
+while four received and deleted), and a message a receive moves to the
+dead-letter queue in between stays in the queue too. SQS loses no
+message it accepted. queue_changes_hold_the_lock makes a delete, and a
+receive's pass, hold the queue's lock.
+
 moto's SQS reads the clock through datetime arithmetic, twice for every
 message of a queue each time it counts the queue's messages, which it does
 for every message sent and every message delivered: seconds per
@@ -228,6 +237,37 @@ def receive_passes_one_at_a_time(backend_class):
             with arrived:
                 arrived.wait(timeout=min(left, 0.1))
 
+    setattr(backend_class, "receive_message", receive_message)
+
+
+def queue_changes_hold_the_lock(models):
+    """Makes moto's Queue.delete_message hold the queue's lock (the one
+    add_message appends under) while it replaces the queue's list of
+    messages, and a pass of SQSBackend.receive_message hold it while it may
+    move messages to the dead-letter queue."""
+    queue_class, backend_class = models.Queue, models.SQSBackend
+    for cls, name in ((queue_class, "delete_message"), (backend_class, "receive_message")):
+        if not callable(getattr(cls, name, None)):
+            raise SystemExit(f"{NAME}: moto's SQS has no {cls.__name__}.{name}: the queue lock patch does not fit this version")
+    delete, receive = queue_class.delete_message, backend_class.receive_message
+
+    def locked(queue):
+        lock = getattr(queue, "_messages_lock", None)
+        if lock is None:
+            raise RuntimeError("moto's SQS Queue has no _messages_lock: the queue lock patch does not fit this version")
+        return lock
+
+    def delete_message(self, receipt_handle):
+        with locked(self):
+            return delete(self, receipt_handle)
+
+    def receive_message(self, queue_name, count, wait_seconds_timeout, visibility_timeout, message_attribute_names=None):
+        if wait_seconds_timeout:
+            raise RuntimeError("the queue lock patch holds the lock for one pass without waiting: apply it before receive_passes_one_at_a_time")
+        with locked(self.get_queue(queue_name)):
+            return receive(self, queue_name, count, 0, visibility_timeout, message_attribute_names)
+
+    setattr(queue_class, "delete_message", delete_message)
     setattr(backend_class, "receive_message", receive_message)
 
 
@@ -415,6 +455,8 @@ def main():
 
     sqs_clock_from_time(moto.sqs.models)
     fifo_receive_up_to_first_in_flight(moto.sqs.models.Queue)
+    # Before receive_passes_one_at_a_time, whose passes (without waiting) it locks.
+    queue_changes_hold_the_lock(moto.sqs.models)
     receive_passes_one_at_a_time(moto.sqs.models.SQSBackend)
     fifo_dedup_outlives_delete(moto.sqs.models.SQSBackend, moto.sqs.models.Queue, moto.sqs.models.DEDUPLICATION_TIME_IN_SECONDS)
     # Before the patches that wrap change_message_visibility, which it replaces.
