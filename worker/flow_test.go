@@ -492,8 +492,15 @@ func TestWorker_RateHeldAcrossWorkers(t *testing.T) {
 			// second are the tokens of a second and that slack, and the
 			// burst, 43, and the rate's share of the clocks' difference
 			// (a second answer slower than the first can add its
-			// lateness; rare enough that the bound holds it).
-			bound := 44 + int(math.Ceil(40*spread.Seconds()))
+			// lateness; rare enough that the bound holds it). A store
+			// whose answers vary brings tokens due before their answer by
+			// up to that variation (the lead is as long as answers lately
+			// took), and once the budget for asking again is spent they
+			// are kept and start that late beside the next ones on time:
+			// the slow store's answers vary by half of slow, of which
+			// 50 ms is the slack already counted (on a CI run with moto
+			// beside it, 45 in a second once, for 44).
+			bound := 44 + int(math.Ceil(40*spread.Seconds())) + int(math.Ceil(40*max(slow/2-50*time.Millisecond, 0).Seconds()))
 			t.Logf("%s: 600 operations in %v, at most %d in a second (bound %d: longest reservation %v, answers up to %v after a token's time, clocks %v apart); %d deferred",
 				backend, last.Sub(first).Round(100*time.Millisecond), most, bound, time.Duration(longest.Load()).Round(time.Millisecond),
 				time.Duration(overdue.Load()).Round(time.Millisecond), spread, deferred)
