@@ -1102,3 +1102,62 @@ func TestWorker_CopyWaitingHereAtLastReceiveIsDeferred(t *testing.T) {
 		t.Errorf("deferred %d times, want once (its copy's count starts again)", s.Deferred)
 	}
 }
+
+// In observe mode the limits and the pause are decided and reported, not
+// done: a rate of 5 a second holds nothing back, and failures that would
+// trip a pause leave the intake running, each counted as what it would
+// have done.
+func TestWorker_FlowObserveActsOnNothing(t *testing.T) {
+	t.Parallel()
+	t.Run("limits", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{maxReceive: 5})
+		var st starts
+		b.sendMany(40, func(i int) string { return fmt.Sprintf(`{"id":"op-%d"}`, i) })
+		cfg := b.config()
+		cfg.Flow.Mode, cfg.Flow.Rate, cfg.Flow.Burst = worker.FlowObserve, 5, 1
+		_, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			st.add(m.Key)
+			return nil
+		}))
+		waitUntil(t, "every operation to start", 60*time.Second, func() bool { st.mu.Lock(); defer st.mu.Unlock(); return len(st.at) == 40 })
+		b.waitEmpty(30 * time.Second)
+		s := stop()
+		most, first, last := st.mostInASecond(func(string) bool { return true })
+		t.Logf("40 operations in %v, at most %d in a second; stats %+v", last.Sub(first).Round(100*time.Millisecond), most, s)
+		if most <= 6 {
+			t.Errorf("at most %d starts in a second: held to the rate of 5 (burst 1) in observe mode", most)
+		}
+		if s.FlowWouldHold == 0 || s.Throttled != 0 || s.Deferred != 0 {
+			t.Errorf("observe mode: %d would have been held (want some), %d throttled and %d deferred (want 0)", s.FlowWouldHold, s.Throttled, s.Deferred)
+		}
+	})
+	t.Run("outage", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, options{maxReceive: 50})
+		var calls atomic.Int64
+		b.sendMany(20, func(i int) string { return fmt.Sprintf(`{"id":"down-%d"}`, i) })
+		cfg := b.config()
+		cfg.Flow.Mode = worker.FlowObserve
+		cfg.MinBackoff, cfg.MaxBackoff = 200*time.Millisecond, time.Second
+		w, stop := b.startOn(cfg, b.client, b.db, worker.HandlerFunc(func(ctx context.Context, m *worker.Message) error {
+			calls.Add(1)
+			return worker.Unavailable(0, errors.New("503 from the downstream"))
+		}))
+		waitUntil(t, "the outage to be found", 30*time.Second, func() bool { s := w.Stats(); return s.FlowWouldPause > 0 || s.FlowPauses > 0 })
+		// Paused, the worker would call once at a time, a second and more
+		// apart; observing, it goes on calling as its back-off allows.
+		n := calls.Load()
+		for deadline := time.Now().Add(20 * time.Second); calls.Load() < n+20 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		s := stop()
+		t.Logf("%d calls, %d after the outage was found; stats %+v", calls.Load(), calls.Load()-n, s)
+		if s.FlowPauses != 0 || s.Probes != 0 || s.FlowWouldPause == 0 {
+			t.Errorf("observe mode: %d pauses and %d probes (want 0), %d pauses found and not made (want some)", s.FlowPauses, s.Probes, s.FlowWouldPause)
+		}
+		if after := calls.Load() - n; after < 20 {
+			t.Errorf("%d calls in the 20 s after the outage was found, want 20 or more: the intake was held", after)
+		}
+	})
+}
