@@ -441,7 +441,8 @@ func sharedLedgers(t *testing.T, b *bundle, backend string, n int, skews ...time
 // the widest difference: 20) and no more. In "postgres/slow" each
 // reservation's answer comes a random 300 to 500 ms after the server took
 // its tokens, as from a store slow to answer and unevenly so (a loaded
-// DynamoDB table), and the starts of a second stay within 44.
+// DynamoDB table), and the starts of a second stay within 44 and the
+// rate's share of the answers' variation beyond the slack (50).
 func TestWorker_RateHeldAcrossWorkers(t *testing.T) {
 	t.Parallel()
 	skews := []time.Duration{0, 250 * time.Millisecond, -250 * time.Millisecond}
