@@ -170,3 +170,42 @@ func TestLimits_LeadOfAStoreGrownSlow(t *testing.T) {
 		t.Errorf("%d calls still in flight after all answered", len(f.asking))
 	}
 }
+
+// TestLimits_LateTokensKeptOnceTheBudgetIsSpent: tokens that came due
+// before their answer are asked for once more only while the budget for
+// asking again lasts (on a store whose answers are always late, asking
+// again would cost a share of the rate each time); beyond it they are
+// kept, and their messages may start as late as the tokens had been due
+// when the answer came, without their tokens lapsing.
+func TestLimits_LateTokensKeptOnceTheBudgetIsSpent(t *testing.T) {
+	const took = 300 * time.Millisecond
+	f := newFlowCtl(&Worker{cfg: Config{VisibilityTimeout: time.Minute, Flow: FlowConfig{Mode: FlowOn, Scope: "q", Rate: 40, Burst: 1}}}, nil)
+	var calls atomic.Int32
+	f.l = slowReserve{FlowLedger: f.l, took: took, calls: &calls}
+	f.budget, f.budgetAt = 0, time.Now() // spent
+	js := []*job{{b: &batch{}}, {b: &batch{}}, {b: &batch{}}}
+	f.reserve(context.Background(), js, false)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d reservations with the budget spent, want 1 (none asked for again)", n)
+	}
+	for i, j := range js {
+		if !j.tokens {
+			t.Fatalf("token %d not kept", i)
+		}
+		if due := time.Since(j.notBefore); due < took/2 {
+			t.Errorf("token %d due %v before its answer came, want about %v (the first call knows no lead)", i, due.Round(time.Millisecond), took)
+		}
+		if f.late(j) {
+			t.Errorf("token %d lapsed although kept: due %v, slack %v", i, time.Since(j.notBefore).Round(time.Millisecond), j.slack)
+		}
+	}
+	// The budget refills by a tenth of the time that passes, up to a
+	// second's worth.
+	time.Sleep(100 * time.Millisecond)
+	if !f.spend(5 * time.Millisecond) {
+		t.Error("5 ms refused after 100 ms of refill")
+	}
+	if f.spend(500 * time.Millisecond) {
+		t.Error("500 ms spent from a budget refilled for about 100 ms")
+	}
+}
