@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -240,14 +241,5 @@ func (f *FlowConfig) counts(err error) bool {
 		return true
 	}
 	var perm *PermanentError
-	return !errors.As(err, &perm) && !errors.Is(err, errLeaseLost) && slicesContains(f.PauseOn, FailureRetry)
-}
-
-func slicesContains[S ~[]E, E comparable](s S, v E) bool {
-	for _, e := range s {
-		if e == v {
-			return true
-		}
-	}
-	return false
+	return !errors.As(err, &perm) && !errors.Is(err, errLeaseLost) && slices.Contains(f.PauseOn, FailureRetry)
 }
