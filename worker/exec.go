@@ -195,6 +195,7 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("exec %s: not started: %w", name, handlerContextErr(ctx))
 	}
+	// os.Environ returns a copy, which these two filter in place.
 	env, err := execEnviron(allowedEnv(os.Environ(), h.env, h.withhold), m)
 	if err != nil {
 		// The values come from the message, so every delivery fails alike.
@@ -208,10 +209,20 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 	stdout := &execStdout{}
 	stderr := &execStderr{ctx: ctx, log: h.log, attrs: attrs}
 
-	stdin, stdinFile := execStdin(m.Body)
 	cmd := exec.CommandContext(ctx, name, h.argv[1:]...)
 	cmd.Env = env
-	cmd.Stdin = stdin
+	// stdin is a pipe already holding the body (execFilledPipe), which
+	// os/exec hands to the command as it is, with no goroutine to copy the
+	// body and no second pipe, and which is closed here once the command
+	// has started; or, where there is no such pipe (a larger body, not
+	// Linux), a reader that os/exec copies into a pipe of its own while the
+	// command runs.
+	stdinFile := execFilledPipe(m.Body)
+	if stdinFile != nil {
+		cmd.Stdin = stdinFile
+	} else {
+		cmd.Stdin = bytes.NewReader(m.Body)
+	}
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -229,13 +240,13 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 		}
 		return fmt.Errorf("exec %s: start: %w", name, err)
 	}
-	pgid := cmd.Process.Pid
 	waitErr := cmd.Wait()
 	stderr.finish()
 	m.Result = stdout.buf
 
 	if at := stop.at.Load(); at != nil {
-		execKillGroup(pgid, at.Add(h.killGrace))
+		// Setpgid: the group's id is the command's pid.
+		execKillGroup(cmd.Process.Pid, at.Add(h.killGrace))
 		return fmt.Errorf("exec %s: %w: stopped, %s%s", name, handlerContextErr(ctx), execHow(cmd.ProcessState), stderr.tail())
 	}
 	state := cmd.ProcessState
@@ -246,30 +257,15 @@ func (h *ExecHandler) Handle(ctx context.Context, m *Message) error {
 		h.log.LogAttrs(ctx, slog.LevelWarn, "a descendant of the command held its output open after it exited; cut off after the kill grace",
 			attrs[0], attrs[1], slog.Duration("kill_grace", h.killGrace))
 	}
-	ws, ok := state.Sys().(syscall.WaitStatus)
-	switch {
-	case !ok:
-		return fmt.Errorf("exec %s: unreadable exit status %v%s", name, state, stderr.tail())
-	case ws.Exited() && ws.ExitStatus() == 0:
+	// ExitCode is -1 for a command killed by a signal.
+	switch code := state.ExitCode(); {
+	case code == 0:
 		return nil
-	case ws.Exited() && !slices.Contains(h.retry, ws.ExitStatus()):
+	case code > 0 && !slices.Contains(h.retry, code):
 		return Permanent(fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail()))
 	default: // a retry exit code, or killed by a signal Handle did not send
 		return fmt.Errorf("exec %s: %s%s", name, execHow(state), stderr.tail())
 	}
-}
-
-// execStdin returns the command's stdin: a pipe already holding the body
-// (execFilledPipe), which os/exec hands to the command as it is, with no
-// goroutine to copy the body and no second pipe, and also as the file for
-// the caller to close once the command has started; or, where there is no
-// such pipe (a larger body, not Linux), a reader that os/exec copies into a
-// pipe of its own while the command runs.
-func execStdin(body []byte) (io.Reader, *os.File) {
-	if f := execFilledPipe(body); f != nil {
-		return f, f
-	}
-	return bytes.NewReader(body), nil
 }
 
 // CheckEnvPattern reports whether p can stand in ExecConfig.Env: a variable
@@ -312,22 +308,20 @@ func EnvInherits(patterns, withhold []string, name string) bool {
 }
 
 // allowedEnv returns the variables of environ that the command inherits
-// (EnvInherits); all of environ when patterns and withhold are nil.
+// (EnvInherits), in environ's own array; all of environ when patterns and
+// withhold are nil.
 func allowedEnv(environ, patterns, withhold []string) []string {
 	if patterns == nil && withhold == nil {
 		return environ
 	}
-	var out []string
-	for _, kv := range environ {
-		if name, _, _ := strings.Cut(kv, "="); EnvInherits(patterns, withhold, name) {
-			out = append(out, kv)
-		}
-	}
-	return out
+	return slices.DeleteFunc(environ, func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return !EnvInherits(patterns, withhold, name)
+	})
 }
 
 // execEnviron returns base without the variables the handler sets, followed
-// by those variables for m.
+// by those variables for m. It removes them from base's own array.
 func execEnviron(base []string, m *Message) ([]string, error) {
 	own := []string{
 		execEnvKey + "=" + m.Key,
@@ -351,20 +345,16 @@ func execEnviron(base []string, m *Message) ([]string, error) {
 			return nil, fmt.Errorf("environment variable %s has a NUL byte", name)
 		}
 	}
-	env := make([]string, 0, len(base)+len(own))
-	for _, kv := range base {
+	env := slices.DeleteFunc(base, func(kv string) bool {
 		switch name, _, _ := strings.Cut(kv, "="); name {
 		case execEnvKey, execEnvMessageID, execEnvAttempt, execEnvReceiveCount, execEnvQueueURL, execEnvGroupID,
 			execEnvTraceParent, execEnvTraceState:
-			continue
+			return true
 		default:
-			if strings.HasPrefix(name, execEnvAttrPrefix) {
-				continue
-			}
+			return strings.HasPrefix(name, execEnvAttrPrefix)
 		}
-		env = append(env, kv)
-	}
-	return append(env, own...), nil
+	})
+	return slices.Concat(env, own), nil // one array of the size needed
 }
 
 // attrEnviron returns the message attributes as SQSONCE_ATTR_<NAME>
