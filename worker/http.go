@@ -88,15 +88,14 @@ func NewHTTPHandler(cfg HTTPConfig) (*HTTPHandler, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("http handler: url must be an absolute http or https URL, got %q", cfg.URL)
 	}
-	h := &HTTPHandler{url: u.String(), log: cmp.Or(cfg.Logger, slog.Default())}
+	var c http.Client
 	if cfg.Client != nil {
-		c := *cfg.Client
-		h.client = &c
+		c = *cfg.Client
 	} else {
-		h.client = &http.Client{Transport: httpTransport()}
+		c.Transport = httpTransport()
 	}
-	h.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return h, nil
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &HTTPHandler{url: u.String(), client: &c, log: cmp.Or(cfg.Logger, slog.Default())}, nil
 }
 
 // httpTransport returns the transport of the default client.
