@@ -65,19 +65,16 @@ func newMetrics() *metrics {
 	gaugeVec := func(name, help string, labels ...string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "sqsonce", Name: name, Help: help}, labels)
 	}
+	histogramVec := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "sqsonce", Name: name, Help: help, Buckets: buckets}, labels)
+	}
 	m := &metrics{
-		handlerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "sqsonce", Name: "handler_duration_seconds",
-			Help:    "Time the handler took per attempt, by outcome (done, retry, permanent, lease_lost).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10), // 1ms .. ~4.4min
-		}, []string{"outcome"}),
+		handlerSeconds: histogramVec("handler_duration_seconds", "Time the handler took per attempt, by outcome (done, retry, permanent, lease_lost).",
+			prometheus.ExponentialBuckets(0.001, 4, 10), "outcome"), // 1ms .. ~4.4min
 		sqsRequests: counterVec("sqs_requests_total", "SQS API calls made, by operation.", "operation"),
 		sqsErrors:   counterVec("sqs_request_errors_total", "SQS API calls that failed after the SDK's retries, by operation.", "operation"),
-		ledgerSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "sqsonce", Name: "ledger_call_duration_seconds",
-			Help:    "Time of the worker's calls to the ledger, on every backend, by call (claim_batch, complete_batch, fail, release_batch, extend_batch, sweep, ping).",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18), // 0.1ms .. 13s
-		}, []string{"call"}),
+		ledgerSeconds: histogramVec("ledger_call_duration_seconds", "Time of the worker's calls to the ledger, on every backend, by call (claim_batch, complete_batch, fail, release_batch, extend_batch, sweep, ping).",
+			prometheus.ExponentialBuckets(0.0001, 2, 18), "call"), // 0.1ms .. 13s
 		ledgerErrors: counterVec("ledger_call_errors_total", "The worker's ledger calls that failed (the store did not answer or could not write; not an answer about a record, such as another claim owning it), by call.", "call"),
 		messageAge: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "sqsonce", Name: "received_message_age_seconds",
@@ -311,11 +308,10 @@ func (w *Worker) Health() Health {
 		allWaiting = allWaiting && p.waiting
 	}
 	recent := !w.lastReceive.IsZero() && (allWaiting || now.Sub(w.lastReceive) <= w.cfg.StallAfter)
-	down, _ := w.ledgerState()
-	h.LedgerDown = down
+	h.LedgerDown, _ = w.ledgerState()
 	h.Paused = w.flow != nil && w.flow.pausedNow()
 	// A paused intake receives nothing on purpose: it is ready.
-	h.Ready = h.Alive && !w.draining && (recent || h.Paused) && !down
+	h.Ready = h.Alive && !w.draining && (recent || h.Paused) && !h.LedgerDown
 	return h
 }
 
