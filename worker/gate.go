@@ -127,9 +127,7 @@ func (w *Worker) watchLedger(ctx context.Context) (stop func()) {
 	if !ok {
 		return func() {}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var pings sync.WaitGroup
-	pings.Go(func() {
+	return inBackground(ctx, func(ctx context.Context) {
 		tick := time.NewTicker(ledgerPingEvery)
 		defer tick.Stop()
 		for {
@@ -157,9 +155,18 @@ func (w *Worker) watchLedger(ctx context.Context) (stop func()) {
 			}
 		}
 	})
+}
+
+// inBackground runs f in a goroutine of its own with a context that ends
+// when ctx does or when the returned func is called: that func ends it and
+// waits for f to return.
+func inBackground(ctx context.Context, f func(ctx context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var done sync.WaitGroup
+	done.Go(func() { f(ctx) })
 	return func() {
 		cancel()
-		pings.Wait()
+		done.Wait()
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -76,9 +75,7 @@ func (w *Worker) watchQueue(ctx context.Context) (stop func()) {
 	if w.cfg.Registerer == nil || w.cfg.QueueStatsInterval < 0 {
 		return func() {}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	var loop sync.WaitGroup
-	loop.Go(func() {
+	return inBackground(ctx, func(ctx context.Context) {
 		t := time.NewTicker(w.cfg.QueueStatsInterval)
 		defer t.Stop()
 		failing := false
@@ -99,10 +96,6 @@ func (w *Worker) watchQueue(ctx context.Context) (stop func()) {
 			}
 		}
 	})
-	return func() {
-		cancel()
-		loop.Wait()
-	}
 }
 
 // readQueueStats reads the depth of the queue and of its dead-letter queue
