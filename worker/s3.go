@@ -83,11 +83,19 @@ func (p S3Pointer) Body() string {
 // payload in S3: AttrExtendedPayloadSize or AttrLegacyPayloadSize is
 // present. Without either, a body is never taken for a pointer.
 func HasPayloadSize(attrs map[string]types.MessageAttributeValue) bool {
-	_, ok := attrs[AttrExtendedPayloadSize]
-	if !ok {
-		_, ok = attrs[AttrLegacyPayloadSize]
+	return sizeAttribute(attrs) != ""
+}
+
+// sizeAttribute is the name of the attribute that marks attrs' body as a
+// pointer (AttrExtendedPayloadSize before AttrLegacyPayloadSize); "" when
+// neither is present.
+func sizeAttribute(attrs map[string]types.MessageAttributeValue) string {
+	for _, name := range []string{AttrExtendedPayloadSize, AttrLegacyPayloadSize} {
+		if _, ok := attrs[name]; ok {
+			return name
+		}
 	}
-	return ok
+	return ""
 }
 
 // ParseS3Pointer reads body as a pointer: exactly a two-element JSON array
@@ -215,9 +223,9 @@ func classifyS3(p S3Pointer, err error) error {
 // there (Config.S3 set, the size attribute present in the message's or the
 // SNS envelope's attributes, the body or the envelope's Message a pointer):
 // the object becomes the job's payload. They are read together, one
-// request per pointer (at most a receive's ten), all bounded by
-// payloadTimeout, before the batch's claims. A job whose payload cannot be
-// read gets payloadErr and is not claimed.
+// request per pointer (at most a receive's ten), all bounded by half the
+// visibility timeout and at most a minute, before the batch's claims. A
+// job whose payload cannot be read gets payloadErr and is not claimed.
 func (w *Worker) readPayloads(ctx context.Context, all []*job) {
 	if w.cfg.S3 == nil {
 		return
@@ -243,7 +251,9 @@ func (w *Worker) readPayloads(ctx context.Context, all []*job) {
 	if len(todo) == 0 {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, w.payloadTimeout())
+	// Half the visibility timeout, so that the messages are still out of
+	// sight when their claims are written, and at most a minute.
+	rctx, cancel := context.WithTimeout(ctx, min(w.cfg.VisibilityTimeout/2, time.Minute))
 	defer cancel()
 	var reads sync.WaitGroup
 	for _, j := range todo {
@@ -260,20 +270,6 @@ func (w *Worker) readPayloads(ctx context.Context, all []*job) {
 		})
 	}
 	reads.Wait()
-}
-
-// payloadTimeout bounds the reads of one batch's payloads: half the
-// visibility timeout, so that the messages are still out of sight when
-// their claims are written, and at most a minute.
-func (w *Worker) payloadTimeout() time.Duration {
-	return min(w.cfg.VisibilityTimeout/2, time.Minute)
-}
-
-func sizeAttribute(attrs map[string]types.MessageAttributeValue) string {
-	if _, ok := attrs[AttrExtendedPayloadSize]; ok {
-		return AttrExtendedPayloadSize
-	}
-	return AttrLegacyPayloadSize
 }
 
 // payloadFailed settles a message whose payload could not be read, before
