@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -390,9 +391,7 @@ func (w *Worker) deadLetter(j *job, reason string, log *jobLog) state {
 		return left
 	}
 	attrs := make(map[string]types.MessageAttributeValue, len(j.msg.MessageAttributes)+2)
-	for k, v := range j.msg.MessageAttributes {
-		attrs[k] = v
-	}
+	maps.Copy(attrs, j.msg.MessageAttributes)
 	// On a FIFO queue the original deduplication id first (the copy has one
 	// of its own, and a key may be read from it), then the reason, then
 	// the source id: each replaces an earlier value (a message

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -55,10 +56,7 @@ func PartitionValues(cfg Config, body []byte, attrs map[string]types.MessageAttr
 			if err == nil {
 				_, err = lookupPointer(j.opened.payload, tokens, p.Pointer)
 			}
-			if err == nil {
-				err = errors.New("no value")
-			}
-			out[i].Missing = err
+			out[i].Missing = cmp.Or(err, errors.New("no value"))
 		}
 	}
 	return out, nil
